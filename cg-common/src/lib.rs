@@ -1,0 +1,146 @@
+//! Types shared by the eBPF programs (cg-ebpf) and the user-space agent (cg-agent).
+//!
+//! Everything here is `#[repr(C)]`, `Copy`, free of `bool` and of implicit padding, so the
+//! kernel and user sides agree on every byte; the `const` assertions keep the sizes in step.
+#![no_std]
+
+use core::mem::size_of;
+
+/// Names of the maps and globals in the eBPF object, so both sides spell them the same way.
+pub mod names {
+    /// Per-CPU hash: [`ThreadKey`](super::ThreadKey) -> [`ThreadTime`](super::ThreadTime).
+    pub const ON_CPU: &str = "ON_CPU";
+    /// Per-CPU array of one [`CpuState`](super::CpuState).
+    pub const CPU_STATE: &str = "CPU_STATE";
+    /// Hash: tgid -> 1 for every process whose threads are accounted one by one.
+    pub const TARGETS: &str = "TARGETS";
+    /// Ring buffer of [`LifecycleEvent`](super::LifecycleEvent)s.
+    pub const EVENTS: &str = "EVENTS";
+    /// Per-CPU array of one [`LossCounters`](super::LossCounters).
+    pub const LOSSES: &str = "LOSSES";
+}
+
+/// Globals that user space sets at load time (`EbpfLoader::override_global`).
+pub mod globals {
+    /// `u32`: 1 to account every thread of the machine (`--all`), 0 to account targets only.
+    pub const ALL_TASKS: &str = "ALL_TASKS";
+    /// `u32`: tgid whose new child processes become targets (cg-trace itself in wrap mode), 0 = none.
+    pub const SPAWNER_TGID: &str = "SPAWNER_TGID";
+    /// `u32`: byte offset of `task_struct.pid`, read from the kernel's BTF.
+    pub const TASK_PID_OFFSET: &str = "TASK_PID_OFFSET";
+    /// `u32`: byte offset of `task_struct.tgid`.
+    pub const TASK_TGID_OFFSET: &str = "TASK_TGID_OFFSET";
+    /// `u32`: byte offset of `task_struct.exit_code`.
+    pub const TASK_EXIT_CODE_OFFSET: &str = "TASK_EXIT_CODE_OFFSET";
+    /// `u32`: byte offset of `linux_binprm.filename`.
+    pub const BINPRM_FILENAME_OFFSET: &str = "BINPRM_FILENAME_OFFSET";
+    /// `u32`: 1 when `sched_process_exit` passes `group_dead` (Linux 6.16 and later).
+    pub const EXIT_HAS_GROUP_DEAD: &str = "EXIT_HAS_GROUP_DEAD";
+}
+
+/// Default capacity of [`names::ON_CPU`]: threads (of targets, or of the whole machine with
+/// `--all`) that can be accounted at once. User space may resize it at load time.
+pub const ON_CPU_MAX_THREADS: u32 = 16_384;
+/// Default capacity of [`names::TARGETS`].
+pub const TARGETS_MAX_PROCESSES: u32 = 8_192;
+/// Size of the lifecycle event ring buffer in bytes (a power of two, multiple of the page size).
+pub const EVENTS_RING_BYTES: u32 = 256 * 1024;
+/// Length of a task's `comm` in the kernel.
+pub const COMM_LEN: usize = 16;
+/// Bytes of an exec'd file name kept in an [`LifecycleEvent`].
+pub const FILENAME_LEN: usize = 128;
+
+/// A thread: its process (tgid) and itself (tid, the kernel's `pid`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ThreadKey {
+    pub tgid: u32,
+    pub tid: u32,
+}
+const _: () = assert!(size_of::<ThreadKey>() == 8);
+
+/// Cumulative on-CPU time of one thread on one CPU (the map is per-CPU, so each CPU owns its
+/// slot and the kernel side needs no atomics).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadTime {
+    /// Nanoseconds the thread spent on this CPU, up to its last switch-out.
+    pub on_cpu_ns: u64,
+    /// Number of times it was switched out of this CPU.
+    pub switches: u64,
+}
+const _: () = assert!(size_of::<ThreadTime>() == 16);
+
+/// What one CPU is running now, plus cumulative counters for time not charged to a target.
+///
+/// The kernel writes `seq_begin`, the body, then `seq_end` with the same new value; a reader
+/// that sees `seq_begin != seq_end` caught a write in flight and reads again.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuState {
+    pub seq_begin: u64,
+    /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC) when the current task got this CPU; 0 = unknown.
+    pub since_ns: u64,
+    /// The task on this CPU now (tgid 0 and tid 0: the idle task).
+    pub tgid: u32,
+    pub tid: u32,
+    /// Cumulative time the idle task ran here.
+    pub idle_ns: u64,
+    /// Cumulative time non-target tasks ran here.
+    pub other_ns: u64,
+    /// Cumulative time of targets that could not be stored because `ON_CPU` was full.
+    pub unstored_ns: u64,
+    pub seq_end: u64,
+}
+const _: () = assert!(size_of::<CpuState>() == 56);
+
+/// Counters of what the kernel side could not record, per CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LossCounters {
+    /// `ON_CPU` inserts that failed (map full): that time went to `CpuState::unstored_ns`.
+    pub on_cpu_full: u64,
+    /// Lifecycle events dropped because the ring buffer was full.
+    pub events_dropped: u64,
+    /// Child processes that could not be added to `TARGETS` (map full).
+    pub targets_full: u64,
+}
+const _: () = assert!(size_of::<LossCounters>() == 24);
+
+/// Kinds of [`LifecycleEvent`].
+pub mod event_kind {
+    /// A new process (not a thread) was forked: `tgid`/`tid` are the child, `parent_tgid` its parent.
+    pub const FORK: u32 = 1;
+    /// A process called exec: `comm` and `filename` are the new program.
+    pub const EXEC: u32 = 2;
+    /// A thread exited; `group_dead` is 1 when it was the last thread of its process.
+    pub const EXIT: u32 = 3;
+}
+
+/// A process lifecycle event, for targets only (every task with `--all`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LifecycleEvent {
+    pub kind: u32,
+    pub tgid: u32,
+    pub tid: u32,
+    pub parent_tgid: u32,
+    pub timestamp_ns: u64,
+    /// `task_struct.exit_code` at exit: `(status << 8)` for exit(status), or the signal number.
+    pub exit_code: u32,
+    /// 1 when the whole process died with this thread (EXIT only).
+    pub group_dead: u32,
+    pub comm: [u8; COMM_LEN],
+    pub filename: [u8; FILENAME_LEN],
+}
+const _: () = assert!(size_of::<LifecycleEvent>() == 32 + COMM_LEN + FILENAME_LEN);
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: all of these are `repr(C)`, `Copy`, and have no padding or invalid bit patterns.
+    unsafe impl aya::Pod for super::ThreadKey {}
+    unsafe impl aya::Pod for super::ThreadTime {}
+    unsafe impl aya::Pod for super::CpuState {}
+    unsafe impl aya::Pod for super::LossCounters {}
+    unsafe impl aya::Pod for super::LifecycleEvent {}
+}
