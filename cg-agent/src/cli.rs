@@ -1,0 +1,209 @@
+//! The command line (a contract: scripts depend on these words). Parsing only; `app` turns
+//! the parsed arguments into a run.
+
+use std::{collections::BTreeMap, path::PathBuf};
+
+use clap::{Args, Parser};
+
+use crate::{session::IdleWatts, sources::SourceChoice};
+
+const EXAMPLES: &str = "\
+Examples:
+  cg-trace -- ./build.sh --release         run a command, report its energy and its children's
+  sudo cg-trace --pid 1234,1240 -o run.json attach to running processes until Ctrl-C
+  sudo cg-trace --all --duration 10         the whole machine for 10 s
+  cg-trace --source model --model-watts 8:45 -- python3 train.py
+
+Needs root, or CAP_BPF and CAP_PERFMON. Under sudo the command runs as the invoking user.
+Every figure says whether it was measured (RAPL) or estimated (the built-in power model).";
+
+/// cg-trace: how many joules a process, and each of its children, cost. No instrumentation.
+#[derive(Debug, Parser)]
+#[command(name = "cg-trace", version, about, after_help = EXAMPLES)]
+pub struct Cli {
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// Options of a tracing run.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Attach to running processes (comma-separated), their threads and the children they
+    /// start; stops on Ctrl-C, SIGTERM, --duration, or when all of them have exited
+    #[arg(short = 'p', long, value_name = "PID[,PID...]", value_delimiter = ',', conflicts_with_all = ["all", "command"])]
+    pub pid: Vec<u32>,
+
+    /// Trace the whole machine, every process
+    #[arg(short = 'a', long, conflicts_with = "command")]
+    pub all: bool,
+
+    /// Write the report to FILE: JSON for *.json, or `-` for JSON on stdout
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    /// Attribution interval in milliseconds
+    #[arg(long, value_name = "MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(10..=60_000))]
+    pub interval: u64,
+
+    /// Stop after SECS seconds (in wrap mode the command is then sent SIGTERM)
+    #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
+    pub duration: Option<f64>,
+
+    /// Energy source: auto prefers a measured source and falls back to the model
+    #[arg(long, value_enum, default_value_t = SourceChoice::Auto)]
+    pub source: SourceChoice,
+
+    /// Root of the powercap tree (a host can expose its RAPL zones to a VM this way)
+    #[arg(long, value_name = "DIR", default_value = crate::sources::powercap::DEFAULT_ROOT)]
+    pub powercap_root: PathBuf,
+
+    /// Power model of the whole machine, idle and fully busy, in watts (estimated figures)
+    #[arg(long, value_name = "IDLE:MAX", value_parser = parse_model_watts)]
+    pub model_watts: Option<ModelWatts>,
+
+    /// Idle baseline in watts: one figure for a single top-level domain, or DOMAIN=W,...
+    /// (default: estimated from the run, see the report's meta.idle_baseline)
+    #[arg(long, value_name = "W|DOMAIN=W,...", value_parser = parse_idle_watts)]
+    pub idle_watts: Option<IdleWatts>,
+
+    /// Idle calibration before the command starts, in milliseconds (wrap mode, measured
+    /// sources; 0 to skip)
+    #[arg(long, value_name = "MS", default_value_t = 500)]
+    pub calibrate_ms: u64,
+
+    /// Include a per-interval time series in the report
+    #[arg(long)]
+    pub timeseries: bool,
+
+    /// Do not print the summary on stderr
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+
+    /// The command to run and follow, after `--`
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+/// `--model-watts IDLE:MAX`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ModelWatts {
+    pub idle_w: f64,
+    pub max_w: f64,
+}
+
+fn parse_watts(text: &str) -> Result<f64, String> {
+    let w: f64 = text
+        .trim()
+        .trim_end_matches(['W', 'w'])
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of watts"))?;
+    if !w.is_finite() || w < 0.0 {
+        return Err(format!("{text:?}: watts must be a finite number >= 0"));
+    }
+    Ok(w)
+}
+
+fn parse_model_watts(text: &str) -> Result<ModelWatts, String> {
+    let (idle, max) = text
+        .split_once(':')
+        .ok_or_else(|| format!("{text:?}: expected IDLE:MAX, e.g. 8:45"))?;
+    let (idle_w, max_w) = (parse_watts(idle)?, parse_watts(max)?);
+    if max_w < idle_w {
+        return Err(format!("{text:?}: MAX must be at least IDLE"));
+    }
+    Ok(ModelWatts { idle_w, max_w })
+}
+
+fn parse_idle_watts(text: &str) -> Result<IdleWatts, String> {
+    if !text.contains('=') {
+        return parse_watts(text).map(IdleWatts::Total);
+    }
+    let mut map = BTreeMap::new();
+    for part in text.split(',').filter(|p| !p.trim().is_empty()) {
+        let (domain, watts) = part
+            .split_once('=')
+            .ok_or_else(|| format!("{part:?}: expected DOMAIN=W"))?;
+        map.insert(domain.trim().to_string(), parse_watts(watts)?);
+    }
+    Ok(IdleWatts::PerDomain(map))
+}
+
+fn parse_seconds(text: &str) -> Result<f64, String> {
+    let s: f64 = text
+        .trim()
+        .trim_end_matches('s')
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    if !s.is_finite() || s <= 0.0 {
+        return Err(format!(
+            "{text:?}: the duration must be more than 0 seconds"
+        ));
+    }
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("cg-trace").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn wrap_takes_everything_after_the_double_dash() {
+        let cli = parse(&["-o", "r.json", "--", "python3", "-c", "print(1)", "--all"]).unwrap();
+        assert_eq!(cli.run.command, ["python3", "-c", "print(1)", "--all"]);
+        assert!(!cli.run.all);
+        assert_eq!(cli.run.interval, 100);
+    }
+
+    #[test]
+    fn pids_are_comma_separated_and_exclusive_with_other_modes() {
+        assert_eq!(parse(&["--pid", "1,2,3"]).unwrap().run.pid, [1, 2, 3]);
+        assert!(parse(&["--pid", "1", "--all"]).is_err());
+        assert!(parse(&["--pid", "1", "--", "true"]).is_err());
+        assert!(parse(&["--pid", "x"]).is_err());
+    }
+
+    #[test]
+    fn watts_options_parse_and_reject_nonsense() {
+        assert_eq!(
+            parse_model_watts("8:45W").unwrap(),
+            ModelWatts {
+                idle_w: 8.0,
+                max_w: 45.0
+            }
+        );
+        assert!(parse_model_watts("45:8").is_err());
+        assert!(parse_model_watts("8").is_err());
+        assert_eq!(parse_idle_watts("12.5").unwrap(), IdleWatts::Total(12.5));
+        match parse_idle_watts("package-0=10,dram-0=2").unwrap() {
+            IdleWatts::PerDomain(map) => {
+                assert_eq!(map["package-0"], 10.0);
+                assert_eq!(map["dram-0"], 2.0);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(parse_idle_watts("-3").is_err());
+        assert!(parse_seconds("0").is_err());
+        assert_eq!(parse_seconds("2.5s").unwrap(), 2.5);
+    }
+
+    #[test]
+    fn unknown_source_is_rejected() {
+        let err = parse(&["--source", "magic", "--all"]).unwrap_err();
+        assert!(err.to_string().contains("magic"));
+    }
+
+    #[test]
+    fn interval_bounds() {
+        assert!(parse(&["--interval", "5", "--all"]).is_err());
+        assert_eq!(
+            parse(&["--interval", "250", "--all"]).unwrap().run.interval,
+            250
+        );
+    }
+}

@@ -1,0 +1,193 @@
+//! The human summary printed on stderr at the end of a run: per process, then other, idle and
+//! total, per domain, the sources, and whether the figures are measured or estimated.
+
+use std::fmt::Write as _;
+
+use crate::report::Report;
+
+/// How many processes the summary lists (the report has them all).
+const MAX_ROWS: usize = 15;
+
+/// Renders the summary as text.
+pub fn render(report: &Report) -> String {
+    let mut out = String::new();
+    let meta = &report.meta;
+    let totals = &report.totals;
+    let estimated = meta.measurement_quality.grade == "estimated";
+    let what = match (&meta.command, &meta.pids) {
+        (Some(command), _) => format!("`{}`", shorten(&command.join(" "), 60)),
+        (None, Some(pids)) => format!(
+            "pid {}",
+            pids.iter()
+                .map(|p| p.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+        (None, None) => "the whole machine".to_string(),
+    };
+    let status = match (meta.command_exit_code, meta.command_exit_signal) {
+        (Some(code), _) => format!(", exit status {code}"),
+        (None, Some(sig)) => format!(", killed by signal {sig}"),
+        _ => String::new(),
+    };
+    let _ = writeln!(
+        out,
+        "\ncg-trace: {what}: {:.2} s ({}{status})",
+        meta.duration_s, meta.stop_reason
+    );
+    let sources: Vec<String> = meta
+        .sources
+        .iter()
+        .map(|s| format!("{} ({})", s.name, s.provenance.as_str()))
+        .collect();
+    let _ = writeln!(out, "energy source: {}", sources.join(", "));
+
+    let _ = writeln!(
+        out,
+        "\n{:>8}  {:<26} {:>9} {:>11} {:>9} {:>7}",
+        "PID", "COMMAND", "CPU [s]", "ENERGY [J]", "AVG [W]", "SHARE"
+    );
+    for p in report.processes.iter().take(MAX_ROWS) {
+        let name = if p.cmdline.is_empty() {
+            p.comm.clone()
+        } else {
+            p.cmdline.join(" ")
+        };
+        let _ = writeln!(
+            out,
+            "{:>8}  {:<26} {:>9.3} {:>11.3} {:>9.2} {:>6.1}%",
+            p.pid,
+            shorten(&name, 26),
+            p.cpu_time_s,
+            p.energy_j,
+            p.avg_power_w,
+            p.share_pct
+        );
+    }
+    if report.processes.len() > MAX_ROWS {
+        let _ = writeln!(
+            out,
+            "{:>8}  … {} more processes in the report",
+            "",
+            report.processes.len() - MAX_ROWS
+        );
+    }
+    let share = |j: f64| {
+        if totals.energy_j > 0.0 {
+            100.0 * j / totals.energy_j
+        } else {
+            0.0
+        }
+    };
+    let _ = writeln!(
+        out,
+        "{:>8}  {:<26} {:>9.3} {:>11.3} {:>9} {:>6.1}%",
+        "",
+        "targets",
+        totals.cpu_time_s,
+        totals.attributed_energy_j,
+        "",
+        share(totals.attributed_energy_j)
+    );
+    let _ = writeln!(
+        out,
+        "{:>8}  {:<26} {:>9} {:>11.3} {:>9} {:>6.1}%",
+        "",
+        "other (not traced)",
+        "",
+        totals.other_energy_j,
+        "",
+        share(totals.other_energy_j)
+    );
+    let _ = writeln!(
+        out,
+        "{:>8}  {:<26} {:>9} {:>11.3} {:>9.2} {:>6.1}%",
+        "",
+        format!("idle ({:.2} W baseline)", totals.idle_power_w),
+        "",
+        totals.idle_energy_j,
+        totals.idle_power_w,
+        share(totals.idle_energy_j)
+    );
+    let _ = writeln!(
+        out,
+        "{:>8}  {:<26} {:>9} {:>11.3} {:>9.2} {:>6.1}%",
+        "",
+        if estimated {
+            "total (ESTIMATED)"
+        } else {
+            "total (measured)"
+        },
+        "",
+        totals.energy_j,
+        totals.avg_power_w,
+        100.0
+    );
+
+    let _ = writeln!(
+        out,
+        "\n{:<16} {:>11} {:>11} {:>11} {:>11} {:>9}  IDLE BASELINE",
+        "DOMAIN", "ENERGY [J]", "TARGETS [J]", "OTHER [J]", "IDLE [J]", "AVG [W]"
+    );
+    for entry in &meta.domain_topology {
+        let Some(d) = totals.domains.get(&entry.name) else {
+            continue;
+        };
+        let baseline = meta
+            .idle_baseline
+            .iter()
+            .find(|b| b.domain == entry.name)
+            .map(|b| format!("{:.2} W ({})", b.power_w, b.method))
+            .unwrap_or_default();
+        let name = match &entry.parent {
+            Some(parent) => format!("  {} ⊂ {parent}", entry.name),
+            None => entry.name.clone(),
+        };
+        let _ = writeln!(
+            out,
+            "{:<16} {:>11.3} {:>11.3} {:>11.3} {:>11.3} {:>9.2}  {} [{}]",
+            shorten(&name, 16),
+            d.energy_j,
+            d.attributed_energy_j,
+            d.other_energy_j,
+            d.idle_energy_j,
+            d.avg_power_w,
+            baseline,
+            d.provenance.as_str()
+        );
+    }
+    let quality = &meta.measurement_quality;
+    let _ = writeln!(out, "\nquality: {}", quality.grade);
+    for note in &quality.notes {
+        let _ = writeln!(out, "  - {note}");
+    }
+    if estimated {
+        let _ = writeln!(
+            out,
+            "All energy figures above are ESTIMATED by the built-in power model; run \
+             `cg-trace sources` to see why no measured source was used."
+        );
+    }
+    out
+}
+
+fn shorten(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        text.to_string()
+    } else {
+        let mut s: String = text.chars().take(width.saturating_sub(1)).collect();
+        s.push('…');
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shortens_long_names_with_an_ellipsis() {
+        assert_eq!(shorten("abc", 5), "abc");
+        assert_eq!(shorten("abcdefgh", 5), "abcd…");
+    }
+}

@@ -1,0 +1,26 @@
+//! cg-trace's user-space agent.
+//!
+//! Data flows one way:
+//!
+//! ```text
+//!  probes (eBPF maps, ring buffer) ─┐
+//!                                   ├─> session (one sample per interval) ─> report::build
+//!  sources (energy counters) ───────┘        (attribution happens here) ─> export (summary, JSON)
+//! ```
+//!
+//! - [`probes`] loads cg-ebpf and turns kernel data into plain types; nothing about energy.
+//! - [`sources`] reads energy counters (powercap) or estimates them (model).
+//! - [`attribution`] is pure: it splits each domain's energy into idle, targets and other.
+//! - [`session`] runs a mode (wrap, attach, system) and records every interval.
+//! - [`report`] builds the report model; [`export`] writes it.
+
+pub mod app;
+pub mod attribution;
+pub mod cli;
+pub mod export;
+pub mod host;
+pub mod privileges;
+pub mod probes;
+pub mod report;
+pub mod session;
+pub mod sources;

@@ -1,0 +1,356 @@
+//! Turns the kernel's cumulative counters into what ran during each interval.
+//!
+//! The eBPF side keeps running totals (per target thread per CPU, and idle/other per CPU) that
+//! only grow when a task leaves a CPU, plus what each CPU runs right now and since when. Each
+//! read becomes a [`Snapshot`]; [`ActivityTracker::advance`] adds the slice still in progress
+//! on every CPU and returns the difference from the previous snapshot. Time can only move
+//! forward: a total that reads lower than before (a read that raced a switch) keeps its old
+//! high-water mark, so a moment may shift to the next interval but is never counted twice.
+//!
+//! Pure: the probes module fills the snapshots; tests write them by hand.
+
+use std::collections::HashMap;
+
+use cg_common::ThreadKey;
+
+use crate::attribution::CpuTime;
+
+/// The task a CPU was running when the snapshot was taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Running {
+    pub tgid: u32,
+    pub tid: u32,
+    /// CLOCK_MONOTONIC ns when it got the CPU.
+    pub since_ns: u64,
+}
+
+/// One CPU's counters as read from the kernel.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuSnapshot {
+    pub idle_ns: u64,
+    pub other_ns: u64,
+    /// Target time the kernel could not store per thread (its map was full).
+    pub unstored_ns: u64,
+    pub running: Option<Running>,
+}
+
+/// Everything read from the kernel at one moment.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Snapshot {
+    /// CLOCK_MONOTONIC ns at which the CPU states were read.
+    pub taken_ns: u64,
+    /// Indexed by CPU id.
+    pub cpus: Vec<CpuSnapshot>,
+    /// Cumulative on-CPU ns of each accounted thread, indexed by CPU id.
+    pub threads: Vec<(ThreadKey, Vec<u64>)>,
+}
+
+/// On-CPU time of one thread on one CPU during an interval.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ThreadSlice {
+    pub thread: ThreadKey,
+    pub cpu: u32,
+    pub on_cpu_ns: u64,
+}
+
+/// What ran between two snapshots.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Activity {
+    /// CLOCK_MONOTONIC ns of the previous snapshot.
+    pub start_ns: u64,
+    pub duration_ns: u64,
+    /// Idle and non-target time per CPU (target time the kernel could not store counts as other).
+    pub cpus: Vec<CpuTime>,
+    pub threads: Vec<ThreadSlice>,
+}
+
+/// Remembers the previous cumulative values (see the module docs).
+#[derive(Debug, Default)]
+pub struct ActivityTracker {
+    last_taken_ns: Option<u64>,
+    threads: HashMap<(ThreadKey, u32), u64>,
+    cpus: Vec<(u64, u64)>,
+}
+
+impl ActivityTracker {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Returns what ran since the previous snapshot, or `None` for the first one (which only
+    /// sets the starting point). `is_target(tgid)` says whether a running task's time is
+    /// accounted per thread (as the kernel does) or as other.
+    pub fn advance(
+        &mut self,
+        snapshot: &Snapshot,
+        is_target: impl Fn(u32) -> bool,
+    ) -> Option<Activity> {
+        let mut running_target: HashMap<(ThreadKey, u32), u64> = HashMap::new();
+        let mut cpu_totals = Vec::with_capacity(snapshot.cpus.len());
+        for (cpu, state) in snapshot.cpus.iter().enumerate() {
+            let (mut idle, mut other) = (state.idle_ns, state.other_ns + state.unstored_ns);
+            if let Some(run) = state.running.filter(|r| r.since_ns != 0) {
+                let in_progress = snapshot.taken_ns.saturating_sub(run.since_ns);
+                if run.tgid == 0 {
+                    idle += in_progress;
+                } else if is_target(run.tgid) {
+                    let key = ThreadKey {
+                        tgid: run.tgid,
+                        tid: run.tid,
+                    };
+                    running_target.insert((key, cpu as u32), in_progress);
+                } else {
+                    other += in_progress;
+                }
+            }
+            cpu_totals.push((idle, other));
+        }
+
+        let mut threads = Vec::new();
+        let mut seen: HashMap<(ThreadKey, u32), u64> = HashMap::new();
+        for (key, per_cpu) in &snapshot.threads {
+            for (cpu, &ns) in per_cpu.iter().enumerate() {
+                let id = (*key, cpu as u32);
+                let total = ns + running_target.remove(&id).unwrap_or(0);
+                if total > 0 {
+                    seen.insert(id, total);
+                }
+            }
+        }
+        // A target running for the first time has no stored total yet, only its current slice.
+        seen.extend(running_target.into_iter().filter(|(_, ns)| *ns > 0));
+
+        let first = self.last_taken_ns.is_none();
+        for (id, total) in seen {
+            let previous = self.threads.entry(id).or_insert(0);
+            if total > *previous {
+                if !first {
+                    threads.push(ThreadSlice {
+                        thread: id.0,
+                        cpu: id.1,
+                        on_cpu_ns: total - *previous,
+                    });
+                }
+                *previous = total;
+            }
+        }
+
+        if self.cpus.len() < cpu_totals.len() {
+            self.cpus.resize(cpu_totals.len(), (0, 0));
+        }
+        let cpus = cpu_totals
+            .iter()
+            .zip(self.cpus.iter_mut())
+            .map(|(&(idle, other), previous)| {
+                let delta = CpuTime {
+                    idle_ns: idle.saturating_sub(previous.0),
+                    other_ns: other.saturating_sub(previous.1),
+                };
+                *previous = (idle.max(previous.0), other.max(previous.1));
+                delta
+            })
+            .collect();
+
+        let start_ns = self.last_taken_ns.replace(snapshot.taken_ns)?;
+        threads.sort_by_key(|s| (s.thread, s.cpu));
+        Some(Activity {
+            start_ns,
+            duration_ns: snapshot.taken_ns.saturating_sub(start_ns),
+            cpus,
+            threads,
+        })
+    }
+
+    /// Forgets a thread whose kernel entry was deleted (it exited and its last time was read),
+    /// so that a later thread with the same id starts from zero.
+    pub fn forget(&mut self, thread: ThreadKey) {
+        self.threads.retain(|(key, _), _| *key != thread);
+    }
+
+    /// Number of (thread, CPU) totals remembered.
+    pub fn tracked(&self) -> usize {
+        self.threads.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn key(tgid: u32, tid: u32) -> ThreadKey {
+        ThreadKey { tgid, tid }
+    }
+
+    fn idle_cpu() -> CpuSnapshot {
+        CpuSnapshot::default()
+    }
+
+    fn slices_of(activity: &Activity, thread: ThreadKey) -> u64 {
+        activity
+            .threads
+            .iter()
+            .filter(|s| s.thread == thread)
+            .map(|s| s.on_cpu_ns)
+            .sum()
+    }
+
+    #[test]
+    fn first_snapshot_only_sets_the_start() {
+        let mut tracker = ActivityTracker::new();
+        let snap = Snapshot {
+            taken_ns: 1_000 * MS,
+            cpus: vec![idle_cpu()],
+            threads: vec![(key(5, 5), vec![30 * MS])],
+        };
+        assert!(tracker.advance(&snap, |_| true).is_none());
+    }
+
+    #[test]
+    fn counts_the_slice_still_running_and_never_twice() {
+        // cpu0: thread 5/5 runs from t=1000 ms without switching out.
+        //   t=1000 snapshot: since=1000 -> primes
+        //   t=1100 snapshot: still running -> 100 ms in progress
+        //   t=1150 switch-out, map total 150 ms; t=1200 snapshot: 50 ms more (not 150)
+        let mut tracker = ActivityTracker::new();
+        let running = |since| CpuSnapshot {
+            running: Some(Running {
+                tgid: 5,
+                tid: 5,
+                since_ns: since,
+            }),
+            ..CpuSnapshot::default()
+        };
+        let mut snap = Snapshot {
+            taken_ns: 1_000 * MS,
+            cpus: vec![running(1_000 * MS)],
+            threads: vec![],
+        };
+        assert!(tracker.advance(&snap, |_| true).is_none());
+        snap.taken_ns = 1_100 * MS;
+        let a = tracker.advance(&snap, |_| true).unwrap();
+        assert_eq!(slices_of(&a, key(5, 5)), 100 * MS);
+        assert_eq!(a.duration_ns, 100 * MS);
+
+        snap.taken_ns = 1_200 * MS;
+        snap.cpus = vec![CpuSnapshot {
+            idle_ns: 50 * MS,
+            running: Some(Running {
+                tgid: 0,
+                tid: 0,
+                since_ns: 1_150 * MS,
+            }),
+            ..CpuSnapshot::default()
+        }];
+        snap.threads = vec![(key(5, 5), vec![150 * MS])];
+        let a = tracker.advance(&snap, |_| true).unwrap();
+        assert_eq!(slices_of(&a, key(5, 5)), 50 * MS);
+        // idle: 50 ms stored + 50 ms in progress, minus nothing before.
+        assert_eq!(a.cpus[0].idle_ns, 100 * MS);
+    }
+
+    #[test]
+    fn a_racy_lower_total_shifts_time_forward_without_double_counting() {
+        let mut tracker = ActivityTracker::new();
+        let mut snap = Snapshot {
+            taken_ns: 0,
+            cpus: vec![idle_cpu()],
+            threads: vec![(key(1, 1), vec![10 * MS])],
+        };
+        tracker.advance(&snap, |_| true);
+        // In-progress time made the total look like 40 ms...
+        snap.taken_ns = 100 * MS;
+        snap.threads = vec![(key(1, 1), vec![40 * MS])];
+        assert_eq!(
+            slices_of(&tracker.advance(&snap, |_| true).unwrap(), key(1, 1)),
+            30 * MS
+        );
+        // ...then the stored total reads 35 ms: nothing new, nothing negative.
+        snap.taken_ns = 200 * MS;
+        snap.threads = vec![(key(1, 1), vec![35 * MS])];
+        assert_eq!(
+            slices_of(&tracker.advance(&snap, |_| true).unwrap(), key(1, 1)),
+            0
+        );
+        // ...and only growth beyond 40 ms counts again.
+        snap.taken_ns = 300 * MS;
+        snap.threads = vec![(key(1, 1), vec![45 * MS])];
+        assert_eq!(
+            slices_of(&tracker.advance(&snap, |_| true).unwrap(), key(1, 1)),
+            5 * MS
+        );
+    }
+
+    #[test]
+    fn non_target_running_task_counts_as_other_and_unstored_too() {
+        let mut tracker = ActivityTracker::new();
+        let mut snap = Snapshot {
+            taken_ns: 0,
+            cpus: vec![CpuSnapshot::default()],
+            threads: vec![],
+        };
+        tracker.advance(&snap, |_| false);
+        snap.taken_ns = 100 * MS;
+        snap.cpus = vec![CpuSnapshot {
+            other_ns: 20 * MS,
+            unstored_ns: 5 * MS,
+            running: Some(Running {
+                tgid: 9,
+                tid: 9,
+                since_ns: 60 * MS,
+            }),
+            ..CpuSnapshot::default()
+        }];
+        let a = tracker.advance(&snap, |_| false).unwrap();
+        assert_eq!(a.cpus[0].other_ns, 65 * MS);
+        assert!(a.threads.is_empty());
+    }
+
+    #[test]
+    fn forgotten_thread_restarts_from_zero() {
+        let mut tracker = ActivityTracker::new();
+        let mut snap = Snapshot {
+            taken_ns: 0,
+            cpus: vec![idle_cpu()],
+            threads: vec![(key(3, 4), vec![80 * MS])],
+        };
+        tracker.advance(&snap, |_| true);
+        tracker.forget(key(3, 4));
+        assert_eq!(tracker.tracked(), 0);
+        // The kernel entry was deleted; a final switch-out recreated it with 2 ms.
+        snap.taken_ns = 100 * MS;
+        snap.threads = vec![(key(3, 4), vec![2 * MS])];
+        let a = tracker.advance(&snap, |_| true).unwrap();
+        assert_eq!(slices_of(&a, key(3, 4)), 2 * MS);
+    }
+
+    #[test]
+    fn per_cpu_totals_are_kept_apart() {
+        let mut tracker = ActivityTracker::new();
+        let mut snap = Snapshot {
+            taken_ns: 0,
+            cpus: vec![idle_cpu(), idle_cpu()],
+            threads: vec![(key(1, 2), vec![10 * MS, 0])],
+        };
+        tracker.advance(&snap, |_| true);
+        snap.taken_ns = 100 * MS;
+        snap.threads = vec![(key(1, 2), vec![30 * MS, 40 * MS])];
+        let a = tracker.advance(&snap, |_| true).unwrap();
+        assert_eq!(
+            a.threads,
+            vec![
+                ThreadSlice {
+                    thread: key(1, 2),
+                    cpu: 0,
+                    on_cpu_ns: 20 * MS
+                },
+                ThreadSlice {
+                    thread: key(1, 2),
+                    cpu: 1,
+                    on_cpu_ns: 40 * MS
+                },
+            ]
+        );
+    }
+}

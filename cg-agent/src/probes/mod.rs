@@ -1,0 +1,387 @@
+//! Probes: loads cg-ebpf into the kernel, attaches it, and turns its maps and events into
+//! plain types ([`activity::Snapshot`], [`Lifecycle`], [`Losses`]). Nothing about energy here.
+
+pub mod activity;
+mod batch;
+pub mod btf;
+
+use std::{
+    os::fd::AsFd,
+    time::{Duration, Instant},
+};
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{HashMap, IterableMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
+    programs::RawTracePoint,
+};
+use cg_common::{
+    CpuState, LifecycleEvent, LossCounters, ThreadKey, ThreadTime, event_kind, globals, names,
+};
+
+use self::activity::{CpuSnapshot, Running, Snapshot};
+
+/// What to account and whom to follow.
+#[derive(Clone, Debug, Default)]
+pub struct ProbeConfig {
+    /// Account every thread of the machine (`--all`).
+    pub all_tasks: bool,
+    /// New child processes of this tgid become targets (cg-trace itself in wrap mode).
+    pub spawner_tgid: Option<u32>,
+    /// Processes that are targets from the start (`--pid`).
+    pub targets: Vec<u32>,
+}
+
+/// Errors loading or reading the probes.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error(
+        "reading the kernel's BTF: {0} (cg-trace needs a kernel built with CONFIG_DEBUG_INFO_BTF)"
+    )]
+    Btf(#[from] btf::BtfError),
+    #[error("loading the eBPF programs into the kernel: {0}{hint}", hint = permission_hint(.0))]
+    Load(#[source] aya::EbpfError),
+    #[error("the eBPF object has no program {0}")]
+    MissingProgram(&'static str),
+    #[error("attaching {program}: {source}")]
+    Attach {
+        program: &'static str,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    #[error("eBPF map {name}: {source}")]
+    Map {
+        name: &'static str,
+        #[source]
+        source: aya::maps::MapError,
+    },
+    #[error("the eBPF object has no map {0}")]
+    MissingMap(&'static str),
+    #[error("reading eBPF map {name}: {source}")]
+    Read {
+        name: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn permission_hint(err: &aya::EbpfError) -> &'static str {
+    let text = err.to_string();
+    if text.contains("Operation not permitted") || text.contains("EPERM") {
+        " (the kernel refused: run as root, or with CAP_BPF and CAP_PERFMON)"
+    } else {
+        ""
+    }
+}
+
+/// A process lifecycle event from the kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Lifecycle {
+    /// A new process (not a thread).
+    Fork {
+        pid: u32,
+        ppid: u32,
+        timestamp_ns: u64,
+    },
+    Exec {
+        pid: u32,
+        comm: String,
+        filename: String,
+        timestamp_ns: u64,
+    },
+    /// A thread exited; `process_exited` when it was the last of its process.
+    Exit {
+        pid: u32,
+        tid: u32,
+        comm: String,
+        /// The kernel's exit code: `status << 8`, or the signal number.
+        exit_code: u32,
+        process_exited: bool,
+        timestamp_ns: u64,
+    },
+}
+
+/// What the kernel side could not record, summed over CPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Losses {
+    /// Target threads whose time could not be stored per thread (map full).
+    pub on_cpu_map_full: u64,
+    /// Lifecycle events lost because the ring buffer was full.
+    pub events_dropped: u64,
+    /// Child processes that could not be followed (target map full).
+    pub targets_map_full: u64,
+}
+
+impl Losses {
+    pub fn total(&self) -> u64 {
+        self.on_cpu_map_full + self.events_dropped + self.targets_map_full
+    }
+}
+
+/// Loaded and attached probes. Dropping this detaches and unloads everything.
+pub struct Probes {
+    // Keeps the programs and their links alive.
+    _ebpf: Ebpf,
+    on_cpu: PerCpuHashMap<MapData, ThreadKey, ThreadTime>,
+    cpu_state: PerCpuArray<MapData, CpuState>,
+    targets: HashMap<MapData, u32, u32>,
+    events: RingBuf<MapData>,
+    losses: PerCpuArray<MapData, LossCounters>,
+    batch: batch::BatchReader,
+    /// How long loading and attaching took.
+    pub attach_time: Duration,
+}
+
+static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/cg-ebpf"));
+
+/// The lifecycle programs, attached before sched_switch so no process slips through.
+const LIFECYCLE: [(&str, &str); 3] = [
+    ("sched_process_fork", "sched_process_fork"),
+    ("sched_process_exec", "sched_process_exec"),
+    ("sched_process_exit", "sched_process_exit"),
+];
+
+impl Probes {
+    /// Loads the programs, marks the initial targets, and attaches.
+    pub fn load(config: &ProbeConfig) -> Result<Self, ProbeError> {
+        let started = Instant::now();
+        let kernel_btf = btf::Btf::from_sys_fs()?;
+        let pid_offset = kernel_btf.member_offset("task_struct", "pid")?;
+        let tgid_offset = kernel_btf.member_offset("task_struct", "tgid")?;
+        let exit_code_offset = kernel_btf.member_offset("task_struct", "exit_code")?;
+        let filename_offset = kernel_btf.member_offset("linux_binprm", "filename")?;
+        let exit_has_group_dead = u32::from(
+            kernel_btf
+                .tracepoint_args("sched_process_exit")
+                .unwrap_or(1)
+                >= 2,
+        );
+        // Free the BTF copy before aya parses its own (aya's loader always does).
+        drop(kernel_btf);
+        let all_tasks = u32::from(config.all_tasks);
+        let spawner = config.spawner_tgid.unwrap_or(0);
+
+        // No kernel BTF for aya: the object has no CO-RE relocations, and parsing vmlinux BTF
+        // would cost tens of MB of memory for nothing.
+        let mut ebpf = EbpfLoader::new()
+            .btf(None)
+            .override_global(globals::ALL_TASKS, &all_tasks, true)
+            .override_global(globals::SPAWNER_TGID, &spawner, true)
+            .override_global(globals::TASK_PID_OFFSET, &pid_offset, true)
+            .override_global(globals::TASK_TGID_OFFSET, &tgid_offset, true)
+            .override_global(globals::TASK_EXIT_CODE_OFFSET, &exit_code_offset, true)
+            .override_global(globals::BINPRM_FILENAME_OFFSET, &filename_offset, true)
+            .override_global(globals::EXIT_HAS_GROUP_DEAD, &exit_has_group_dead, true)
+            .load(EBPF_OBJECT)
+            .map_err(ProbeError::Load)?;
+
+        let mut take = |name: &'static str| ebpf.take_map(name).ok_or(ProbeError::MissingMap(name));
+        let map_err = |name| move |source| ProbeError::Map { name, source };
+        let on_cpu =
+            PerCpuHashMap::try_from(take(names::ON_CPU)?).map_err(map_err(names::ON_CPU))?;
+        let cpu_state =
+            PerCpuArray::try_from(take(names::CPU_STATE)?).map_err(map_err(names::CPU_STATE))?;
+        let mut targets =
+            HashMap::try_from(take(names::TARGETS)?).map_err(map_err(names::TARGETS))?;
+        let events = RingBuf::try_from(take(names::EVENTS)?).map_err(map_err(names::EVENTS))?;
+        let losses = PerCpuArray::try_from(take(names::LOSSES)?).map_err(map_err(names::LOSSES))?;
+        for &pid in &config.targets {
+            targets.insert(pid, 1, 0).map_err(map_err(names::TARGETS))?;
+        }
+
+        for (program, tracepoint) in LIFECYCLE.iter().chain(&[("sched_switch", "sched_switch")]) {
+            let prog: &mut RawTracePoint = ebpf
+                .program_mut(program)
+                .ok_or(ProbeError::MissingProgram(program))?
+                .try_into()
+                .map_err(|source| ProbeError::Attach { program, source })?;
+            prog.load()
+                .map_err(|source| ProbeError::Attach { program, source })?;
+            prog.attach(tracepoint)
+                .map_err(|source| ProbeError::Attach { program, source })?;
+        }
+
+        let cpu_count = aya::util::nr_cpus().map_err(|(_, source)| ProbeError::Read {
+            name: "/sys/devices/system/cpu/possible",
+            source,
+        })?;
+        Ok(Probes {
+            _ebpf: ebpf,
+            batch: batch::BatchReader::new(cpu_count),
+            on_cpu,
+            cpu_state,
+            targets,
+            events,
+            losses,
+            attach_time: started.elapsed(),
+        })
+    }
+
+    /// Reads the per-thread totals, then every CPU's state (in that order: see
+    /// [`activity`] for why time then only ever shifts forward).
+    pub fn snapshot(&mut self) -> Result<Snapshot, ProbeError> {
+        let fd = IterableMap::map(&self.on_cpu).fd().as_fd();
+        let threads = match self.batch.read(fd) {
+            Ok(threads) => threads,
+            Err(batch::BatchError::Unsupported) => self.read_threads_one_by_one()?,
+            Err(batch::BatchError::Io(source)) => {
+                return Err(ProbeError::Read {
+                    name: names::ON_CPU,
+                    source,
+                });
+            }
+        };
+        let cpus = self.read_cpu_states()?;
+        Ok(Snapshot {
+            taken_ns: monotonic_ns(),
+            cpus,
+            threads,
+        })
+    }
+
+    fn read_threads_one_by_one(&self) -> Result<Vec<(ThreadKey, Vec<u64>)>, ProbeError> {
+        let mut threads = Vec::new();
+        for item in self.on_cpu.iter() {
+            let (key, values) = item.map_err(|source| ProbeError::Map {
+                name: names::ON_CPU,
+                source,
+            })?;
+            threads.push((key, values.iter().map(|t| t.on_cpu_ns).collect()));
+        }
+        Ok(threads)
+    }
+
+    fn read_cpu_states(&self) -> Result<Vec<CpuSnapshot>, ProbeError> {
+        // A CPU's state is consistent when seq_begin == seq_end; a few retries find one.
+        let mut states: Vec<Option<CpuState>> = Vec::new();
+        for _ in 0..8 {
+            let values = self
+                .cpu_state
+                .get(&0, 0)
+                .map_err(|source| ProbeError::Map {
+                    name: names::CPU_STATE,
+                    source,
+                })?;
+            if states.is_empty() {
+                states = vec![None; values.len()];
+            }
+            for (slot, value) in states.iter_mut().zip(values.iter()) {
+                if slot.is_none() && value.seq_begin == value.seq_end {
+                    *slot = Some(*value);
+                }
+            }
+            if states.iter().all(Option::is_some) {
+                break;
+            }
+        }
+        Ok(states
+            .into_iter()
+            .map(|state| {
+                // A CPU that kept changing under us: use its counters, skip its running slice
+                // (it shows up in the next read).
+                let state = state.unwrap_or_default();
+                CpuSnapshot {
+                    idle_ns: state.idle_ns,
+                    other_ns: state.other_ns,
+                    unstored_ns: state.unstored_ns,
+                    running: (state.since_ns != 0).then_some(Running {
+                        tgid: state.tgid,
+                        tid: state.tid,
+                        since_ns: state.since_ns,
+                    }),
+                }
+            })
+            .collect())
+    }
+
+    /// Takes every lifecycle event the kernel queued since the last call.
+    pub fn drain_events(&mut self) -> Vec<Lifecycle> {
+        let mut out = Vec::new();
+        while let Some(item) = self.events.next() {
+            if item.len() < std::mem::size_of::<LifecycleEvent>() {
+                continue;
+            }
+            // SAFETY: the kernel wrote a whole LifecycleEvent (checked length above); the
+            // buffer may be unaligned, hence read_unaligned.
+            let event: LifecycleEvent =
+                unsafe { std::ptr::read_unaligned(item.as_ptr() as *const LifecycleEvent) };
+            if let Some(e) = lifecycle_from(&event) {
+                out.push(e);
+            }
+        }
+        out
+    }
+
+    /// Sums the loss counters over CPUs.
+    pub fn losses(&self) -> Result<Losses, ProbeError> {
+        let values = self.losses.get(&0, 0).map_err(|source| ProbeError::Map {
+            name: names::LOSSES,
+            source,
+        })?;
+        Ok(values.iter().fold(Losses::default(), |acc, l| Losses {
+            on_cpu_map_full: acc.on_cpu_map_full + l.on_cpu_full,
+            events_dropped: acc.events_dropped + l.events_dropped,
+            targets_map_full: acc.targets_map_full + l.targets_full,
+        }))
+    }
+
+    /// Makes `pid` a target from now on.
+    pub fn add_target(&mut self, pid: u32) -> Result<(), ProbeError> {
+        self.targets
+            .insert(pid, 1, 0)
+            .map_err(|source| ProbeError::Map {
+                name: names::TARGETS,
+                source,
+            })
+    }
+
+    /// Stops treating `pid` as a target (it exited; its id may be reused).
+    pub fn remove_target(&mut self, pid: u32) {
+        let _ = self.targets.remove(&pid);
+    }
+
+    /// Deletes a thread's totals (after its last time was read).
+    pub fn delete_thread(&mut self, thread: ThreadKey) {
+        let _ = self.on_cpu.remove(&thread);
+    }
+}
+
+fn lifecycle_from(e: &LifecycleEvent) -> Option<Lifecycle> {
+    let text = |bytes: &[u8]| {
+        let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+        String::from_utf8_lossy(&bytes[..end]).into_owned()
+    };
+    match e.kind {
+        event_kind::FORK => Some(Lifecycle::Fork {
+            pid: e.tgid,
+            ppid: e.parent_tgid,
+            timestamp_ns: e.timestamp_ns,
+        }),
+        event_kind::EXEC => Some(Lifecycle::Exec {
+            pid: e.tgid,
+            comm: text(&e.comm),
+            filename: text(&e.filename),
+            timestamp_ns: e.timestamp_ns,
+        }),
+        event_kind::EXIT => Some(Lifecycle::Exit {
+            pid: e.tgid,
+            tid: e.tid,
+            comm: text(&e.comm),
+            exit_code: e.exit_code,
+            process_exited: e.group_dead != 0,
+            timestamp_ns: e.timestamp_ns,
+        }),
+        _ => None,
+    }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: the clock `bpf_ktime_get_ns` uses.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}

@@ -1,0 +1,728 @@
+//! A run: checks privileges, opens the energy sources, loads the probes, samples both every
+//! interval until the mode's end (the command exits, the targets exit, `--duration`, Ctrl-C
+//! or SIGTERM), and hands the [`Recording`] to the report. A run that is interrupted still
+//! produces its report: every interval measured is kept.
+
+pub mod command;
+pub mod processes;
+pub mod recorder;
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    path::PathBuf,
+    time::{Duration, Instant, SystemTime},
+};
+
+use tokio::signal::unix::{Signal, SignalKind, signal};
+
+use self::{
+    command::Invoker,
+    processes::{Cleanup, Ending, ProcessRecord, ProcessTable},
+    recorder::Recorder,
+};
+use crate::{
+    attribution::{Interval, Slice},
+    host::HostInfo,
+    privileges,
+    probes::{
+        Losses, ProbeConfig, ProbeError, Probes,
+        activity::{Activity, ActivityTracker},
+        monotonic_ns,
+    },
+    sources::{self, DomainSpec, EnergySource, Provenance, ReadContext, SourceOptions},
+};
+
+/// What to trace.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Mode {
+    /// Run a command and follow it and its descendants.
+    Wrap { command: Vec<String> },
+    /// Follow running processes and the children they start.
+    Attach { pids: Vec<u32> },
+    /// Every process of the machine.
+    System,
+}
+
+impl Mode {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Mode::Wrap { .. } => "wrap",
+            Mode::Attach { .. } => "attach",
+            Mode::System => "system",
+        }
+    }
+}
+
+/// Idle baselines given with `--idle-watts`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum IdleWatts {
+    #[default]
+    Estimate,
+    /// One figure: for the only top-level domain.
+    Total(f64),
+    /// Per domain name.
+    PerDomain(BTreeMap<String, f64>),
+}
+
+/// Everything a run needs to know.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    pub mode: Mode,
+    pub interval: Duration,
+    pub duration: Option<Duration>,
+    pub sources: SourceOptions,
+    pub idle_watts: IdleWatts,
+    /// Length of the idle calibration window before the command starts (wrap mode, measured
+    /// sources only).
+    pub calibration: Duration,
+    pub timeseries: bool,
+    pub proc_root: PathBuf,
+}
+
+/// Errors that end a run before it measured anything; each maps to an exit code.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Bad input (no such pid, unusable source, bad option): exit code 2.
+    #[error("{0}")]
+    Usage(String),
+    /// Missing privileges: exit code 2.
+    #[error("{0}")]
+    Privileges(String),
+    #[error(transparent)]
+    Source(#[from] sources::SourceError),
+    #[error(transparent)]
+    Probe(#[from] ProbeError),
+    /// The wrapped command could not be started: 127 (not found) or 126.
+    #[error("cannot run {program:?}: {source}")]
+    Spawn {
+        program: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("setting up signal handling: {0}")]
+    Signals(#[source] std::io::Error),
+}
+
+impl RunError {
+    /// The process exit code for this error.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            RunError::Usage(_) | RunError::Privileges(_) | RunError::Source(_) => 2,
+            RunError::Spawn { source, .. } => match source.kind() {
+                std::io::ErrorKind::NotFound => 127,
+                _ => 126,
+            },
+            RunError::Probe(_) | RunError::Signals(_) => 1,
+        }
+    }
+}
+
+/// One energy source as the report describes it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SourceInfo {
+    pub name: &'static str,
+    pub provenance: Provenance,
+    pub description: String,
+    pub domains: Vec<String>,
+}
+
+/// What the agent itself cost.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ProfilerCost {
+    pub cpu_time_s: f64,
+    pub max_rss_bytes: u64,
+    pub attach_ms: f64,
+}
+
+/// Everything a run recorded: the input of the report.
+#[derive(Debug)]
+pub struct Recording {
+    pub mode: Mode,
+    pub host: HostInfo,
+    pub started_at: SystemTime,
+    pub ended_at: SystemTime,
+    /// CLOCK_MONOTONIC ns when the run (the command) started; intervals start from here.
+    pub run_start_ns: u64,
+    pub duration_ns: u64,
+    pub interval: Duration,
+    pub domains: Vec<DomainSpec>,
+    pub sources: Vec<SourceInfo>,
+    pub selection_reason: String,
+    /// Idle power a source knows exactly (the model's), per domain.
+    pub known_idle_w: Vec<Option<f64>>,
+    pub idle_watts: IdleWatts,
+    /// Assumed watts per busy CPU when no idle fit is possible.
+    pub prior_slope_w_per_cpu: f64,
+    pub recorder: Recorder,
+    pub processes: Vec<ProcessRecord>,
+    pub losses: Losses,
+    /// Read errors of sources, with how many intervals each affected.
+    pub source_errors: BTreeMap<String, u64>,
+    pub stop_reason: String,
+    pub command_ending: Option<Ending>,
+    pub calibration_s: f64,
+    pub profiler: ProfilerCost,
+    pub timeseries: bool,
+}
+
+/// The result of a run.
+#[derive(Debug)]
+pub struct Outcome {
+    pub recording: Recording,
+    /// cg-trace's exit code: the command's in wrap mode.
+    pub exit_code: i32,
+}
+
+/// Runs a whole session on a single-threaded tokio runtime.
+pub fn run(config: RunConfig) -> Result<Outcome, RunError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(RunError::Signals)?;
+    runtime.block_on(run_async(config))
+}
+
+/// How the sampling loop ended.
+enum Stop {
+    CommandExited(Ending),
+    TargetsExited,
+    Duration,
+    Signal(i32),
+}
+
+async fn run_async(config: RunConfig) -> Result<Outcome, RunError> {
+    privileges::check_can_trace().map_err(RunError::Privileges)?;
+    if let Mode::Attach { pids } = &config.mode {
+        for &pid in pids {
+            if !config.proc_root.join(pid.to_string()).exists() {
+                return Err(RunError::Usage(format!(
+                    "no process with pid {pid} (it may have exited); check with `ps -p {pid}`"
+                )));
+            }
+        }
+    }
+    let host = HostInfo::read();
+    let selection = sources::select(&config.sources, &host)?;
+    let domains: Vec<DomainSpec> = selection
+        .sources
+        .iter()
+        .flat_map(|s| s.domains().to_vec())
+        .collect();
+    validate_idle_watts(&config.idle_watts, &domains)?;
+    for source in &selection.sources {
+        tracing::info!("energy source: {}", source.describe());
+    }
+    eprintln!(
+        "cg-trace: energy source: {} ({}): {}",
+        selection
+            .sources
+            .iter()
+            .map(|s| s.name())
+            .collect::<Vec<_>>()
+            .join(", "),
+        if selection
+            .sources
+            .iter()
+            .all(|s| s.provenance() == Provenance::Measured)
+        {
+            "measured"
+        } else {
+            "ESTIMATED"
+        },
+        selection.reason
+    );
+
+    let mut signals = Signals::new().map_err(RunError::Signals)?;
+    let probe_config = ProbeConfig {
+        all_tasks: config.mode == Mode::System,
+        spawner_tgid: matches!(config.mode, Mode::Wrap { .. }).then(std::process::id),
+        targets: match &config.mode {
+            Mode::Attach { pids } => pids.clone(),
+            _ => Vec::new(),
+        },
+    };
+    let probes = Probes::load(&probe_config)?;
+    let attach_ms = probes.attach_time.as_secs_f64() * 1e3;
+    let known_idle_w = known_idle(&selection.sources);
+    let prior_slope_w_per_cpu =
+        sources::model::ModelParams::defaults(host.cpu_count(), &host.cpu_model)
+            .watts_per_busy_cpu(host.cpu_count());
+    let source_infos = selection
+        .sources
+        .iter()
+        .map(|s| SourceInfo {
+            name: s.name(),
+            provenance: s.provenance(),
+            description: s.describe(),
+            domains: s.domains().iter().map(|d| d.name.clone()).collect(),
+        })
+        .collect();
+    let measured = selection
+        .sources
+        .iter()
+        .any(|s| s.provenance() == Provenance::Measured);
+
+    let mut sampler = Sampler {
+        probes,
+        tracker: ActivityTracker::new(),
+        table: ProcessTable::new(config.mode == Mode::System, &config.proc_root),
+        sources: selection.sources,
+        recorder: Recorder::new(recorder::DEFAULT_SLICE_BUDGET),
+        pending: Cleanup::default(),
+        run_start_ns: monotonic_ns(),
+        source_errors: BTreeMap::new(),
+        last_gc: Instant::now(),
+        all: config.mode == Mode::System,
+    };
+    if let Mode::Attach { pids } = &config.mode {
+        for &pid in pids {
+            sampler.table.add_root(pid, sampler.run_start_ns);
+        }
+    }
+    sampler.sample(Phase::Prime);
+
+    // Calibration: the machine without the command, to anchor the idle fit.
+    let mut calibration_s = 0.0;
+    let calibrate = matches!(config.mode, Mode::Wrap { .. })
+        && measured
+        && !config.calibration.is_zero()
+        && config.idle_watts == IdleWatts::Estimate;
+    let mut early_signal = None;
+    if calibrate {
+        let started = Instant::now();
+        let mut tick = tokio::time::interval(config.interval.min(config.calibration));
+        tick.tick().await;
+        while started.elapsed() < config.calibration {
+            tokio::select! {
+                _ = tick.tick() => sampler.sample(Phase::Calibration),
+                sig = signals.recv() => { early_signal = Some(sig); break; }
+            }
+        }
+        sampler.sample(Phase::Calibration);
+        calibration_s = started.elapsed().as_secs_f64();
+    }
+
+    let started_at = SystemTime::now();
+    sampler.run_start_ns = monotonic_ns();
+    let mut child = None;
+    let mut child_pid = 0;
+    if let Mode::Wrap { command } = &config.mode
+        && early_signal.is_none()
+    {
+        let invoker = Invoker::from_sudo_env();
+        let spawned =
+            command::spawn(command, invoker.as_ref()).map_err(|source| RunError::Spawn {
+                program: command[0].clone(),
+                source,
+            })?;
+        child_pid = spawned.id().unwrap_or(0);
+        sampler.table.add_root(child_pid, sampler.run_start_ns);
+        child = Some(spawned);
+    }
+
+    let deadline = config.duration.map(|d| Instant::now() + d);
+    let mut tick = tokio::time::interval(config.interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    let stop = if let Some(sig) = early_signal {
+        Stop::Signal(sig)
+    } else {
+        loop {
+            let until_deadline = deadline.map_or(Duration::from_secs(86_400 * 365), |d| {
+                d.saturating_duration_since(Instant::now())
+            });
+            tokio::select! {
+                _ = tick.tick() => {
+                    sampler.sample(Phase::Run);
+                    if matches!(config.mode, Mode::Attach { .. }) && sampler.table.live_targets() == 0 {
+                        break Stop::TargetsExited;
+                    }
+                }
+                _ = tokio::time::sleep(until_deadline) => {
+                    break match child.as_mut() {
+                        Some(c) => wind_down(c, child_pid, libc::SIGTERM, &mut sampler, &mut signals, config.interval)
+                            .await
+                            .map_or(Stop::Duration, Stop::CommandExited),
+                        None => Stop::Duration,
+                    };
+                }
+                status = wait_child(child.as_mut()) => {
+                    break Stop::CommandExited(status);
+                }
+                sig = signals.recv() => {
+                    break match child.as_mut() {
+                        Some(c) => {
+                            // A Ctrl-C typed in the terminal already reached the command (it is
+                            // in our foreground process group); anything else is forwarded.
+                            let forward = !(sig == libc::SIGINT && shares_foreground_terminal());
+                            let forward_sig = if forward { sig } else { 0 };
+                            wind_down(c, child_pid, forward_sig, &mut sampler, &mut signals, config.interval)
+                                .await
+                                .map_or(Stop::Signal(sig), Stop::CommandExited)
+                        }
+                        None => Stop::Signal(sig),
+                    };
+                }
+            }
+        }
+    };
+    sampler.sample(Phase::Run);
+    let run_end_ns = monotonic_ns();
+
+    let (stop_reason, exit_code, command_ending) = match stop {
+        Stop::CommandExited(ending) => {
+            sampler.table.set_ending(child_pid, ending, run_end_ns);
+            (
+                "command exited".to_string(),
+                ending.shell_code(),
+                Some(ending),
+            )
+        }
+        Stop::TargetsExited => ("every target exited".to_string(), 0, None),
+        Stop::Duration => (
+            "--duration reached".to_string(),
+            if child.is_some() { 124 } else { 0 },
+            None,
+        ),
+        Stop::Signal(sig) => (
+            format!("interrupted by {}", signal_name(sig)),
+            if child.is_some() { 128 + sig } else { 0 },
+            None,
+        ),
+    };
+    let losses = sampler.probes.losses().unwrap_or_default();
+    let Sampler {
+        recorder,
+        table,
+        source_errors,
+        run_start_ns,
+        ..
+    } = sampler;
+    Ok(Outcome {
+        exit_code,
+        recording: Recording {
+            mode: config.mode.clone(),
+            host,
+            started_at,
+            ended_at: SystemTime::now(),
+            run_start_ns,
+            duration_ns: recorder.intervals().iter().map(|i| i.duration_ns).sum(),
+            interval: config.interval,
+            domains,
+            sources: source_infos,
+            selection_reason: selection.reason,
+            known_idle_w,
+            idle_watts: config.idle_watts.clone(),
+            prior_slope_w_per_cpu,
+            recorder,
+            processes: table.records().to_vec(),
+            losses,
+            source_errors,
+            stop_reason,
+            command_ending,
+            calibration_s,
+            profiler: ProfilerCost {
+                attach_ms,
+                ..own_cost()
+            },
+            timeseries: config.timeseries,
+        },
+    })
+}
+
+/// After a stop request in wrap mode: forward `signal` (0 = none) and keep measuring while
+/// the command shuts down, for up to 3 s or until a second signal.
+async fn wind_down(
+    child: &mut tokio::process::Child,
+    pid: u32,
+    signal: i32,
+    sampler: &mut Sampler,
+    signals: &mut Signals,
+    interval: Duration,
+) -> Option<Ending> {
+    if signal != 0 {
+        command::send_signal(pid, signal);
+    }
+    let give_up = tokio::time::sleep(Duration::from_secs(3));
+    tokio::pin!(give_up);
+    let mut tick = tokio::time::interval(interval);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            status = child.wait() => return status.ok().map(ending_of),
+            _ = tick.tick() => sampler.sample(Phase::Run),
+            _ = &mut give_up => return None,
+            _ = signals.recv() => return None,
+        }
+    }
+}
+
+async fn wait_child(child: Option<&mut tokio::process::Child>) -> Ending {
+    match child {
+        Some(child) => match child.wait().await {
+            Ok(status) => ending_of(status),
+            Err(_) => Ending::Exited(1),
+        },
+        None => std::future::pending().await,
+    }
+}
+
+fn ending_of(status: std::process::ExitStatus) -> Ending {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => Ending::Exited(code),
+        (None, Some(signal)) => Ending::Signaled(signal),
+        _ => Ending::Exited(1),
+    }
+}
+
+/// Whether stdin is a terminal whose foreground process group is ours (then a Ctrl-C
+/// reached the wrapped command too).
+fn shares_foreground_terminal() -> bool {
+    // SAFETY: plain syscalls on fd 0.
+    unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp() }
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGINT => "SIGINT",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGHUP => "SIGHUP",
+        _ => "a signal",
+    }
+}
+
+/// The signals that stop a run.
+struct Signals {
+    interrupt: Signal,
+    terminate: Signal,
+    hangup: Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Self> {
+        Ok(Signals {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+            hangup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    async fn recv(&mut self) -> i32 {
+        tokio::select! {
+            _ = self.interrupt.recv() => libc::SIGINT,
+            _ = self.terminate.recv() => libc::SIGTERM,
+            _ = self.hangup.recv() => libc::SIGHUP,
+        }
+    }
+}
+
+/// The agent's own CPU time and peak memory so far.
+fn own_cost() -> ProfilerCost {
+    // SAFETY: getrusage writes into the struct we own.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let seconds = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    ProfilerCost {
+        cpu_time_s: seconds(usage.ru_utime) + seconds(usage.ru_stime),
+        max_rss_bytes: usage.ru_maxrss as u64 * 1024,
+        attach_ms: 0.0,
+    }
+}
+
+fn known_idle(sources: &[Box<dyn EnergySource>]) -> Vec<Option<f64>> {
+    sources
+        .iter()
+        .flat_map(|s| {
+            let known = s.known_idle_w();
+            (0..s.domains().len()).map(move |d| known.as_ref().and_then(|k| k.get(d).copied()))
+        })
+        .collect()
+}
+
+fn validate_idle_watts(idle: &IdleWatts, domains: &[DomainSpec]) -> Result<(), RunError> {
+    let names = || {
+        domains
+            .iter()
+            .map(|d| d.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match idle {
+        IdleWatts::Estimate => Ok(()),
+        IdleWatts::Total(_) => {
+            let top = domains.iter().filter(|d| d.parent.is_none()).count();
+            if top == 1 {
+                Ok(())
+            } else {
+                Err(RunError::Usage(format!(
+                    "--idle-watts with a single figure needs exactly one top-level domain; this \
+                     run has {top}: name them, e.g. --idle-watts DOMAIN=W,... (domains: {})",
+                    names()
+                )))
+            }
+        }
+        IdleWatts::PerDomain(map) => {
+            match map.keys().find(|k| !domains.iter().any(|d| &d.name == *k)) {
+                Some(unknown) => Err(RunError::Usage(format!(
+                    "--idle-watts: no domain {unknown:?} in this run (domains: {})",
+                    names()
+                ))),
+                None => Ok(()),
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// The first read: sets the starting point, records nothing.
+    Prime,
+    /// Before the command starts: used for the idle fit only.
+    Calibration,
+    Run,
+}
+
+/// Reads probes and sources once per interval and records the result.
+struct Sampler {
+    probes: Probes,
+    tracker: ActivityTracker,
+    table: ProcessTable,
+    sources: Vec<Box<dyn EnergySource>>,
+    recorder: Recorder,
+    /// Cleanup owed after the next snapshot (see [`Sampler::sample`]).
+    pending: Cleanup,
+    run_start_ns: u64,
+    source_errors: BTreeMap<String, u64>,
+    last_gc: Instant,
+    all: bool,
+}
+
+/// How often to look for kernel entries of threads whose exit event was lost.
+const GC_PERIOD: Duration = Duration::from_secs(10);
+
+impl Sampler {
+    /// One interval: events, then the snapshot, then the energy; exited threads are deleted
+    /// from the kernel maps one interval after their exit was seen, once their last slice
+    /// (the switch-out after the exit event) has been read.
+    fn sample(&mut self, phase: Phase) {
+        let events = self.probes.drain_events();
+        let cleanup = self.table.apply(&events);
+        let snapshot = match self.probes.snapshot() {
+            Ok(s) => s,
+            Err(err) => {
+                *self
+                    .source_errors
+                    .entry(format!("probes: {err}"))
+                    .or_default() += 1;
+                self.pending.threads.extend(cleanup.threads);
+                self.pending.processes.extend(cleanup.processes);
+                return;
+            }
+        };
+        let table = &self.table;
+        let activity = self.tracker.advance(&snapshot, |pid| table.is_target(pid));
+        let interval = activity.map(|a| self.interval_of(&a, phase));
+
+        let done = std::mem::replace(&mut self.pending, cleanup);
+        for thread in done.threads {
+            self.probes.delete_thread(thread);
+            self.tracker.forget(thread);
+        }
+        for pid in done.processes {
+            if !self.all {
+                self.probes.remove_target(pid);
+            }
+            self.table.retire(pid);
+        }
+        if self.last_gc.elapsed() >= GC_PERIOD {
+            self.last_gc = Instant::now();
+            self.collect_lost_threads(&snapshot.threads);
+        }
+
+        let Some(mut interval) = interval else {
+            // Prime: start every source's counters here too.
+            self.read_sources(&ReadContext {
+                duration_ns: 0,
+                busy_ns_per_cpu: &[],
+            });
+            return;
+        };
+        let busy = interval.busy_ns_per_cpu();
+        interval.energy_j = self.read_sources(&ReadContext {
+            duration_ns: interval.duration_ns,
+            busy_ns_per_cpu: &busy,
+        });
+        match phase {
+            Phase::Calibration => self.recorder.push_calibration(interval),
+            _ => self.recorder.push(interval),
+        }
+    }
+
+    fn interval_of(&mut self, activity: &Activity, phase: Phase) -> Interval {
+        let mut slices: HashMap<(u32, u32), u64> = HashMap::new();
+        if phase == Phase::Run {
+            for s in &activity.threads {
+                let id = self.table.id_of(s.thread.tgid, activity.start_ns);
+                *slices.entry((id, s.cpu)).or_default() += s.on_cpu_ns;
+            }
+        }
+        let mut cpus = activity.cpus.clone();
+        if phase != Phase::Run {
+            // Before the run, targets are "other" activity like any task.
+            for s in &activity.threads {
+                if let Some(c) = cpus.get_mut(s.cpu as usize) {
+                    c.other_ns += s.on_cpu_ns;
+                }
+            }
+        }
+        let mut slices: Vec<Slice> = slices
+            .into_iter()
+            .map(|((process, cpu), on_cpu_ns)| Slice {
+                process,
+                cpu,
+                on_cpu_ns,
+            })
+            .collect();
+        slices.sort_by_key(|s| (s.process, s.cpu));
+        Interval {
+            start_ns: activity.start_ns.saturating_sub(self.run_start_ns),
+            duration_ns: activity.duration_ns,
+            cpus,
+            slices,
+            energy_j: Vec::new(),
+        }
+    }
+
+    fn read_sources(&mut self, ctx: &ReadContext<'_>) -> Vec<f64> {
+        let mut energy = Vec::new();
+        for source in &mut self.sources {
+            match source.read(ctx) {
+                Ok(values) => energy.extend(values),
+                Err(err) => {
+                    // Cumulative counters keep their last good value, so the energy of this
+                    // interval shows up in the next successful read instead of being lost.
+                    *self
+                        .source_errors
+                        .entry(format!("{}: {err}", source.name()))
+                        .or_default() += 1;
+                    energy.extend(std::iter::repeat_n(0.0, source.domains().len()));
+                }
+            }
+        }
+        energy
+    }
+
+    /// Deletes kernel entries of threads that no longer exist (their exit event was lost).
+    fn collect_lost_threads(&mut self, threads: &[(cg_common::ThreadKey, Vec<u64>)]) {
+        for (key, _) in threads {
+            let task = PathBuf::from(format!("/proc/{}/task/{}", key.tgid, key.tid));
+            if !task.exists() {
+                self.pending.threads.push(*key);
+            }
+        }
+    }
+}

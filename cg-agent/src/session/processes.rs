@@ -1,0 +1,387 @@
+//! The processes a run has seen: who they are (pid, parent, command line), when they came and
+//! went, how they ended. Fed by the probes' lifecycle events and by `/proc`.
+//!
+//! Each process gets a [`ProcId`]: a pid that is reused after its process exited becomes a
+//! new ProcId, so two processes never share figures.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    fs,
+    path::PathBuf,
+};
+
+use cg_common::ThreadKey;
+
+use crate::{attribution::ProcId, probes::Lifecycle};
+
+/// How a process ended, as far as we know.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    Exited(i32),
+    Signaled(i32),
+}
+
+impl Ending {
+    /// Decodes the kernel's `task_struct.exit_code` (or a wait status).
+    pub fn from_kernel_code(code: u32) -> Self {
+        let signal = (code & 0x7f) as i32;
+        if signal == 0 {
+            Ending::Exited(((code >> 8) & 0xff) as i32)
+        } else {
+            Ending::Signaled(signal)
+        }
+    }
+
+    /// The shell's convention: the exit status, or 128 + the signal number.
+    pub fn shell_code(self) -> i32 {
+        match self {
+            Ending::Exited(code) => code,
+            Ending::Signaled(signal) => 128 + signal,
+        }
+    }
+}
+
+/// One process.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProcessRecord {
+    pub pid: u32,
+    pub ppid: Option<u32>,
+    pub comm: String,
+    pub cmdline: Vec<String>,
+    /// Monotonic ns when the run first saw it (its fork, or the start of the run).
+    pub first_seen_ns: u64,
+    pub ended_ns: Option<u64>,
+    pub ending: Option<Ending>,
+    /// The wrapped command or an attached pid (rather than a descendant).
+    pub root: bool,
+}
+
+/// What the session must do after the next snapshot because of the events just applied.
+#[derive(Debug, Default, PartialEq)]
+pub struct Cleanup {
+    /// Threads that exited: delete their kernel totals once their last time was read.
+    pub threads: Vec<ThreadKey>,
+    /// Processes that exited: stop following their pid.
+    pub processes: Vec<u32>,
+}
+
+/// The table itself.
+#[derive(Debug)]
+pub struct ProcessTable {
+    /// Every thread of the machine is accounted (`--all`).
+    all: bool,
+    proc_root: PathBuf,
+    records: Vec<ProcessRecord>,
+    /// Live pid -> its current ProcId.
+    live: HashMap<u32, ProcId>,
+}
+
+impl ProcessTable {
+    pub fn new(all: bool, proc_root: impl Into<PathBuf>) -> Self {
+        ProcessTable {
+            all,
+            proc_root: proc_root.into(),
+            records: Vec::new(),
+            live: HashMap::new(),
+        }
+    }
+
+    /// Whether `pid`'s threads are accounted one by one.
+    pub fn is_target(&self, pid: u32) -> bool {
+        self.all || self.live.contains_key(&pid)
+    }
+
+    /// Adds a root target (the wrapped command, an attached pid) found running now.
+    pub fn add_root(&mut self, pid: u32, now_ns: u64) -> ProcId {
+        let id = self.insert(pid, None, now_ns);
+        self.records[id as usize].root = true;
+        id
+    }
+
+    /// The ProcId of `pid`, whose threads the kernel accounted, registering it from `/proc`
+    /// when first seen (with `--all`, processes that existed before the run show up this way;
+    /// otherwise a child whose fork event was lost).
+    pub fn id_of(&mut self, pid: u32, now_ns: u64) -> ProcId {
+        match self.live.get(&pid) {
+            Some(id) => *id,
+            None => self.insert(pid, None, now_ns),
+        }
+    }
+
+    fn insert(&mut self, pid: u32, ppid: Option<u32>, now_ns: u64) -> ProcId {
+        let id = self.records.len() as ProcId;
+        let mut record = ProcessRecord {
+            pid,
+            ppid,
+            comm: String::new(),
+            cmdline: Vec::new(),
+            first_seen_ns: now_ns,
+            ended_ns: None,
+            ending: None,
+            root: false,
+        };
+        self.refresh_from_proc(&mut record);
+        self.records.push(record);
+        self.live.insert(pid, id);
+        id
+    }
+
+    /// Reads comm, parent and command line from `/proc/PID` where still there.
+    fn refresh_from_proc(&self, record: &mut ProcessRecord) {
+        let dir = self.proc_root.join(record.pid.to_string());
+        if let Ok(stat) = fs::read_to_string(dir.join("stat")) {
+            // pid (comm) state ppid ...: comm may hold spaces and parentheses.
+            if let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) {
+                record.comm = stat[open + 1..close].to_string();
+                let ppid = stat[close + 1..]
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|p| p.parse().ok());
+                if record.ppid.is_none() {
+                    record.ppid = ppid;
+                }
+            }
+        }
+        if let Ok(cmdline) = fs::read(dir.join("cmdline")) {
+            let args: Vec<String> = cmdline
+                .split(|&b| b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            if !args.is_empty() {
+                record.cmdline = args;
+            }
+        }
+    }
+
+    /// Applies lifecycle events; returns what to clean up after the next snapshot.
+    pub fn apply(&mut self, events: &[Lifecycle]) -> Cleanup {
+        let mut cleanup = Cleanup::default();
+        for event in events {
+            match *event {
+                Lifecycle::Fork {
+                    pid,
+                    ppid,
+                    timestamp_ns,
+                } => {
+                    // A reused pid whose earlier process we saw exit: that one is finished.
+                    if let Some(old) = self.live.get(&pid).copied()
+                        && self.records[old as usize].ended_ns.is_some()
+                    {
+                        self.live.remove(&pid);
+                    }
+                    if !self.live.contains_key(&pid) {
+                        self.insert(pid, Some(ppid), timestamp_ns);
+                    }
+                }
+                Lifecycle::Exec {
+                    pid,
+                    ref comm,
+                    ref filename,
+                    ..
+                } => {
+                    if let Some(&id) = self.live.get(&pid) {
+                        let mut record = self.records[id as usize].clone();
+                        record.comm = comm.clone();
+                        record.cmdline = Vec::new();
+                        self.refresh_from_proc(&mut record);
+                        record.comm = comm.clone();
+                        if record.cmdline.is_empty() && !filename.is_empty() {
+                            record.cmdline = vec![filename.clone()];
+                        }
+                        self.records[id as usize] = record;
+                    }
+                }
+                Lifecycle::Exit {
+                    pid,
+                    tid,
+                    ref comm,
+                    exit_code,
+                    process_exited,
+                    timestamp_ns,
+                } => {
+                    cleanup.threads.push(ThreadKey { tgid: pid, tid });
+                    if !process_exited {
+                        continue;
+                    }
+                    if let Some(&id) = self.live.get(&pid) {
+                        let record = &mut self.records[id as usize];
+                        record.ended_ns = Some(timestamp_ns);
+                        record.ending = Some(Ending::from_kernel_code(exit_code));
+                        if record.comm.is_empty() {
+                            record.comm = comm.clone();
+                        }
+                    }
+                    cleanup.processes.push(pid);
+                }
+            }
+        }
+        cleanup
+    }
+
+    /// Forgets the pid of a process that exited (after its last time was read), so that the
+    /// pid, if reused, is a new process.
+    pub fn retire(&mut self, pid: u32) {
+        if let Some(id) = self.live.get(&pid)
+            && self.records[*id as usize].ended_ns.is_some()
+        {
+            self.live.remove(&pid);
+        }
+    }
+
+    /// Marks `pid` as ended now if it is still live (e.g. the wrapped command, whose status
+    /// we got from waitpid).
+    pub fn set_ending(&mut self, pid: u32, ending: Ending, now_ns: u64) {
+        if let Some(&id) = self.live.get(&pid) {
+            let record = &mut self.records[id as usize];
+            record.ending = Some(ending);
+            record.ended_ns.get_or_insert(now_ns);
+        }
+    }
+
+    /// Targets that have not exited.
+    pub fn live_targets(&self) -> usize {
+        self.live
+            .values()
+            .filter(|id| self.records[**id as usize].ended_ns.is_none())
+            .count()
+    }
+
+    pub fn records(&self) -> &[ProcessRecord] {
+        &self.records
+    }
+
+    /// ProcIds keyed by pid for every process seen, latest instance last.
+    pub fn ids_by_pid(&self) -> BTreeMap<u32, Vec<ProcId>> {
+        let mut map: BTreeMap<u32, Vec<ProcId>> = BTreeMap::new();
+        for (id, r) in self.records.iter().enumerate() {
+            map.entry(r.pid).or_default().push(id as ProcId);
+        }
+        map
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake_proc(pid: u32, stat: &str, cmdline: &[u8]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join(pid.to_string());
+        fs::create_dir_all(&p).unwrap();
+        fs::write(p.join("stat"), stat).unwrap();
+        fs::write(p.join("cmdline"), cmdline).unwrap();
+        dir
+    }
+
+    #[test]
+    fn decodes_exit_codes() {
+        assert_eq!(Ending::from_kernel_code(3 << 8), Ending::Exited(3));
+        assert_eq!(Ending::from_kernel_code(9), Ending::Signaled(9));
+        assert_eq!(Ending::Signaled(15).shell_code(), 143);
+        assert_eq!(Ending::Exited(0).shell_code(), 0);
+    }
+
+    #[test]
+    fn reads_comm_with_spaces_and_parent_from_proc() {
+        let root = fake_proc(40, "40 (my (odd) prog) S 7 40 40 0", b"./prog\0--fast\0");
+        let mut table = ProcessTable::new(false, root.path());
+        let id = table.add_root(40, 5);
+        let r = &table.records()[id as usize];
+        assert_eq!(r.comm, "my (odd) prog");
+        assert_eq!(r.ppid, Some(7));
+        assert_eq!(r.cmdline, vec!["./prog", "--fast"]);
+        assert!(r.root);
+        assert!(table.is_target(40));
+        assert!(!table.is_target(41));
+    }
+
+    #[test]
+    fn follows_forks_and_records_exits() {
+        let root = tempfile::tempdir().unwrap();
+        let mut table = ProcessTable::new(false, root.path());
+        table.add_root(10, 0);
+        let cleanup = table.apply(&[
+            Lifecycle::Fork {
+                pid: 11,
+                ppid: 10,
+                timestamp_ns: 1,
+            },
+            Lifecycle::Exec {
+                pid: 11,
+                comm: "worker".into(),
+                filename: "/usr/bin/worker".into(),
+                timestamp_ns: 2,
+            },
+            Lifecycle::Exit {
+                pid: 11,
+                tid: 12,
+                comm: "worker".into(),
+                exit_code: 0,
+                process_exited: false,
+                timestamp_ns: 3,
+            },
+            Lifecycle::Exit {
+                pid: 11,
+                tid: 11,
+                comm: "worker".into(),
+                exit_code: 2 << 8,
+                process_exited: true,
+                timestamp_ns: 4,
+            },
+        ]);
+        assert_eq!(cleanup.threads.len(), 2);
+        assert_eq!(cleanup.processes, vec![11]);
+        let child = table.records().iter().find(|r| r.pid == 11).unwrap();
+        assert_eq!(child.ppid, Some(10));
+        assert_eq!(child.comm, "worker");
+        assert_eq!(child.cmdline, vec!["/usr/bin/worker"]);
+        assert_eq!(child.ending, Some(Ending::Exited(2)));
+        assert_eq!(table.live_targets(), 1);
+        // Still a target until retired, so its last slices are still charged to it.
+        assert!(table.is_target(11));
+        table.retire(11);
+        assert!(!table.is_target(11));
+    }
+
+    #[test]
+    fn a_reused_pid_is_a_new_process() {
+        let root = tempfile::tempdir().unwrap();
+        let mut table = ProcessTable::new(false, root.path());
+        table.add_root(10, 0);
+        let fork = |pid, t| Lifecycle::Fork {
+            pid,
+            ppid: 10,
+            timestamp_ns: t,
+        };
+        table.apply(&[
+            fork(20, 1),
+            Lifecycle::Exit {
+                pid: 20,
+                tid: 20,
+                comm: "a".into(),
+                exit_code: 0,
+                process_exited: true,
+                timestamp_ns: 2,
+            },
+            fork(20, 3),
+        ]);
+        assert_eq!(table.ids_by_pid()[&20].len(), 2);
+        assert_eq!(table.live_targets(), 2);
+    }
+
+    #[test]
+    fn registers_accounted_pids_on_sight() {
+        let root = fake_proc(77, "77 (sshd) S 1 77 77 0", b"sshd\0");
+        let mut all = ProcessTable::new(true, root.path());
+        assert!(all.is_target(77));
+        let id = all.id_of(77, 9);
+        assert_eq!(all.records()[id as usize].comm, "sshd");
+        assert_eq!(all.records()[id as usize].ppid, Some(1));
+        assert_eq!(all.id_of(77, 10), id);
+        let mut targets_only = ProcessTable::new(false, root.path());
+        assert!(!targets_only.is_target(77));
+        targets_only.id_of(77, 9);
+        assert!(targets_only.is_target(77));
+    }
+}
