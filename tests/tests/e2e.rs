@@ -1,0 +1,459 @@
+//! End-to-end tests of the real `cg-trace` binary: root, real eBPF, real processes. Energy
+//! comes from the built-in model or from a generated powercap tree driven by a known linear
+//! power function, read by the production powercap code. Run serially
+//! (`--test-threads=1`): they measure CPU time on a shared machine.
+
+use std::{
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use cg_tests::{
+    Background, FakePowercap, Linear, assert_adds_up, bin, cg_trace, num, process, require_root,
+};
+use serde_json::Value;
+
+fn burn() -> String {
+    bin("cg-burn").display().to_string()
+}
+
+fn spin() -> String {
+    bin("cg-spin").display().to_string()
+}
+
+/// Children of the root process, as (pid, cpu_time_s, energy_j), sorted by CPU time.
+fn children_of_root(report: &Value) -> Vec<(u64, f64, f64)> {
+    let root = report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["root"] == true)
+        .expect("a root process");
+    let mut kids: Vec<(u64, f64, f64)> = report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["ppid"] == root["pid"])
+        .map(|p| {
+            (
+                p["pid"].as_u64().unwrap(),
+                num(p, "/cpu_time_s"),
+                num(p, "/energy_j"),
+            )
+        })
+        .collect();
+    kids.sort_by(|a, b| a.1.total_cmp(&b.1));
+    kids
+}
+
+#[test]
+fn wrap_under_linear_powercap_charges_each_child_k_times_its_cpu_time() {
+    require_root();
+    // package: 6 W + 9 W per busy CPU; core inside it; dram separate.
+    let package = Linear {
+        idle_w: 6.0,
+        k_w_per_cpu: 9.0,
+    };
+    let core = Linear {
+        idle_w: 1.0,
+        k_w_per_cpu: 7.0,
+    };
+    let dram = Linear {
+        idle_w: 1.5,
+        k_w_per_cpu: 0.5,
+    };
+    // A 4 J range: the package counter wraps several times during the run.
+    let rapl = FakePowercap::start(package, core, dram, 4_000_000);
+    let root = rapl.root().display().to_string();
+    let burn = burn();
+    let run = cg_trace(&[
+        "--powercap-root",
+        &root,
+        "--calibrate-ms",
+        "800",
+        "--",
+        &burn,
+        "--children",
+        "1200,600",
+        "--exit",
+        "0",
+    ]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let report = run.report();
+    assert_adds_up(report);
+
+    let meta = &report["meta"];
+    assert_eq!(meta["mode"], "wrap");
+    assert_eq!(meta["sources"][0]["name"], "powercap");
+    assert_eq!(meta["sources"][0]["provenance"], "measured");
+    let topology = meta["domain_topology"].as_array().unwrap();
+    let domain = |name: &str| topology.iter().find(|d| d["name"] == name).unwrap().clone();
+    assert_eq!(domain("core-0")["parent"], "package-0");
+    assert_eq!(domain("dram-0")["parent"], Value::Null);
+    assert_eq!(domain("package-0")["contains"][0], "core-0");
+    // Totals count package and dram, not core (inside package).
+    let totals = &report["totals"];
+    let expected_total =
+        num(totals, "/domains/package-0/energy_j") + num(totals, "/domains/dram-0/energy_j");
+    assert!((num(totals, "/energy_j") - expected_total).abs() < 1e-6);
+
+    // Idle baseline recovered by the fit over the calibration window and the run.
+    let idle = meta["idle_baseline"].as_array().unwrap();
+    let package_idle = idle.iter().find(|b| b["domain"] == "package-0").unwrap();
+    assert_eq!(package_idle["method"], "regression", "{package_idle}");
+    let idle_w = num(package_idle, "/power_w");
+    assert!(
+        (idle_w - 6.0).abs() < 1.5,
+        "package idle estimated at {idle_w} W, truly 6 W"
+    );
+
+    // Each child: package energy = 9 W x its CPU time; the split is 2:1.
+    let kids = children_of_root(report);
+    assert_eq!(kids.len(), 2, "{:#}", report["processes"]);
+    let (small, big) = (kids[0], kids[1]);
+    assert!(
+        (big.1 / small.1 - 2.0).abs() < 0.25,
+        "CPU split {} : {}",
+        big.1,
+        small.1
+    );
+    assert!(
+        (big.1 - 1.2).abs() < 0.15,
+        "big child ran {} s, asked 1.2 s",
+        big.1
+    );
+    for (pid, cpu_s, _) in [small, big] {
+        let p = process(report, pid as u32);
+        let package_j = num(p, "/domains/package-0/energy_j");
+        let expected = 9.0 * cpu_s;
+        assert!(
+            (package_j - expected).abs() < 0.2 * expected,
+            "pid {pid}: package {package_j:.3} J, expected 9 W x {cpu_s:.3} s = {expected:.3} J"
+        );
+    }
+    assert!(num(report, "/totals/lost_events/total_count") == 0.0);
+    assert_eq!(
+        meta["measurement_quality"]["grade"], "measured",
+        "{:#}",
+        meta["measurement_quality"]
+    );
+}
+
+#[test]
+fn model_energy_is_exactly_slope_times_cpu_time() {
+    require_root();
+    let burn = burn();
+    let run = cg_trace(&[
+        "--source",
+        "model",
+        "--model-watts",
+        "10:30",
+        "--",
+        &burn,
+        "--children",
+        "400,200",
+        "--self",
+        "100",
+    ]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let report = run.report();
+    assert_adds_up(report);
+    assert_eq!(report["meta"]["measurement_quality"]["grade"], "estimated");
+    assert_eq!(report["meta"]["sources"][0]["provenance"], "estimated");
+    assert!(run.stderr().contains("ESTIMATED"), "{}", run.stderr());
+    let cpus = num(report, "/meta/cpu_count");
+    let slope = 20.0 / cpus;
+    for p in report["processes"].as_array().unwrap() {
+        let (cpu, energy) = (num(p, "/cpu_time_s"), num(p, "/energy_j"));
+        assert!(
+            (energy - slope * cpu).abs() < 1e-6 + 1e-6 * energy,
+            "pid {}: {energy} J for {cpu} s of CPU",
+            p["pid"]
+        );
+    }
+    assert_eq!(report["meta"]["idle_baseline"][0]["method"], "model");
+    assert_eq!(num(report, "/totals/idle_power_w"), 10.0);
+}
+
+#[test]
+fn wrap_propagates_exit_status_and_signals() {
+    require_root();
+    let run = cg_trace(&["--source", "model", "-q", "--", "sh", "-c", "exit 7"]);
+    assert_eq!(run.code(), Some(7));
+    let report = run.report();
+    assert_eq!(report["meta"]["command_exit_code"], 7);
+    let root = report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["root"] == true)
+        .unwrap();
+    assert_eq!(root["exit_code"], 7);
+
+    let run = cg_trace(&["--source", "model", "-q", "--", "sh", "-c", "kill -TERM $$"]);
+    assert_eq!(run.code(), Some(128 + 15));
+    assert_eq!(run.report()["meta"]["command_exit_signal"], 15);
+
+    let run = cg_trace(&["--source", "model", "-q", "--", "/nonexistent/program"]);
+    assert_eq!(run.code(), Some(127), "{}", run.stderr());
+    assert!(
+        run.stderr().contains("/nonexistent/program"),
+        "{}",
+        run.stderr()
+    );
+}
+
+#[test]
+fn short_lived_children_keep_their_time() {
+    require_root();
+    // 20 children in a row, 30 ms of CPU each, each gone well before the next read.
+    let children = vec!["30"; 20].join(",");
+    let burn = burn();
+    let run = cg_trace(&[
+        "--source",
+        "model",
+        "-q",
+        "--",
+        &burn,
+        "--sequential",
+        "--children",
+        &children,
+    ]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let report = run.report();
+    assert_adds_up(report);
+    let kids = children_of_root(report);
+    assert_eq!(kids.len(), 20, "{:#}", report["processes"]);
+    for (pid, cpu, energy) in kids {
+        assert!(
+            (cpu - 0.030).abs() < 0.012,
+            "child {pid} ran {cpu} s, asked 0.030 s"
+        );
+        assert!(energy > 0.0);
+        assert_eq!(process(report, pid as u32)["exit_code"], 0);
+    }
+}
+
+#[test]
+fn attach_follows_a_running_process_and_its_new_children() {
+    require_root();
+    let spin = spin();
+    // Spins 3 s, forking a spinning child after 1.5 s; cg-trace attaches after 0.5 s.
+    let target = Background::spawn(spin.as_ref(), &["3", "--fork-after", "1.5"]);
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = target.pid().to_string();
+    let started = Instant::now();
+    let run = cg_trace(&["--source", "model", "-q", "--pid", &pid]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let report = run.report();
+    assert_adds_up(report);
+    assert_eq!(report["meta"]["mode"], "attach");
+    assert_eq!(report["meta"]["stop_reason"], "every target exited");
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "did not stop when the target exited"
+    );
+    let parent = process(report, target.pid());
+    assert!(num(parent, "/cpu_time_s") > 1.5, "{parent:#}");
+    let child = report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["ppid"].as_u64() == Some(u64::from(target.pid())))
+        .expect("the child forked after attaching");
+    assert!(num(child, "/cpu_time_s") > 0.8, "{child:#}");
+}
+
+#[test]
+fn all_sees_known_processes() {
+    require_root();
+    let spin = spin();
+    let busy = Background::spawn(spin.as_ref(), &["0"]);
+    let run = cg_trace(&["--source", "model", "-q", "--all", "--duration", "1.5"]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let report = run.report();
+    assert_adds_up(report);
+    assert_eq!(report["meta"]["mode"], "system");
+    let p = process(report, busy.pid());
+    assert_eq!(p["comm"], "cg-spin");
+    assert!(num(p, "/cpu_time_s") > 1.0, "{p:#}");
+    assert!(report["processes"].as_array().unwrap().len() >= 2);
+    assert!((num(report, "/meta/duration_s") - 1.5).abs() < 0.4);
+}
+
+#[test]
+fn sigterm_still_writes_the_report_and_summary() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.json");
+    let child = Command::new(bin("cg-trace"))
+        .args(["--source", "model", "--all", "-o"])
+        .arg(&out)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("interrupted by SIGTERM"), "{stderr}");
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_adds_up(&report);
+    assert!(num(&report, "/totals/intervals_count") >= 5.0);
+}
+
+#[test]
+fn sigint_in_wrap_mode_stops_the_command_and_keeps_what_was_measured() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.json");
+    let spin = spin();
+    let child = Command::new(bin("cg-trace"))
+        .args(["--source", "model", "-q", "-o"])
+        .arg(&out)
+        .args(["--", &spin, "30"])
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    // Not from a terminal: cg-trace forwards it to the command, which dies of it.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(128 + libc::SIGINT));
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_adds_up(&report);
+    let root = report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["root"] == true)
+        .unwrap();
+    assert!(num(root, "/cpu_time_s") > 0.8, "{root:#}");
+    assert_eq!(root["exit_signal"], libc::SIGINT);
+}
+
+#[test]
+fn bad_input_gets_clear_errors() {
+    require_root();
+    // A pid that does not exist.
+    let run = cg_trace(&["--pid", "999999999"]);
+    assert_eq!(run.code(), Some(2));
+    assert!(
+        run.stderr().contains("no process with pid 999999999"),
+        "{}",
+        run.stderr()
+    );
+    // An unknown source.
+    let run = cg_trace(&["--source", "magic", "--all"]);
+    assert_eq!(run.code(), Some(2));
+    // Nothing to trace.
+    let run = cg_trace(&[]);
+    assert_eq!(run.code(), Some(2));
+    assert!(run.stderr().contains("--pid"), "{}", run.stderr());
+    // A malformed powercap tree, explicitly requested.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("intel-rapl:0")).unwrap();
+    std::fs::write(dir.path().join("intel-rapl:0/name"), "package-0\n").unwrap();
+    std::fs::write(dir.path().join("intel-rapl:0/energy_uj"), "12\n").unwrap();
+    let root = dir.path().display().to_string();
+    let run = cg_trace(&["--source", "powercap", "--powercap-root", &root, "--all"]);
+    assert_eq!(run.code(), Some(2), "{}", run.stderr());
+    assert!(
+        run.stderr().contains("max_energy_range_uj"),
+        "{}",
+        run.stderr()
+    );
+    // No RAPL at all, explicitly requested.
+    let run = cg_trace(&[
+        "--source",
+        "powercap",
+        "--powercap-root",
+        "/nonexistent",
+        "--all",
+    ]);
+    assert_eq!(run.code(), Some(2));
+    assert!(run.stderr().contains("no RAPL"), "{}", run.stderr());
+    // A report path we cannot honour is refused before anything runs.
+    let run = Command::new(bin("cg-trace"))
+        .args(["-o", "/nonexistent/dir/r.json", "--all"])
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(2));
+}
+
+#[test]
+fn without_privileges_it_says_what_is_needed_and_exits_2() {
+    require_root();
+    // Drop to nobody with no capabilities, as a user without sudo would run it.
+    let output = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+        ])
+        .arg(bin("cg-trace"))
+        .args(["--source", "model", "--", "true"])
+        .output()
+        .expect("setpriv (util-linux)");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("CAP_BPF") && stderr.contains("sudo"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+}
+
+#[test]
+fn under_sudo_the_command_runs_as_the_invoking_user() {
+    require_root();
+    let output = Command::new(bin("cg-trace"))
+        .args(["--source", "model", "-q", "--", "id", "-u"])
+        .env("SUDO_UID", "65534")
+        .env("SUDO_GID", "65534")
+        .env("SUDO_USER", "nobody")
+        .output()
+        .unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), "65534");
+}
+
+#[test]
+fn timeseries_adds_up_interval_by_interval() {
+    require_root();
+    let burn = burn();
+    let run = cg_trace(&[
+        "--source",
+        "model",
+        "-q",
+        "--timeseries",
+        "--interval",
+        "50",
+        "--",
+        &burn,
+        "--self",
+        "300",
+    ]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let report = run.report();
+    let series = report["timeseries"].as_array().expect("timeseries");
+    assert!(series.len() >= 4, "{} points", series.len());
+    let mut sum = 0.0;
+    for point in series {
+        let parts = num(point, "/attributed_energy_j")
+            + num(point, "/other_energy_j")
+            + num(point, "/idle_energy_j");
+        assert!((parts - num(point, "/energy_j")).abs() < 1e-9);
+        sum += num(point, "/energy_j");
+    }
+    assert!((sum - num(report, "/totals/energy_j")).abs() < 1e-6);
+}

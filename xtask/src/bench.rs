@@ -1,0 +1,221 @@
+//! `cargo xtask bench`: what cg-trace costs the machine it watches. Every figure is a ratio
+//! measured in one run, with and without `cg-trace --all`, alternating A/B so that drift of
+//! a shared machine hits both sides; nothing here asserts, it prints.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    thread::sleep,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+
+use crate::{cargo, root, status};
+
+struct Config {
+    rounds: usize,
+    workload_s: f64,
+    idle_s: f64,
+}
+
+pub fn run(args: &[String]) -> Result<()> {
+    let quick = args.iter().any(|a| a == "--quick");
+    let config = if quick {
+        Config {
+            rounds: 2,
+            workload_s: 2.0,
+            idle_s: 10.0,
+        }
+    } else {
+        Config {
+            rounds: 3,
+            workload_s: 4.0,
+            idle_s: 30.0,
+        }
+    };
+    status(cargo().args(["build", "--release"]))?;
+    let bin = |name: &str| root().join("target/release").join(name);
+    let out = tempdir()?;
+
+    println!(
+        "cg-trace overhead benchmark ({} rounds A/B, {} s workloads)",
+        config.rounds, config.workload_s
+    );
+    println!("machine: {} CPUs, kernel {}", num_cpus(), kernel());
+    println!();
+
+    // 1. Context-switch-heavy: pipe ping-pong pinned to one CPU.
+    let pingpong = bin("cg-pingpong");
+    let (base, traced, reports) = ab(&config, &out, "pingpong", || {
+        measure(
+            Command::new(&pingpong).arg(config.workload_s.to_string()),
+            "round_trips_per_s",
+        )
+    })?;
+    let lost: f64 = reports
+        .iter()
+        .map(|r| {
+            r.pointer("/totals/lost_events/total_count")
+                .and_then(Value::as_f64)
+                .unwrap_or(f64::NAN)
+        })
+        .sum();
+    println!("ping-pong (pinned to CPU 0, 2 context switches per round trip)");
+    println!(
+        "  without cg-trace: {:>10.0} round trips/s  ({:.0} switches/s)",
+        base,
+        2.0 * base
+    );
+    println!("  with cg-trace --all: {:>7.0} round trips/s", traced);
+    println!(
+        "  slowdown: {:.2} %   (target <= 5 %)",
+        100.0 * (1.0 - traced / base)
+    );
+    println!("  lost events while tracing: {lost}   (target 0)");
+    println!();
+
+    // 2. CPU-bound.
+    let spin = bin("cg-spin");
+    let (base, traced, _) = ab(&config, &out, "spin", || {
+        measure(
+            Command::new(&spin).arg(config.workload_s.to_string()),
+            "units_per_s",
+        )
+    })?;
+    println!("CPU-bound loop");
+    println!("  without cg-trace: {base:>10.1} units/s");
+    println!("  with cg-trace --all: {traced:>7.1} units/s");
+    println!(
+        "  slowdown: {:.2} %   (target <= 1 %)",
+        100.0 * (1.0 - traced / base)
+    );
+    println!();
+
+    // 3. The agent's own cost on an idle machine at the default interval.
+    let report_path = out.join("idle.json");
+    let mut tracer = start_tracer(&report_path, Some(config.idle_s))?;
+    sleep(Duration::from_secs_f64(config.idle_s / 2.0));
+    let rss_mid_kb = vm_kb(tracer.id(), "VmRSS").unwrap_or(0);
+    let status = tracer.wait()?;
+    if !status.success() {
+        bail!("cg-trace --all failed on the idle machine ({status})");
+    }
+    let report = read_report(&report_path)?;
+    let cpu_s = report
+        .pointer("/meta/profiler/cpu_time_s")
+        .and_then(Value::as_f64)
+        .unwrap_or(f64::NAN);
+    let duration_s = report
+        .pointer("/meta/duration_s")
+        .and_then(Value::as_f64)
+        .unwrap_or(f64::NAN);
+    let peak = report
+        .pointer("/meta/profiler/max_rss_bytes")
+        .and_then(Value::as_f64)
+        .unwrap_or(f64::NAN);
+    let threads = report["processes"].as_array().map_or(0, Vec::len);
+    println!("cg-trace --all on an idle machine, default 100 ms interval, {duration_s:.1} s");
+    println!(
+        "  own CPU: {:.3} s = {:.3} % of one core   (target <= 1 %; includes loading the probes)",
+        cpu_s,
+        100.0 * cpu_s / duration_s
+    );
+    println!(
+        "  RSS: {:.1} MB steady (VmRSS mid-run), {:.1} MB peak (while loading)   (target <= 30 MB)",
+        rss_mid_kb as f64 / 1024.0,
+        peak / 1048576.0
+    );
+    println!("  processes seen: {threads}");
+    Ok(())
+}
+
+/// Runs `workload` alternately without and with `cg-trace --all`; returns the median of each
+/// side and the reports of the traced runs.
+fn ab(
+    config: &Config,
+    out: &Path,
+    name: &str,
+    workload: impl Fn() -> Result<f64>,
+) -> Result<(f64, f64, Vec<Value>)> {
+    let (mut base, mut traced, mut reports) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..config.rounds {
+        base.push(workload()?);
+        let report_path = out.join(format!("{name}-{round}.json"));
+        let mut tracer = start_tracer(&report_path, None)?;
+        traced.push(workload()?);
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) };
+        tracer.wait()?;
+        reports.push(read_report(&report_path)?);
+    }
+    Ok((median(base), median(traced), reports))
+}
+
+fn start_tracer(report: &Path, duration_s: Option<f64>) -> Result<Child> {
+    let mut cmd = Command::new(root().join("target/release/cg-trace"));
+    cmd.args(["--all", "-q", "-o"]).arg(report);
+    if let Some(d) = duration_s {
+        cmd.args(["--duration", &d.to_string()]);
+    }
+    let child = cmd
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting cg-trace")?;
+    // Loading and attaching takes well under a second.
+    sleep(Duration::from_millis(1500));
+    Ok(child)
+}
+
+fn measure(cmd: &mut Command, key: &str) -> Result<f64> {
+    let output = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    text.lines()
+        .find_map(|l| l.strip_prefix(key).and_then(|v| v.trim().parse().ok()))
+        .with_context(|| format!("{cmd:?} printed no {key}: {text}"))
+}
+
+fn read_report(path: &Path) -> Result<Value> {
+    let text = fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(serde_json::from_str(&text)?)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn vm_kb(pid: u32, field: &str) -> Option<u64> {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")).map(str::to_string))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}
+
+fn num_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn kernel() -> String {
+    fs::read_to_string("/proc/sys/kernel/osrelease")
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+fn tempdir() -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!(
+        "cg-trace-bench-{}-{}",
+        std::process::id(),
+        Instant::now().elapsed().as_nanos()
+    ));
+    fs::create_dir_all(&dir)?;
+    Ok(dir)
+}

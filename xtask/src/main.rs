@@ -1,0 +1,253 @@
+//! `cargo xtask`: the project's own commands.
+//!
+//! - `setup`: installs what the build needs on a fresh machine: LLVM 22 dev files (apt),
+//!   nightly `rust-src`, bpf-linker built against LLVM 22, tmux and util-linux for tests.
+//! - `build`: setup, then builds the workspace (`--release` for an optimised binary).
+//! - `run`: setup, release build, then runs `cg-trace` with the arguments after `--`.
+//! - `test`: setup, rustfmt check, clippy (user space, then the eBPF crate with its own
+//!   target), unit tests, then the end-to-end tests (root, real eBPF) one at a time.
+//! - `bench`: release build, then the overhead benchmarks; prints figures.
+
+mod bench;
+
+use std::{
+    env,
+    path::{Path, PathBuf},
+    process::{Command, ExitCode},
+};
+
+use anyhow::{Context, Result, bail};
+
+const USAGE: &str = "usage: cargo xtask <setup | build [--release] | run -- CG-TRACE-ARGS... | test | bench [--quick]>";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("setup") => setup(),
+        Some("build") => setup().and_then(|()| build(args.iter().any(|a| a == "--release"))),
+        Some("run") => setup().and_then(|()| run(&args[1..])),
+        Some("test") => setup().and_then(|()| test()),
+        Some("bench") => setup().and_then(|()| bench::run(&args[1..])),
+        _ => {
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("xtask: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace root (xtask lives in `<root>/xtask`).
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask is inside the workspace")
+        .to_path_buf()
+}
+
+fn cargo() -> Command {
+    let mut cmd = Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.current_dir(root());
+    cmd
+}
+
+/// Runs a command, failing with its name when it fails.
+fn status(cmd: &mut Command) -> Result<()> {
+    let shown = format!("{cmd:?}");
+    eprintln!("xtask: $ {shown}");
+    let status = cmd.status().with_context(|| format!("starting {shown}"))?;
+    if !status.success() {
+        bail!("{shown} failed ({status})");
+    }
+    Ok(())
+}
+
+fn succeeds(cmd: &mut Command) -> bool {
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// Prefixes `sudo` when we are not root.
+fn privileged(program: &str) -> Command {
+    if is_root() {
+        Command::new(program)
+    } else {
+        let mut cmd = Command::new("sudo");
+        cmd.arg(program);
+        cmd
+    }
+}
+
+const APT_PACKAGES: &[&str] = &[
+    "llvm-22-dev",
+    "libpolly-22-dev",
+    "libzstd-dev",
+    "tmux",
+    "util-linux",
+];
+
+fn setup() -> Result<()> {
+    let missing: Vec<&str> = APT_PACKAGES
+        .iter()
+        .copied()
+        .filter(|p| {
+            !Command::new("dpkg-query")
+                .args(["-W", "-f=${Status}", p])
+                .output()
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+        })
+        .collect();
+    if !missing.is_empty() {
+        eprintln!("xtask: installing {}", missing.join(" "));
+        status(privileged("apt-get").arg("update"))?;
+        status(
+            privileged("apt-get")
+                .args(["install", "-y", "--no-install-recommends"])
+                .args(&missing)
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+        )?;
+    }
+
+    // Nightly with rust-src builds the eBPF crate (-Z build-std=core). Never update an
+    // installed nightly here: only add what is missing.
+    if !succeeds(Command::new("rustup").args(["run", "nightly", "rustc", "--version"])) {
+        status(Command::new("rustup").args([
+            "toolchain",
+            "install",
+            "nightly",
+            "--profile",
+            "minimal",
+            "--component",
+            "rust-src",
+        ]))?;
+    }
+    let rust_src = Command::new("rustup")
+        .args(["component", "list", "--installed", "--toolchain", "nightly"])
+        .output()
+        .context("rustup component list")?;
+    if !String::from_utf8_lossy(&rust_src.stdout).contains("rust-src") {
+        status(Command::new("rustup").args([
+            "component",
+            "add",
+            "rust-src",
+            "--toolchain",
+            "nightly",
+        ]))?;
+    }
+
+    if !succeeds(Command::new("bpf-linker").arg("--version")) {
+        eprintln!("xtask: building bpf-linker against LLVM 22 (about a minute)");
+        status(
+            Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+                .args([
+                    "install",
+                    "bpf-linker",
+                    "--locked",
+                    "--no-default-features",
+                    "--features",
+                    "llvm-22",
+                ])
+                .env("LLVM_PREFIX", "/usr/lib/llvm-22"),
+        )?;
+    }
+    Ok(())
+}
+
+fn build(release: bool) -> Result<()> {
+    let mut cmd = cargo();
+    cmd.arg("build");
+    if release {
+        cmd.arg("--release");
+    }
+    status(&mut cmd)
+}
+
+fn run(args: &[String]) -> Result<()> {
+    build(true)?;
+    let args = match args.first().map(String::as_str) {
+        Some("--") => &args[1..],
+        _ => args,
+    };
+    let binary = root().join("target/release/cg-trace");
+    let mut cmd = if is_root() {
+        Command::new(&binary)
+    } else {
+        // -E keeps the caller's environment; sudo records SUDO_UID, so the command runs as
+        // the caller, not as root.
+        let mut sudo = Command::new("sudo");
+        sudo.arg("-E").arg(&binary);
+        sudo
+    };
+    cmd.args(args);
+    let status = cmd.status().context("running cg-trace")?;
+    match status.code() {
+        Some(0) => Ok(()),
+        Some(code) => std::process::exit(code),
+        None => bail!("cg-trace was killed ({status})"),
+    }
+}
+
+fn test() -> Result<()> {
+    status(cargo().args(["fmt", "--all", "--", "--check"]))?;
+    // Clippy as aya's template does it: user space without the eBPF crate, then the eBPF
+    // crate for its own target with the nightly toolchain.
+    status(cargo().args([
+        "clippy",
+        "--workspace",
+        "--exclude",
+        "cg-ebpf",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    status(
+        Command::new("rustup")
+            .current_dir(root().join("cg-ebpf"))
+            .args([
+                "run",
+                "nightly",
+                "cargo",
+                "clippy",
+                "--release",
+                "--target",
+                "bpfel-unknown-none",
+                "-Z",
+                "build-std=core",
+                "--",
+                "-D",
+                "warnings",
+            ])
+            .env("CARGO_TARGET_DIR", root().join("target/ebpf-clippy")),
+    )?;
+    // Builds every binary the end-to-end tests run (cg-trace and the workloads).
+    status(cargo().arg("build"))?;
+    status(cargo().args([
+        "test",
+        "--workspace",
+        "--exclude",
+        "cg-ebpf",
+        "--exclude",
+        "cg-tests",
+    ]))?;
+    if !is_root() {
+        bail!(
+            "the end-to-end tests load eBPF programs and need root: run `sudo -E cargo xtask test`"
+        );
+    }
+    status(cargo().args(["test", "-p", "cg-tests", "--", "--test-threads=1"]))
+}
