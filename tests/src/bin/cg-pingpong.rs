@@ -29,12 +29,21 @@ fn main() {
     // SAFETY: plain fork; the child only echoes bytes until the pipe closes.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
+        // Keep only our ends, so that the parent closing its write end means EOF here.
+        unsafe {
+            libc::close(ping[1]);
+            libc::close(pong[0]);
+        }
         loop {
             if unsafe { libc::read(ping[0], byte.as_mut_ptr().cast(), 1) } != 1 {
                 unsafe { libc::_exit(0) };
             }
             unsafe { libc::write(pong[1], byte.as_ptr().cast(), 1) };
         }
+    }
+    unsafe {
+        libc::close(ping[0]);
+        libc::close(pong[1]);
     }
     let until = Instant::now() + Duration::from_secs_f64(seconds);
     let started = Instant::now();
