@@ -30,6 +30,9 @@ pub mod globals {
     pub const TASK_PID_OFFSET: &str = "TASK_PID_OFFSET";
     /// `u32`: byte offset of `task_struct.tgid`.
     pub const TASK_TGID_OFFSET: &str = "TASK_TGID_OFFSET";
+    /// `u32`: byte offset of `task_struct.se.sum_exec_runtime` (the kernel's own count of a
+    /// task's CPU nanoseconds, updated whenever the task leaves a CPU).
+    pub const TASK_RUNTIME_OFFSET: &str = "TASK_RUNTIME_OFFSET";
     /// `u32`: byte offset of `task_struct.exit_code`.
     pub const TASK_EXIT_CODE_OFFSET: &str = "TASK_EXIT_CODE_OFFSET";
     /// `u32`: byte offset of `linux_binprm.filename`.
@@ -64,35 +67,55 @@ const _: () = assert!(size_of::<ThreadKey>() == 8);
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ThreadTime {
-    /// Nanoseconds the thread spent on this CPU, up to its last switch-out.
+    /// Nanoseconds the thread spent on this CPU, up to its last switch-out (except what the
+    /// CPU's [`CpuState::cache`] still holds for it).
     pub on_cpu_ns: u64,
-    /// Number of times it was switched out of this CPU.
-    pub switches: u64,
 }
-const _: () = assert!(size_of::<ThreadTime>() == 16);
+const _: () = assert!(size_of::<ThreadTime>() == 8);
+
+/// Slots of the per-CPU cache of target threads' pending time.
+pub const CACHE_SLOTS: usize = 4;
+
+/// Time a CPU charged to a target thread and has not yet added to `ON_CPU`: a CPU switching
+/// among a few threads updates these instead of the hash map, and moves a slot's time into
+/// the map only when the slot is needed for another thread. `tid == 0` marks a free slot.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CachedTime {
+    pub tgid: u32,
+    pub tid: u32,
+    pub pending_ns: u64,
+}
+const _: () = assert!(size_of::<CachedTime>() == 16);
 
 /// What one CPU is running now, plus cumulative counters for time not charged to a target.
 ///
+/// Slice lengths come from the kernel's own `se.sum_exec_runtime` (exact, and no clock read
+/// per switch); user space reads the slice still running from the same counter in
+/// `/proc/PID/task/TID/schedstat`, and a CPU's idle time is what remains of an interval.
 /// The kernel writes `seq_begin`, the body, then `seq_end` with the same new value; a reader
 /// that sees `seq_begin != seq_end` caught a write in flight and reads again.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CpuState {
     pub seq_begin: u64,
-    /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC) when the current task got this CPU; 0 = unknown.
-    pub since_ns: u64,
+    /// The current task's `se.sum_exec_runtime` when it got this CPU.
+    pub start_runtime_ns: u64,
     /// The task on this CPU now (tgid 0 and tid 0: the idle task).
     pub tgid: u32,
     pub tid: u32,
-    /// Cumulative time the idle task ran here.
-    pub idle_ns: u64,
     /// Cumulative time non-target tasks ran here.
     pub other_ns: u64,
     /// Cumulative time of targets that could not be stored because `ON_CPU` was full.
     pub unstored_ns: u64,
+    /// 1 once a switch was seen on this CPU (the fields above then describe a real task).
+    pub valid: u32,
+    /// The cache slot to reuse next (round robin).
+    pub next_slot: u32,
+    pub cache: [CachedTime; CACHE_SLOTS],
     pub seq_end: u64,
 }
-const _: () = assert!(size_of::<CpuState>() == 56);
+const _: () = assert!(size_of::<CpuState>() == 56 + 16 * CACHE_SLOTS);
 
 /// Counters of what the kernel side could not record, per CPU.
 #[repr(C)]
@@ -140,6 +163,7 @@ mod pod {
     // SAFETY: all of these are `repr(C)`, `Copy`, and have no padding or invalid bit patterns.
     unsafe impl aya::Pod for super::ThreadKey {}
     unsafe impl aya::Pod for super::ThreadTime {}
+    unsafe impl aya::Pod for super::CachedTime {}
     unsafe impl aya::Pod for super::CpuState {}
     unsafe impl aya::Pod for super::LossCounters {}
     unsafe impl aya::Pod for super::LifecycleEvent {}

@@ -1,37 +1,36 @@
 //! cg-trace's eBPF programs.
 //!
-//! - `sched_switch` charges the time each task spent on a CPU to that task, aggregated in
+//! - `sched_switch` charges each slice a task spent on a CPU to that task, aggregated in
 //!   kernel maps that user space reads once per interval: per target thread in `ON_CPU`
-//!   (per-CPU hash), and per CPU for idle and non-target time in `CPU_STATE`. No event per
-//!   switch crosses into user space.
+//!   (per-CPU hash, fronted by a few per-CPU cache slots in `CPU_STATE` so that a CPU
+//!   switching among a few threads rarely touches the hash), and per CPU for non-target time
+//!   in `CPU_STATE`. No event per switch crosses into user space. A slice's length is the growth of the kernel's own
+//!   `se.sum_exec_runtime` of the task leaving the CPU: exact, and it needs no clock read in
+//!   this hot path (in the development VM a clock read costs more than all the rest).
 //! - `sched_process_fork/exec/exit` follow targets' descendants (adding them to `TARGETS` in
 //!   the kernel, so none is missed between two reads) and report lifecycle events through a
 //!   ring buffer that user space drains on its timer (no wakeups).
 //!
-//! Raw tracepoints (not tp_btf): the programs read task_struct fields with probe reads at
-//! byte offsets that user space takes from the running kernel's BTF and sets as read-only
-//! globals at load time (Rust eBPF has no CO-RE here), so loading needs no BTF parsing by
-//! aya and attaching needs no tracefs.
+//! BTF tracepoints: task_struct fields are plain loads, which the verifier checks against the
+//! kernel's BTF and turns into fault-safe loads. Rust eBPF has no CO-RE here, so the field
+//! offsets come from user space (read from `/sys/kernel/btf/vmlinux`) as read-only globals;
+//! the kernel freezes them, so the verifier sees them as constants.
 #![no_std]
 #![no_main]
 
 use aya_ebpf::{
     bindings::{BPF_NOEXIST, BPF_RB_NO_WAKEUP},
-    helpers::{
-        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel,
-        bpf_probe_read_kernel_str_bytes,
-    },
-    macros::{map, raw_tracepoint},
+    helpers::{bpf_get_current_comm, bpf_ktime_get_ns, bpf_probe_read_kernel_str_bytes},
+    macros::{btf_tracepoint, map},
     maps::{HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
-    programs::RawTracePointContext,
+    programs::BtfTracePointContext,
 };
 use cg_common::{
-    CpuState, EVENTS_RING_BYTES, LifecycleEvent, LossCounters, ON_CPU_MAX_THREADS,
-    TARGETS_MAX_PROCESSES, ThreadKey, ThreadTime, event_kind,
+    CACHE_SLOTS, CachedTime, CpuState, EVENTS_RING_BYTES, LifecycleEvent, LossCounters,
+    ON_CPU_MAX_THREADS, TARGETS_MAX_PROCESSES, ThreadKey, ThreadTime, event_kind,
 };
 
-// Globals set by user space at load time (see `cg_common::globals`). They live in .rodata,
-// which the kernel freezes, so the verifier treats them as constants.
+// Globals set by user space at load time (see `cg_common::globals`).
 #[unsafe(no_mangle)]
 static ALL_TASKS: u32 = 0;
 #[unsafe(no_mangle)]
@@ -40,6 +39,8 @@ static SPAWNER_TGID: u32 = 0;
 static TASK_PID_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static TASK_TGID_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static TASK_RUNTIME_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static TASK_EXIT_CODE_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
@@ -65,16 +66,18 @@ static LOSSES: PerCpuArray<LossCounters> = PerCpuArray::with_max_entries(1, 0);
 
 #[inline(always)]
 fn global(value: &'static u32) -> u32 {
-    // SAFETY: reading a plain static; volatile so the compiler keeps the load that the loader's
-    // override patches instead of folding the placeholder value.
+    // SAFETY: reading a plain static; volatile so the compiler keeps the load that the loader
+    // patches instead of folding the placeholder value.
     unsafe { core::ptr::read_volatile(value) }
 }
 
-/// Reads a `u32` field at `offset` bytes into a kernel object.
+/// A field of a kernel object passed to a BTF tracepoint, `offset` bytes in.
 #[inline(always)]
-fn read_kernel_u32(base: *const u8, offset: u32) -> u32 {
-    // SAFETY: bpf_probe_read_kernel validates the address; a fault yields an error, not a crash.
-    unsafe { bpf_probe_read_kernel(base.wrapping_add(offset as usize) as *const u32).unwrap_or(0) }
+fn field<T: Copy>(object: *const u8, offset: u32) -> T {
+    // SAFETY: `object` is a BTF-typed kernel pointer (tp_btf argument) and `offset` a
+    // verifier-known constant; the verifier checks the access against BTF and makes the load
+    // fault-safe.
+    unsafe { core::ptr::read_volatile(object.add(offset as usize) as *const T) }
 }
 
 #[inline(always)]
@@ -90,63 +93,95 @@ fn count_loss(update: impl FnOnce(&mut LossCounters)) {
     }
 }
 
-#[raw_tracepoint(tracepoint = "sched_switch")]
-pub fn sched_switch(ctx: RawTracePointContext) -> u32 {
+#[btf_tracepoint(function = "sched_switch")]
+pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     // Arguments: (bool preempt, struct task_struct *prev, struct task_struct *next, ...).
-    // `prev` is the task running now, so the pid_tgid helper names it.
-    let now = unsafe { bpf_ktime_get_ns() };
+    // The scheduler has just updated prev's sum_exec_runtime.
+    let prev: *const u8 = ctx.arg(1);
+    let next: *const u8 = ctx.arg(2);
     let Some(state) = CPU_STATE.get_ptr_mut(0) else {
         return 0;
     };
-    let next: *const u8 = ctx.arg(2);
-    let next_tid = read_kernel_u32(next, global(&TASK_PID_OFFSET));
-    let next_tgid = read_kernel_u32(next, global(&TASK_TGID_OFFSET));
-    let prev = bpf_get_current_pid_tgid();
-    let (prev_tgid, prev_tid) = ((prev >> 32) as u32, prev as u32);
+    let prev_tid: u32 = field(prev, global(&TASK_PID_OFFSET));
+    let prev_tgid: u32 = field(prev, global(&TASK_TGID_OFFSET));
+    let prev_runtime: u64 = field(prev, global(&TASK_RUNTIME_OFFSET));
+    let next_tid: u32 = field(next, global(&TASK_PID_OFFSET));
+    let next_tgid: u32 = field(next, global(&TASK_TGID_OFFSET));
+    let next_runtime: u64 = field(next, global(&TASK_RUNTIME_OFFSET));
 
     // SAFETY: per-CPU slot written only by this CPU with preemption off; user space reads it
     // concurrently and uses seq_begin/seq_end to detect a write in flight.
     unsafe {
         let seq = (*state).seq_begin.wrapping_add(1);
         core::ptr::write_volatile(&mut (*state).seq_begin, seq);
-        let since = (*state).since_ns;
-        if since != 0 && now > since {
-            charge(state, prev_tgid, prev_tid, now - since);
+        // The idle task (pid 0) is never charged: idle time is what remains of an interval.
+        if prev_tid != 0 && (*state).tid == prev_tid && (*state).valid != 0 {
+            let slice = prev_runtime.saturating_sub((*state).start_runtime_ns);
+            if slice != 0 {
+                charge(state, prev_tgid, prev_tid, slice);
+            }
         }
-        core::ptr::write_volatile(&mut (*state).since_ns, now);
+        core::ptr::write_volatile(&mut (*state).start_runtime_ns, next_runtime);
         core::ptr::write_volatile(&mut (*state).tgid, next_tgid);
         core::ptr::write_volatile(&mut (*state).tid, next_tid);
+        core::ptr::write_volatile(&mut (*state).valid, 1);
         core::ptr::write_volatile(&mut (*state).seq_end, seq);
     }
     0
 }
 
-/// Charges `delta_ns` of this CPU to the task leaving it.
+/// Charges `slice_ns` of this CPU to the task leaving it.
 #[inline(always)]
-unsafe fn charge(state: *mut CpuState, tgid: u32, tid: u32, delta_ns: u64) {
+unsafe fn charge(state: *mut CpuState, tgid: u32, tid: u32, slice_ns: u64) {
     unsafe {
-        if tgid == 0 {
-            let idle = (*state).idle_ns + delta_ns;
-            core::ptr::write_volatile(&mut (*state).idle_ns, idle);
-            return;
+        // A thread this CPU charged recently: add to its cache slot, no map access.
+        for slot in 0..CACHE_SLOTS {
+            let cached = &mut (*state).cache[slot];
+            if cached.tid == tid && cached.tgid == tgid {
+                core::ptr::write_volatile(&mut cached.pending_ns, cached.pending_ns + slice_ns);
+                return;
+            }
         }
         if !is_target(tgid) {
-            let other = (*state).other_ns + delta_ns;
+            let other = (*state).other_ns + slice_ns;
             core::ptr::write_volatile(&mut (*state).other_ns, other);
             return;
         }
-        let key = ThreadKey { tgid, tid };
+        // Take the next slot round robin, moving what it held into the map first.
+        let index = ((*state).next_slot as usize) % CACHE_SLOTS;
+        core::ptr::write_volatile(&mut (*state).next_slot, (*state).next_slot.wrapping_add(1));
+        let evicted = (*state).cache[index];
+        core::ptr::write_volatile(
+            &mut (*state).cache[index],
+            CachedTime {
+                tgid,
+                tid,
+                pending_ns: slice_ns,
+            },
+        );
+        if evicted.tid != 0 && evicted.pending_ns != 0 {
+            store(state, evicted);
+        }
+    }
+}
+
+/// Adds a cache slot's pending time to the thread's entry in `ON_CPU`.
+#[inline(always)]
+unsafe fn store(state: *mut CpuState, cached: CachedTime) {
+    let key = ThreadKey {
+        tgid: cached.tgid,
+        tid: cached.tid,
+    };
+    unsafe {
         if let Some(time) = ON_CPU.get_ptr_mut(key) {
-            (*time).on_cpu_ns += delta_ns;
-            (*time).switches += 1;
+            (*time).on_cpu_ns += cached.pending_ns;
             return;
         }
         let time = ThreadTime {
-            on_cpu_ns: delta_ns,
-            switches: 1,
+            on_cpu_ns: cached.pending_ns,
         };
         if ON_CPU.insert(key, time, u64::from(BPF_NOEXIST)).is_err() {
-            let unstored = (*state).unstored_ns + delta_ns;
+            let unstored = (*state).unstored_ns + cached.pending_ns;
             core::ptr::write_volatile(&mut (*state).unstored_ns, unstored);
             count_loss(|l| l.on_cpu_full += 1);
         }
@@ -176,14 +211,14 @@ fn emit(kind: u32, tgid: u32, tid: u32, parent_tgid: u32, fill: impl FnOnce(&mut
     entry.submit(u64::from(BPF_RB_NO_WAKEUP));
 }
 
-#[raw_tracepoint(tracepoint = "sched_process_fork")]
-pub fn sched_process_fork(ctx: RawTracePointContext) -> u32 {
+#[btf_tracepoint(function = "sched_process_fork")]
+pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
     // Arguments: (struct task_struct *parent, struct task_struct *child). Runs in the parent.
     let parent: *const u8 = ctx.arg(0);
     let child: *const u8 = ctx.arg(1);
-    let parent_tgid = read_kernel_u32(parent, global(&TASK_TGID_OFFSET));
-    let child_tgid = read_kernel_u32(child, global(&TASK_TGID_OFFSET));
-    let child_tid = read_kernel_u32(child, global(&TASK_PID_OFFSET));
+    let parent_tgid: u32 = field(parent, global(&TASK_TGID_OFFSET));
+    let child_tgid: u32 = field(child, global(&TASK_TGID_OFFSET));
+    let child_tid: u32 = field(child, global(&TASK_PID_OFFSET));
     if child_tgid == parent_tgid || child_tgid == 0 {
         // A new thread: threads of a target are accounted through their tgid already.
         return 0;
@@ -200,47 +235,44 @@ pub fn sched_process_fork(ctx: RawTracePointContext) -> u32 {
     0
 }
 
-#[raw_tracepoint(tracepoint = "sched_process_exec")]
-pub fn sched_process_exec(ctx: RawTracePointContext) -> u32 {
+#[btf_tracepoint(function = "sched_process_exec")]
+pub fn sched_process_exec(ctx: BtfTracePointContext) -> i32 {
     // Arguments: (struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm). Runs in p,
     // after its comm was set to the new program's name.
-    let id = bpf_get_current_pid_tgid();
-    let (tgid, tid) = ((id >> 32) as u32, id as u32);
+    let task: *const u8 = ctx.arg(0);
+    let tgid: u32 = field(task, global(&TASK_TGID_OFFSET));
+    let tid: u32 = field(task, global(&TASK_PID_OFFSET));
     if !is_target(tgid) {
         return 0;
     }
     let bprm: *const u8 = ctx.arg(2);
+    let filename: *const u8 = field(bprm, global(&BINPRM_FILENAME_OFFSET));
     emit(event_kind::EXEC, tgid, tid, 0, |event| {
-        let offset = global(&BINPRM_FILENAME_OFFSET) as usize;
-        // SAFETY: probe reads validate the addresses they are given.
+        // SAFETY: the probe read validates the address it is given.
         unsafe {
-            if let Ok(filename) =
-                bpf_probe_read_kernel(bprm.wrapping_add(offset) as *const *const u8)
-            {
-                let _ = bpf_probe_read_kernel_str_bytes(filename, &mut event.filename);
-            }
+            let _ = bpf_probe_read_kernel_str_bytes(filename, &mut event.filename);
         }
     });
     0
 }
 
-#[raw_tracepoint(tracepoint = "sched_process_exit")]
-pub fn sched_process_exit(ctx: RawTracePointContext) -> u32 {
+#[btf_tracepoint(function = "sched_process_exit")]
+pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
     // Arguments: (struct task_struct *p[, bool group_dead]). Runs in the exiting thread, which
     // still gets switched out once more afterwards: that last slice is charged as usual.
-    let id = bpf_get_current_pid_tgid();
-    let (tgid, tid) = ((id >> 32) as u32, id as u32);
+    let task: *const u8 = ctx.arg(0);
+    let tgid: u32 = field(task, global(&TASK_TGID_OFFSET));
+    let tid: u32 = field(task, global(&TASK_PID_OFFSET));
     if !is_target(tgid) {
         return 0;
     }
-    let task: *const u8 = ctx.arg(0);
     let group_dead = if global(&EXIT_HAS_GROUP_DEAD) != 0 {
         let flag: u64 = ctx.arg(1);
         u32::from(flag & 0xff != 0)
     } else {
         u32::from(tid == tgid)
     };
-    let exit_code = read_kernel_u32(task, global(&TASK_EXIT_CODE_OFFSET));
+    let exit_code: u32 = field(task, global(&TASK_EXIT_CODE_OFFSET));
     emit(event_kind::EXIT, tgid, tid, 0, |event| {
         event.exit_code = exit_code;
         event.group_dead = group_dead;

@@ -265,6 +265,42 @@ fn attach_follows_a_running_process_and_its_new_children() {
 }
 
 #[test]
+fn attach_sees_a_task_that_never_leaves_its_cpu() {
+    require_root();
+    // Pinned alone on the last CPU, the spinner may not be switched out for seconds: its time
+    // must still show up, interval by interval.
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let last = (cpus - 1).to_string();
+    let spin = spin();
+    let target = Background::spawn("taskset".as_ref(), &["-c", &last, &spin, "0"]);
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = target.pid().to_string();
+    let run = cg_trace(&[
+        "--source",
+        "model",
+        "-q",
+        "--timeseries",
+        "--pid",
+        &pid,
+        "--duration",
+        "1.5",
+    ]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let report = run.report();
+    let p = process(report, target.pid());
+    let duration = num(report, "/meta/duration_s");
+    assert!(
+        (num(p, "/cpu_time_s") - duration).abs() < 0.05,
+        "spinner ran {} s of a {duration} s run",
+        num(p, "/cpu_time_s")
+    );
+    // Every interval saw it busy, not just the last one.
+    for point in report["timeseries"].as_array().unwrap().iter().skip(1) {
+        assert!(num(point, "/attributed_energy_j") > 0.0, "{point:#}");
+    }
+}
+
+#[test]
 fn all_sees_known_processes() {
     require_root();
     let spin = spin();

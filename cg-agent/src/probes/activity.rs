@@ -1,11 +1,14 @@
 //! Turns the kernel's cumulative counters into what ran during each interval.
 //!
-//! The eBPF side keeps running totals (per target thread per CPU, and idle/other per CPU) that
-//! only grow when a task leaves a CPU, plus what each CPU runs right now and since when. Each
-//! read becomes a [`Snapshot`]; [`ActivityTracker::advance`] adds the slice still in progress
-//! on every CPU and returns the difference from the previous snapshot. Time can only move
-//! forward: a total that reads lower than before (a read that raced a switch) keeps its old
-//! high-water mark, so a moment may shift to the next interval but is never counted twice.
+//! The eBPF side keeps running totals (per target thread per CPU, and non-target time per CPU)
+//! that grow by exact slices (the kernel's `sum_exec_runtime`) when a task leaves a CPU, plus
+//! what each CPU runs right now and how long it has been running, and what each CPU still
+//! holds in its small cache of pending thread time. Each read becomes a [`Snapshot`];
+//! [`ActivityTracker::advance`] adds the cached time and the slice still in progress on every
+//! CPU and returns the difference from the previous snapshot; a CPU's idle time is what remains of the
+//! interval. Time can only move forward: a total that reads lower than before (a read that
+//! raced a switch) keeps its old high-water mark, so a moment may shift to the next interval
+//! but is never counted twice.
 //!
 //! Pure: the probes module fills the snapshots; tests write them by hand.
 
@@ -20,18 +23,19 @@ use crate::attribution::CpuTime;
 pub struct Running {
     pub tgid: u32,
     pub tid: u32,
-    /// CLOCK_MONOTONIC ns when it got the CPU.
-    pub since_ns: u64,
+    /// How long it has run since it got the CPU (`None`: unknown, it just left).
+    pub in_progress_ns: Option<u64>,
 }
 
 /// One CPU's counters as read from the kernel.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CpuSnapshot {
-    pub idle_ns: u64,
     pub other_ns: u64,
     /// Target time the kernel could not store per thread (its map was full).
     pub unstored_ns: u64,
     pub running: Option<Running>,
+    /// Time this CPU charged to threads and still holds in its cache (not yet in the map).
+    pub cached: Vec<(ThreadKey, u64)>,
 }
 
 /// Everything read from the kernel at one moment.
@@ -59,7 +63,8 @@ pub struct Activity {
     /// CLOCK_MONOTONIC ns of the previous snapshot.
     pub start_ns: u64,
     pub duration_ns: u64,
-    /// Idle and non-target time per CPU (target time the kernel could not store counts as other).
+    /// Idle and non-target time per CPU (target time the kernel could not store counts as
+    /// other; idle is the rest of the interval).
     pub cpus: Vec<CpuTime>,
     pub threads: Vec<ThreadSlice>,
 }
@@ -69,7 +74,8 @@ pub struct Activity {
 pub struct ActivityTracker {
     last_taken_ns: Option<u64>,
     threads: HashMap<(ThreadKey, u32), u64>,
-    cpus: Vec<(u64, u64)>,
+    /// Cumulative other time per CPU.
+    cpus: Vec<u64>,
 }
 
 impl ActivityTracker {
@@ -85,25 +91,27 @@ impl ActivityTracker {
         snapshot: &Snapshot,
         is_target: impl Fn(u32) -> bool,
     ) -> Option<Activity> {
+        // Time not in the map yet: cached per CPU, or in the slice running now.
         let mut running_target: HashMap<(ThreadKey, u32), u64> = HashMap::new();
-        let mut cpu_totals = Vec::with_capacity(snapshot.cpus.len());
+        let mut other_totals = Vec::with_capacity(snapshot.cpus.len());
         for (cpu, state) in snapshot.cpus.iter().enumerate() {
-            let (mut idle, mut other) = (state.idle_ns, state.other_ns + state.unstored_ns);
-            if let Some(run) = state.running.filter(|r| r.since_ns != 0) {
-                let in_progress = snapshot.taken_ns.saturating_sub(run.since_ns);
-                if run.tgid == 0 {
-                    idle += in_progress;
-                } else if is_target(run.tgid) {
+            for &(key, pending_ns) in &state.cached {
+                *running_target.entry((key, cpu as u32)).or_default() += pending_ns;
+            }
+            let mut other = state.other_ns + state.unstored_ns;
+            if let Some(run) = state.running.filter(|r| r.tid != 0) {
+                let in_progress = run.in_progress_ns.unwrap_or(0);
+                if is_target(run.tgid) {
                     let key = ThreadKey {
                         tgid: run.tgid,
                         tid: run.tid,
                     };
-                    running_target.insert((key, cpu as u32), in_progress);
+                    *running_target.entry((key, cpu as u32)).or_default() += in_progress;
                 } else {
                     other += in_progress;
                 }
             }
-            cpu_totals.push((idle, other));
+            other_totals.push(other);
         }
 
         let mut threads = Vec::new();
@@ -117,7 +125,7 @@ impl ActivityTracker {
                 }
             }
         }
-        // A target running for the first time has no stored total yet, only its current slice.
+        // A thread with nothing in the map yet: only cached or running time.
         seen.extend(running_target.into_iter().filter(|(_, ns)| *ns > 0));
 
         let first = self.last_taken_ns.is_none();
@@ -135,27 +143,39 @@ impl ActivityTracker {
             }
         }
 
-        if self.cpus.len() < cpu_totals.len() {
-            self.cpus.resize(cpu_totals.len(), (0, 0));
+        if self.cpus.len() < other_totals.len() {
+            self.cpus.resize(other_totals.len(), 0);
         }
-        let cpus = cpu_totals
+        let other_deltas: Vec<u64> = other_totals
             .iter()
             .zip(self.cpus.iter_mut())
-            .map(|(&(idle, other), previous)| {
-                let delta = CpuTime {
-                    idle_ns: idle.saturating_sub(previous.0),
-                    other_ns: other.saturating_sub(previous.1),
-                };
-                *previous = (idle.max(previous.0), other.max(previous.1));
+            .map(|(&other, previous)| {
+                let delta = other.saturating_sub(*previous);
+                *previous = other.max(*previous);
                 delta
             })
             .collect();
 
         let start_ns = self.last_taken_ns.replace(snapshot.taken_ns)?;
+        let duration_ns = snapshot.taken_ns.saturating_sub(start_ns);
         threads.sort_by_key(|s| (s.thread, s.cpu));
+        let mut busy = other_deltas.clone();
+        for s in &threads {
+            if let Some(b) = busy.get_mut(s.cpu as usize) {
+                *b += s.on_cpu_ns;
+            }
+        }
+        let cpus = other_deltas
+            .iter()
+            .zip(&busy)
+            .map(|(&other_ns, &busy_ns)| CpuTime {
+                idle_ns: duration_ns.saturating_sub(busy_ns),
+                other_ns,
+            })
+            .collect();
         Some(Activity {
             start_ns,
-            duration_ns: snapshot.taken_ns.saturating_sub(start_ns),
+            duration_ns,
             cpus,
             threads,
         })
@@ -210,44 +230,40 @@ mod tests {
     #[test]
     fn counts_the_slice_still_running_and_never_twice() {
         // cpu0: thread 5/5 runs from t=1000 ms without switching out.
-        //   t=1000 snapshot: since=1000 -> primes
+        //   t=1000 snapshot: running for 0 ms -> primes
         //   t=1100 snapshot: still running -> 100 ms in progress
         //   t=1150 switch-out, map total 150 ms; t=1200 snapshot: 50 ms more (not 150)
         let mut tracker = ActivityTracker::new();
-        let running = |since| CpuSnapshot {
+        let running = |for_ns| CpuSnapshot {
             running: Some(Running {
                 tgid: 5,
                 tid: 5,
-                since_ns: since,
+                in_progress_ns: Some(for_ns),
             }),
             ..CpuSnapshot::default()
         };
         let mut snap = Snapshot {
             taken_ns: 1_000 * MS,
-            cpus: vec![running(1_000 * MS)],
+            cpus: vec![running(0)],
             threads: vec![],
         };
         assert!(tracker.advance(&snap, |_| true).is_none());
         snap.taken_ns = 1_100 * MS;
+        snap.cpus = vec![running(100 * MS)];
         let a = tracker.advance(&snap, |_| true).unwrap();
         assert_eq!(slices_of(&a, key(5, 5)), 100 * MS);
         assert_eq!(a.duration_ns, 100 * MS);
 
         snap.taken_ns = 1_200 * MS;
         snap.cpus = vec![CpuSnapshot {
-            idle_ns: 50 * MS,
-            running: Some(Running {
-                tgid: 0,
-                tid: 0,
-                since_ns: 1_150 * MS,
-            }),
+            running: None,
             ..CpuSnapshot::default()
         }];
         snap.threads = vec![(key(5, 5), vec![150 * MS])];
         let a = tracker.advance(&snap, |_| true).unwrap();
         assert_eq!(slices_of(&a, key(5, 5)), 50 * MS);
-        // idle: 50 ms stored + 50 ms in progress, minus nothing before.
-        assert_eq!(a.cpus[0].idle_ns, 100 * MS);
+        // Idle is the rest of the 100 ms interval.
+        assert_eq!(a.cpus[0].idle_ns, 50 * MS);
     }
 
     #[test]
@@ -298,12 +314,13 @@ mod tests {
             running: Some(Running {
                 tgid: 9,
                 tid: 9,
-                since_ns: 60 * MS,
+                in_progress_ns: Some(40 * MS),
             }),
             ..CpuSnapshot::default()
         }];
         let a = tracker.advance(&snap, |_| false).unwrap();
         assert_eq!(a.cpus[0].other_ns, 65 * MS);
+        assert_eq!(a.cpus[0].idle_ns, 35 * MS);
         assert!(a.threads.is_empty());
     }
 
@@ -323,6 +340,31 @@ mod tests {
         snap.threads = vec![(key(3, 4), vec![2 * MS])];
         let a = tracker.advance(&snap, |_| true).unwrap();
         assert_eq!(slices_of(&a, key(3, 4)), 2 * MS);
+    }
+
+    #[test]
+    fn cached_time_counts_once_wherever_it_sits() {
+        // 20 ms in cpu0's cache, then moved into the map: the total stays 20 ms.
+        let mut tracker = ActivityTracker::new();
+        let cached = |ns| CpuSnapshot {
+            cached: vec![(key(8, 9), ns)],
+            ..CpuSnapshot::default()
+        };
+        let mut snap = Snapshot {
+            taken_ns: 0,
+            cpus: vec![cached(0)],
+            threads: vec![],
+        };
+        tracker.advance(&snap, |_| true);
+        snap.taken_ns = 100 * MS;
+        snap.cpus = vec![cached(20 * MS)];
+        let a = tracker.advance(&snap, |_| true).unwrap();
+        assert_eq!(slices_of(&a, key(8, 9)), 20 * MS);
+        snap.taken_ns = 200 * MS;
+        snap.cpus = vec![CpuSnapshot::default()];
+        snap.threads = vec![(key(8, 9), vec![20 * MS])];
+        let a = tracker.advance(&snap, |_| true).unwrap();
+        assert_eq!(slices_of(&a, key(8, 9)), 0);
     }
 
     #[test]

@@ -164,21 +164,55 @@ impl Btf {
             })
     }
 
+    /// Byte offset of a nested member, e.g. `["se", "sum_exec_runtime"]` in `task_struct`.
+    pub fn member_path_offset(&self, strukt: &str, path: &[&str]) -> Result<u32, BtfError> {
+        let not_found = || BtfError::NoMember {
+            strukt: strukt.to_string(),
+            member: path.join("."),
+        };
+        let mut id = self
+            .find(KIND_STRUCT, strukt)
+            .ok_or_else(|| BtfError::NoStruct(strukt.to_string()))?;
+        let mut bits = 0;
+        for (i, member) in path.iter().enumerate() {
+            let (offset, type_id) = self
+                .find_member_typed(id, member, 0, 0)
+                .ok_or_else(not_found)?;
+            bits += offset;
+            if i + 1 < path.len() {
+                id = self.resolve(type_id).ok_or_else(not_found)?;
+            }
+        }
+        Ok(bits / 8)
+    }
+
     fn find_member(&self, id: u32, member: &str, base_bits: u32, depth: u32) -> Option<u32> {
+        self.find_member_typed(id, member, base_bits, depth)
+            .map(|(bits, _)| bits)
+    }
+
+    /// (bit offset, type id) of `member`, looking through anonymous members.
+    fn find_member_typed(
+        &self,
+        id: u32,
+        member: &str,
+        base_bits: u32,
+        depth: u32,
+    ) -> Option<(u32, u32)> {
         let h = self.header(id)?;
         if depth > 16 || !matches!(h.kind, KIND_STRUCT | KIND_UNION) {
             return None;
         }
-        if let Some((_, _, bits)) = self
+        if let Some((_, type_id, bits)) = self
             .members(h)
             .find(|(name, _, _)| self.name(*name) == member.as_bytes())
         {
-            return Some(base_bits + bits);
+            return Some((base_bits + bits, type_id));
         }
         self.members(h)
             .filter(|(name, _, _)| self.name(*name).is_empty())
             .find_map(|(_, type_id, bits)| {
-                self.find_member(self.resolve(type_id)?, member, base_bits + bits, depth + 1)
+                self.find_member_typed(self.resolve(type_id)?, member, base_bits + bits, depth + 1)
             })
     }
 
@@ -297,6 +331,8 @@ mod tests {
         let btf = Btf::parse(tiny_btf()).unwrap();
         assert_eq!(btf.member_offset("outer", "a").unwrap(), 0);
         assert_eq!(btf.member_offset("outer", "c").unwrap(), 4);
+        assert_eq!(btf.member_path_offset("outer", &["c"]).unwrap(), 4);
+        assert!(btf.member_path_offset("outer", &["a", "b"]).is_err());
         assert!(matches!(
             btf.member_offset("outer", "zzz"),
             Err(BtfError::NoMember { .. })
@@ -323,6 +359,18 @@ mod tests {
         let tgid = btf.member_offset("task_struct", "tgid").unwrap();
         assert_eq!(tgid, pid + 4, "pid and tgid are adjacent pid_t fields");
         assert!(btf.member_offset("linux_binprm", "filename").is_ok());
+        let se = btf.member_offset("task_struct", "se").unwrap();
+        let runtime = btf
+            .member_path_offset("task_struct", &["se", "sum_exec_runtime"])
+            .unwrap();
+        assert!(
+            runtime > se && runtime < se + 512,
+            "se at {se}, runtime at {runtime}"
+        );
+        assert_eq!(
+            btf.member_path_offset("task_struct", &["pid"]).unwrap(),
+            pid
+        );
         assert_eq!(btf.tracepoint_args("sched_switch"), Some(4));
         assert_eq!(btf.tracepoint_args("sched_process_fork"), Some(2));
     }

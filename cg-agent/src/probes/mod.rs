@@ -13,7 +13,7 @@ use std::{
 use aya::{
     Ebpf, EbpfLoader,
     maps::{HashMap, IterableMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
-    programs::RawTracePoint,
+    programs::BtfTracePoint,
 };
 use cg_common::{
     CpuState, LifecycleEvent, LossCounters, ThreadKey, ThreadTime, event_kind, globals, names,
@@ -39,6 +39,8 @@ pub enum ProbeError {
         "reading the kernel's BTF: {0} (cg-trace needs a kernel built with CONFIG_DEBUG_INFO_BTF)"
     )]
     Btf(#[from] btf::BtfError),
+    #[error("reading the kernel's BTF for the tracepoints: {0}")]
+    AyaBtf(#[from] aya::BtfError),
     #[error("loading the eBPF programs into the kernel: {0}{hint}", hint = permission_hint(.0))]
     Load(#[source] aya::EbpfError),
     #[error("the eBPF object has no program {0}")]
@@ -148,6 +150,8 @@ impl Probes {
         let kernel_btf = btf::Btf::from_sys_fs()?;
         let pid_offset = kernel_btf.member_offset("task_struct", "pid")?;
         let tgid_offset = kernel_btf.member_offset("task_struct", "tgid")?;
+        let runtime_offset =
+            kernel_btf.member_path_offset("task_struct", &["se", "sum_exec_runtime"])?;
         let exit_code_offset = kernel_btf.member_offset("task_struct", "exit_code")?;
         let filename_offset = kernel_btf.member_offset("linux_binprm", "filename")?;
         let exit_has_group_dead = u32::from(
@@ -161,14 +165,14 @@ impl Probes {
         let all_tasks = u32::from(config.all_tasks);
         let spawner = config.spawner_tgid.unwrap_or(0);
 
-        // No kernel BTF for aya: the object has no CO-RE relocations, and parsing vmlinux BTF
-        // would cost tens of MB of memory for nothing.
+        // The object has no CO-RE relocations, so the loader needs no kernel BTF.
         let mut ebpf = EbpfLoader::new()
             .btf(None)
             .override_global(globals::ALL_TASKS, &all_tasks, true)
             .override_global(globals::SPAWNER_TGID, &spawner, true)
             .override_global(globals::TASK_PID_OFFSET, &pid_offset, true)
             .override_global(globals::TASK_TGID_OFFSET, &tgid_offset, true)
+            .override_global(globals::TASK_RUNTIME_OFFSET, &runtime_offset, true)
             .override_global(globals::TASK_EXIT_CODE_OFFSET, &exit_code_offset, true)
             .override_global(globals::BINPRM_FILENAME_OFFSET, &filename_offset, true)
             .override_global(globals::EXIT_HAS_GROUP_DEAD, &exit_has_group_dead, true)
@@ -189,22 +193,31 @@ impl Probes {
             targets.insert(pid, 1, 0).map_err(map_err(names::TARGETS))?;
         }
 
+        // BTF tracepoints are checked against the kernel's BTF at load time. aya parses all of
+        // it (tens of MB while it lasts), so do it once, here, and give the memory back after.
+        let aya_btf = aya::Btf::from_sys_fs()?;
         for (program, tracepoint) in LIFECYCLE.iter().chain(&[("sched_switch", "sched_switch")]) {
-            let prog: &mut RawTracePoint = ebpf
+            let prog: &mut BtfTracePoint = ebpf
                 .program_mut(program)
                 .ok_or(ProbeError::MissingProgram(program))?
                 .try_into()
                 .map_err(|source| ProbeError::Attach { program, source })?;
-            prog.load()
+            prog.load(tracepoint, &aya_btf)
                 .map_err(|source| ProbeError::Attach { program, source })?;
-            prog.attach(tracepoint)
+            prog.attach()
                 .map_err(|source| ProbeError::Attach { program, source })?;
         }
+        drop(aya_btf);
+        // SAFETY: malloc_trim only returns free heap pages to the kernel.
+        unsafe { libc::malloc_trim(0) };
 
         let cpu_count = aya::util::nr_cpus().map_err(|(_, source)| ProbeError::Read {
             name: "/sys/devices/system/cpu/possible",
             source,
         })?;
+        // A CPU learns which task it runs at its first switch after attaching; one busy with a
+        // single task might not switch for seconds. Make every CPU switch once now.
+        switch_every_cpu();
         Ok(Probes {
             _ebpf: ebpf,
             batch: batch::BatchReader::new(cpu_count),
@@ -281,13 +294,24 @@ impl Probes {
                 // (it shows up in the next read).
                 let state = state.unwrap_or_default();
                 CpuSnapshot {
-                    idle_ns: state.idle_ns,
                     other_ns: state.other_ns,
                     unstored_ns: state.unstored_ns,
-                    running: (state.since_ns != 0).then_some(Running {
+                    cached: state
+                        .cache
+                        .iter()
+                        .filter(|c| c.tid != 0 && c.pending_ns != 0)
+                        .map(|c| {
+                            let key = ThreadKey {
+                                tgid: c.tgid,
+                                tid: c.tid,
+                            };
+                            (key, c.pending_ns)
+                        })
+                        .collect(),
+                    running: (state.valid != 0 && state.tid != 0).then(|| Running {
                         tgid: state.tgid,
                         tid: state.tid,
-                        since_ns: state.since_ns,
+                        in_progress_ns: running_since(&state),
                     }),
                 }
             })
@@ -373,6 +397,40 @@ fn lifecycle_from(e: &LifecycleEvent) -> Option<Lifecycle> {
         }),
         _ => None,
     }
+}
+
+/// Runs a short-lived thread pinned to each online CPU, so that each CPU goes through
+/// sched_switch (to the thread and back) and its state describes the task it runs.
+fn switch_every_cpu() {
+    let Ok(online) = aya::util::online_cpus() else {
+        return;
+    };
+    let threads: Vec<_> = online
+        .into_iter()
+        .map(|cpu| {
+            std::thread::spawn(move || {
+                // SAFETY: a zeroed cpu_set_t with one CPU set, for the calling thread.
+                unsafe {
+                    let mut set: libc::cpu_set_t = std::mem::zeroed();
+                    libc::CPU_SET(cpu as usize, &mut set);
+                    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        let _ = t.join();
+    }
+}
+
+/// How long the task a CPU is running has run since it got the CPU: its `sum_exec_runtime`
+/// now (the kernel brings it up to date when schedstat is read) minus its value then. `None`
+/// when the task is already gone.
+fn running_since(state: &CpuState) -> Option<u64> {
+    let path = format!("/proc/{}/task/{}/schedstat", state.tgid, state.tid);
+    let text = std::fs::read_to_string(path).ok()?;
+    let runtime_ns: u64 = text.split_whitespace().next()?.parse().ok()?;
+    Some(runtime_ns.saturating_sub(state.start_runtime_ns))
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: the clock `bpf_ktime_get_ns` uses.

@@ -15,6 +15,8 @@ use std::{
 
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
+use cg_common::ThreadKey;
+
 use self::{
     command::Invoker,
     processes::{Cleanup, Ending, ProcessRecord, ProcessTable},
@@ -627,8 +629,19 @@ impl Sampler {
         let activity = self.tracker.advance(&snapshot, |pid| table.is_target(pid));
         let interval = activity.map(|a| self.interval_of(&a, phase));
 
-        let done = std::mem::replace(&mut self.pending, cleanup);
-        for thread in done.threads {
+        let mut done = std::mem::replace(&mut self.pending, cleanup);
+        // A thread a CPU still caches time for keeps its entry until the cache lets go of it
+        // (deleting it now would count that time twice).
+        let still_cached = |t: &ThreadKey| {
+            snapshot
+                .cpus
+                .iter()
+                .any(|c| c.cached.iter().any(|(k, _)| k == t))
+        };
+        let (wait, delete): (Vec<ThreadKey>, Vec<ThreadKey>) =
+            done.threads.drain(..).partition(still_cached);
+        self.pending.threads.extend(wait);
+        for thread in delete {
             self.probes.delete_thread(thread);
             self.tracker.forget(thread);
         }
@@ -717,7 +730,7 @@ impl Sampler {
     }
 
     /// Deletes kernel entries of threads that no longer exist (their exit event was lost).
-    fn collect_lost_threads(&mut self, threads: &[(cg_common::ThreadKey, Vec<u64>)]) {
+    fn collect_lost_threads(&mut self, threads: &[(ThreadKey, Vec<u64>)]) {
         for (key, _) in threads {
             let task = PathBuf::from(format!("/proc/{}/task/{}", key.tgid, key.tid));
             if !task.exists() {

@@ -127,8 +127,10 @@ impl EnergySource for ModelSource {
         let dt_s = ctx.duration_ns as f64 / 1e9;
         let capacity_ns = ctx.duration_ns as f64 * self.cpu_count as f64;
         let busy_ns: u64 = ctx.busy_ns_per_cpu.iter().sum();
+        // Not clamped at 1: a fully busy CPU can read a few µs over the interval when reads
+        // jitter, and clamping would make the model non-linear in CPU time.
         let utilisation = if capacity_ns > 0.0 {
-            (busy_ns as f64 / capacity_ns).clamp(0.0, 1.0)
+            busy_ns as f64 / capacity_ns
         } else {
             0.0
         };
