@@ -85,6 +85,7 @@ pub fn run_config(args: &RunArgs) -> Result<RunConfig, String> {
         calibration: Duration::from_millis(args.calibrate_ms),
         timeseries: args.timeseries,
         proc_root: "/proc".into(),
+        noop_probes: args.bench_noop_probes,
     })
 }
 

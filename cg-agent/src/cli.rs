@@ -79,6 +79,11 @@ pub struct RunArgs {
     #[arg(short = 'q', long)]
     pub quiet: bool,
 
+    /// For `cargo xtask bench`: attach the probes but let sched_switch do nothing, to measure
+    /// what merely having a program on that hook costs
+    #[arg(long, hide = true)]
+    pub bench_noop_probes: bool,
+
     /// The command to run and follow, after `--`
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,

@@ -24,6 +24,9 @@ pub mod names {
 pub mod globals {
     /// `u32`: 1 to account every thread of the machine (`--all`), 0 to account targets only.
     pub const ALL_TASKS: &str = "ALL_TASKS";
+    /// `u32`: 1 makes `sched_switch` return at once (benchmarks measure the cost of merely
+    /// having a program on the hook this way); never set in normal runs.
+    pub const NOOP_SWITCH: &str = "NOOP_SWITCH";
     /// `u32`: tgid whose new child processes become targets (cg-trace itself in wrap mode), 0 = none.
     pub const SPAWNER_TGID: &str = "SPAWNER_TGID";
     /// `u32`: byte offset of `task_struct.pid`, read from the kernel's BTF.

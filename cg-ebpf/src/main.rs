@@ -34,6 +34,8 @@ use cg_common::{
 #[unsafe(no_mangle)]
 static ALL_TASKS: u32 = 0;
 #[unsafe(no_mangle)]
+static NOOP_SWITCH: u32 = 0;
+#[unsafe(no_mangle)]
 static SPAWNER_TGID: u32 = 0;
 #[unsafe(no_mangle)]
 static TASK_PID_OFFSET: u32 = 0;
@@ -96,14 +98,15 @@ fn count_loss(update: impl FnOnce(&mut LossCounters)) {
 #[btf_tracepoint(function = "sched_switch")]
 pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     // Arguments: (bool preempt, struct task_struct *prev, struct task_struct *next, ...).
-    // The scheduler has just updated prev's sum_exec_runtime.
+    // The scheduler has just brought prev's sum_exec_runtime up to date.
+    if global(&NOOP_SWITCH) != 0 {
+        return 0;
+    }
     let prev: *const u8 = ctx.arg(1);
     let next: *const u8 = ctx.arg(2);
     let Some(state) = CPU_STATE.get_ptr_mut(0) else {
         return 0;
     };
-    let prev_tid: u32 = field(prev, global(&TASK_PID_OFFSET));
-    let prev_tgid: u32 = field(prev, global(&TASK_TGID_OFFSET));
     let prev_runtime: u64 = field(prev, global(&TASK_RUNTIME_OFFSET));
     let next_tid: u32 = field(next, global(&TASK_PID_OFFSET));
     let next_tgid: u32 = field(next, global(&TASK_TGID_OFFSET));
@@ -114,8 +117,11 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     unsafe {
         let seq = (*state).seq_begin.wrapping_add(1);
         core::ptr::write_volatile(&mut (*state).seq_begin, seq);
-        // The idle task (pid 0) is never charged: idle time is what remains of an interval.
-        if prev_tid != 0 && (*state).tid == prev_tid && (*state).valid != 0 {
+        // prev is the task this CPU recorded at its previous switch (as next), so its ids are
+        // already in the state. The idle task (tid 0) is never charged: idle time is what
+        // remains of an interval.
+        let (prev_tgid, prev_tid) = ((*state).tgid, (*state).tid);
+        if prev_tid != 0 && (*state).valid != 0 {
             let slice = prev_runtime.saturating_sub((*state).start_runtime_ns);
             if slice != 0 {
                 charge(state, prev_tgid, prev_tid, slice);
@@ -124,7 +130,9 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
         core::ptr::write_volatile(&mut (*state).start_runtime_ns, next_runtime);
         core::ptr::write_volatile(&mut (*state).tgid, next_tgid);
         core::ptr::write_volatile(&mut (*state).tid, next_tid);
-        core::ptr::write_volatile(&mut (*state).valid, 1);
+        if (*state).valid == 0 {
+            core::ptr::write_volatile(&mut (*state).valid, 1);
+        }
         core::ptr::write_volatile(&mut (*state).seq_end, seq);
     }
     0

@@ -31,8 +31,8 @@ pub fn run(args: &[String]) -> Result<()> {
         }
     } else {
         Config {
-            rounds: 3,
-            workload_s: 4.0,
+            rounds: 5,
+            workload_s: 3.0,
             idle_s: 30.0,
         }
     };
@@ -49,13 +49,14 @@ pub fn run(args: &[String]) -> Result<()> {
 
     // 1. Context-switch-heavy: pipe ping-pong pinned to one CPU.
     let pingpong = bin("cg-pingpong");
-    let (base, traced, reports) = ab(&config, &out, "pingpong", || {
+    let figures = ab(&config, &out, "pingpong", || {
         measure(
             Command::new(&pingpong).arg(config.workload_s.to_string()),
             "round_trips_per_s",
         )
     })?;
-    let lost: f64 = reports
+    let lost: f64 = figures
+        .reports
         .iter()
         .map(|r| {
             r.pointer("/totals/lost_events/total_count")
@@ -63,40 +64,44 @@ pub fn run(args: &[String]) -> Result<()> {
                 .unwrap_or(f64::NAN)
         })
         .sum();
-    println!("ping-pong (pinned to CPU 0, 2 context switches per round trip)");
     println!(
-        "  without cg-trace: {:>10.0} round trips/s  ({:.0} switches/s)",
-        base,
-        2.0 * base
+        "ping-pong pinned to CPU 0 ({:.0} context switches/s without cg-trace)",
+        2.0 * figures.base
     );
-    println!("  with cg-trace --all: {:>7.0} round trips/s", traced);
-    println!(
-        "  slowdown: {:.2} %   (target <= 5 %)",
-        100.0 * (1.0 - traced / base)
-    );
+    figures.print("round trips/s", 5.0);
     println!("  lost events while tracing: {lost}   (target 0)");
+    println!();
+
+    // 1b. The same with the kernel's reference tool, when installed.
+    let perf_ok = Command::new("perf")
+        .args(["bench", "sched", "pipe", "-l", "1000"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if perf_ok {
+        let loops = (150_000.0 * config.workload_s).to_string();
+        let figures = ab(&config, &out, "perf-pipe", || perf_pipe_ops(&loops))?;
+        println!("perf bench sched pipe, taskset -c 0");
+        figures.print("ops/s", 5.0);
+    } else {
+        println!("perf bench sched pipe: skipped (perf is not installed)");
+    }
     println!();
 
     // 2. CPU-bound.
     let spin = bin("cg-spin");
-    let (base, traced, _) = ab(&config, &out, "spin", || {
+    let figures = ab(&config, &out, "spin", || {
         measure(
             Command::new(&spin).arg(config.workload_s.to_string()),
             "units_per_s",
         )
     })?;
     println!("CPU-bound loop");
-    println!("  without cg-trace: {base:>10.1} units/s");
-    println!("  with cg-trace --all: {traced:>7.1} units/s");
-    println!(
-        "  slowdown: {:.2} %   (target <= 1 %)",
-        100.0 * (1.0 - traced / base)
-    );
+    figures.print("units/s", 1.0);
     println!();
 
     // 3. The agent's own cost on an idle machine at the default interval.
     let report_path = out.join("idle.json");
-    let mut tracer = start_tracer(&report_path, Some(config.idle_s))?;
+    let mut tracer = start_tracer(&report_path, Some(config.idle_s), false)?;
     sleep(Duration::from_secs_f64(config.idle_s / 2.0));
     let rss_mid_kb = vm_kb(tracer.id(), "VmRSS").unwrap_or(0);
     let status = tracer.wait()?;
@@ -132,31 +137,65 @@ pub fn run(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// Runs `workload` alternately without and with `cg-trace --all`; returns the median of each
-/// side and the reports of the traced runs.
-fn ab(
-    config: &Config,
-    out: &Path,
-    name: &str,
-    workload: impl Fn() -> Result<f64>,
-) -> Result<(f64, f64, Vec<Value>)> {
-    let (mut base, mut traced, mut reports) = (Vec::new(), Vec::new(), Vec::new());
-    for round in 0..config.rounds {
-        base.push(workload()?);
-        let report_path = out.join(format!("{name}-{round}.json"));
-        let mut tracer = start_tracer(&report_path, None)?;
-        traced.push(workload()?);
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) };
-        tracer.wait()?;
-        reports.push(read_report(&report_path)?);
-    }
-    Ok((median(base), median(traced), reports))
+/// One workload's figures: without cg-trace, with probes that do nothing (the cost of
+/// merely having a program on sched_switch), and with `cg-trace --all`.
+struct Ab {
+    base: f64,
+    floor: f64,
+    traced: f64,
+    reports: Vec<Value>,
 }
 
-fn start_tracer(report: &Path, duration_s: Option<f64>) -> Result<Child> {
+impl Ab {
+    fn print(&self, unit: &str, target_pct: f64) {
+        let slowdown = |v: f64| 100.0 * (1.0 - v / self.base);
+        println!("  without cg-trace:    {:>12.1} {unit}", self.base);
+        println!(
+            "  empty probes (floor): {:>11.1} {unit}   slowdown {:>5.2} %",
+            self.floor,
+            slowdown(self.floor)
+        );
+        println!(
+            "  with cg-trace --all: {:>12.1} {unit}   slowdown {:>5.2} %   (target <= {target_pct} %)",
+            self.traced,
+            slowdown(self.traced)
+        );
+    }
+}
+
+/// Runs `workload` alternately without cg-trace, with no-op probes, and with `cg-trace --all`;
+/// returns the median of each and the reports of the traced runs.
+fn ab(config: &Config, out: &Path, name: &str, workload: impl Fn() -> Result<f64>) -> Result<Ab> {
+    let (mut base, mut floor, mut traced, mut reports) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for round in 0..config.rounds {
+        base.push(workload()?);
+        for (noop, results) in [(true, &mut floor), (false, &mut traced)] {
+            let report_path = out.join(format!("{name}-{round}-{noop}.json"));
+            let mut tracer = start_tracer(&report_path, None, noop)?;
+            results.push(workload()?);
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) };
+            tracer.wait()?;
+            if !noop {
+                reports.push(read_report(&report_path)?);
+            }
+        }
+    }
+    Ok(Ab {
+        base: median(base),
+        floor: median(floor),
+        traced: median(traced),
+        reports,
+    })
+}
+
+fn start_tracer(report: &Path, duration_s: Option<f64>, noop: bool) -> Result<Child> {
     let mut cmd = Command::new(root().join("target/release/cg-trace"));
     cmd.args(["--all", "-q", "-o"]).arg(report);
+    if noop {
+        cmd.arg("--bench-noop-probes");
+    }
     if let Some(d) = duration_s {
         cmd.args(["--duration", &d.to_string()]);
     }
@@ -175,6 +214,21 @@ fn measure(cmd: &mut Command, key: &str) -> Result<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix(key).and_then(|v| v.trim().parse().ok()))
         .with_context(|| format!("{cmd:?} printed no {key}: {text}"))
+}
+
+fn perf_pipe_ops(loops: &str) -> Result<f64> {
+    let output = Command::new("taskset")
+        .args(["-c", "0", "perf", "bench", "sched", "pipe", "-l", loops])
+        .output()
+        .context("running perf bench sched pipe")?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    text.lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_suffix("ops/sec")
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .with_context(|| format!("perf bench printed no ops/sec: {text}"))
 }
 
 fn read_report(path: &Path) -> Result<Value> {

@@ -30,6 +30,8 @@ pub struct ProbeConfig {
     pub spawner_tgid: Option<u32>,
     /// Processes that are targets from the start (`--pid`).
     pub targets: Vec<u32>,
+    /// Attach, but make sched_switch do nothing (`--bench-noop-probes`, for benchmarks).
+    pub noop_switch: bool,
 }
 
 /// Errors loading or reading the probes.
@@ -163,12 +165,14 @@ impl Probes {
         // Free the BTF copy before aya parses its own (aya's loader always does).
         drop(kernel_btf);
         let all_tasks = u32::from(config.all_tasks);
+        let noop_switch = u32::from(config.noop_switch);
         let spawner = config.spawner_tgid.unwrap_or(0);
 
         // The object has no CO-RE relocations, so the loader needs no kernel BTF.
         let mut ebpf = EbpfLoader::new()
             .btf(None)
             .override_global(globals::ALL_TASKS, &all_tasks, true)
+            .override_global(globals::NOOP_SWITCH, &noop_switch, true)
             .override_global(globals::SPAWNER_TGID, &spawner, true)
             .override_global(globals::TASK_PID_OFFSET, &pid_offset, true)
             .override_global(globals::TASK_TGID_OFFSET, &tgid_offset, true)

@@ -79,6 +79,8 @@ pub struct RunConfig {
     pub calibration: Duration,
     pub timeseries: bool,
     pub proc_root: PathBuf,
+    /// Benchmarks only: attach probes that account nothing.
+    pub noop_probes: bool,
 }
 
 /// Errors that end a run before it measured anything; each maps to an exit code.
@@ -242,7 +244,13 @@ async fn run_async(config: RunConfig) -> Result<Outcome, RunError> {
             Mode::Attach { pids } => pids.clone(),
             _ => Vec::new(),
         },
+        noop_switch: config.noop_probes,
     };
+    if config.noop_probes {
+        eprintln!(
+            "cg-trace: --bench-noop-probes: sched_switch accounts nothing; figures are meaningless"
+        );
+    }
     let probes = Probes::load(&probe_config)?;
     let attach_ms = probes.attach_time.as_secs_f64() * 1e3;
     let known_idle_w = known_idle(&selection.sources);
