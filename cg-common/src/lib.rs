@@ -96,8 +96,9 @@ const _: () = assert!(size_of::<CachedTime>() == 16);
 /// Slice lengths come from the kernel's own `se.sum_exec_runtime` (exact, and no clock read
 /// per switch); user space reads the slice still running from the same counter in
 /// `/proc/PID/task/TID/schedstat`, and a CPU's idle time is what remains of an interval.
-/// The kernel writes `seq_begin`, the body, then `seq_end` with the same new value; a reader
-/// that sees `seq_begin != seq_end` caught a write in flight and reads again.
+/// User space copies it front to back while the kernel may be writing it; the kernel writes
+/// back to front: `seq_end`, the body, then `seq_begin` with the same new value. A copy that
+/// overlapped a write sees `seq_begin != seq_end` and is taken again.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CpuState {
@@ -130,8 +131,11 @@ pub struct LossCounters {
     pub events_dropped: u64,
     /// Child processes that could not be added to `TARGETS` (map full).
     pub targets_full: u64,
+    /// Switches whose outgoing task was not the one this CPU recorded at its previous switch
+    /// (a switch the program did not see): that slice is not charged.
+    pub unmatched_switches: u64,
 }
-const _: () = assert!(size_of::<LossCounters>() == 24);
+const _: () = assert!(size_of::<LossCounters>() == 32);
 
 /// Kinds of [`LifecycleEvent`].
 pub mod event_kind {

@@ -107,24 +107,30 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     let Some(state) = CPU_STATE.get_ptr_mut(0) else {
         return 0;
     };
+    let prev_tid: u32 = field(prev, global(&TASK_PID_OFFSET));
     let prev_runtime: u64 = field(prev, global(&TASK_RUNTIME_OFFSET));
     let next_tid: u32 = field(next, global(&TASK_PID_OFFSET));
     let next_tgid: u32 = field(next, global(&TASK_TGID_OFFSET));
     let next_runtime: u64 = field(next, global(&TASK_RUNTIME_OFFSET));
 
-    // SAFETY: per-CPU slot written only by this CPU with preemption off; user space reads it
-    // concurrently and uses seq_begin/seq_end to detect a write in flight.
+    // SAFETY: per-CPU slot written only by this CPU with preemption off. User space copies
+    // it front to back while we may be writing; we write back to front (seq_end, body,
+    // seq_begin), so a copy that overlapped a write sees seq_begin != seq_end and retries.
     unsafe {
-        let seq = (*state).seq_begin.wrapping_add(1);
-        core::ptr::write_volatile(&mut (*state).seq_begin, seq);
-        // prev is the task this CPU recorded at its previous switch (as next), so its ids are
-        // already in the state. The idle task (tid 0) is never charged: idle time is what
-        // remains of an interval.
-        let (prev_tgid, prev_tid) = ((*state).tgid, (*state).tid);
-        if prev_tid != 0 && (*state).valid != 0 {
-            let slice = prev_runtime.saturating_sub((*state).start_runtime_ns);
-            if slice != 0 {
-                charge(state, prev_tgid, prev_tid, slice);
+        let seq = (*state).seq_end.wrapping_add(1);
+        core::ptr::write_volatile(&mut (*state).seq_end, seq);
+        // prev should be the task this CPU recorded at its previous switch (as next); its
+        // start_runtime is only meaningful then. The idle task (tid 0) is never charged:
+        // idle time is what remains of an interval.
+        if (*state).valid != 0 {
+            let (prev_tgid, recorded_tid) = ((*state).tgid, (*state).tid);
+            if recorded_tid != prev_tid {
+                count_loss(|l| l.unmatched_switches += 1);
+            } else if prev_tid != 0 {
+                let slice = prev_runtime.saturating_sub((*state).start_runtime_ns);
+                if slice != 0 {
+                    charge(state, prev_tgid, prev_tid, slice);
+                }
             }
         }
         core::ptr::write_volatile(&mut (*state).start_runtime_ns, next_runtime);
@@ -133,7 +139,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
         if (*state).valid == 0 {
             core::ptr::write_volatile(&mut (*state).valid, 1);
         }
-        core::ptr::write_volatile(&mut (*state).seq_end, seq);
+        core::ptr::write_volatile(&mut (*state).seq_begin, seq);
     }
     0
 }

@@ -164,8 +164,8 @@ pub fn render(report: &Report) -> String {
     if estimated {
         let _ = writeln!(
             out,
-            "All energy figures above are ESTIMATED by the built-in power model; run \
-             `cg-trace sources` to see why no measured source was used."
+            "All energy figures above are ESTIMATED by the built-in power model (why no \
+             measured source was used: see the quality notes above)."
         );
     }
     out

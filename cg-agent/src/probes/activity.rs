@@ -49,6 +49,19 @@ pub struct Snapshot {
     pub threads: Vec<(ThreadKey, Vec<u64>)>,
 }
 
+impl Snapshot {
+    /// Whether some CPU still runs, or holds cached time of, thread `tid` of process `tgid`
+    /// (any of its threads when `tid` is `None`): its kernel totals are not final yet.
+    pub fn holds(&self, tgid: u32, tid: Option<u32>) -> bool {
+        let matches =
+            |key_tgid: u32, key_tid: u32| key_tgid == tgid && tid.is_none_or(|t| t == key_tid);
+        self.cpus.iter().any(|c| {
+            c.running.is_some_and(|r| matches(r.tgid, r.tid))
+                || c.cached.iter().any(|(k, _)| matches(k.tgid, k.tid))
+        })
+    }
+}
+
 /// On-CPU time of one thread on one CPU during an interval.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ThreadSlice {
@@ -365,6 +378,33 @@ mod tests {
         snap.threads = vec![(key(8, 9), vec![20 * MS])];
         let a = tracker.advance(&snap, |_| true).unwrap();
         assert_eq!(slices_of(&a, key(8, 9)), 0);
+    }
+
+    #[test]
+    fn knows_which_threads_are_not_final_yet() {
+        let snap = Snapshot {
+            taken_ns: 0,
+            cpus: vec![
+                CpuSnapshot {
+                    running: Some(Running {
+                        tgid: 4,
+                        tid: 6,
+                        in_progress_ns: Some(1),
+                    }),
+                    ..CpuSnapshot::default()
+                },
+                CpuSnapshot {
+                    cached: vec![(key(7, 8), 5)],
+                    ..CpuSnapshot::default()
+                },
+            ],
+            threads: vec![(key(9, 9), vec![1, 1])],
+        };
+        assert!(snap.holds(4, Some(6)));
+        assert!(snap.holds(4, None));
+        assert!(!snap.holds(4, Some(5)));
+        assert!(snap.holds(7, Some(8)));
+        assert!(!snap.holds(9, None), "only in the map: final");
     }
 
     #[test]

@@ -114,11 +114,13 @@ pub struct Losses {
     pub events_dropped: u64,
     /// Child processes that could not be followed (target map full).
     pub targets_map_full: u64,
+    /// Switches the kernel side could not match to the task it saw arrive (slice not charged).
+    pub unmatched_switches: u64,
 }
 
 impl Losses {
     pub fn total(&self) -> u64 {
-        self.on_cpu_map_full + self.events_dropped + self.targets_map_full
+        self.on_cpu_map_full + self.events_dropped + self.targets_map_full + self.unmatched_switches
     }
 }
 
@@ -350,6 +352,7 @@ impl Probes {
             on_cpu_map_full: acc.on_cpu_map_full + l.on_cpu_full,
             events_dropped: acc.events_dropped + l.events_dropped,
             targets_map_full: acc.targets_map_full + l.targets_full,
+            unmatched_switches: acc.unmatched_switches + l.unmatched_switches,
         }))
     }
 

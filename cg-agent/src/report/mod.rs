@@ -211,6 +211,9 @@ pub struct LostEvents {
     pub events_dropped_count: u64,
     /// Child processes that could not be followed (target map full).
     pub targets_map_full_count: u64,
+    /// Context switches the kernel did not report through sched_switch (their slice went
+    /// uncharged, so it counts as idle).
+    pub unmatched_switches_count: u64,
     /// Intervals for which a source or the probes could not be read.
     pub read_errors_count: u64,
 }
@@ -297,6 +300,7 @@ pub fn build(rec: &Recording) -> Report {
             on_cpu_map_full_count: rec.losses.on_cpu_map_full,
             events_dropped_count: rec.losses.events_dropped,
             targets_map_full_count: rec.losses.targets_map_full,
+            unmatched_switches_count: rec.losses.unmatched_switches,
             read_errors_count: lost_read_errors,
         },
         intervals_count: ledger.intervals,
@@ -610,12 +614,20 @@ fn quality(rec: &Recording, baselines: &[IdleBaseline]) -> Quality {
             _ => {}
         }
     }
-    if rec.losses.total() > 0 {
+    let lost = &rec.losses;
+    if lost.on_cpu_map_full + lost.events_dropped + lost.targets_map_full > 0 {
         degraded = true;
         notes.push(format!(
             "the kernel side lost records: {} thread-map-full, {} events dropped, {} \
              target-map-full",
-            rec.losses.on_cpu_map_full, rec.losses.events_dropped, rec.losses.targets_map_full
+            lost.on_cpu_map_full, lost.events_dropped, lost.targets_map_full
+        ));
+    }
+    if lost.unmatched_switches > 0 {
+        notes.push(format!(
+            "{} context switch(es) were never reported by the kernel's sched_switch tracepoint \
+             (ftrace misses them too); the slices around them went uncharged and count as idle",
+            lost.unmatched_switches
         ));
     }
     for (error, count) in &rec.source_errors {

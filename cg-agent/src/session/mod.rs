@@ -638,22 +638,23 @@ impl Sampler {
         let interval = activity.map(|a| self.interval_of(&a, phase));
 
         let mut done = std::mem::replace(&mut self.pending, cleanup);
-        // A thread a CPU still caches time for keeps its entry until the cache lets go of it
-        // (deleting it now would count that time twice).
-        let still_cached = |t: &ThreadKey| {
-            snapshot
-                .cpus
-                .iter()
-                .any(|c| c.cached.iter().any(|(k, _)| k == t))
-        };
-        let (wait, delete): (Vec<ThreadKey>, Vec<ThreadKey>) =
-            done.threads.drain(..).partition(still_cached);
+        // A thread that a CPU still runs (an exit can take a while) or caches time for keeps
+        // its entry until that time is final: deleting it now would count that time twice.
+        let (wait, delete): (Vec<ThreadKey>, Vec<ThreadKey>) = done
+            .threads
+            .drain(..)
+            .partition(|t| snapshot.holds(t.tgid, Some(t.tid)));
         self.pending.threads.extend(wait);
         for thread in delete {
             self.probes.delete_thread(thread);
             self.tracker.forget(thread);
         }
-        for pid in done.processes {
+        let (wait, retire): (Vec<u32>, Vec<u32>) = done
+            .processes
+            .drain(..)
+            .partition(|&pid| snapshot.holds(pid, None));
+        self.pending.processes.extend(wait);
+        for pid in retire {
             if !self.all {
                 self.probes.remove_target(pid);
             }
