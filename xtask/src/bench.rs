@@ -55,21 +55,33 @@ pub fn run(args: &[String]) -> Result<()> {
             "round_trips_per_s",
         )
     })?;
-    let lost: f64 = figures
-        .reports
-        .iter()
-        .map(|r| {
-            r.pointer("/totals/lost_events/total_count")
-                .and_then(Value::as_f64)
-                .unwrap_or(f64::NAN)
-        })
-        .sum();
+    let lost = |counter: &str| -> f64 {
+        figures
+            .reports
+            .iter()
+            .map(|r| {
+                r.pointer(&format!("/totals/lost_events/{counter}"))
+                    .and_then(Value::as_f64)
+                    .unwrap_or(f64::NAN)
+            })
+            .sum()
+    };
     println!(
         "ping-pong pinned to CPU 0 ({:.0} context switches/s without cg-trace)",
         2.0 * figures.base
     );
     figures.print("round trips/s", 5.0);
-    println!("  lost events while tracing: {lost}   (target 0)");
+    println!(
+        "  lost while tracing: {} events dropped, {} thread-map full, {} targets-map full   \
+         (target 0)",
+        lost("events_dropped_count"),
+        lost("on_cpu_map_full_count"),
+        lost("targets_map_full_count")
+    );
+    println!(
+        "  switches the kernel never reported (sched_switch not emitted; see README): {}",
+        lost("unmatched_switches_count")
+    );
     println!();
 
     // 1b. The same with the kernel's reference tool, when installed.
