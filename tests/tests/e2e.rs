@@ -304,8 +304,10 @@ fn attach_sees_a_task_that_never_leaves_its_cpu() {
         "spinner ran {} s of a {duration} s run",
         num(p, "/cpu_time_s")
     );
-    // Every interval saw it busy, not just the last one.
-    for point in report["timeseries"].as_array().unwrap().iter().skip(1) {
+    // Every interval saw it busy, not just the last one. (The running slice is read to within
+    // a scheduler tick, so the run's last, few-millisecond interval may see nothing new.)
+    let series = report["timeseries"].as_array().unwrap();
+    for point in series.iter().filter(|p| num(p, "/duration_s") >= 0.05) {
         assert!(num(point, "/attributed_energy_j") > 0.0, "{point:#}");
     }
 }
