@@ -1,9 +1,12 @@
 //! The report model (a JSON contract: every numeric field name carries its unit, `_j`, `_w`,
 //! `_s`, `_ms`, `_pct`, `_bytes`, `_count`) and [`build`], which attributes a run's
-//! recording once the idle baselines are known. Every output (summary, JSON, later the
-//! terminal view) reads this model; none of them recomputes attribution.
+//! recording once the idle baselines are known. Every output (summary, JSON) reads this
+//! model; none of them recomputes attribution. [`live`] is its counterpart while a run goes
+//! on, which the terminal view reads.
 //!
 //! The schema is documented in `docs/report.md`.
+
+pub mod live;
 
 use std::{
     collections::BTreeMap,
@@ -14,12 +17,13 @@ use serde::Serialize;
 
 use crate::{
     attribution::{
-        Coverage, DomainSplit, Ledger, ProcId,
+        Coverage, DomainSplit, Interval, Ledger, ProcId,
         idle::{self, IdleBaseline, IdleMethod, PowerPoint},
         split_interval,
     },
+    probes::Losses,
     session::{IdleWatts, Mode, Recording, processes::Ending},
-    sources::{DomainKind, Provenance},
+    sources::{DomainKind, DomainSpec, Provenance},
 };
 
 /// Version of the report schema; bumped when a field changes meaning or disappears.
@@ -218,6 +222,20 @@ pub struct LostEvents {
     pub read_errors_count: u64,
 }
 
+impl LostEvents {
+    /// The kernel side's losses and the failed reads of sources or probes.
+    pub fn new(losses: &Losses, read_errors_count: u64) -> Self {
+        LostEvents {
+            total_count: losses.total() + read_errors_count,
+            on_cpu_map_full_count: losses.on_cpu_map_full,
+            events_dropped_count: losses.events_dropped,
+            targets_map_full_count: losses.targets_map_full,
+            unmatched_switches_count: losses.unmatched_switches,
+            read_errors_count,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct TimePoint {
     pub t_s: f64,
@@ -295,14 +313,7 @@ pub fn build(rec: &Recording) -> Report {
                 )
             })
             .collect(),
-        lost_events: LostEvents {
-            total_count: rec.losses.total() + lost_read_errors,
-            on_cpu_map_full_count: rec.losses.on_cpu_map_full,
-            events_dropped_count: rec.losses.events_dropped,
-            targets_map_full_count: rec.losses.targets_map_full,
-            unmatched_switches_count: rec.losses.unmatched_switches,
-            read_errors_count: lost_read_errors,
-        },
+        lost_events: LostEvents::new(&rec.losses, lost_read_errors),
         intervals_count: ledger.intervals,
     };
 
@@ -326,50 +337,87 @@ fn per_second(energy_j: f64, seconds: f64) -> f64 {
 
 /// One baseline per domain (see [`crate::attribution::idle`] for the order of preference).
 fn idle_baselines(rec: &Recording) -> Vec<IdleBaseline> {
-    let top_count = rec.domains.iter().filter(|d| d.parent.is_none()).count();
-    rec.domains
-        .iter()
-        .enumerate()
-        .map(|(d, spec)| {
-            let given = match &rec.idle_watts {
-                IdleWatts::Total(w) if spec.parent.is_none() && top_count == 1 => Some(*w),
-                IdleWatts::PerDomain(map) => map.get(&spec.name).copied(),
-                _ => None,
-            };
-            if let Some(power_w) = given {
-                return IdleBaseline {
-                    power_w,
-                    method: IdleMethod::Given,
-                };
-            }
-            if let Some(power_w) = rec.known_idle_w.get(d).copied().flatten() {
-                return IdleBaseline {
-                    power_w,
-                    method: IdleMethod::Model,
-                };
-            }
-            // Intervals much shorter than nominal (the last one of a window) say more about
-            // when the counter last ticked than about power: leave them out of the fit.
-            let min_ns = rec.interval.as_nanos() as u64 / 2;
-            let points: Vec<PowerPoint> = rec
-                .recorder
-                .calibration()
-                .iter()
-                .chain(rec.recorder.intervals())
-                .filter(|i| i.duration_ns >= min_ns)
-                .map(|i| PowerPoint {
-                    duration_s: i.duration_ns as f64 / 1e9,
-                    energy_j: i.energy_j.get(d).copied().unwrap_or(0.0),
-                    busy_cpus: i.busy_cpus(&spec.coverage),
-                })
-                .collect();
-            let prior = match spec.kind {
-                DomainKind::Dram | DomainKind::Uncore => rec.prior_slope_w_per_cpu * 0.1,
-                _ => rec.prior_slope_w_per_cpu,
-            };
-            idle::estimate(&points, prior)
+    let inputs = BaselineInputs {
+        domains: &rec.domains,
+        idle_watts: &rec.idle_watts,
+        known_idle_w: &rec.known_idle_w,
+        interval: rec.interval,
+        prior_slope_w_per_cpu: rec.prior_slope_w_per_cpu,
+    };
+    (0..rec.domains.len())
+        .map(|d| {
+            inputs.fixed(d).unwrap_or_else(|| {
+                let points: Vec<PowerPoint> = rec
+                    .recorder
+                    .calibration()
+                    .iter()
+                    .chain(rec.recorder.intervals())
+                    .filter_map(|i| inputs.power_point(i, d))
+                    .collect();
+                inputs.estimate(d, &points)
+            })
         })
         .collect()
+}
+
+/// What decides a run's idle baselines; the report (over the whole run) and the live view
+/// (over the run so far, see [`live`]) decide them the same way.
+pub(crate) struct BaselineInputs<'a> {
+    pub domains: &'a [DomainSpec],
+    pub idle_watts: &'a IdleWatts,
+    pub known_idle_w: &'a [Option<f64>],
+    pub interval: Duration,
+    pub prior_slope_w_per_cpu: f64,
+}
+
+impl BaselineInputs<'_> {
+    /// Domain `d`'s baseline when it does not depend on measurements: given with
+    /// `--idle-watts`, or known to its source (the model's idle term).
+    pub fn fixed(&self, d: usize) -> Option<IdleBaseline> {
+        let spec = self.domains.get(d)?;
+        let top_count = self.domains.iter().filter(|d| d.parent.is_none()).count();
+        let given = match self.idle_watts {
+            IdleWatts::Total(w) if spec.parent.is_none() && top_count == 1 => Some(*w),
+            IdleWatts::PerDomain(map) => map.get(&spec.name).copied(),
+            _ => None,
+        };
+        if let Some(power_w) = given {
+            return Some(IdleBaseline {
+                power_w,
+                method: IdleMethod::Given,
+            });
+        }
+        self.known_idle_w
+            .get(d)
+            .copied()
+            .flatten()
+            .map(|power_w| IdleBaseline {
+                power_w,
+                method: IdleMethod::Model,
+            })
+    }
+
+    /// What interval `interval` says about domain `d`'s power, or `None` for intervals much
+    /// shorter than nominal (the last one of a window), which say more about when the counter
+    /// last ticked than about power.
+    pub fn power_point(&self, interval: &Interval, d: usize) -> Option<PowerPoint> {
+        let min_ns = self.interval.as_nanos() as u64 / 2;
+        let spec = self.domains.get(d)?;
+        (interval.duration_ns >= min_ns).then(|| PowerPoint {
+            duration_s: interval.duration_ns as f64 / 1e9,
+            energy_j: interval.energy_j.get(d).copied().unwrap_or(0.0),
+            busy_cpus: interval.busy_cpus(&spec.coverage),
+        })
+    }
+
+    /// Domain `d`'s baseline estimated from `points` (see [`idle::estimate`]).
+    pub fn estimate(&self, d: usize, points: &[PowerPoint]) -> IdleBaseline {
+        let prior = match self.domains.get(d).map(|s| s.kind) {
+            Some(DomainKind::Dram | DomainKind::Uncore) => self.prior_slope_w_per_cpu * 0.1,
+            _ => self.prior_slope_w_per_cpu,
+        };
+        idle::estimate(points, prior)
+    }
 }
 
 fn time_point(

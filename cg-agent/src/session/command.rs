@@ -1,7 +1,8 @@
 //! Starting the wrapped command: as the user who ran `sudo` (SUDO_UID/SUDO_GID, with their
-//! supplementary groups), not as root, with its own stdin/stdout/stderr.
+//! supplementary groups), not as root, with its own stdin/stdout/stderr (or, under the live
+//! view, its output in a file).
 
-use std::{ffi::CString, io};
+use std::{ffi::CString, io, path::Path, process::Stdio};
 
 use tokio::process::{Child, Command};
 
@@ -66,12 +67,29 @@ fn supplementary_groups(user: &str, gid: u32) -> Option<Vec<u32>> {
 }
 
 /// Starts `argv` (as `invoker` when given). Errors are the exec's: not found, not executable.
-pub fn spawn(argv: &[String], invoker: Option<&Invoker>) -> io::Result<Child> {
+/// With `output`, the command's stdout and stderr go to that file (created, or truncated, and
+/// handed to the invoker) and its stdin is `/dev/null`; otherwise it shares ours.
+pub fn spawn(
+    argv: &[String],
+    invoker: Option<&Invoker>,
+    output: Option<&Path>,
+) -> io::Result<Child> {
     let (program, args) = argv
         .split_first()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty command"))?;
     let mut command = Command::new(program);
     command.args(args).kill_on_drop(false);
+    if let Some(path) = output {
+        let file = std::fs::File::create(path)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        if let Some(invoker) = invoker {
+            let _ = std::os::unix::fs::chown(path, Some(invoker.uid), Some(invoker.gid));
+        }
+        command
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file);
+    }
     if let Some(invoker) = invoker.cloned() {
         // SAFETY: the closure only makes async-signal-safe syscalls (setgroups, setgid,
         // setuid) on data prepared before the fork.

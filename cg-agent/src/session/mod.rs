@@ -4,6 +4,7 @@
 //! produces its report: every interval measured is kept.
 
 pub mod command;
+pub mod live;
 pub mod processes;
 pub mod recorder;
 
@@ -19,6 +20,7 @@ use cg_common::ThreadKey;
 
 use self::{
     command::Invoker,
+    live::{LiveEvent, LiveHooks, LiveSample, LiveStart},
     processes::{Cleanup, Ending, ProcessRecord, ProcessTable},
     recorder::Recorder,
 };
@@ -183,7 +185,18 @@ pub fn run(config: RunConfig) -> Result<Outcome, RunError> {
         .enable_all()
         .build()
         .map_err(RunError::Signals)?;
-    runtime.block_on(run_async(config))
+    runtime.block_on(run_async(config, None))
+}
+
+/// Runs a whole session that a live view watches (see [`live`]): the same run as [`run`],
+/// plus an observer called on every interval, a stop request, and the command's output
+/// kept off the terminal.
+pub fn run_live(config: RunConfig, hooks: LiveHooks) -> Result<Outcome, RunError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(RunError::Signals)?;
+    runtime.block_on(run_async(config, Some(hooks)))
 }
 
 /// How the sampling loop ended.
@@ -194,7 +207,7 @@ enum Stop {
     Signal(i32),
 }
 
-async fn run_async(config: RunConfig) -> Result<Outcome, RunError> {
+async fn run_async(config: RunConfig, hooks: Option<LiveHooks>) -> Result<Outcome, RunError> {
     privileges::check_can_trace().map_err(RunError::Privileges)?;
     if let Mode::Attach { pids } = &config.mode {
         for &pid in pids {
@@ -236,7 +249,11 @@ async fn run_async(config: RunConfig) -> Result<Outcome, RunError> {
         selection.reason
     );
 
-    let mut signals = Signals::new().map_err(RunError::Signals)?;
+    let (observer, quit, command_output) = match hooks {
+        Some(h) => (Some(h.observer), Some(h.stop), h.command_output),
+        None => (None, None, None),
+    };
+    let mut signals = Signals::new(quit).map_err(RunError::Signals)?;
     let probe_config = ProbeConfig {
         all_tasks: config.mode == Mode::System,
         spawner_tgid: matches!(config.mode, Mode::Wrap { .. }).then(std::process::id),
@@ -257,7 +274,7 @@ async fn run_async(config: RunConfig) -> Result<Outcome, RunError> {
     let prior_slope_w_per_cpu =
         sources::model::ModelParams::defaults(host.cpu_count(), &host.cpu_model)
             .watts_per_busy_cpu(host.cpu_count());
-    let source_infos = selection
+    let source_infos: Vec<SourceInfo> = selection
         .sources
         .iter()
         .map(|s| SourceInfo {
@@ -283,7 +300,11 @@ async fn run_async(config: RunConfig) -> Result<Outcome, RunError> {
         source_errors: BTreeMap::new(),
         last_gc: Instant::now(),
         all: config.mode == Mode::System,
+        observer,
     };
+    if sampler.observer.is_some() {
+        sampler.table.track_changes();
+    }
     if let Mode::Attach { pids } = &config.mode {
         for &pid in pids {
             sampler.table.add_root(pid, sampler.run_start_ns);
@@ -320,14 +341,30 @@ async fn run_async(config: RunConfig) -> Result<Outcome, RunError> {
         && early_signal.is_none()
     {
         let invoker = Invoker::from_sudo_env();
-        let spawned =
-            command::spawn(command, invoker.as_ref()).map_err(|source| RunError::Spawn {
+        let spawned = command::spawn(command, invoker.as_ref(), command_output.as_deref())
+            .map_err(|source| RunError::Spawn {
                 program: command[0].clone(),
                 source,
             })?;
         child_pid = spawned.id().unwrap_or(0);
         sampler.table.add_root(child_pid, sampler.run_start_ns);
         child = Some(spawned);
+    }
+
+    if let Some(observer) = sampler.observer.as_mut() {
+        observer(LiveEvent::Started(LiveStart {
+            mode: &config.mode,
+            host: &host,
+            interval: config.interval,
+            domains: &domains,
+            sources: &source_infos,
+            selection_reason: &selection.reason,
+            known_idle_w: &known_idle_w,
+            idle_watts: &config.idle_watts,
+            prior_slope_w_per_cpu,
+            run_start_ns: sampler.run_start_ns,
+            calibration: sampler.recorder.calibration(),
+        }));
     }
 
     let deadline = config.duration.map(|d| Instant::now() + d);
@@ -365,7 +402,15 @@ async fn run_async(config: RunConfig) -> Result<Outcome, RunError> {
                             // A Ctrl-C typed in the terminal already reached the command (it is
                             // in our foreground process group); anything else is forwarded.
                             let forward = !(sig == libc::SIGINT && shares_foreground_terminal());
-                            let forward_sig = if forward { sig } else { 0 };
+                            let forward_sig = if sig == QUIT {
+                                // The view holds the terminal in raw mode: no Ctrl-C reached
+                                // the command, so it gets the SIGINT a Ctrl-C would send.
+                                libc::SIGINT
+                            } else if forward {
+                                sig
+                            } else {
+                                0
+                            };
                             wind_down(c, child_pid, forward_sig, &mut sampler, &mut signals, config.interval)
                                 .await
                                 .map_or(Stop::Signal(sig), Stop::CommandExited)
@@ -392,6 +437,15 @@ async fn run_async(config: RunConfig) -> Result<Outcome, RunError> {
         Stop::Duration => (
             "--duration reached".to_string(),
             if child.is_some() { 124 } else { 0 },
+            None,
+        ),
+        Stop::Signal(QUIT) => (
+            "quit from the live view".to_string(),
+            if child.is_some() {
+                128 + libc::SIGINT
+            } else {
+                0
+            },
             None,
         ),
         Stop::Signal(sig) => (
@@ -502,27 +556,39 @@ fn signal_name(sig: i32) -> &'static str {
     }
 }
 
-/// The signals that stop a run.
+/// What [`Signals::recv`] returns when the live view asked to stop (not a signal number).
+const QUIT: i32 = -1;
+
+/// The signals that stop a run, and the live view's stop request.
 struct Signals {
     interrupt: Signal,
     terminate: Signal,
     hangup: Signal,
+    quit: Option<std::sync::Arc<tokio::sync::Notify>>,
 }
 
 impl Signals {
-    fn new() -> std::io::Result<Self> {
+    fn new(quit: Option<std::sync::Arc<tokio::sync::Notify>>) -> std::io::Result<Self> {
         Ok(Signals {
             interrupt: signal(SignalKind::interrupt())?,
             terminate: signal(SignalKind::terminate())?,
             hangup: signal(SignalKind::hangup())?,
+            quit,
         })
     }
 
     async fn recv(&mut self) -> i32 {
+        let quit = async {
+            match &self.quit {
+                Some(quit) => quit.notified().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = self.interrupt.recv() => libc::SIGINT,
             _ = self.terminate.recv() => libc::SIGTERM,
             _ = self.hangup.recv() => libc::SIGHUP,
+            _ = quit => QUIT,
         }
     }
 }
@@ -609,6 +675,8 @@ struct Sampler {
     source_errors: BTreeMap<String, u64>,
     last_gc: Instant,
     all: bool,
+    /// The live view's observer, if one watches this run.
+    observer: Option<Box<dyn FnMut(LiveEvent<'_>) + Send>>,
 }
 
 /// How often to look for kernel entries of threads whose exit event was lost.
@@ -678,6 +746,19 @@ impl Sampler {
             duration_ns: interval.duration_ns,
             busy_ns_per_cpu: &busy,
         });
+        if phase == Phase::Run
+            && let Some(observer) = self.observer.as_mut()
+        {
+            let changed = self.table.take_changed();
+            observer(LiveEvent::Sample(LiveSample {
+                interval: &interval,
+                processes: self.table.records(),
+                changed: &changed,
+                losses: self.probes.losses().unwrap_or_default(),
+                read_errors_count: self.source_errors.values().sum(),
+                functions: None,
+            }));
+        }
         match phase {
             Phase::Calibration => self.recorder.push_calibration(interval),
             _ => self.recorder.push(interval),

@@ -48,6 +48,8 @@ pub struct ProcessRecord {
     pub ppid: Option<u32>,
     pub comm: String,
     pub cmdline: Vec<String>,
+    /// Owner (real uid, from `/proc/PID`), when it could be read.
+    pub uid: Option<u32>,
     /// Monotonic ns when the run first saw it (its fork, or the start of the run).
     pub first_seen_ns: u64,
     pub ended_ns: Option<u64>,
@@ -74,6 +76,9 @@ pub struct ProcessTable {
     records: Vec<ProcessRecord>,
     /// Live pid -> its current ProcId.
     live: HashMap<u32, ProcId>,
+    /// Records added or changed since [`ProcessTable::take_changed`], when tracked (the live
+    /// view copies only these).
+    changed: Option<Vec<ProcId>>,
 }
 
 impl ProcessTable {
@@ -83,6 +88,27 @@ impl ProcessTable {
             proc_root: proc_root.into(),
             records: Vec::new(),
             live: HashMap::new(),
+            changed: None,
+        }
+    }
+
+    /// Starts remembering which records are added or changed (see [`Self::take_changed`]).
+    pub fn track_changes(&mut self) {
+        self.changed.get_or_insert_with(Vec::new);
+    }
+
+    /// The records added or changed since the last call (in no particular order, possibly
+    /// repeated); empty unless [`Self::track_changes`] was called.
+    pub fn take_changed(&mut self) -> Vec<ProcId> {
+        self.changed
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    fn mark_changed(&mut self, id: ProcId) {
+        if let Some(changed) = &mut self.changed {
+            changed.push(id);
         }
     }
 
@@ -115,6 +141,7 @@ impl ProcessTable {
             ppid,
             comm: String::new(),
             cmdline: Vec::new(),
+            uid: None,
             first_seen_ns: now_ns,
             ended_ns: None,
             ending: None,
@@ -123,12 +150,17 @@ impl ProcessTable {
         self.refresh_from_proc(&mut record);
         self.records.push(record);
         self.live.insert(pid, id);
+        self.mark_changed(id);
         id
     }
 
     /// Reads comm, parent and command line from `/proc/PID` where still there.
     fn refresh_from_proc(&self, record: &mut ProcessRecord) {
         let dir = self.proc_root.join(record.pid.to_string());
+        if let Ok(meta) = fs::metadata(&dir) {
+            use std::os::unix::fs::MetadataExt;
+            record.uid = Some(meta.uid());
+        }
         if let Ok(stat) = fs::read_to_string(dir.join("stat")) {
             // pid (comm) state ppid ...: comm may hold spaces and parentheses.
             if let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) {
@@ -190,6 +222,7 @@ impl ProcessTable {
                             record.cmdline = vec![filename.clone()];
                         }
                         self.records[id as usize] = record;
+                        self.mark_changed(id);
                     }
                 }
                 Lifecycle::Exit {
@@ -211,6 +244,7 @@ impl ProcessTable {
                         if record.comm.is_empty() {
                             record.comm = comm.clone();
                         }
+                        self.mark_changed(id);
                     }
                     cleanup.processes.push(pid);
                 }
@@ -236,6 +270,7 @@ impl ProcessTable {
             let record = &mut self.records[id as usize];
             record.ending = Some(ending);
             record.ended_ns.get_or_insert(now_ns);
+            self.mark_changed(id);
         }
     }
 
@@ -368,6 +403,25 @@ mod tests {
         ]);
         assert_eq!(table.ids_by_pid()[&20].len(), 2);
         assert_eq!(table.live_targets(), 2);
+    }
+
+    #[test]
+    fn tracks_changed_records_only_when_asked() {
+        let root = fake_proc(10, "10 (app) S 1 10 10 0", b"app\0");
+        let mut table = ProcessTable::new(false, root.path());
+        table.add_root(10, 0);
+        assert!(table.take_changed().is_empty(), "not tracked yet");
+        assert_eq!(table.records()[0].uid, Some(unsafe { libc::geteuid() }));
+        table.track_changes();
+        table.apply(&[Lifecycle::Fork {
+            pid: 11,
+            ppid: 10,
+            timestamp_ns: 1,
+        }]);
+        assert_eq!(table.take_changed(), vec![1]);
+        assert!(table.take_changed().is_empty());
+        table.set_ending(10, Ending::Exited(0), 5);
+        assert_eq!(table.take_changed(), vec![0]);
     }
 
     #[test]

@@ -1,0 +1,730 @@
+//! The report's live counterpart: a run's figures so far, for the terminal view. Each
+//! interval is attributed as it arrives, with the same split as [`super::build`] and idle
+//! baselines decided the same way ([`super::BaselineInputs`]), but estimated from the run so
+//! far; at the end the report re-attributes the whole run with the final baselines, so its
+//! figures can differ a little from the last live ones (never in the measured energy).
+//!
+//! Pure: no I/O, no clocks. [`LiveModel`] takes the session's live feed
+//! ([`crate::session::live`]); [`LiveModel::snapshot`] gives a [`LiveReport`], which is what
+//! the view reads: "now" figures over the window since the previous snapshot, totals since the
+//! start, and a short power history per domain.
+
+use std::collections::VecDeque;
+
+use crate::{
+    attribution::{
+        Coverage, Ledger, ProcId,
+        idle::{IdleBaseline, PowerPoint},
+        split_interval,
+    },
+    probes::Losses,
+    session::{
+        IdleWatts, Mode,
+        live::{LiveSample, LiveStart},
+        processes::ProcessRecord,
+    },
+    sources::{DomainKind, DomainSpec, Provenance},
+};
+
+use super::{BaselineInputs, FunctionEntry, LostEvents, SourceEntry};
+
+/// How much power history the chart can show.
+pub const HISTORY_S: f64 = 300.0;
+/// How long an exited process stays listed.
+pub const EXITED_LINGER_NS: u64 = 10_000_000_000;
+/// Power points kept per domain for the running idle estimate (10 min at 100 ms).
+const MAX_FIT_POINTS: usize = 6_000;
+/// Intervals between two estimates of the idle baselines, once the first few are in.
+const REFIT_EVERY: u32 = 10;
+
+/// A run's figures so far.
+#[derive(Clone, Debug)]
+pub struct LiveReport {
+    /// `wrap`, `attach` or `system`.
+    pub mode: &'static str,
+    /// What is traced: "the whole machine", the command, the pids.
+    pub target: String,
+    /// Time the intervals so far cover.
+    pub elapsed_s: f64,
+    pub interval_ms: u64,
+    /// The span the "now" figures (power, CPU %) cover: the intervals since the previous
+    /// snapshot.
+    pub window_s: f64,
+    pub cpu_count: usize,
+    pub sources: Vec<SourceEntry>,
+    pub source_selection: String,
+    pub domains: Vec<LiveDomain>,
+    pub totals: LiveTotals,
+    /// Processes alive, or exited less than [`EXITED_LINGER_NS`] ago (with `--all`, those that
+    /// ran), in no particular order.
+    pub processes: Vec<LiveProcess>,
+    /// Energy per function so far, when function-level attribution runs.
+    pub functions: Vec<FunctionEntry>,
+    pub lost_events: LostEvents,
+    /// Power over time, one series per top-level domain (and the targets' share, unless
+    /// the whole machine is traced).
+    pub history: Vec<Series>,
+}
+
+/// One energy domain, now and so far.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LiveDomain {
+    pub name: String,
+    pub kind: DomainKind,
+    pub provenance: Provenance,
+    /// Counts towards the totals (nested domains do not).
+    pub top_level: bool,
+    pub power_w: f64,
+    pub energy_j: f64,
+    pub idle_baseline_w: f64,
+    /// How the baseline was decided: `given`, `model`, `regression`, `prior`, `none`.
+    pub idle_method: &'static str,
+    pub targets_power_w: f64,
+    pub other_power_w: f64,
+    pub idle_power_w: f64,
+}
+
+/// The top-level domains together.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LiveTotals {
+    pub power_w: f64,
+    pub energy_j: f64,
+    pub targets_power_w: f64,
+    pub other_power_w: f64,
+    pub idle_power_w: f64,
+    pub targets_energy_j: f64,
+    pub other_energy_j: f64,
+    pub idle_energy_j: f64,
+    /// Sum of the top-level domains' idle baselines.
+    pub idle_baseline_w: f64,
+    /// Whether any top-level figure is estimated (by the model) rather than measured.
+    pub estimated: bool,
+}
+
+/// One process, now and so far.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LiveProcess {
+    pub id: ProcId,
+    pub pid: u32,
+    pub ppid: Option<u32>,
+    pub uid: Option<u32>,
+    pub comm: String,
+    /// The command line, or the command name when it is unknown.
+    pub command: String,
+    /// The wrapped command or an attached pid.
+    pub root: bool,
+    pub alive: bool,
+    /// On-CPU time over the window, in percent of one CPU (above 100 with several threads).
+    pub cpu_pct: f64,
+    /// Energy over the window, per second (top-level domains).
+    pub power_w: f64,
+    /// Energy so far (top-level domains).
+    pub energy_j: f64,
+    /// Share of the total energy so far.
+    pub share_pct: f64,
+    pub cpu_time_s: f64,
+    /// Power over the window per domain, indexed like [`LiveReport::domains`].
+    pub domain_power_w: Vec<f64>,
+}
+
+/// A power series for the chart: `(seconds since the start, watts)`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Series {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// Accumulates the live feed; see the module docs.
+#[derive(Debug)]
+pub struct LiveModel {
+    mode: Mode,
+    interval_ns: u64,
+    cpu_count: usize,
+    run_start_ns: u64,
+    domains: Vec<DomainSpec>,
+    coverage: Vec<Coverage>,
+    top: Vec<usize>,
+    sources: Vec<SourceEntry>,
+    source_selection: String,
+    idle_watts: IdleWatts,
+    known_idle_w: Vec<Option<f64>>,
+    prior_slope_w_per_cpu: f64,
+    /// Per domain: the recent power points the baseline is estimated from.
+    points: Vec<VecDeque<PowerPoint>>,
+    baselines: Vec<IdleBaseline>,
+    intervals_since_fit: u32,
+    total: Ledger,
+    window: Ledger,
+    elapsed_ns: u64,
+    processes: Vec<ProcessRecord>,
+    losses: Losses,
+    read_errors_count: u64,
+    functions: Vec<FunctionEntry>,
+    history_names: Vec<String>,
+    history: Vec<VecDeque<(f64, f64)>>,
+}
+
+impl LiveModel {
+    pub fn new(start: &LiveStart<'_>) -> Self {
+        let domains = start.domains.to_vec();
+        let top: Vec<usize> = (0..domains.len())
+            .filter(|&d| domains[d].parent.is_none())
+            .collect();
+        let mut history_names: Vec<String> = top.iter().map(|&d| domains[d].name.clone()).collect();
+        if *start.mode != Mode::System {
+            history_names.push("targets".into());
+        }
+        let mut model = LiveModel {
+            mode: start.mode.clone(),
+            interval_ns: start.interval.as_nanos() as u64,
+            cpu_count: start.host.cpu_count(),
+            run_start_ns: start.run_start_ns,
+            coverage: domains.iter().map(|d| d.coverage.clone()).collect(),
+            top,
+            sources: start
+                .sources
+                .iter()
+                .map(|s| SourceEntry {
+                    name: s.name,
+                    provenance: s.provenance,
+                    description: s.description.clone(),
+                    domains: s.domains.clone(),
+                })
+                .collect(),
+            source_selection: start.selection_reason.to_string(),
+            idle_watts: start.idle_watts.clone(),
+            known_idle_w: start.known_idle_w.to_vec(),
+            prior_slope_w_per_cpu: start.prior_slope_w_per_cpu,
+            points: vec![VecDeque::new(); domains.len()],
+            baselines: Vec::new(),
+            intervals_since_fit: 0,
+            total: Ledger::new(domains.len()),
+            window: Ledger::new(domains.len()),
+            elapsed_ns: 0,
+            processes: Vec::new(),
+            losses: Losses::default(),
+            read_errors_count: 0,
+            functions: Vec::new(),
+            history: vec![VecDeque::new(); history_names.len()],
+            history_names,
+            domains,
+        };
+        for interval in start.calibration {
+            model.add_points(interval);
+        }
+        model.fit();
+        model
+    }
+
+    fn inputs(&self) -> BaselineInputs<'_> {
+        BaselineInputs {
+            domains: &self.domains,
+            idle_watts: &self.idle_watts,
+            known_idle_w: &self.known_idle_w,
+            interval: std::time::Duration::from_nanos(self.interval_ns),
+            prior_slope_w_per_cpu: self.prior_slope_w_per_cpu,
+        }
+    }
+
+    fn add_points(&mut self, interval: &crate::attribution::Interval) {
+        for d in 0..self.domains.len() {
+            if let Some(point) = self.inputs().power_point(interval, d) {
+                let points = &mut self.points[d];
+                points.push_back(point);
+                if points.len() > MAX_FIT_POINTS {
+                    points.pop_front();
+                }
+            }
+        }
+    }
+
+    /// Decides every domain's baseline from what is known so far.
+    fn fit(&mut self) {
+        let inputs = self.inputs();
+        let baselines = (0..self.domains.len())
+            .map(|d| {
+                inputs.fixed(d).unwrap_or_else(|| {
+                    let points: Vec<PowerPoint> = self.points[d].iter().copied().collect();
+                    inputs.estimate(d, &points)
+                })
+            })
+            .collect();
+        self.baselines = baselines;
+        self.intervals_since_fit = 0;
+    }
+
+    /// Takes one interval of the feed.
+    pub fn add(&mut self, sample: &LiveSample<'_>) {
+        let known = self.processes.len();
+        if sample.processes.len() > known {
+            self.processes.extend_from_slice(&sample.processes[known..]);
+        }
+        for &id in sample.changed {
+            if let (Some(mine), Some(theirs)) = (
+                self.processes.get_mut(id as usize),
+                sample.processes.get(id as usize),
+            ) && (id as usize) < known
+            {
+                mine.clone_from(theirs);
+            }
+        }
+        self.losses = sample.losses;
+        self.read_errors_count = sample.read_errors_count;
+        if let Some(functions) = &sample.functions {
+            self.functions.clone_from(functions);
+        }
+
+        let interval = sample.interval;
+        self.add_points(interval);
+        self.intervals_since_fit += 1;
+        if self.total.intervals < u64::from(REFIT_EVERY) || self.intervals_since_fit >= REFIT_EVERY
+        {
+            self.fit();
+        }
+        let idle_w: Vec<f64> = self.baselines.iter().map(|b| b.power_w).collect();
+        let splits = split_interval(interval, &self.coverage, &idle_w);
+        self.total.add(interval, &splits);
+        self.window.add(interval, &splits);
+        self.elapsed_ns = self
+            .elapsed_ns
+            .max(interval.start_ns + interval.duration_ns);
+    }
+
+    /// Nanoseconds the next snapshot's window covers so far.
+    pub fn window_ns(&self) -> u64 {
+        self.window.duration_ns
+    }
+
+    /// The figures so far; starts a new window for the "now" figures and adds a point to
+    /// the power history.
+    pub fn snapshot(&mut self) -> LiveReport {
+        let window_s = self.window.duration_ns as f64 / 1e9;
+        let elapsed_s = self.elapsed_ns as f64 / 1e9;
+        let per_s = |j: f64| if window_s > 0.0 { j / window_s } else { 0.0 };
+        let domains: Vec<LiveDomain> = self
+            .domains
+            .iter()
+            .enumerate()
+            .map(|(d, spec)| {
+                let (now, all) = (&self.window.domains[d], &self.total.domains[d]);
+                let baseline = self.baselines.get(d);
+                LiveDomain {
+                    name: spec.name.clone(),
+                    kind: spec.kind,
+                    provenance: spec.provenance,
+                    top_level: spec.parent.is_none(),
+                    power_w: per_s(now.measured_j),
+                    energy_j: all.measured_j,
+                    idle_baseline_w: baseline.map_or(0.0, |b| b.power_w),
+                    idle_method: baseline.map_or("none", |b| b.method.name()),
+                    targets_power_w: per_s(now.attributed_j()),
+                    other_power_w: per_s(now.other_j),
+                    idle_power_w: per_s(now.idle_j),
+                }
+            })
+            .collect();
+        let top_sum =
+            |f: &dyn Fn(&LiveDomain) -> f64| self.top.iter().map(|&d| f(&domains[d])).sum::<f64>();
+        let totals_energy_j = top_sum(&|d| d.energy_j);
+        let totals = LiveTotals {
+            power_w: top_sum(&|d| d.power_w),
+            energy_j: totals_energy_j,
+            targets_power_w: top_sum(&|d| d.targets_power_w),
+            other_power_w: top_sum(&|d| d.other_power_w),
+            idle_power_w: top_sum(&|d| d.idle_power_w),
+            targets_energy_j: self
+                .top
+                .iter()
+                .map(|&d| self.total.domains[d].attributed_j())
+                .sum(),
+            other_energy_j: self
+                .top
+                .iter()
+                .map(|&d| self.total.domains[d].other_j)
+                .sum(),
+            idle_energy_j: self.top.iter().map(|&d| self.total.domains[d].idle_j).sum(),
+            idle_baseline_w: top_sum(&|d| d.idle_baseline_w),
+            estimated: self
+                .top
+                .iter()
+                .any(|&d| domains[d].provenance == Provenance::Estimated),
+        };
+
+        let now_ns = self.run_start_ns + self.elapsed_ns;
+        let processes = self
+            .processes
+            .iter()
+            .enumerate()
+            .filter_map(|(id, p)| {
+                let id = id as ProcId;
+                let cpu_ns = self.total.cpu_ns.get(&id).copied().unwrap_or(0);
+                let window_cpu_ns = self.window.cpu_ns.get(&id).copied().unwrap_or(0);
+                if self.mode == Mode::System && cpu_ns == 0 {
+                    return None;
+                }
+                let alive = p.ended_ns.is_none();
+                let recent = p
+                    .ended_ns
+                    .is_some_and(|end| now_ns.saturating_sub(end) < EXITED_LINGER_NS);
+                if !alive && !recent && window_cpu_ns == 0 {
+                    return None;
+                }
+                let energy_j = self.total.energy_of(id, &self.top);
+                Some(LiveProcess {
+                    id,
+                    pid: p.pid,
+                    ppid: p.ppid,
+                    uid: p.uid,
+                    comm: p.comm.clone(),
+                    command: if p.cmdline.is_empty() {
+                        p.comm.clone()
+                    } else {
+                        p.cmdline.join(" ")
+                    },
+                    root: p.root,
+                    alive,
+                    cpu_pct: if window_s > 0.0 {
+                        100.0 * window_cpu_ns as f64 / 1e9 / window_s
+                    } else {
+                        0.0
+                    },
+                    power_w: per_s(self.window.energy_of(id, &self.top)),
+                    energy_j,
+                    share_pct: if totals_energy_j > 0.0 {
+                        100.0 * energy_j / totals_energy_j
+                    } else {
+                        0.0
+                    },
+                    cpu_time_s: cpu_ns as f64 / 1e9,
+                    domain_power_w: self
+                        .window
+                        .domains
+                        .iter()
+                        .map(|l| per_s(l.by_process_j.get(&id).copied().unwrap_or(0.0)))
+                        .collect(),
+                })
+            })
+            .collect();
+
+        if window_s > 0.0 {
+            let mut values: Vec<f64> = self.top.iter().map(|&d| domains[d].power_w).collect();
+            if self.mode != Mode::System {
+                values.push(totals.targets_power_w);
+            }
+            for (series, power_w) in self.history.iter_mut().zip(values) {
+                series.push_back((elapsed_s, power_w));
+                while series
+                    .front()
+                    .is_some_and(|(t, _)| elapsed_s - t > HISTORY_S)
+                {
+                    series.pop_front();
+                }
+            }
+        }
+        self.window = Ledger::new(self.domains.len());
+
+        LiveReport {
+            mode: self.mode.name(),
+            target: match &self.mode {
+                Mode::Wrap { command } => command.join(" "),
+                Mode::Attach { pids } => format!(
+                    "pid {}",
+                    pids.iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ),
+                Mode::System => "the whole machine".into(),
+            },
+            elapsed_s,
+            interval_ms: self.interval_ns / 1_000_000,
+            window_s,
+            cpu_count: self.cpu_count,
+            sources: self.sources.clone(),
+            source_selection: self.source_selection.clone(),
+            domains,
+            totals,
+            processes,
+            functions: self.functions.clone(),
+            lost_events: LostEvents::new(&self.losses, self.read_errors_count),
+            history: self
+                .history_names
+                .iter()
+                .zip(&self.history)
+                .map(|(name, points)| Series {
+                    name: name.clone(),
+                    points: points.iter().copied().collect(),
+                })
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::{
+        attribution::{CpuTime, Interval, Slice},
+        host::HostInfo,
+        session::SourceInfo,
+    };
+
+    const MS: u64 = 1_000_000;
+
+    fn host() -> HostInfo {
+        HostInfo {
+            hostname: "test".into(),
+            kernel: "6.18".into(),
+            cpu_model: "test cpu".into(),
+            cpu_packages: vec![0, 0],
+        }
+    }
+
+    fn model_domain() -> DomainSpec {
+        DomainSpec {
+            name: "model".into(),
+            kind: DomainKind::Model,
+            parent: None,
+            coverage: Coverage::AllCpus,
+            provenance: Provenance::Estimated,
+            source: "model",
+        }
+    }
+
+    fn record(pid: u32, ppid: u32, name: &str, ended_ns: Option<u64>) -> ProcessRecord {
+        ProcessRecord {
+            pid,
+            ppid: Some(ppid),
+            comm: name.into(),
+            cmdline: vec![format!("/usr/bin/{name}"), "--flag".into()],
+            uid: Some(1000),
+            first_seen_ns: 0,
+            ended_ns,
+            ending: None,
+            root: pid == 10,
+        }
+    }
+
+    /// 100 ms; process 0 busy `a_ms` on CPU 0, process 1 busy `b_ms` on CPU 1, other 10 ms.
+    fn interval(i: u64, a_ms: u64, b_ms: u64, energy_j: f64) -> Interval {
+        Interval {
+            start_ns: i * 100 * MS,
+            duration_ns: 100 * MS,
+            cpus: vec![
+                CpuTime {
+                    idle_ns: (100 - a_ms) * MS,
+                    other_ns: 0,
+                },
+                CpuTime {
+                    idle_ns: (90 - b_ms) * MS,
+                    other_ns: 10 * MS,
+                },
+            ],
+            slices: vec![
+                Slice {
+                    process: 0,
+                    cpu: 0,
+                    on_cpu_ns: a_ms * MS,
+                },
+                Slice {
+                    process: 1,
+                    cpu: 1,
+                    on_cpu_ns: b_ms * MS,
+                },
+            ],
+            energy_j: vec![energy_j],
+        }
+    }
+
+    fn model(mode: Mode, known_idle_w: Option<f64>) -> LiveModel {
+        let domains = [model_domain()];
+        let sources = [SourceInfo {
+            name: "model",
+            provenance: Provenance::Estimated,
+            description: "test model".into(),
+            domains: vec!["model".into()],
+        }];
+        LiveModel::new(&LiveStart {
+            mode: &mode,
+            host: &host(),
+            interval: Duration::from_millis(100),
+            domains: &domains,
+            sources: &sources,
+            selection_reason: "test",
+            known_idle_w: &[known_idle_w],
+            idle_watts: &IdleWatts::Estimate,
+            prior_slope_w_per_cpu: 5.0,
+            run_start_ns: 1_000 * MS,
+            calibration: &[],
+        })
+    }
+
+    fn feed(model: &mut LiveModel, processes: &[ProcessRecord], changed: &[ProcId], iv: &Interval) {
+        model.add(&LiveSample {
+            interval: iv,
+            processes,
+            changed,
+            losses: Losses::default(),
+            read_errors_count: 0,
+            functions: None,
+        });
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9 * (1.0 + a.abs().max(b.abs()))
+    }
+
+    #[test]
+    fn live_figures_add_up_and_use_the_known_idle_power() {
+        let mut m = model(
+            Mode::Wrap {
+                command: vec!["app".into()],
+            },
+            Some(4.0),
+        );
+        let procs = [record(10, 1, "app", None), record(11, 10, "worker", None)];
+        // 10 intervals of 100 ms: A 100 ms, B 50 ms, other 10 ms; 1.2 J each.
+        for i in 0..10 {
+            feed(
+                &mut m,
+                &procs,
+                if i == 0 { &[0, 1] } else { &[] },
+                &interval(i, 100, 50, 1.2),
+            );
+        }
+        let r = m.snapshot();
+        assert!(close(r.elapsed_s, 1.0));
+        assert!(close(r.window_s, 1.0));
+        assert!(close(r.totals.energy_j, 12.0));
+        assert!(close(r.totals.power_w, 12.0));
+        // idle = 4 W; the 8 W left split 100:50:10 by on-CPU time.
+        assert!(close(r.totals.idle_power_w, 4.0));
+        assert!(close(r.totals.idle_baseline_w, 4.0));
+        assert!(close(
+            r.totals.targets_power_w + r.totals.other_power_w + r.totals.idle_power_w,
+            r.totals.power_w
+        ));
+        let a = r.processes.iter().find(|p| p.pid == 10).unwrap();
+        let b = r.processes.iter().find(|p| p.pid == 11).unwrap();
+        assert!(close(a.power_w, 5.0));
+        assert!(close(b.power_w, 2.5));
+        assert!(close(a.cpu_pct, 100.0));
+        assert!(close(b.cpu_pct, 50.0));
+        assert!(close(a.energy_j, 5.0));
+        assert!(close(a.share_pct, 100.0 * 5.0 / 12.0));
+        assert_eq!(a.command, "/usr/bin/app --flag");
+        assert_eq!(a.domain_power_w.len(), 1);
+        assert!(r.totals.estimated);
+        assert_eq!(r.target, "app");
+        assert_eq!(r.history.len(), 2, "model + targets");
+        assert_eq!(r.history[0].points.len(), 1);
+        assert!(close(r.history[0].points[0].0, 1.0) && close(r.history[0].points[0].1, 12.0));
+
+        // The next window starts empty: power is about that window only.
+        for i in 10..15 {
+            feed(&mut m, &procs, &[], &interval(i, 0, 90, 1.0));
+        }
+        let r = m.snapshot();
+        assert!(close(r.window_s, 0.5));
+        let a = r.processes.iter().find(|p| p.pid == 10).unwrap();
+        assert_eq!(a.power_w, 0.0);
+        assert!(close(a.energy_j, 5.0), "energy so far is kept");
+        assert_eq!(r.history[0].points.len(), 2);
+    }
+
+    #[test]
+    fn changed_records_replace_the_copy_and_exited_processes_linger_then_go() {
+        let mut m = model(Mode::System, Some(1.0));
+        let mut procs = vec![record(10, 1, "a", None), record(11, 1, "b", None)];
+        feed(&mut m, &procs, &[0, 1], &interval(0, 10, 10, 0.5));
+        // b exits at 0.1 s (monotonic: run start + 100 ms).
+        procs[1].ended_ns = Some(1_100 * MS);
+        procs[1].comm = "b-renamed".into();
+        feed(&mut m, &procs, &[1], &interval(1, 10, 10, 0.5));
+        let r = m.snapshot();
+        let b = r.processes.iter().find(|p| p.pid == 11).unwrap();
+        assert!(!b.alive);
+        assert_eq!(b.comm, "b-renamed");
+        // 10 s later without b running, it is gone; a stays (alive).
+        for i in 2..105 {
+            feed(&mut m, &procs, &[], &interval(i, 10, 0, 0.5));
+        }
+        let r = m.snapshot();
+        assert!(r.processes.iter().all(|p| p.pid != 11));
+        assert!(r.processes.iter().any(|p| p.pid == 10));
+        assert_eq!(r.target, "the whole machine");
+        assert_eq!(
+            r.history.len(),
+            1,
+            "no targets series for the whole machine"
+        );
+    }
+
+    #[test]
+    fn estimates_the_baseline_from_the_run_so_far_when_no_source_knows_it() {
+        let mut m = model(Mode::System, None);
+        let procs = [record(10, 1, "a", None), record(11, 1, "b", None)];
+        // Power = 3 W + 6 W per busy CPU, with a varying load: the fit finds 3 W.
+        for i in 0..40 {
+            let (a, b) = ((i % 5) * 20, (i % 3) * 30);
+            let busy_s = (a + b + 10) as f64 / 1000.0;
+            feed(
+                &mut m,
+                &procs,
+                if i == 0 { &[0, 1] } else { &[] },
+                &interval(i, a, b, 0.3 + 6.0 * busy_s),
+            );
+        }
+        let r = m.snapshot();
+        let d = &r.domains[0];
+        assert_eq!(d.idle_method, "regression");
+        assert!(
+            (d.idle_baseline_w - 3.0).abs() < 1e-6,
+            "{}",
+            d.idle_baseline_w
+        );
+        assert!(close(
+            r.totals.targets_energy_j + r.totals.other_energy_j + r.totals.idle_energy_j,
+            r.totals.energy_j
+        ));
+    }
+
+    #[test]
+    fn functions_and_losses_come_through() {
+        let mut m = model(Mode::Attach { pids: vec![10] }, Some(1.0));
+        let procs = [record(10, 1, "a", None)];
+        let f = FunctionEntry {
+            symbol: "compress".into(),
+            module: "app".into(),
+            pid: 10,
+            calls: Some(3),
+            samples: None,
+            cpu_time_s: 0.5,
+            energy_j: 2.0,
+            self_cpu_time_s: 0.4,
+            self_energy_j: 1.5,
+            source: "uprobe",
+        };
+        m.add(&LiveSample {
+            interval: &interval(0, 50, 0, 1.0),
+            processes: &procs,
+            changed: &[0],
+            losses: Losses {
+                events_dropped: 2,
+                ..Losses::default()
+            },
+            read_errors_count: 1,
+            functions: Some(vec![f.clone()]),
+        });
+        let r = m.snapshot();
+        assert_eq!(r.lost_events.total_count, 3);
+        assert_eq!(r.target, "pid 10");
+        // A sample without function figures keeps the last ones.
+        feed(&mut m, &procs, &[], &interval(1, 50, 0, 1.0));
+        let r = m.snapshot();
+        assert_eq!(r.functions.len(), 1);
+        assert_eq!(r.functions[0].symbol, "compress");
+    }
+}
