@@ -1,22 +1,68 @@
-//! From parsed arguments to a finished run: picks the mode, runs the session, builds the
-//! report, prints the summary and writes the outputs; returns the process exit code.
+//! From parsed arguments to a finished run: picks the mode (and whether the live view shows
+//! it), runs the session, builds the report, prints the summary and writes the outputs;
+//! returns the process exit code.
 
-use std::{path::Path, time::Duration};
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use crate::{
-    cli::{Cli, RunArgs},
+    cli::{Cli, Command, RunArgs},
     export::{json, summary},
     report,
     session::{self, IdleWatts, Mode, RunConfig},
     sources::SourceOptions,
+    ui,
 };
 
 /// Exit code for bad usage (as clap uses).
 pub const EXIT_USAGE: i32 = 2;
 
+/// Why the live view shows a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum View {
+    /// Headless.
+    Off,
+    /// `cg-trace top`.
+    Top,
+    /// `--tui`.
+    Asked,
+    /// Nothing to trace was said: `top` when stdout is a terminal.
+    Default,
+}
+
 /// Runs the command line; returns the exit code.
 pub fn main_with(cli: Cli) -> i32 {
-    let args = cli.run;
+    let (mut args, view) = match cli.subcommand {
+        Some(Command::Top(args)) => (args, View::Top),
+        None if cli.run.view.tui => (cli.run, View::Asked),
+        None if !names_targets(&cli.run) => (cli.run, View::Default),
+        None => (cli.run, View::Off),
+    };
+    if view != View::Off && !ui::stdout_is_terminal() {
+        if view == View::Default {
+            eprintln!(
+                "cg-trace: say what to trace: `cg-trace [OPTIONS] -- CMD [ARGS...]`, `--pid \
+                 PID[,PID...]` or `--all`, with `-o FILE` for the report; `cg-trace top` (the \
+                 default on a terminal) needs stdout to be a terminal (see --help)"
+            );
+        } else {
+            eprintln!(
+                "cg-trace: the live view needs a terminal, and stdout is not one; to record \
+                 without it, name the report with `-o FILE` (e.g. `cg-trace --all -o \
+                 report.json`)"
+            );
+        }
+        return EXIT_USAGE;
+    }
+    if view == View::Off && args.view.command_output.is_some() {
+        eprintln!("cg-trace: --command-output is for the live view: add --tui");
+        return EXIT_USAGE;
+    }
+    if view != View::Off && !names_targets(&args) {
+        args.all = true;
+    }
     let config = match run_config(&args) {
         Ok(config) => config,
         Err(message) => {
@@ -24,7 +70,30 @@ pub fn main_with(cli: Cli) -> i32 {
             return EXIT_USAGE;
         }
     };
-    let outcome = match session::run(config) {
+    let outcome = if view == View::Off {
+        session::run(config).map_err(ui::ViewError::from)
+    } else {
+        let command_output = match view_command_output(&args, &config.mode) {
+            Ok(path) => path,
+            Err(message) => {
+                eprintln!("cg-trace: {message}");
+                return EXIT_USAGE;
+            }
+        };
+        let result = ui::run(
+            config,
+            ui::ViewOptions {
+                refresh: Duration::from_millis(args.view.refresh),
+                command_output: command_output.clone(),
+                frame_stats: args.view.bench_frame_stats.clone(),
+            },
+        );
+        if let Some(path) = command_output {
+            eprintln!("cg-trace: the command's output is in {}", path.display());
+        }
+        result
+    };
+    let outcome = match outcome {
         Ok(outcome) => outcome,
         Err(err) => {
             eprintln!("cg-trace: {err}");
@@ -48,6 +117,34 @@ pub fn main_with(cli: Cli) -> i32 {
         }
     }
     outcome.exit_code
+}
+
+/// Whether the arguments say what to trace.
+fn names_targets(args: &RunArgs) -> bool {
+    !args.command.is_empty() || !args.pid.is_empty() || args.all
+}
+
+/// Wrap mode under the live view: the file for the command's output (its directory must
+/// exist before we start).
+fn view_command_output(args: &RunArgs, mode: &Mode) -> Result<Option<PathBuf>, String> {
+    if !matches!(mode, Mode::Wrap { .. }) {
+        return Ok(None);
+    }
+    let path = args.view.command_output.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("cg-trace-{}.out", std::process::id()))
+    });
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if !parent.is_dir() {
+        return Err(format!(
+            "--command-output {}: directory {} does not exist",
+            path.display(),
+            parent.display()
+        ));
+    }
+    Ok(Some(path))
 }
 
 /// Checks the arguments that clap cannot check alone and builds the run's configuration.

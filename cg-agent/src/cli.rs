@@ -3,7 +3,7 @@
 
 use std::{collections::BTreeMap, path::PathBuf};
 
-use clap::{Args, Parser};
+use clap::{Args, Parser, Subcommand};
 
 use crate::{session::IdleWatts, sources::SourceChoice};
 
@@ -13,16 +13,36 @@ Examples:
   sudo cg-trace --pid 1234,1240 -o run.json attach to running processes until Ctrl-C
   sudo cg-trace --all --duration 10         the whole machine for 10 s
   cg-trace --source model --model-watts 8:45 -- python3 train.py
+  sudo cg-trace top                         live view of the whole machine (q quits, ? keys)
+  cg-trace --tui -- ./app                   live view of a command; its output goes to a file
 
 Needs root, or CAP_BPF and CAP_PERFMON. Under sudo the command runs as the invoking user.
 Every figure says whether it was measured (RAPL) or estimated (the built-in power model).";
 
 /// cg-trace: how many joules a process, and each of its children, cost. No instrumentation.
 #[derive(Debug, Parser)]
-#[command(name = "cg-trace", version, about, after_help = EXAMPLES)]
+#[command(
+    name = "cg-trace",
+    version,
+    about,
+    after_help = EXAMPLES,
+    args_conflicts_with_subcommands = true
+)]
 pub struct Cli {
+    #[command(subcommand)]
+    pub subcommand: Option<Command>,
+
     #[command(flatten)]
     pub run: RunArgs,
+}
+
+/// Subcommands; without one, cg-trace runs the mode its options say (or, with nothing to
+/// trace and a terminal on stdout, `top`).
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Live view: the whole machine's power per process, like htop (with --pid or -- CMD,
+    /// those targets). q quits, ? lists the keys; the report is written on quit with -o
+    Top(RunArgs),
 }
 
 /// Options of a tracing run.
@@ -79,6 +99,9 @@ pub struct RunArgs {
     #[arg(short = 'q', long)]
     pub quiet: bool,
 
+    #[command(flatten)]
+    pub view: ViewArgs,
+
     /// For `cargo xtask bench`: attach the probes but let sched_switch do nothing, to measure
     /// what merely having a program on that hook costs
     #[arg(long, hide = true)]
@@ -87,6 +110,29 @@ pub struct RunArgs {
     /// The command to run and follow, after `--`
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+/// Options of the live view (`cg-trace top`, `--tui`).
+#[derive(Clone, Debug, Args)]
+pub struct ViewArgs {
+    /// Show the live view (as `cg-trace top` does) for the targets: `--tui -- CMD`,
+    /// `--tui --pid PID`
+    #[arg(long)]
+    pub tui: bool,
+
+    /// Live view: how often the figures on screen are renewed, in milliseconds (independent
+    /// of --interval; at most once per interval)
+    #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(50..=3_600_000))]
+    pub refresh: u64,
+
+    /// Live view, wrap mode: the file that receives the command's stdout and stderr
+    /// (default: cg-trace-PID.out in the temporary directory; named on screen)
+    #[arg(long, value_name = "FILE")]
+    pub command_output: Option<PathBuf>,
+
+    /// For `cargo xtask bench`: write the live view's frame render times to FILE at the end
+    #[arg(long, hide = true, value_name = "FILE")]
+    pub bench_frame_stats: Option<PathBuf>,
 }
 
 /// `--model-watts IDLE:MAX`.
@@ -201,6 +247,32 @@ mod tests {
     fn unknown_source_is_rejected() {
         let err = parse(&["--source", "magic", "--all"]).unwrap_err();
         assert!(err.to_string().contains("magic"));
+    }
+
+    #[test]
+    fn top_is_a_subcommand_and_wrap_still_takes_everything_after_the_double_dash() {
+        let cli = parse(&["top", "--refresh", "500", "-o", "r.json"]).unwrap();
+        match cli.subcommand {
+            Some(Command::Top(args)) => {
+                assert_eq!(args.view.refresh, 500);
+                assert!(args.command.is_empty() && !args.all);
+            }
+            other => panic!("{other:?}"),
+        }
+        // A command named `top` after `--` is a command, not the subcommand.
+        let cli = parse(&["--", "top", "-b"]).unwrap();
+        assert!(cli.subcommand.is_none());
+        assert_eq!(cli.run.command, ["top", "-b"]);
+        let cli = parse(&["top", "--pid", "42"]).unwrap();
+        assert!(matches!(cli.subcommand, Some(Command::Top(ref a)) if a.pid == [42]));
+        // Options go after the subcommand.
+        assert!(parse(&["--all", "top"]).is_err());
+        let cli = parse(&["--tui", "--command-output", "out.txt", "--", "make"]).unwrap();
+        assert!(cli.run.view.tui);
+        assert_eq!(cli.run.view.refresh, 1000);
+        assert!(parse(&["top", "--refresh", "10"]).is_err());
+        // Nothing at all parses (the app decides: the live view on a terminal, else usage).
+        assert!(parse(&[]).unwrap().subcommand.is_none());
     }
 
     #[test]

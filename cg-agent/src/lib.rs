@@ -13,6 +13,8 @@
 //! - [`attribution`] is pure: it splits each domain's energy into idle, targets and other.
 //! - [`session`] runs a mode (wrap, attach, system) and records every interval.
 //! - [`report`] builds the report model; [`export`] writes it.
+//! - [`ui`] is the live terminal view (`cg-trace top`, `--tui`); it reads
+//!   [`report::live`], the report's counterpart while a run goes on.
 
 pub mod app;
 pub mod attribution;
@@ -24,3 +26,4 @@ pub mod probes;
 pub mod report;
 pub mod session;
 pub mod sources;
+pub mod ui;

@@ -400,8 +400,10 @@ async fn run_async(config: RunConfig, hooks: Option<LiveHooks>) -> Result<Outcom
                     break match child.as_mut() {
                         Some(c) => {
                             // A Ctrl-C typed in the terminal already reached the command (it is
-                            // in our foreground process group); anything else is forwarded.
-                            let forward = !(sig == libc::SIGINT && shares_foreground_terminal());
+                            // in our foreground process group); anything else is forwarded. Under
+                            // the live view the terminal is in raw mode and sends no signals.
+                            let forward = signals.quit.is_some()
+                                || !(sig == libc::SIGINT && shares_foreground_terminal());
                             let forward_sig = if sig == QUIT {
                                 // The view holds the terminal in raw mode: no Ctrl-C reached
                                 // the command, so it gets the SIGINT a Ctrl-C would send.

@@ -1,0 +1,265 @@
+//! The live terminal view (`cg-trace top`, `--tui`): the energy equivalent of `htop`.
+//!
+//! Three threads, one channel, as bottom does it: the session runs on its own thread and its
+//! observer turns each interval into [`crate::report::live`] figures, sending a snapshot every
+//! refresh period; an input thread sends keys and resizes; the main loop alone owns the view's
+//! state ([`state::App`]) and draws it ([`render`]). The session keeps measuring whatever the
+//! view does (pause only freezes the display), and quitting stops the run as Ctrl-C would,
+//! after which the caller builds the report as in any other run.
+
+pub mod render;
+pub mod state;
+pub mod terminal;
+#[cfg(test)]
+mod testdata;
+pub mod users;
+
+use std::{
+    io::{self, IsTerminal, Write},
+    panic::AssertUnwindSafe,
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+        mpsc,
+    },
+    thread,
+    time::{Duration, Instant},
+};
+
+use ratatui::crossterm::event::{self as input, KeyEvent, KeyEventKind};
+
+use self::state::{Action, App, ViewConfig};
+use crate::{
+    report::live::{LiveModel, LiveReport},
+    session::{
+        self, Outcome, RunConfig, RunError,
+        live::{LiveEvent, LiveHooks},
+    },
+};
+
+/// How often the input thread checks whether the view has ended.
+const INPUT_POLL: Duration = Duration::from_millis(100);
+
+/// Everything that reaches the main loop, on one channel.
+#[derive(Debug)]
+pub enum Event {
+    /// The run has started: take the terminal.
+    Started,
+    /// New figures.
+    Data(Box<LiveReport>),
+    Key(KeyEvent),
+    Resize,
+    /// The run ended (`None`: its thread panicked).
+    Finished(Option<Result<Outcome, RunError>>),
+}
+
+/// Errors of the live view.
+#[derive(Debug, thiserror::Error)]
+pub enum ViewError {
+    #[error(transparent)]
+    Run(#[from] RunError),
+    #[error("the terminal: {0}")]
+    Terminal(#[source] io::Error),
+    #[error("the run stopped on an internal error (see the panic message above)")]
+    Panicked,
+}
+
+impl ViewError {
+    /// The process exit code for this error.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            ViewError::Run(err) => err.exit_code(),
+            ViewError::Terminal(_) | ViewError::Panicked => 1,
+        }
+    }
+}
+
+/// How the view runs.
+#[derive(Clone, Debug)]
+pub struct ViewOptions {
+    /// How often the figures on screen are renewed (at most once per interval).
+    pub refresh: Duration,
+    /// Wrap mode: where the command's output goes.
+    pub command_output: Option<PathBuf>,
+    /// Benchmarks: write frame render times here at the end.
+    pub frame_stats: Option<PathBuf>,
+}
+
+/// Whether stdout is a terminal the view can take.
+pub fn stdout_is_terminal() -> bool {
+    io::stdout().is_terminal()
+}
+
+/// Runs `config` under the live view; returns the run's outcome once the terminal is back.
+pub fn run(config: RunConfig, options: ViewOptions) -> Result<Outcome, ViewError> {
+    let (tx, rx) = mpsc::channel::<Event>();
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let hooks = LiveHooks {
+        observer: observer(tx.clone(), options.refresh),
+        stop: stop.clone(),
+        command_output: options.command_output.clone(),
+    };
+    let session_tx = tx.clone();
+    let session = thread::Builder::new()
+        .name("cg-trace-session".into())
+        .spawn(move || {
+            let outcome =
+                std::panic::catch_unwind(AssertUnwindSafe(|| session::run_live(config, hooks)));
+            let _ = session_tx.send(Event::Finished(outcome.ok()));
+        })
+        .map_err(ViewError::Terminal)?;
+
+    // Errors before the run starts (privileges, sources, a bad pid) are printed as usual,
+    // without the terminal ever changing.
+    loop {
+        match rx.recv() {
+            Ok(Event::Started) => break,
+            Ok(Event::Finished(outcome)) => {
+                let _ = session.join();
+                return finish(outcome);
+            }
+            Ok(_) => {}
+            Err(_) => return Err(ViewError::Panicked),
+        }
+    }
+
+    let mut taken = terminal::Taken::take().map_err(ViewError::Terminal)?;
+    let input_done = Arc::new(AtomicBool::new(false));
+    let input = spawn_input(tx, input_done.clone());
+    let mut app = App::new(
+        ViewConfig {
+            refresh: options.refresh,
+            command_output: options.command_output.clone(),
+        },
+        users::Users::load("/etc/passwd"),
+    );
+    let mut frames: Vec<Duration> = Vec::new();
+    let mut dirty = true;
+    let outcome = loop {
+        if dirty {
+            let started = Instant::now();
+            if let Err(err) = taken.terminal.draw(|f| f.render_widget(&app, f.area())) {
+                // The terminal went away (e.g. closed): stop the run, keep its report.
+                tracing::warn!("drawing the view: {err}");
+                stop.notify_one();
+            }
+            frames.push(started.elapsed());
+            dirty = false;
+        }
+        let Ok(first) = rx.recv() else {
+            break None;
+        };
+        // Everything already queued is handled before the next frame.
+        let mut finished = None;
+        for event in std::iter::once(first).chain(rx.try_iter()) {
+            match event {
+                Event::Key(key) => match app.handle_key(key) {
+                    Action::Quit => {
+                        // A second quit while the command winds down stops waiting for it.
+                        stop.notify_one();
+                        app.stopping = true;
+                        dirty = true;
+                    }
+                    Action::Redraw => dirty = true,
+                    Action::Nothing => {}
+                },
+                Event::Data(report) => {
+                    app.update(*report);
+                    dirty = !app.paused;
+                }
+                Event::Resize => dirty = true,
+                Event::Started => {}
+                Event::Finished(outcome) => finished = Some(outcome),
+            }
+        }
+        if let Some(outcome) = finished {
+            break outcome;
+        }
+    };
+    input_done.store(true, Ordering::SeqCst);
+    drop(taken);
+    let _ = input.join();
+    let _ = session.join();
+    if let Some(path) = &options.frame_stats {
+        write_frame_stats(path, &frames);
+    }
+    finish(outcome)
+}
+
+fn finish(outcome: Option<Result<Outcome, RunError>>) -> Result<Outcome, ViewError> {
+    match outcome {
+        Some(result) => Ok(result?),
+        None => Err(ViewError::Panicked),
+    }
+}
+
+/// The session's observer: the live model runs on the session's thread, and a snapshot goes
+/// to the main loop after the first interval and then every `refresh`.
+fn observer(tx: mpsc::Sender<Event>, refresh: Duration) -> Box<dyn FnMut(LiveEvent<'_>) + Send> {
+    let refresh_ns = refresh.as_nanos() as u64;
+    let mut model: Option<LiveModel> = None;
+    let mut sent = false;
+    Box::new(move |event| match event {
+        LiveEvent::Started(start) => {
+            model = Some(LiveModel::new(&start));
+            let _ = tx.send(Event::Started);
+        }
+        LiveEvent::Sample(sample) => {
+            if let Some(model) = model.as_mut() {
+                model.add(&sample);
+                if !sent || model.window_ns() >= refresh_ns {
+                    sent = true;
+                    let _ = tx.send(Event::Data(Box::new(model.snapshot())));
+                }
+            }
+        }
+    })
+}
+
+/// Reads keys and resizes until `done`.
+fn spawn_input(tx: mpsc::Sender<Event>, done: Arc<AtomicBool>) -> thread::JoinHandle<()> {
+    thread::spawn(move || {
+        while !done.load(Ordering::SeqCst) {
+            match input::poll(INPUT_POLL) {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(_) => break,
+            }
+            let event = match input::read() {
+                Ok(input::Event::Key(key)) if key.kind != KeyEventKind::Release => Event::Key(key),
+                Ok(input::Event::Resize(..)) => Event::Resize,
+                Ok(_) => continue,
+                Err(_) => break,
+            };
+            if tx.send(event).is_err() {
+                break;
+            }
+        }
+    })
+}
+
+/// `frames N`, then mean, 95th percentile and worst frame render time in milliseconds.
+fn write_frame_stats(path: &std::path::Path, frames: &[Duration]) {
+    let mut ms: Vec<f64> = frames.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+    ms.sort_by(f64::total_cmp);
+    let mean = if ms.is_empty() {
+        0.0
+    } else {
+        ms.iter().sum::<f64>() / ms.len() as f64
+    };
+    let at = |q: f64| {
+        ms.get(((ms.len() as f64 * q) as usize).min(ms.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0.0)
+    };
+    let text = format!(
+        "frames {}\nmean_ms {mean:.3}\np95_ms {:.3}\nmax_ms {:.3}\n",
+        ms.len(),
+        at(0.95),
+        ms.last().copied().unwrap_or(0.0)
+    );
+    if let Err(err) = std::fs::File::create(path).and_then(|mut f| f.write_all(text.as_bytes())) {
+        eprintln!("cg-trace: writing frame stats to {}: {err}", path.display());
+    }
+}

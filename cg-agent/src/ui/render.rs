@@ -1,0 +1,777 @@
+//! Draws the view from the state alone: a header (power and energy per domain, measured or
+//! estimated, sources, idle and other power, lost events), a power chart, the process table,
+//! a function pane when the selected process has function figures, and a footer of keys.
+//! Every column and chart line comes from the report's domains, so new domain kinds (GPUs,
+//! meters) show up without changes here.
+
+use ratatui::{
+    buffer::Buffer,
+    layout::{Constraint, Layout, Rect},
+    style::{Color, Modifier, Style, Stylize},
+    symbols::Marker,
+    text::{Line, Span},
+    widgets::{
+        Axis, Block, Borders, Cell, Chart, Clear, Dataset, GraphType, Paragraph, Row,
+        StatefulWidget, Table, TableState, Widget,
+    },
+};
+
+use super::state::{App, SortKey};
+use crate::{
+    report::live::{HISTORY_S, LiveReport},
+    sources::Provenance,
+};
+
+/// Width from which the table shows PPID, CPU time and one power column per top-level domain.
+const WIDE: u16 = 120;
+const SERIES_COLORS: [Color; 6] = [
+    Color::Cyan,
+    Color::Yellow,
+    Color::Magenta,
+    Color::Blue,
+    Color::Red,
+    Color::LightCyan,
+];
+
+impl Widget for &App {
+    fn render(self, area: Rect, buf: &mut Buffer) {
+        let header = header_lines(self, area.width);
+        let [header_area, body, footer_area] = Layout::vertical([
+            Constraint::Length(header.len() as u16),
+            Constraint::Fill(1),
+            Constraint::Length(1),
+        ])
+        .areas(area);
+        Paragraph::new(header).render(header_area, buf);
+        render_footer(self, footer_area, buf);
+
+        let Some(report) = &self.report else {
+            Paragraph::new("waiting for the first interval…")
+                .dim()
+                .render(body, buf);
+            return;
+        };
+        let chart_height = if body.height >= 16 {
+            (body.height * 3 / 10).clamp(6, 16)
+        } else if body.height >= 10 {
+            4
+        } else {
+            0
+        };
+        let [chart_area, table_area] =
+            Layout::vertical([Constraint::Length(chart_height), Constraint::Fill(1)]).areas(body);
+        if chart_height > 0 {
+            render_chart(report, chart_area, buf);
+        }
+        let functions = self.selected_functions();
+        if !functions.is_empty() && table_area.height >= 12 {
+            let pane = (functions.len() as u16 + 2).min(table_area.height * 2 / 5);
+            let [processes, functions_area] =
+                Layout::vertical([Constraint::Fill(1), Constraint::Length(pane)]).areas(table_area);
+            render_table(self, report, processes, buf);
+            render_functions(self, report, functions_area, buf);
+        } else {
+            render_table(self, report, table_area, buf);
+        }
+        if self.help {
+            render_help(area, buf);
+        }
+    }
+}
+
+/// Watts with three significant figures or so.
+pub fn watts(w: f64) -> String {
+    if w.abs() >= 1000.0 {
+        format!("{w:.0}")
+    } else if w.abs() >= 100.0 {
+        format!("{w:.1}")
+    } else {
+        format!("{w:.2}")
+    }
+}
+
+/// Joules, with more digits while they are small.
+pub fn joules(j: f64) -> String {
+    if j.abs() >= 100_000.0 {
+        format!("{j:.0}")
+    } else if j.abs() >= 100.0 {
+        format!("{j:.1}")
+    } else {
+        format!("{j:.2}")
+    }
+}
+
+/// `m:ss`, or `h:mm:ss` past an hour.
+pub fn clock(seconds: f64) -> String {
+    let s = seconds.max(0.0) as u64;
+    if s >= 3600 {
+        format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+    } else {
+        format!("{}:{:02}", s / 60, s % 60)
+    }
+}
+
+fn provenance_span(p: Provenance) -> Span<'static> {
+    match p {
+        Provenance::Measured => Span::styled("measured", Style::new().green()),
+        Provenance::Estimated => Span::styled("ESTIMATED", Style::new().yellow().bold()),
+    }
+}
+
+/// `left` and `right` on one line, `right` flush with the edge when there is room.
+fn spread(mut left: Vec<Span<'static>>, right: Vec<Span<'static>>, width: u16) -> Line<'static> {
+    let used: usize = left.iter().chain(&right).map(Span::width).sum();
+    left.push(Span::raw(
+        " ".repeat((width as usize).saturating_sub(used).max(1)),
+    ));
+    left.extend(right);
+    Line::from(left)
+}
+
+fn header_lines(app: &App, width: u16) -> Vec<Line<'static>> {
+    let Some(r) = &app.report else {
+        return vec![Line::from(vec!["cg-trace".bold(), "  starting…".dim()])];
+    };
+    let mut lines = Vec::new();
+
+    let what = match r.mode {
+        "system" => format!(" top · {}", r.target),
+        "wrap" => format!(" · `{}`", r.target),
+        _ => format!(" · {}", r.target),
+    };
+    let mut right = vec![Span::raw(format!(
+        "{} · interval {} ms · refresh {}",
+        clock(r.elapsed_s),
+        r.interval_ms,
+        refresh_text(app.config.refresh.as_millis() as u64)
+    ))];
+    if app.paused {
+        right.push(Span::raw(" "));
+        right.push(" PAUSED ".black().on_yellow().bold());
+    }
+    lines.push(spread(
+        vec!["cg-trace".bold(), Span::raw(what)],
+        right,
+        width,
+    ));
+
+    let t = &r.totals;
+    let busy_label = if r.mode == "system" {
+        "processes"
+    } else {
+        "targets"
+    };
+    let mut total = vec![
+        "power ".into(),
+        format!("{} W", watts(t.power_w)).bold(),
+        "  energy ".into(),
+        format!("{} J", joules(t.energy_j)).bold(),
+        " ".into(),
+        provenance_span(if t.estimated {
+            Provenance::Estimated
+        } else {
+            Provenance::Measured
+        }),
+    ];
+    let split = format!(
+        "{busy_label} {} W · other {} W · idle {} W",
+        watts(t.targets_power_w),
+        watts(t.other_power_w),
+        watts(t.idle_power_w)
+    );
+    let used: usize = total.iter().map(Span::width).sum();
+    if used + 3 + split.chars().count() <= width as usize {
+        total.push(" │ ".dim());
+        total.push(split.into());
+        lines.push(Line::from(total));
+    } else {
+        lines.push(Line::from(total));
+        lines.push(Line::from(split));
+    }
+
+    // One chunk per domain (nested ones marked), wrapped over as many lines as they need.
+    let mut line: Vec<Span<'static>> = Vec::new();
+    let mut used = 0usize;
+    for d in &r.domains {
+        let text = format!(
+            "{}{} {} W {} J ",
+            if d.top_level { "" } else { "↳" },
+            d.name,
+            watts(d.power_w),
+            joules(d.energy_j),
+        );
+        let idle = format!(" idle {} W ({})", watts(d.idle_baseline_w), d.idle_method);
+        let tag = provenance_span(d.provenance);
+        let chunk = text.chars().count() + tag.width() + idle.chars().count();
+        let sep = if line.is_empty() { 0 } else { 3 };
+        if !line.is_empty() && used + sep + chunk > width as usize {
+            lines.push(Line::from(std::mem::take(&mut line)));
+            used = 0;
+        }
+        if !line.is_empty() {
+            line.push(" │ ".dim());
+            used += 3;
+        }
+        line.push(Span::styled(text, Style::new().bold()));
+        line.push(tag);
+        line.push(Span::styled(idle, Style::new().dim()));
+        used += chunk;
+    }
+    if !line.is_empty() {
+        lines.push(Line::from(line));
+    }
+
+    let sources: Vec<String> = r
+        .sources
+        .iter()
+        .map(|s| format!("{} ({})", s.name, s.provenance.as_str()))
+        .collect();
+    let mut last = vec![Span::raw(format!("sources: {}", sources.join(", ")))];
+    if let Some(path) = &app.config.command_output {
+        last.push(Span::raw(" · command output → "));
+        last.push(Span::raw(path.display().to_string()).underlined());
+    }
+    if r.lost_events.total_count > 0 {
+        last.push(Span::raw(" · "));
+        last.push(
+            format!("lost events: {}", r.lost_events.total_count)
+                .red()
+                .bold(),
+        );
+    }
+    lines.push(Line::from(last));
+    lines
+}
+
+fn refresh_text(ms: u64) -> String {
+    if ms >= 1000 && ms % 100 == 0 {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    } else {
+        format!("{ms} ms")
+    }
+}
+
+fn render_chart(r: &LiveReport, area: Rect, buf: &mut Buffer) {
+    let end = r.elapsed_s;
+    let start = (end - HISTORY_S).max(0.0);
+    let end = end.max(start + 10.0);
+    let top = r
+        .history
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .fold(0.0f64, f64::max);
+    let y_max = if top > 0.0 { top * 1.15 } else { 1.0 };
+    let color_of = |i: usize, name: &str| {
+        if name == "targets" {
+            Color::Green
+        } else {
+            SERIES_COLORS[i % SERIES_COLORS.len()]
+        }
+    };
+    let mut title = vec![Span::raw(format!(
+        " power [W], last {} min: ",
+        (HISTORY_S / 60.0).round()
+    ))];
+    for (i, series) in r.history.iter().enumerate() {
+        title.push(Span::styled(
+            format!("━ {} ", series.name),
+            Style::new().fg(color_of(i, &series.name)),
+        ));
+    }
+    let datasets = r
+        .history
+        .iter()
+        .enumerate()
+        .map(|(i, series)| {
+            Dataset::default()
+                .marker(Marker::Braille)
+                .graph_type(GraphType::Line)
+                .style(Style::new().fg(color_of(i, &series.name)))
+                .data(&series.points)
+        })
+        .collect();
+    Chart::new(datasets)
+        .block(Block::new().borders(Borders::TOP).title(Line::from(title)))
+        .x_axis(
+            Axis::default()
+                .bounds([start, end])
+                .labels([clock(start), clock(end)])
+                .style(Style::new().dim()),
+        )
+        .y_axis(
+            Axis::default()
+                .bounds([0.0, y_max])
+                .labels(["0".to_string(), watts(y_max / 2.0), watts(y_max)])
+                .style(Style::new().dim()),
+        )
+        .legend_position(None)
+        .render(area, buf);
+}
+
+/// One column of the process table.
+struct Column {
+    title: String,
+    width: Constraint,
+    right: bool,
+    sort: Option<SortKey>,
+}
+
+fn columns(app: &App, r: &LiveReport, width: u16) -> (Vec<Column>, Vec<usize>) {
+    let wide = width >= WIDE;
+    let col = |title: &str, w: u16, right: bool, sort: Option<SortKey>| Column {
+        title: title.to_string(),
+        width: Constraint::Length(w),
+        right,
+        sort,
+    };
+    let mut cols = vec![col("PID", 7, true, Some(SortKey::Pid))];
+    if wide {
+        cols.push(col("PPID", 7, true, None));
+    }
+    cols.push(col("USER", 8, false, Some(SortKey::User)));
+    cols.push(col("CPU%", 6, true, Some(SortKey::Cpu)));
+    if wide {
+        cols.push(col("CPU s", 8, true, None));
+    }
+    cols.push(col("POWER W", 8, true, Some(SortKey::Power)));
+    // With several top-level domains (package and DRAM, a GPU, ...), each one's power.
+    let top: Vec<usize> = (0..r.domains.len())
+        .filter(|&d| r.domains[d].top_level)
+        .collect();
+    let domain_columns = if wide && top.len() > 1 {
+        top
+    } else {
+        Vec::new()
+    };
+    for &d in &domain_columns {
+        let title = format!("{} W", r.domains[d].name);
+        let w = title.chars().count().max(8) as u16;
+        cols.push(Column {
+            title,
+            width: Constraint::Length(w),
+            right: true,
+            sort: None,
+        });
+    }
+    cols.push(col("ENERGY J", 9, true, Some(SortKey::Energy)));
+    cols.push(col("SHARE", 6, true, Some(SortKey::Share)));
+    cols.push(Column {
+        title: "COMMAND".into(),
+        width: Constraint::Fill(1),
+        right: false,
+        sort: Some(SortKey::Command),
+    });
+    for c in &mut cols {
+        if c.sort == Some(app.sort) {
+            c.title.push(if app.descending { '▼' } else { '▲' });
+        }
+    }
+    (cols, domain_columns)
+}
+
+fn render_table(app: &App, r: &LiveReport, area: Rect, buf: &mut Buffer) {
+    let (cols, domain_columns) = columns(app, r, area.width);
+    let wide = area.width >= WIDE;
+    let rows = app.rows();
+    let height = area.height.saturating_sub(1) as usize;
+    app.page.set(height);
+    // Keep the cursor on screen, moving the view as little as possible.
+    let cursor = app.cursor();
+    let mut scroll = app.scroll.get();
+    if cursor < scroll {
+        scroll = cursor;
+    } else if height > 0 && cursor >= scroll + height {
+        scroll = cursor + 1 - height;
+    }
+    scroll = scroll.min(rows.len().saturating_sub(height));
+    app.scroll.set(scroll);
+
+    let cell = |text: String, right: bool| {
+        if right {
+            Cell::from(Line::from(text).right_aligned())
+        } else {
+            Cell::from(text)
+        }
+    };
+    let header = Row::new(cols.iter().map(|c| cell(c.title.clone(), c.right)))
+        .style(Style::new().black().on_cyan().bold());
+    let visible = rows.iter().skip(scroll).take(height).map(|row| {
+        let p = &r.processes[row.index];
+        let (cpu_pct, power_w, energy_j, share_pct) = match row.folded {
+            Some(s) => (s.cpu_pct, s.power_w, s.energy_j, s.share_pct),
+            None => (p.cpu_pct, p.power_w, p.energy_j, p.share_pct),
+        };
+        let mut cells = vec![cell(p.pid.to_string(), true)];
+        if wide {
+            cells.push(cell(
+                p.ppid.map_or_else(|| "-".into(), |pp| pp.to_string()),
+                true,
+            ));
+        }
+        cells.push(cell(app.user_of(row.index).to_string(), false));
+        cells.push(cell(format!("{cpu_pct:.1}"), true));
+        if wide {
+            cells.push(cell(format!("{:.2}", p.cpu_time_s), true));
+        }
+        cells.push(cell(watts(power_w), true));
+        for &d in &domain_columns {
+            cells.push(cell(
+                watts(p.domain_power_w.get(d).copied().unwrap_or(0.0)),
+                true,
+            ));
+        }
+        cells.push(cell(joules(energy_j), true));
+        cells.push(cell(format!("{share_pct:.1}%"), true));
+        let mut command = row.prefix.clone();
+        if let Some(s) = row.folded {
+            command.push_str(&format!("[+{}] ", s.hidden));
+        }
+        if !p.alive {
+            command.push_str("[exited] ");
+        }
+        command.push_str(&p.command);
+        cells.push(Cell::from(command));
+        let style = if !p.alive {
+            Style::new().dim()
+        } else if row.folded.is_some() || p.root {
+            Style::new().bold()
+        } else {
+            Style::new()
+        };
+        Row::new(cells).style(style)
+    });
+    let mut state = TableState::new()
+        .with_offset(0)
+        .with_selected((!rows.is_empty()).then(|| cursor - scroll));
+    let table = Table::new(visible, cols.iter().map(|c| c.width))
+        .header(header)
+        .column_spacing(1)
+        .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED));
+    StatefulWidget::render(table, area, buf, &mut state);
+    if rows.is_empty() && area.height > 1 {
+        let message = if app.filter.is_empty() {
+            "no process has run yet".to_string()
+        } else {
+            format!("no process matches {:?}", app.filter)
+        };
+        let inner = Rect {
+            y: area.y + 1,
+            height: 1,
+            ..area
+        };
+        Paragraph::new(message).dim().render(inner, buf);
+    }
+}
+
+fn render_functions(app: &App, r: &LiveReport, area: Rect, buf: &mut Buffer) {
+    let functions = app.selected_functions();
+    let Some(process) = app.selected_process() else {
+        return;
+    };
+    let counts = if functions.iter().any(|f| f.calls.is_some()) {
+        "CALLS"
+    } else {
+        "SAMPLES"
+    };
+    let title = format!(
+        " functions of {} {} ({}) ",
+        process.pid,
+        process.comm,
+        functions.first().map_or("", |f| f.source)
+    );
+    let right = |s: String| Cell::from(Line::from(s).right_aligned());
+    let header = Row::new([
+        Cell::from("FUNCTION"),
+        Cell::from("MODULE"),
+        right(counts.into()),
+        right("CPU s".into()),
+        right("ENERGY J".into()),
+        right("SELF J".into()),
+        right("AVG W".into()),
+    ])
+    .style(Style::new().black().on_cyan().bold());
+    let rows = functions.iter().map(|f| {
+        let count = f
+            .calls
+            .or(f.samples)
+            .map_or_else(|| "-".into(), |n| n.to_string());
+        Row::new([
+            Cell::from(f.symbol.clone()),
+            Cell::from(f.module.clone()),
+            right(count),
+            right(format!("{:.2}", f.cpu_time_s)),
+            right(joules(f.energy_j)),
+            right(joules(f.self_energy_j)),
+            right(watts(if r.elapsed_s > 0.0 {
+                f.energy_j / r.elapsed_s
+            } else {
+                0.0
+            })),
+        ])
+    });
+    let table = Table::new(
+        rows,
+        [
+            Constraint::Fill(1),
+            Constraint::Length(14),
+            Constraint::Length(9),
+            Constraint::Length(8),
+            Constraint::Length(9),
+            Constraint::Length(9),
+            Constraint::Length(8),
+        ],
+    )
+    .header(header)
+    .block(Block::new().borders(Borders::TOP).title(title));
+    Widget::render(table, area, buf);
+}
+
+fn render_footer(app: &App, area: Rect, buf: &mut Buffer) {
+    let line = if app.stopping {
+        Line::from(" stopping: waiting for the run to end…".yellow().bold())
+    } else if app.editing_filter {
+        Line::from(vec![
+            " filter: ".bold(),
+            Span::raw(app.filter.clone()),
+            "▏".into(),
+            "  Enter keeps it · Esc clears it".dim(),
+        ])
+    } else {
+        let key = |k: &'static str| Span::styled(k, Style::new().black().on_cyan());
+        let mut spans = vec![
+            key("q"),
+            " quit ".into(),
+            key("?"),
+            " help ".into(),
+            key("/"),
+            " filter ".into(),
+            key("t"),
+            " tree ".into(),
+            key("space"),
+            " pause ".into(),
+            " sort ".into(),
+        ];
+        for k in SortKey::ALL {
+            spans.push(key(match k {
+                SortKey::Pid => "p",
+                SortKey::User => "u",
+                SortKey::Cpu => "c",
+                SortKey::Power => "w",
+                SortKey::Energy => "e",
+                SortKey::Share => "s",
+                SortKey::Command => "n",
+            }));
+            spans.push(" ".into());
+        }
+        spans.push(key("r"));
+        spans.push(" reverse".into());
+        if !app.filter.is_empty() {
+            spans.push(format!("  filter: {}", app.filter).yellow());
+        }
+        Line::from(spans)
+    };
+    Paragraph::new(line).render(area, buf);
+}
+
+const HELP: &[(&str, &str)] = &[
+    ("q, Ctrl-C", "quit (writes the report with -o)"),
+    ("?", "this help (any key closes it)"),
+    ("space", "pause or resume the display"),
+    ("/", "filter by name or pid (Enter keeps, Esc clears)"),
+    ("t", "tree view: children under their parents"),
+    (
+        "Enter ← →",
+        "tree view: fold or unfold the selected process",
+    ),
+    (
+        "p u c w e s n",
+        "sort by PID USER CPU% POWER ENERGY SHARE COMMAND",
+    ),
+    ("", "(the same key again reverses the order)"),
+    ("< > r", "previous or next column, reverse"),
+    ("↑ ↓ PgUp PgDn", "move (Home, End: first, last)"),
+];
+
+fn render_help(area: Rect, buf: &mut Buffer) {
+    let mut lines: Vec<Line> = HELP
+        .iter()
+        .map(|(k, what)| Line::from(vec![format!(" {k:<14}").bold(), Span::raw(*what)]))
+        .collect();
+    lines.push(Line::raw(""));
+    lines.push(Line::raw(
+        " POWER and CPU% cover the last refresh period; ENERGY and",
+    ));
+    lines.push(Line::raw(
+        " SHARE the run so far. Folded processes show their subtree.",
+    ));
+    lines.push(Line::raw(
+        " Live figures use the idle baseline estimated so far; the",
+    ));
+    lines.push(Line::raw(" report at the end re-attributes the whole run."));
+    let width = 66.min(area.width);
+    let height = (lines.len() as u16 + 2).min(area.height);
+    let popup = Rect {
+        x: area.x + (area.width - width) / 2,
+        y: area.y + (area.height - height) / 2,
+        width,
+        height,
+    };
+    Clear.render(popup, buf);
+    Paragraph::new(lines)
+        .block(Block::bordered().title(" keys "))
+        .render(popup, buf);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use ratatui::{
+        Terminal,
+        backend::TestBackend,
+        crossterm::event::{KeyCode, KeyEvent},
+    };
+
+    use super::*;
+    use crate::ui::{
+        state::ViewConfig,
+        testdata::{self, measured_report, report},
+    };
+
+    fn app(report: LiveReport, output: Option<&str>) -> App {
+        let mut app = App::new(
+            ViewConfig {
+                refresh: Duration::from_millis(1000),
+                command_output: output.map(Into::into),
+            },
+            testdata::users(),
+        );
+        app.update(report);
+        app
+    }
+
+    /// The screen as text, one line per row, trailing blanks cut.
+    fn screen(app: &App, width: u16, height: u16) -> String {
+        let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
+        terminal.draw(|f| f.render_widget(app, f.area())).unwrap();
+        let buffer = terminal.backend().buffer();
+        let mut out = String::new();
+        for y in 0..height {
+            let mut line = String::new();
+            for x in 0..width {
+                line.push_str(buffer[(x, y)].symbol());
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        out
+    }
+
+    fn keys(app: &mut App, keys: &[KeyCode]) {
+        for k in keys {
+            app.handle_key(KeyEvent::from(*k));
+        }
+    }
+
+    #[test]
+    fn whole_machine_at_80x24() {
+        insta::assert_snapshot!(screen(&app(report(), None), 80, 24));
+    }
+
+    #[test]
+    fn whole_machine_at_160x48() {
+        insta::assert_snapshot!(screen(&app(report(), None), 160, 48));
+    }
+
+    #[test]
+    fn measured_domains_get_columns_when_wide_at_160x48() {
+        insta::assert_snapshot!(screen(&app(measured_report(), None), 160, 48));
+    }
+
+    #[test]
+    fn measured_domains_at_80x24() {
+        insta::assert_snapshot!(screen(&app(measured_report(), None), 80, 24));
+    }
+
+    #[test]
+    fn tree_folded_filtered_and_paused_at_80x24() {
+        let mut a = app(report(), None);
+        keys(
+            &mut a,
+            &[KeyCode::Char('t'), KeyCode::Enter, KeyCode::Char(' ')],
+        );
+        insta::assert_snapshot!("tree_folded", screen(&a, 80, 24));
+        keys(
+            &mut a,
+            &[
+                KeyCode::Right,
+                KeyCode::Char('/'),
+                KeyCode::Char('w'),
+                KeyCode::Char('o'),
+            ],
+        );
+        insta::assert_snapshot!("tree_filter_typing", screen(&a, 80, 24));
+    }
+
+    #[test]
+    fn function_pane_for_the_selected_process_at_160x48() {
+        let mut a = app(testdata::report_with_functions(), None);
+        keys(&mut a, &[KeyCode::Down]);
+        insta::assert_snapshot!(screen(&a, 160, 48));
+    }
+
+    #[test]
+    fn help_over_the_view_at_80x24() {
+        let mut a = app(report(), None);
+        keys(&mut a, &[KeyCode::Char('?')]);
+        insta::assert_snapshot!(screen(&a, 80, 24));
+    }
+
+    #[test]
+    fn wrapped_command_names_its_output_file() {
+        let mut r = report();
+        r.mode = "wrap";
+        r.target = "make -j2 all".into();
+        let a = app(r, Some("/tmp/cg-trace-4242.out"));
+        let text = screen(&a, 160, 48);
+        // The path holds a pid: volatile in real runs, fixed here; filter it all the same.
+        let text = text.replace("cg-trace-4242.out", "cg-trace-[PID].out");
+        assert!(
+            text.contains("command output → /tmp/cg-trace-[PID].out"),
+            "{text}"
+        );
+        assert!(text.contains("cg-trace · `make -j2 all`"), "{text}");
+        assert!(text.contains("targets 13.30 W"), "{text}");
+    }
+
+    #[test]
+    fn tiny_and_odd_sizes_do_not_panic() {
+        let mut a = app(measured_report(), None);
+        for (w, h) in [(1, 1), (10, 3), (20, 8), (40, 12), (80, 10), (300, 100)] {
+            screen(&a, w, h);
+        }
+        keys(&mut a, &[KeyCode::Char('?')]);
+        for (w, h) in [(1, 1), (10, 3), (30, 10)] {
+            screen(&a, w, h);
+        }
+        let empty = App::new(
+            ViewConfig {
+                refresh: Duration::from_secs(1),
+                command_output: None,
+            },
+            testdata::users(),
+        );
+        assert!(screen(&empty, 80, 24).contains("waiting for the first interval"));
+    }
+
+    #[test]
+    fn units_format_with_sensible_digits() {
+        assert_eq!(watts(3.14159), "3.14");
+        assert_eq!(watts(123.45), "123.5");
+        assert_eq!(watts(12345.6), "12346");
+        assert_eq!(joules(0.5), "0.50");
+        assert_eq!(joules(1234.56), "1234.6");
+        assert_eq!(clock(75.0), "1:15");
+        assert_eq!(clock(3725.0), "1:02:05");
+    }
+}

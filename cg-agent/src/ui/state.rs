@@ -1,0 +1,737 @@
+//! The view's state and what keys do to it. Pure: no terminal, no I/O, so tests drive it with
+//! key events and check the rows it would show. The main loop alone owns it
+//! ([`super::run`]); rendering only reads it ([`super::render`]).
+
+use std::{
+    cell::Cell,
+    cmp::Ordering,
+    collections::{HashMap, HashSet},
+    path::PathBuf,
+    time::Duration,
+};
+
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+
+use super::users::Users;
+use crate::{
+    attribution::ProcId,
+    report::{
+        FunctionEntry,
+        live::{LiveProcess, LiveReport},
+    },
+};
+
+/// A column of the process table, in display order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SortKey {
+    Pid,
+    User,
+    Cpu,
+    Power,
+    Energy,
+    Share,
+    Command,
+}
+
+impl SortKey {
+    pub const ALL: [SortKey; 7] = [
+        SortKey::Pid,
+        SortKey::User,
+        SortKey::Cpu,
+        SortKey::Power,
+        SortKey::Energy,
+        SortKey::Share,
+        SortKey::Command,
+    ];
+
+    /// The key that sorts by this column.
+    pub fn key(self) -> char {
+        match self {
+            SortKey::Pid => 'p',
+            SortKey::User => 'u',
+            SortKey::Cpu => 'c',
+            SortKey::Power => 'w',
+            SortKey::Energy => 'e',
+            SortKey::Share => 's',
+            SortKey::Command => 'n',
+        }
+    }
+
+    pub fn title(self) -> &'static str {
+        match self {
+            SortKey::Pid => "PID",
+            SortKey::User => "USER",
+            SortKey::Cpu => "CPU%",
+            SortKey::Power => "POWER W",
+            SortKey::Energy => "ENERGY J",
+            SortKey::Share => "SHARE",
+            SortKey::Command => "COMMAND",
+        }
+    }
+
+    /// Figures sort largest first; names and pids in ascending order.
+    fn descending_first(self) -> bool {
+        !matches!(self, SortKey::Pid | SortKey::User | SortKey::Command)
+    }
+
+    fn from_key(c: char) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.key() == c)
+    }
+}
+
+/// What the main loop should do after a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    Nothing,
+    Redraw,
+    Quit,
+}
+
+/// One line of the process table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    /// Index into the shown report's `processes`.
+    pub index: usize,
+    pub id: ProcId,
+    /// Tree glyphs before the command (tree view).
+    pub prefix: String,
+    pub has_children: bool,
+    /// Folded (tree view): how many descendants it hides, and the subtree's figures.
+    pub folded: Option<Subtree>,
+}
+
+/// A folded process with everything below it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Subtree {
+    pub hidden: usize,
+    pub cpu_pct: f64,
+    pub power_w: f64,
+    pub energy_j: f64,
+    pub share_pct: f64,
+}
+
+/// Options the view starts with.
+#[derive(Clone, Debug)]
+pub struct ViewConfig {
+    pub refresh: Duration,
+    /// Where the wrapped command's output goes (shown on screen).
+    pub command_output: Option<PathBuf>,
+}
+
+/// Everything the view shows and remembers.
+#[derive(Debug)]
+pub struct App {
+    pub config: ViewConfig,
+    /// What is shown; `None` until the first figures arrive.
+    pub report: Option<LiveReport>,
+    /// The newest figures, held back while paused.
+    pending: Option<LiveReport>,
+    pub sort: SortKey,
+    pub descending: bool,
+    pub filter: String,
+    pub editing_filter: bool,
+    pub tree: bool,
+    folded: HashSet<ProcId>,
+    pub paused: bool,
+    pub help: bool,
+    /// The run was asked to stop and is winding down.
+    pub stopping: bool,
+    users: Users,
+    user_names: Vec<String>,
+    rows: Vec<Row>,
+    cursor: usize,
+    selected: Option<ProcId>,
+    /// First row shown, kept by the renderer so that the cursor stays visible.
+    pub(super) scroll: Cell<usize>,
+    /// Rows the table showed last time (for page up/down).
+    pub(super) page: Cell<usize>,
+}
+
+impl App {
+    pub fn new(config: ViewConfig, users: Users) -> Self {
+        App {
+            config,
+            report: None,
+            pending: None,
+            sort: SortKey::Power,
+            descending: true,
+            filter: String::new(),
+            editing_filter: false,
+            tree: false,
+            folded: HashSet::new(),
+            paused: false,
+            help: false,
+            stopping: false,
+            users,
+            user_names: Vec::new(),
+            rows: Vec::new(),
+            cursor: 0,
+            selected: None,
+            scroll: Cell::new(0),
+            page: Cell::new(10),
+        }
+    }
+
+    /// New figures: shown now, or when the view is unpaused.
+    pub fn update(&mut self, report: LiveReport) {
+        if self.paused {
+            self.pending = Some(report);
+            return;
+        }
+        self.users
+            .learn(report.processes.iter().filter_map(|p| p.uid));
+        self.user_names = report
+            .processes
+            .iter()
+            .map(|p| self.users.name(p.uid))
+            .collect();
+        self.report = Some(report);
+        self.rebuild();
+    }
+
+    pub fn rows(&self) -> &[Row] {
+        &self.rows
+    }
+
+    /// Index of the selected row.
+    pub fn cursor(&self) -> usize {
+        self.cursor
+    }
+
+    /// The user name of the process at `index` in the shown report.
+    pub fn user_of(&self, index: usize) -> &str {
+        self.user_names.get(index).map_or("?", String::as_str)
+    }
+
+    pub fn selected_process(&self) -> Option<&LiveProcess> {
+        let row = self.rows.get(self.cursor)?;
+        self.report.as_ref()?.processes.get(row.index)
+    }
+
+    /// Function figures of the selected process, most energy first.
+    pub fn selected_functions(&self) -> Vec<&FunctionEntry> {
+        let (Some(report), Some(process)) = (&self.report, self.selected_process()) else {
+            return Vec::new();
+        };
+        let mut functions: Vec<&FunctionEntry> = report
+            .functions
+            .iter()
+            .filter(|f| f.pid == process.pid)
+            .collect();
+        functions.sort_by(|a, b| {
+            b.energy_j
+                .total_cmp(&a.energy_j)
+                .then_with(|| a.symbol.cmp(&b.symbol))
+        });
+        functions
+    }
+
+    /// What a key does.
+    pub fn handle_key(&mut self, key: KeyEvent) -> Action {
+        if key.kind == KeyEventKind::Release {
+            return Action::Nothing;
+        }
+        let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
+        if ctrl && matches!(key.code, KeyCode::Char('c') | KeyCode::Char('C')) {
+            return Action::Quit;
+        }
+        if self.editing_filter {
+            return self.edit_filter(key);
+        }
+        if self.help {
+            if key.code == KeyCode::Char('q') {
+                return Action::Quit;
+            }
+            self.help = false;
+            return Action::Redraw;
+        }
+        match key.code {
+            KeyCode::Char('q') => return Action::Quit,
+            KeyCode::Char('?') | KeyCode::Char('h') | KeyCode::F(1) => self.help = true,
+            KeyCode::Char(' ') => self.toggle_pause(),
+            KeyCode::Char('/') => self.editing_filter = true,
+            KeyCode::Esc if !self.filter.is_empty() => {
+                self.filter.clear();
+                self.rebuild();
+            }
+            KeyCode::Char('t') => {
+                self.tree = !self.tree;
+                self.rebuild();
+            }
+            KeyCode::Char('r') => {
+                self.descending = !self.descending;
+                self.rebuild();
+            }
+            KeyCode::Char('<') | KeyCode::Char('>') => {
+                let i = SortKey::ALL
+                    .iter()
+                    .position(|k| *k == self.sort)
+                    .unwrap_or(0);
+                let n = SortKey::ALL.len();
+                let next = if key.code == KeyCode::Char('<') {
+                    (i + n - 1) % n
+                } else {
+                    (i + 1) % n
+                };
+                self.sort_by(SortKey::ALL[next]);
+            }
+            KeyCode::Char(c) if SortKey::from_key(c).is_some() => {
+                if let Some(k) = SortKey::from_key(c) {
+                    self.sort_by(k);
+                }
+            }
+            KeyCode::Up | KeyCode::Char('k') => self.move_cursor(-1),
+            KeyCode::Down | KeyCode::Char('j') => self.move_cursor(1),
+            KeyCode::PageUp => self.move_cursor(-(self.page.get().max(1) as isize)),
+            KeyCode::PageDown => self.move_cursor(self.page.get().max(1) as isize),
+            KeyCode::Home | KeyCode::Char('g') => self.move_cursor(isize::MIN / 2),
+            KeyCode::End | KeyCode::Char('G') => self.move_cursor(isize::MAX / 2),
+            KeyCode::Enter if self.tree => self.set_fold(None),
+            KeyCode::Left | KeyCode::Char('-') if self.tree => self.set_fold(Some(true)),
+            KeyCode::Right | KeyCode::Char('+') if self.tree => self.set_fold(Some(false)),
+            _ => return Action::Nothing,
+        }
+        Action::Redraw
+    }
+
+    fn edit_filter(&mut self, key: KeyEvent) -> Action {
+        match key.code {
+            KeyCode::Enter => self.editing_filter = false,
+            KeyCode::Esc => {
+                self.editing_filter = false;
+                self.filter.clear();
+            }
+            KeyCode::Backspace => {
+                self.filter.pop();
+            }
+            KeyCode::Up => self.move_cursor(-1),
+            KeyCode::Down => self.move_cursor(1),
+            KeyCode::Char(c) if !key.modifiers.contains(KeyModifiers::CONTROL) => {
+                self.filter.push(c)
+            }
+            _ => return Action::Nothing,
+        }
+        self.rebuild();
+        Action::Redraw
+    }
+
+    fn toggle_pause(&mut self) {
+        self.paused = !self.paused;
+        if !self.paused
+            && let Some(report) = self.pending.take()
+        {
+            self.update(report);
+        }
+    }
+
+    fn sort_by(&mut self, key: SortKey) {
+        if self.sort == key {
+            self.descending = !self.descending;
+        } else {
+            self.sort = key;
+            self.descending = key.descending_first();
+        }
+        self.rebuild();
+    }
+
+    fn move_cursor(&mut self, by: isize) {
+        if self.rows.is_empty() {
+            return;
+        }
+        let last = self.rows.len() - 1;
+        self.cursor = (self.cursor as isize)
+            .saturating_add(by)
+            .clamp(0, last as isize) as usize;
+        self.selected = Some(self.rows[self.cursor].id);
+    }
+
+    /// Folds (`Some(true)`), unfolds (`Some(false)`) or toggles (`None`) the selected process.
+    fn set_fold(&mut self, fold: Option<bool>) {
+        let Some(row) = self.rows.get(self.cursor) else {
+            return;
+        };
+        let id = row.id;
+        let is_folded = self.folded.contains(&id);
+        let fold = fold.unwrap_or(!is_folded);
+        if fold && (row.has_children || is_folded) {
+            self.folded.insert(id);
+        } else {
+            self.folded.remove(&id);
+        }
+        self.rebuild();
+    }
+
+    fn matches(&self, p: &LiveProcess) -> bool {
+        if self.filter.is_empty() {
+            return true;
+        }
+        let needle = self.filter.to_lowercase();
+        p.pid.to_string().starts_with(&needle)
+            || p.command.to_lowercase().contains(&needle)
+            || p.comm.to_lowercase().contains(&needle)
+    }
+
+    fn compare(&self, processes: &[LiveProcess], a: usize, b: usize) -> Ordering {
+        let (x, y) = (&processes[a], &processes[b]);
+        let order = match self.sort {
+            SortKey::Pid => x.pid.cmp(&y.pid),
+            SortKey::User => self.user_of(a).cmp(self.user_of(b)),
+            SortKey::Cpu => x.cpu_pct.total_cmp(&y.cpu_pct),
+            SortKey::Power => x.power_w.total_cmp(&y.power_w),
+            SortKey::Energy => x.energy_j.total_cmp(&y.energy_j),
+            SortKey::Share => x.share_pct.total_cmp(&y.share_pct),
+            SortKey::Command => x.command.cmp(&y.command),
+        };
+        let order = if self.descending {
+            order.reverse()
+        } else {
+            order
+        };
+        order.then(x.pid.cmp(&y.pid)).then(x.id.cmp(&y.id))
+    }
+
+    /// Recomputes the rows from the shown figures, the sort, the filter and the tree; the
+    /// selection follows its process.
+    fn rebuild(&mut self) {
+        let rows = match &self.report {
+            None => Vec::new(),
+            Some(report) if self.tree => self.tree_rows(&report.processes),
+            Some(report) => {
+                let processes = &report.processes;
+                let mut order: Vec<usize> = (0..processes.len())
+                    .filter(|&i| self.matches(&processes[i]))
+                    .collect();
+                order.sort_by(|&a, &b| self.compare(processes, a, b));
+                order
+                    .into_iter()
+                    .map(|index| Row {
+                        index,
+                        id: processes[index].id,
+                        prefix: String::new(),
+                        has_children: false,
+                        folded: None,
+                    })
+                    .collect()
+            }
+        };
+        self.rows = rows;
+        if let Some(at) = self
+            .selected
+            .and_then(|id| self.rows.iter().position(|r| r.id == id))
+        {
+            self.cursor = at;
+        } else {
+            self.cursor = self.cursor.min(self.rows.len().saturating_sub(1));
+            self.selected = self.rows.get(self.cursor).map(|r| r.id);
+        }
+    }
+
+    fn tree_rows(&self, processes: &[LiveProcess]) -> Vec<Row> {
+        let n = processes.len();
+        // A pid seen twice (reused after an exit): the live one is the parent of new children.
+        let mut by_pid: HashMap<u32, usize> = HashMap::new();
+        for (i, p) in processes.iter().enumerate() {
+            match by_pid.get(&p.pid) {
+                Some(&j) if processes[j].alive && !p.alive => {}
+                _ => {
+                    by_pid.insert(p.pid, i);
+                }
+            }
+        }
+        let mut parent: Vec<Option<usize>> = processes
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                p.ppid
+                    .and_then(|pp| by_pid.get(&pp).copied())
+                    .filter(|&j| j != i)
+            })
+            .collect();
+        // Break cycles (pid reuse can make one): a node that reaches itself becomes a root.
+        for i in 0..n {
+            let mut at = parent[i];
+            let mut steps = 0;
+            while let Some(j) = at {
+                if j == i || steps > n {
+                    parent[i] = None;
+                    break;
+                }
+                at = parent[j];
+                steps += 1;
+            }
+        }
+        let mut children: Vec<Vec<usize>> = vec![Vec::new(); n];
+        let mut roots = Vec::new();
+        for i in 0..n {
+            match parent[i] {
+                Some(j) => children[j].push(i),
+                None => roots.push(i),
+            }
+        }
+        // With a filter: the matches and their ancestors, so the tree stays readable.
+        let mut shown = vec![self.filter.is_empty(); n];
+        if !self.filter.is_empty() {
+            for i in (0..n).filter(|&i| self.matches(&processes[i])) {
+                let mut at = Some(i);
+                while let Some(j) = at {
+                    if shown[j] {
+                        break;
+                    }
+                    shown[j] = true;
+                    at = parent[j];
+                }
+            }
+        }
+        let sort = |list: &mut Vec<usize>| list.sort_by(|&a, &b| self.compare(processes, a, b));
+        sort(&mut roots);
+        for list in &mut children {
+            sort(list);
+        }
+
+        let mut rows = Vec::new();
+        // (node, glyphs of its ancestors' columns, is it its parent's last child, depth)
+        let mut stack: Vec<(usize, String, bool, usize)> = roots
+            .iter()
+            .rev()
+            .filter(|&&r| shown[r])
+            .map(|&r| (r, String::new(), true, 0))
+            .collect();
+        while let Some((i, lead, last, depth)) = stack.pop() {
+            let kids: Vec<usize> = children[i].iter().copied().filter(|&c| shown[c]).collect();
+            let prefix = if depth == 0 {
+                String::new()
+            } else {
+                format!("{lead}{}", if last { "└─ " } else { "├─ " })
+            };
+            let id = processes[i].id;
+            let folded = (self.folded.contains(&id) && !children[i].is_empty())
+                .then(|| subtree(processes, &children, i));
+            if folded.is_none() {
+                let lead = if depth == 0 {
+                    String::new()
+                } else {
+                    format!("{lead}{}", if last { "   " } else { "│  " })
+                };
+                for (k, &c) in kids.iter().enumerate().rev() {
+                    stack.push((c, lead.clone(), k + 1 == kids.len(), depth + 1));
+                }
+            }
+            rows.push(Row {
+                index: i,
+                id,
+                prefix,
+                has_children: !children[i].is_empty(),
+                folded,
+            });
+        }
+        rows
+    }
+}
+
+/// A process and everything below it, added up.
+fn subtree(processes: &[LiveProcess], children: &[Vec<usize>], root: usize) -> Subtree {
+    let mut sum = Subtree::default();
+    let mut stack = vec![root];
+    while let Some(i) = stack.pop() {
+        let p = &processes[i];
+        sum.cpu_pct += p.cpu_pct;
+        sum.power_w += p.power_w;
+        sum.energy_j += p.energy_j;
+        sum.share_pct += p.share_pct;
+        if i != root {
+            sum.hidden += 1;
+        }
+        stack.extend(&children[i]);
+    }
+    sum
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ui::testdata;
+
+    fn press(app: &mut App, keys: &str) {
+        for c in keys.chars() {
+            app.handle_key(KeyEvent::from(KeyCode::Char(c)));
+        }
+    }
+
+    fn key(app: &mut App, code: KeyCode) -> Action {
+        app.handle_key(KeyEvent::from(code))
+    }
+
+    fn pids(app: &App) -> Vec<u32> {
+        let report = app.report.as_ref().unwrap();
+        app.rows()
+            .iter()
+            .map(|r| report.processes[r.index].pid)
+            .collect()
+    }
+
+    fn app() -> App {
+        let mut app = App::new(
+            ViewConfig {
+                refresh: Duration::from_secs(1),
+                command_output: None,
+            },
+            testdata::users(),
+        );
+        app.update(testdata::report());
+        app
+    }
+
+    #[test]
+    fn sorts_by_power_first_and_by_any_column_on_its_key() {
+        let mut app = app();
+        assert_eq!(app.sort, SortKey::Power);
+        assert_eq!(pids(&app), [1200, 1201, 1202, 880, 1, 1203]);
+        press(&mut app, "p");
+        assert_eq!(pids(&app), [1, 880, 1200, 1201, 1202, 1203]);
+        press(&mut app, "p");
+        assert_eq!(
+            pids(&app),
+            [1203, 1202, 1201, 1200, 880, 1],
+            "again: reversed"
+        );
+        press(&mut app, "e");
+        assert!(app.descending);
+        assert_eq!(pids(&app)[0], 1200);
+        press(&mut app, "u");
+        assert_eq!(pids(&app)[..2], [1200, 1201], "alice before root");
+        press(&mut app, "n");
+        assert_eq!(pids(&app)[0], 1203, "/bin/sh sorts first");
+        press(&mut app, ">");
+        assert_eq!(app.sort, SortKey::Pid, "> wraps around to the first column");
+        press(&mut app, "<<");
+        assert_eq!(app.sort, SortKey::Share);
+        press(&mut app, "r");
+        assert!(!app.descending);
+    }
+
+    #[test]
+    fn filter_by_name_or_pid_and_escape_clears_it() {
+        let mut app = app();
+        assert_eq!(key(&mut app, KeyCode::Char('/')), Action::Redraw);
+        assert!(app.editing_filter);
+        press(&mut app, "WORK");
+        assert_eq!(
+            pids(&app),
+            [1201, 1202],
+            "case-insensitive, on the command line"
+        );
+        // While typing, q is text, not quit.
+        assert_eq!(key(&mut app, KeyCode::Char('q')), Action::Redraw);
+        assert!(app.rows().is_empty());
+        key(&mut app, KeyCode::Backspace);
+        key(&mut app, KeyCode::Enter);
+        assert!(!app.editing_filter);
+        assert_eq!(app.filter, "WORK");
+        assert_eq!(pids(&app), [1201, 1202]);
+        key(&mut app, KeyCode::Esc);
+        assert_eq!(pids(&app).len(), 6);
+        press(&mut app, "/88");
+        assert_eq!(pids(&app), [880], "pid prefix");
+        key(&mut app, KeyCode::Esc);
+        assert!(app.filter.is_empty() && !app.editing_filter);
+    }
+
+    #[test]
+    fn tree_view_nests_children_and_folds_them() {
+        let mut app = app();
+        press(&mut app, "t");
+        assert!(app.tree);
+        // 1 (init) > 880 (sshd) > 1200 (make) > 1201, 1202 (workers), 1203 (sh); by power.
+        assert_eq!(pids(&app), [1, 880, 1200, 1201, 1202, 1203]);
+        let prefixes: Vec<&str> = app.rows().iter().map(|r| r.prefix.as_str()).collect();
+        assert_eq!(
+            prefixes,
+            ["", "└─ ", "   └─ ", "      ├─ ", "      ├─ ", "      └─ "]
+        );
+        // make, selected in the list, stays selected in the tree; fold it: its subtree adds
+        // up under it.
+        assert_eq!(app.selected_process().unwrap().pid, 1200);
+        key(&mut app, KeyCode::Enter);
+        assert_eq!(pids(&app), [1, 880, 1200]);
+        let folded = app.rows()[2].folded.unwrap();
+        assert_eq!(folded.hidden, 3);
+        assert!((folded.power_w - (6.0 + 3.0 + 2.0 + 0.5)).abs() < 1e-9);
+        key(&mut app, KeyCode::Right);
+        assert_eq!(pids(&app).len(), 6);
+        // A filter keeps the matches' ancestors.
+        press(&mut app, "/sh");
+        key(&mut app, KeyCode::Enter);
+        assert_eq!(pids(&app), [1, 880, 1200, 1203]);
+    }
+
+    #[test]
+    fn selection_follows_its_process_across_updates_and_sorts() {
+        let mut app = app();
+        key(&mut app, KeyCode::Down);
+        assert_eq!(app.selected_process().unwrap().pid, 1201);
+        press(&mut app, "p");
+        assert_eq!(app.selected_process().unwrap().pid, 1201);
+        let mut next = testdata::report();
+        next.processes.retain(|p| p.pid != 1200);
+        app.update(next);
+        assert_eq!(app.selected_process().unwrap().pid, 1201);
+        key(&mut app, KeyCode::End);
+        assert_eq!(app.cursor(), app.rows().len() - 1);
+        key(&mut app, KeyCode::Home);
+        assert_eq!(app.cursor(), 0);
+        key(&mut app, KeyCode::Up);
+        assert_eq!(app.cursor(), 0);
+    }
+
+    #[test]
+    fn pause_holds_new_figures_until_resumed() {
+        let mut app = app();
+        press(&mut app, " ");
+        assert!(app.paused);
+        let mut next = testdata::report();
+        next.elapsed_s = 99.0;
+        app.update(next);
+        assert_ne!(app.report.as_ref().unwrap().elapsed_s, 99.0);
+        press(&mut app, " ");
+        assert_eq!(app.report.as_ref().unwrap().elapsed_s, 99.0);
+    }
+
+    #[test]
+    fn quit_on_q_or_ctrl_c_and_help_closes_on_any_key() {
+        let mut app = app();
+        assert_eq!(key(&mut app, KeyCode::Char('?')), Action::Redraw);
+        assert!(app.help);
+        assert_eq!(key(&mut app, KeyCode::Char('x')), Action::Redraw);
+        assert!(!app.help);
+        assert_eq!(key(&mut app, KeyCode::Char('q')), Action::Quit);
+        press(&mut app, "/");
+        let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
+        assert_eq!(
+            app.handle_key(ctrl_c),
+            Action::Quit,
+            "even while typing a filter"
+        );
+        assert_eq!(key(&mut app, KeyCode::F(12)), Action::Nothing);
+    }
+
+    #[test]
+    fn functions_of_the_selected_process_most_energy_first() {
+        let mut app = app();
+        assert!(
+            app.selected_functions().is_empty(),
+            "no function figures at all"
+        );
+        app.update(testdata::report_with_functions());
+        // make (1200) is selected first; then the worker 1201, and a process without any.
+        assert_eq!(app.selected_functions().len(), 1);
+        key(&mut app, KeyCode::Down);
+        let names: Vec<&str> = app
+            .selected_functions()
+            .iter()
+            .map(|f| f.symbol.as_str())
+            .collect();
+        assert_eq!(names, ["compress_block", "checksum"]);
+        key(&mut app, KeyCode::Down);
+        assert!(app.selected_functions().is_empty());
+    }
+}

@@ -1,0 +1,297 @@
+//! Figures of a made-up run for the view's tests: a machine where `make` builds with two
+//! compiler workers under an ssh session.
+
+use super::users::Users;
+use crate::{
+    attribution::ProcId,
+    report::{
+        FunctionEntry, LostEvents, SourceEntry,
+        live::{LiveDomain, LiveProcess, LiveReport, LiveTotals, Series},
+    },
+    sources::{DomainKind, Provenance},
+};
+
+pub fn users() -> Users {
+    Users::from_names([(0, "root".to_string()), (1000, "alice".to_string())])
+}
+
+struct P {
+    pid: u32,
+    ppid: u32,
+    uid: u32,
+    comm: &'static str,
+    command: &'static str,
+    cpu_pct: f64,
+    power_w: f64,
+    energy_j: f64,
+    alive: bool,
+}
+
+const PROCESSES: [P; 6] = [
+    P {
+        pid: 1,
+        ppid: 0,
+        uid: 0,
+        comm: "systemd",
+        command: "/sbin/init",
+        cpu_pct: 0.4,
+        power_w: 0.8,
+        energy_j: 15.0,
+        alive: true,
+    },
+    P {
+        pid: 880,
+        ppid: 1,
+        uid: 0,
+        comm: "sshd",
+        command: "sshd: alice [priv]",
+        cpu_pct: 1.5,
+        power_w: 1.0,
+        energy_j: 20.0,
+        alive: true,
+    },
+    P {
+        pid: 1200,
+        ppid: 880,
+        uid: 1000,
+        comm: "make",
+        command: "make -j2 all",
+        cpu_pct: 95.0,
+        power_w: 6.0,
+        energy_j: 120.0,
+        alive: true,
+    },
+    P {
+        pid: 1201,
+        ppid: 1200,
+        uid: 1000,
+        comm: "cc1",
+        command: "cc1 -O2 worker_a.c",
+        cpu_pct: 50.0,
+        power_w: 3.0,
+        energy_j: 60.0,
+        alive: true,
+    },
+    P {
+        pid: 1202,
+        ppid: 1200,
+        uid: 1000,
+        comm: "cc1",
+        command: "cc1 -O2 worker_b.c",
+        cpu_pct: 33.3,
+        power_w: 2.0,
+        energy_j: 40.0,
+        alive: true,
+    },
+    P {
+        pid: 1203,
+        ppid: 1200,
+        uid: 1000,
+        comm: "sh",
+        command: "/bin/sh -c ./configure --prefix=/usr/local/very/long/path/that/does/not/fit",
+        cpu_pct: 0.0,
+        power_w: 0.5,
+        energy_j: 5.0,
+        alive: false,
+    },
+];
+
+fn domain(
+    name: &str,
+    kind: DomainKind,
+    provenance: Provenance,
+    top: bool,
+    power_w: f64,
+    energy_j: f64,
+    idle_w: f64,
+) -> LiveDomain {
+    LiveDomain {
+        name: name.into(),
+        kind,
+        provenance,
+        top_level: top,
+        power_w,
+        energy_j,
+        idle_baseline_w: idle_w,
+        idle_method: if provenance == Provenance::Estimated {
+            "model"
+        } else {
+            "regression"
+        },
+        targets_power_w: (power_w - idle_w) * 0.9,
+        other_power_w: (power_w - idle_w) * 0.1,
+        idle_power_w: idle_w,
+    }
+}
+
+/// The whole machine, the model source, one domain.
+pub fn report() -> LiveReport {
+    let total_j: f64 = PROCESSES.iter().map(|p| p.energy_j).sum::<f64>() + 60.0;
+    let processes = PROCESSES
+        .iter()
+        .enumerate()
+        .map(|(id, p)| LiveProcess {
+            id: id as ProcId,
+            pid: p.pid,
+            ppid: Some(p.ppid),
+            uid: Some(p.uid),
+            comm: p.comm.into(),
+            command: p.command.into(),
+            root: false,
+            alive: p.alive,
+            cpu_pct: p.cpu_pct,
+            power_w: p.power_w,
+            energy_j: p.energy_j,
+            share_pct: 100.0 * p.energy_j / total_j,
+            cpu_time_s: p.cpu_pct / 100.0 * 20.0,
+            domain_power_w: vec![p.power_w],
+        })
+        .collect();
+    let history = vec![Series {
+        name: "model".into(),
+        points: (0..=150)
+            .map(|i| {
+                let t = i as f64;
+                (t, 8.0 + 6.0 * ((t / 20.0).sin() + 1.0))
+            })
+            .collect(),
+    }];
+    LiveReport {
+        mode: "system",
+        target: "the whole machine".into(),
+        elapsed_s: 150.0,
+        interval_ms: 100,
+        window_s: 1.0,
+        cpu_count: 2,
+        sources: vec![SourceEntry {
+            name: "model",
+            provenance: Provenance::Estimated,
+            description: "built-in power model".into(),
+            domains: vec!["model".into()],
+        }],
+        source_selection: "auto: no measured source found".into(),
+        domains: vec![domain(
+            "model",
+            DomainKind::Model,
+            Provenance::Estimated,
+            true,
+            19.3,
+            320.0,
+            5.0,
+        )],
+        totals: LiveTotals {
+            power_w: 19.3,
+            energy_j: total_j,
+            targets_power_w: 13.3,
+            other_power_w: 1.0,
+            idle_power_w: 5.0,
+            targets_energy_j: total_j - 60.0,
+            other_energy_j: 10.0,
+            idle_energy_j: 50.0,
+            idle_baseline_w: 5.0,
+            estimated: true,
+        },
+        processes,
+        functions: Vec::new(),
+        lost_events: LostEvents::new(&Default::default(), 0),
+        history,
+    }
+}
+
+/// The same, with function figures (uprobes) for make and one of its workers.
+pub fn report_with_functions() -> LiveReport {
+    let mut r = report();
+    r.functions = vec![
+        function(1201, "checksum", 10.0, 1_200),
+        function(1201, "compress_block", 30.0, 48),
+        function(1200, "main", 1.0, 1),
+    ];
+    r
+}
+
+fn function(pid: u32, symbol: &str, energy_j: f64, calls: u64) -> FunctionEntry {
+    FunctionEntry {
+        symbol: symbol.into(),
+        module: "cc1".into(),
+        pid,
+        calls: Some(calls),
+        samples: None,
+        cpu_time_s: energy_j / 5.0,
+        energy_j,
+        self_cpu_time_s: energy_j / 6.0,
+        self_energy_j: energy_j * 0.8,
+        source: "uprobe",
+    }
+}
+
+/// The same machine measured by RAPL: package (with its cores inside) and DRAM, so each
+/// process has a figure per top-level domain; some events were lost.
+pub fn measured_report() -> LiveReport {
+    let mut r = report();
+    r.sources = vec![SourceEntry {
+        name: "powercap",
+        provenance: Provenance::Measured,
+        description: "RAPL through powercap".into(),
+        domains: vec!["package-0".into(), "core-0".into(), "dram-0".into()],
+    }];
+    r.domains = vec![
+        domain(
+            "package-0",
+            DomainKind::Package,
+            Provenance::Measured,
+            true,
+            16.0,
+            260.0,
+            4.0,
+        ),
+        domain(
+            "core-0",
+            DomainKind::Core,
+            Provenance::Measured,
+            false,
+            11.0,
+            180.0,
+            1.0,
+        ),
+        domain(
+            "dram-0",
+            DomainKind::Dram,
+            Provenance::Measured,
+            true,
+            3.3,
+            60.0,
+            1.0,
+        ),
+    ];
+    r.totals.estimated = false;
+    for p in &mut r.processes {
+        p.domain_power_w = vec![p.power_w * 0.85, p.power_w * 0.6, p.power_w * 0.15];
+    }
+    r.history = ["package-0", "dram-0"]
+        .iter()
+        .enumerate()
+        .map(|(k, name)| Series {
+            name: (*name).into(),
+            points: (0..=150)
+                .map(|i| {
+                    (
+                        i as f64,
+                        if k == 0 {
+                            10.0 + (i % 30) as f64 / 3.0
+                        } else {
+                            3.0
+                        },
+                    )
+                })
+                .collect(),
+        })
+        .collect();
+    r.lost_events = LostEvents::new(
+        &crate::probes::Losses {
+            events_dropped: 3,
+            ..Default::default()
+        },
+        1,
+    );
+    r
+}
