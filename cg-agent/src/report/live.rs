@@ -300,7 +300,14 @@ impl LiveModel {
     pub fn snapshot(&mut self) -> LiveReport {
         let window_s = self.window.duration_ns as f64 / 1e9;
         let elapsed_s = self.elapsed_ns as f64 / 1e9;
-        let per_s = |j: f64| if window_s > 0.0 { j / window_s } else { 0.0 };
+        // `+ 0.0` turns the -0.0 of an empty float sum into 0.0, so zeros sort as equals.
+        let per_s = |j: f64| {
+            if window_s > 0.0 {
+                j / window_s + 0.0
+            } else {
+                0.0
+            }
+        };
         let domains: Vec<LiveDomain> = self
             .domains
             .iter()
@@ -369,7 +376,7 @@ impl LiveModel {
                 if !alive && !recent && window_cpu_ns == 0 {
                     return None;
                 }
-                let energy_j = self.total.energy_of(id, &self.top);
+                let energy_j = self.total.energy_of(id, &self.top) + 0.0;
                 Some(LiveProcess {
                     id,
                     pid: p.pid,

@@ -59,10 +59,12 @@ pub enum LiveEvent<'a> {
     Sample(LiveSample<'a>),
 }
 
+/// Called on the session's thread for each event; it must not block.
+pub type Observer = Box<dyn FnMut(LiveEvent<'_>) + Send>;
+
 /// How a live view takes part in a run.
 pub struct LiveHooks {
-    /// Called on the session's thread for each event; it must not block.
-    pub observer: Box<dyn FnMut(LiveEvent<'_>) + Send>,
+    pub observer: Observer,
     /// Notified when the viewer quits: the run stops as on Ctrl-C (in wrap mode the command
     /// gets SIGINT and has 3 s to finish).
     pub stop: Arc<tokio::sync::Notify>,

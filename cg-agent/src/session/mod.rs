@@ -678,7 +678,7 @@ struct Sampler {
     last_gc: Instant,
     all: bool,
     /// The live view's observer, if one watches this run.
-    observer: Option<Box<dyn FnMut(LiveEvent<'_>) + Send>>,
+    observer: Option<live::Observer>,
 }
 
 /// How often to look for kernel entries of threads whose exit event was lost.

@@ -27,7 +27,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use ratatui::crossterm::event::{self as input, KeyEvent, KeyEventKind};
+use ratatui::crossterm::event::{self as input, KeyCode, KeyEvent, KeyEventKind};
 
 use self::state::{Action, App, ViewConfig};
 use crate::{
@@ -40,6 +40,9 @@ use crate::{
 
 /// How often the input thread checks whether the view has ended.
 const INPUT_POLL: Duration = Duration::from_millis(100);
+/// For the end-to-end tests: a key that makes the view panic, to check that the terminal is
+/// given back before the panic is printed.
+const TEST_PANIC_KEY_ENV: &str = "CG_TRACE_TEST_PANIC_KEY";
 
 /// Everything that reaches the main loop, on one channel.
 #[derive(Debug)]
@@ -51,8 +54,10 @@ pub enum Event {
     Key(KeyEvent),
     Resize,
     /// The run ended (`None`: its thread panicked).
-    Finished(Option<Result<Outcome, RunError>>),
+    Finished(Option<Box<RunResult>>),
 }
+
+type RunResult = Result<Outcome, RunError>;
 
 /// Errors of the live view.
 #[derive(Debug, thiserror::Error)]
@@ -106,7 +111,7 @@ pub fn run(config: RunConfig, options: ViewOptions) -> Result<Outcome, ViewError
         .spawn(move || {
             let outcome =
                 std::panic::catch_unwind(AssertUnwindSafe(|| session::run_live(config, hooks)));
-            let _ = session_tx.send(Event::Finished(outcome.ok()));
+            let _ = session_tx.send(Event::Finished(outcome.ok().map(Box::new)));
         })
         .map_err(ViewError::Terminal)?;
 
@@ -134,6 +139,9 @@ pub fn run(config: RunConfig, options: ViewOptions) -> Result<Outcome, ViewError
         },
         users::Users::load("/etc/passwd"),
     );
+    let panic_key = std::env::var(TEST_PANIC_KEY_ENV)
+        .ok()
+        .and_then(|k| k.chars().next());
     let mut frames: Vec<Duration> = Vec::new();
     let mut dirty = true;
     let outcome = loop {
@@ -154,6 +162,9 @@ pub fn run(config: RunConfig, options: ViewOptions) -> Result<Outcome, ViewError
         let mut finished = None;
         for event in std::iter::once(first).chain(rx.try_iter()) {
             match event {
+                Event::Key(key) if panic_key.is_some_and(|c| key.code == KeyCode::Char(c)) => {
+                    panic!("{TEST_PANIC_KEY_ENV}: panicking on request")
+                }
                 Event::Key(key) => match app.handle_key(key) {
                     Action::Quit => {
                         // A second quit while the command winds down stops waiting for it.
@@ -187,9 +198,9 @@ pub fn run(config: RunConfig, options: ViewOptions) -> Result<Outcome, ViewError
     finish(outcome)
 }
 
-fn finish(outcome: Option<Result<Outcome, RunError>>) -> Result<Outcome, ViewError> {
+fn finish(outcome: Option<Box<RunResult>>) -> Result<Outcome, ViewError> {
     match outcome {
-        Some(result) => Ok(result?),
+        Some(result) => Ok((*result)?),
         None => Err(ViewError::Panicked),
     }
 }

@@ -81,6 +81,7 @@ impl Widget for &App {
 
 /// Watts with three significant figures or so.
 pub fn watts(w: f64) -> String {
+    let w = w + 0.0; // no "-0.00"
     if w.abs() >= 1000.0 {
         format!("{w:.0}")
     } else if w.abs() >= 100.0 {
@@ -92,6 +93,7 @@ pub fn watts(w: f64) -> String {
 
 /// Joules, with more digits while they are small.
 pub fn joules(j: f64) -> String {
+    let j = j + 0.0;
     if j.abs() >= 100_000.0 {
         format!("{j:.0}")
     } else if j.abs() >= 100.0 {
@@ -149,8 +151,12 @@ fn header_lines(app: &App, width: u16) -> Vec<Line<'static>> {
         right.push(Span::raw(" "));
         right.push(" PAUSED ".black().on_yellow().bold());
     }
+    // A long command line gives way to the clock.
+    let room = (width as usize)
+        .saturating_sub(right.iter().map(Span::width).sum::<usize>() + "cg-trace".len() + 1)
+        .max(12);
     lines.push(spread(
-        vec!["cg-trace".bold(), Span::raw(what)],
+        vec!["cg-trace".bold(), Span::raw(shorten(&what, room))],
         right,
         width,
     ));
@@ -243,8 +249,18 @@ fn header_lines(app: &App, width: u16) -> Vec<Line<'static>> {
     lines
 }
 
+/// `text` cut to `max` characters, with an ellipsis when cut.
+fn shorten(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let mut cut: String = text.chars().take(max.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
 fn refresh_text(ms: u64) -> String {
-    if ms >= 1000 && ms % 100 == 0 {
+    if ms >= 1000 && ms.is_multiple_of(100) {
         format!("{:.1} s", ms as f64 / 1000.0)
     } else {
         format!("{ms} ms")
@@ -766,7 +782,8 @@ mod tests {
 
     #[test]
     fn units_format_with_sensible_digits() {
-        assert_eq!(watts(3.14159), "3.14");
+        assert_eq!(watts(3.456), "3.46");
+        assert_eq!(watts(-0.0), "0.00");
         assert_eq!(watts(123.45), "123.5");
         assert_eq!(watts(12345.6), "12346");
         assert_eq!(joules(0.5), "0.50");

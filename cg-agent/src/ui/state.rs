@@ -448,23 +448,28 @@ impl App {
             })
             .collect();
         // Break cycles (pid reuse can make one): a node that reaches itself becomes a root.
-        for i in 0..n {
-            let mut at = parent[i];
-            let mut steps = 0;
-            while let Some(j) = at {
-                if j == i || steps > n {
-                    parent[i] = None;
-                    break;
+        let in_cycle: Vec<usize> = (0..n)
+            .filter(|&i| {
+                let mut at = parent[i];
+                let mut steps = 0;
+                while let Some(j) = at {
+                    if j == i || steps > n {
+                        return true;
+                    }
+                    at = parent[j];
+                    steps += 1;
                 }
-                at = parent[j];
-                steps += 1;
-            }
+                false
+            })
+            .collect();
+        for i in in_cycle {
+            parent[i] = None;
         }
         let mut children: Vec<Vec<usize>> = vec![Vec::new(); n];
         let mut roots = Vec::new();
-        for i in 0..n {
-            match parent[i] {
-                Some(j) => children[j].push(i),
+        for (i, up) in parent.iter().enumerate() {
+            match up {
+                Some(j) => children[*j].push(i),
                 None => roots.push(i),
             }
         }
