@@ -17,16 +17,17 @@ use serde_json::Value;
 /// Generous: the machine is shared and loaded.
 const PATIENCE: Duration = Duration::from_secs(40);
 
-/// A tmux server of our own with one pane running `sh`.
+/// A tmux server of our own (its socket in a temporary directory, so nothing depends on
+/// `/tmp/tmux-UID`) with one pane running `sh`.
 struct Tmux {
-    socket: String,
+    socket: PathBuf,
     dir: tempfile::TempDir,
 }
 
 impl Tmux {
     fn start(width: u16, height: u16) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        let socket = format!("cg-trace-test-{}", std::process::id());
+        let socket = dir.path().join("tmux.sock");
         let tmux = Tmux { socket, dir };
         let out = tmux.run(&[
             "-f",
@@ -51,7 +52,7 @@ impl Tmux {
 
     fn run(&self, args: &[&str]) -> Output {
         Command::new("tmux")
-            .arg("-L")
+            .arg("-S")
             .arg(&self.socket)
             .args(args)
             .output()

@@ -23,6 +23,11 @@ struct Config {
 
 pub fn run(args: &[String]) -> Result<()> {
     let quick = args.iter().any(|a| a == "--quick");
+    let (view_rounds, view_s) = if quick { (2, 10.0) } else { (3, 20.0) };
+    if args.iter().any(|a| a == "--tui") {
+        status(cargo().args(["build", "--release"]))?;
+        return crate::bench_view::run(view_rounds, view_s, &tempdir()?);
+    }
     let config = if quick {
         Config {
             rounds: 2,
@@ -146,7 +151,10 @@ pub fn run(args: &[String]) -> Result<()> {
         peak / 1048576.0
     );
     println!("  processes seen: {threads}");
-    Ok(())
+    println!();
+
+    // 4. The live view.
+    crate::bench_view::run(view_rounds, view_s, &out)
 }
 
 /// One workload's figures: without cg-trace, with probes that do nothing (the cost of

@@ -6,9 +6,11 @@
 //! - `run`: setup, release build, then runs `cg-trace` with the arguments after `--`.
 //! - `test`: setup, rustfmt check, clippy (user space, then the eBPF crate with its own
 //!   target), unit tests, then the end-to-end tests (root, real eBPF) one at a time.
-//! - `bench`: release build, then the overhead benchmarks; prints figures.
+//! - `bench`: release build, then the overhead benchmarks; prints figures (`--tui`: only the
+//!   live view's).
 
 mod bench;
+mod bench_view;
 
 use std::{
     env,
@@ -18,7 +20,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup | build [--release] | run -- CG-TRACE-ARGS... | test | bench [--quick]>";
+const USAGE: &str = "usage: cargo xtask <setup | build [--release] | run -- CG-TRACE-ARGS... | test | bench [--quick] [--tui]>";
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();

@@ -142,17 +142,26 @@ pub fn run(config: RunConfig, options: ViewOptions) -> Result<Outcome, ViewError
     let panic_key = std::env::var(TEST_PANIC_KEY_ENV)
         .ok()
         .and_then(|k| k.chars().next());
-    let mut frames: Vec<Duration> = Vec::new();
+    let mut frames: Vec<FrameTime> = Vec::new();
     let mut dirty = true;
     let outcome = loop {
         if dirty {
             let started = Instant::now();
-            if let Err(err) = taken.terminal.draw(|f| f.render_widget(&app, f.area())) {
+            let mut render = Duration::ZERO;
+            let drawn = taken.terminal.draw(|f| {
+                let rendering = Instant::now();
+                f.render_widget(&app, f.area());
+                render = rendering.elapsed();
+            });
+            if let Err(err) = drawn {
                 // The terminal went away (e.g. closed): stop the run, keep its report.
                 tracing::warn!("drawing the view: {err}");
                 stop.notify_one();
             }
-            frames.push(started.elapsed());
+            frames.push(FrameTime {
+                render,
+                draw: started.elapsed(),
+            });
             dirty = false;
         }
         let Ok(first) = rx.recv() else {
@@ -250,25 +259,37 @@ fn spawn_input(tx: mpsc::Sender<Event>, done: Arc<AtomicBool>) -> thread::JoinHa
     })
 }
 
-/// `frames N`, then mean, 95th percentile and worst frame render time in milliseconds.
-fn write_frame_stats(path: &std::path::Path, frames: &[Duration]) {
-    let mut ms: Vec<f64> = frames.iter().map(|d| d.as_secs_f64() * 1e3).collect();
-    ms.sort_by(f64::total_cmp);
-    let mean = if ms.is_empty() {
-        0.0
-    } else {
-        ms.iter().sum::<f64>() / ms.len() as f64
-    };
-    let at = |q: f64| {
-        ms.get(((ms.len() as f64 * q) as usize).min(ms.len().saturating_sub(1)))
+/// Per frame: the time to render the view into the frame's buffer, and the whole draw
+/// (render, diff against the previous frame, write to the terminal, flush).
+#[derive(Clone, Copy, Debug)]
+struct FrameTime {
+    render: Duration,
+    draw: Duration,
+}
+
+/// `frames N`, then mean, 95th percentile and worst of both times, in milliseconds.
+fn write_frame_stats(path: &std::path::Path, frames: &[FrameTime]) {
+    let summary = |pick: fn(&FrameTime) -> Duration| {
+        let mut ms: Vec<f64> = frames.iter().map(|f| pick(f).as_secs_f64() * 1e3).collect();
+        ms.sort_by(f64::total_cmp);
+        let mean = if ms.is_empty() {
+            0.0
+        } else {
+            ms.iter().sum::<f64>() / ms.len() as f64
+        };
+        let p95 = ms
+            .get(((ms.len() as f64 * 0.95) as usize).min(ms.len().saturating_sub(1)))
             .copied()
-            .unwrap_or(0.0)
+            .unwrap_or(0.0);
+        (mean, p95, ms.last().copied().unwrap_or(0.0))
     };
+    let (render_mean, render_p95, render_max) = summary(|f| f.render);
+    let (draw_mean, draw_p95, draw_max) = summary(|f| f.draw);
     let text = format!(
-        "frames {}\nmean_ms {mean:.3}\np95_ms {:.3}\nmax_ms {:.3}\n",
-        ms.len(),
-        at(0.95),
-        ms.last().copied().unwrap_or(0.0)
+        "frames {}\nrender_mean_ms {render_mean:.3}\nrender_p95_ms {render_p95:.3}\n\
+         render_max_ms {render_max:.3}\ndraw_mean_ms {draw_mean:.3}\ndraw_p95_ms {draw_p95:.3}\n\
+         draw_max_ms {draw_max:.3}\n",
+        frames.len()
     );
     if let Err(err) = std::fs::File::create(path).and_then(|mut f| f.write_all(text.as_bytes())) {
         eprintln!("cg-trace: writing frame stats to {}: {err}", path.display());
