@@ -129,7 +129,20 @@ pub fn run(config: RunConfig, options: ViewOptions) -> Result<Outcome, ViewError
         }
     }
 
-    let mut taken = terminal::Taken::take().map_err(ViewError::Terminal)?;
+    let mut taken = match terminal::Taken::take() {
+        Ok(taken) => taken,
+        Err(err) => {
+            // No view after all: stop the run, and say why once it has ended.
+            stop.notify_one();
+            while let Ok(event) = rx.recv() {
+                if let Event::Finished(_) = event {
+                    break;
+                }
+            }
+            let _ = session.join();
+            return Err(ViewError::Terminal(err));
+        }
+    };
     let input_done = Arc::new(AtomicBool::new(false));
     let input = spawn_input(tx, input_done.clone());
     let mut app = App::new(
