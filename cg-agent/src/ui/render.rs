@@ -744,20 +744,15 @@ mod tests {
     }
 
     #[test]
-    fn wrapped_command_names_its_output_file() {
-        let mut r = report();
-        r.mode = "wrap";
-        r.target = "make -j2 all".into();
-        let a = app(r, Some("/tmp/cg-trace-4242.out"));
-        let text = screen(&a, 160, 48);
-        // The path holds a pid: volatile in real runs, fixed here; filter it all the same.
-        let text = text.replace("cg-trace-4242.out", "cg-trace-[PID].out");
-        assert!(
-            text.contains("command output → /tmp/cg-trace-[PID].out"),
-            "{text}"
+    fn wrapped_command_through_the_live_model_at_80x24() {
+        // The output file is named after our pid, as in a real run: filtered out.
+        let output = format!("/tmp/cg-trace-{}.out", std::process::id());
+        let a = app(
+            testdata::wrapped_run_through_the_live_model(),
+            Some(&output),
         );
-        assert!(text.contains("cg-trace · `make -j2 all`"), "{text}");
-        assert!(text.contains("targets 13.30 W"), "{text}");
+        let text = screen(&a, 80, 24).replace(&output, "/tmp/cg-trace-[PID].out");
+        insta::assert_snapshot!(text);
     }
 
     #[test]

@@ -295,3 +295,121 @@ pub fn measured_report() -> LiveReport {
     );
     r
 }
+
+/// A wrapped `make -j2` whose figures come from the real live model, fed 3 s of made-up
+/// intervals: make itself and two compiler workers, on two CPUs, under the power model.
+pub fn wrapped_run_through_the_live_model() -> LiveReport {
+    use std::time::Duration;
+
+    use crate::{
+        attribution::{Coverage, CpuTime, Interval, Slice},
+        host::HostInfo,
+        report::live::LiveModel,
+        session::{
+            IdleWatts, Mode, SourceInfo,
+            live::{LiveSample, LiveStart},
+            processes::ProcessRecord,
+        },
+        sources::DomainSpec,
+    };
+
+    const MS: u64 = 1_000_000;
+    let mode = Mode::Wrap {
+        command: vec!["make".into(), "-j2".into()],
+    };
+    let host = HostInfo {
+        hostname: "test".into(),
+        kernel: "6.18".into(),
+        cpu_model: "test cpu".into(),
+        cpu_packages: vec![0, 0],
+    };
+    let domains = [DomainSpec {
+        name: "model".into(),
+        kind: DomainKind::Model,
+        parent: None,
+        coverage: Coverage::AllCpus,
+        provenance: Provenance::Estimated,
+        source: "model",
+    }];
+    let sources = [SourceInfo {
+        name: "model",
+        provenance: Provenance::Estimated,
+        description: "built-in power model".into(),
+        domains: vec!["model".into()],
+    }];
+    let mut model = LiveModel::new(&LiveStart {
+        mode: &mode,
+        host: &host,
+        interval: Duration::from_millis(100),
+        domains: &domains,
+        sources: &sources,
+        selection_reason: "requested with --source model",
+        known_idle_w: &[Some(5.0)],
+        idle_watts: &IdleWatts::Estimate,
+        prior_slope_w_per_cpu: 6.5,
+        run_start_ns: 0,
+        calibration: &[],
+    });
+    let record = |pid: u32, ppid: u32, argv: &[&str]| ProcessRecord {
+        pid,
+        ppid: Some(ppid),
+        comm: argv[0].into(),
+        cmdline: argv.iter().map(|a| a.to_string()).collect(),
+        uid: Some(1000),
+        first_seen_ns: 0,
+        ended_ns: None,
+        ending: None,
+        root: pid == 500,
+    };
+    let processes = [
+        record(500, 400, &["make", "-j2"]),
+        record(501, 500, &["cc1", "-O2", "a.c"]),
+        record(502, 500, &["cc1", "-O2", "b.c"]),
+    ];
+    let mut report = None;
+    for i in 0..30u64 {
+        // cc1 a.c: 100 ms on CPU 0; cc1 b.c: 60 ms on CPU 1; make: 10 ms on CPU 1; other 5 ms.
+        let busy_s = (100 + 60 + 10 + 5) as f64 / 1000.0;
+        let interval = Interval {
+            start_ns: i * 100 * MS,
+            duration_ns: 100 * MS,
+            cpus: vec![
+                CpuTime::default(),
+                CpuTime {
+                    idle_ns: 25 * MS,
+                    other_ns: 5 * MS,
+                },
+            ],
+            slices: vec![
+                Slice {
+                    process: 0,
+                    cpu: 1,
+                    on_cpu_ns: 10 * MS,
+                },
+                Slice {
+                    process: 1,
+                    cpu: 0,
+                    on_cpu_ns: 100 * MS,
+                },
+                Slice {
+                    process: 2,
+                    cpu: 1,
+                    on_cpu_ns: 60 * MS,
+                },
+            ],
+            energy_j: vec![0.5 + 6.5 * busy_s],
+        };
+        model.add(&LiveSample {
+            interval: &interval,
+            processes: &processes,
+            changed: if i == 0 { &[0, 1, 2] } else { &[] },
+            losses: Default::default(),
+            read_errors_count: 0,
+            functions: None,
+        });
+        if model.window_ns() >= 1_000_000_000 {
+            report = Some(model.snapshot());
+        }
+    }
+    report.expect("three snapshots")
+}
