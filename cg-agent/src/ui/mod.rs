@@ -308,3 +308,32 @@ fn write_frame_stats(path: &std::path::Path, frames: &[FrameTime]) {
         eprintln!("cg-trace: writing frame stats to {}: {err}", path.display());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_observer_sends_after_the_first_interval_then_once_per_refresh() {
+        let (tx, rx) = mpsc::channel();
+        let mut observer = observer(tx, Duration::from_millis(500));
+        // 2.5 s of 100 ms intervals.
+        testdata::wrapped_run(25, |event| observer(event));
+        let events: Vec<Event> = rx.try_iter().collect();
+        assert!(matches!(events[0], Event::Started));
+        let windows: Vec<f64> = events[1..]
+            .iter()
+            .map(|e| match e {
+                Event::Data(report) => report.window_s,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        // The first interval at once, then every 500 ms of data.
+        assert_eq!(windows.len(), 5, "{windows:?}");
+        assert!((windows[0] - 0.1).abs() < 1e-9);
+        assert!(
+            windows[1..].iter().all(|w| (w - 0.5).abs() < 1e-9),
+            "{windows:?}"
+        );
+    }
+}

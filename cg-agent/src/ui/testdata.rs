@@ -2,6 +2,7 @@
 //! compiler workers under an ssh session.
 
 use super::users::Users;
+use crate::session::live::LiveEvent;
 use crate::{
     attribution::ProcId,
     report::{
@@ -297,14 +298,34 @@ pub fn measured_report() -> LiveReport {
 }
 
 /// A wrapped `make -j2` whose figures come from the real live model, fed 3 s of made-up
-/// intervals: make itself and two compiler workers, on two CPUs, under the power model.
+/// intervals (see [`wrapped_run`]).
 pub fn wrapped_run_through_the_live_model() -> LiveReport {
+    use crate::report::live::LiveModel;
+
+    let mut model = None;
+    let mut report = None;
+    wrapped_run(30, |event| match event {
+        LiveEvent::Started(start) => model = Some(LiveModel::new(&start)),
+        LiveEvent::Sample(sample) => {
+            if let Some(model) = model.as_mut() {
+                model.add(&sample);
+                if model.window_ns() >= 1_000_000_000 {
+                    report = Some(model.snapshot());
+                }
+            }
+        }
+    });
+    report.expect("three snapshots")
+}
+
+/// The live feed of a session wrapping `make -j2` for `intervals` intervals of 100 ms: make
+/// itself and two compiler workers on two CPUs, under a 5 W + 6.5 W per CPU power model.
+pub fn wrapped_run(intervals: u64, mut observer: impl FnMut(LiveEvent<'_>)) {
     use std::time::Duration;
 
     use crate::{
         attribution::{Coverage, CpuTime, Interval, Slice},
         host::HostInfo,
-        report::live::LiveModel,
         session::{
             IdleWatts, Mode, SourceInfo,
             live::{LiveSample, LiveStart},
@@ -337,7 +358,7 @@ pub fn wrapped_run_through_the_live_model() -> LiveReport {
         description: "built-in power model".into(),
         domains: vec!["model".into()],
     }];
-    let mut model = LiveModel::new(&LiveStart {
+    observer(LiveEvent::Started(LiveStart {
         mode: &mode,
         host: &host,
         interval: Duration::from_millis(100),
@@ -349,7 +370,7 @@ pub fn wrapped_run_through_the_live_model() -> LiveReport {
         prior_slope_w_per_cpu: 6.5,
         run_start_ns: 0,
         calibration: &[],
-    });
+    }));
     let record = |pid: u32, ppid: u32, argv: &[&str]| ProcessRecord {
         pid,
         ppid: Some(ppid),
@@ -366,8 +387,7 @@ pub fn wrapped_run_through_the_live_model() -> LiveReport {
         record(501, 500, &["cc1", "-O2", "a.c"]),
         record(502, 500, &["cc1", "-O2", "b.c"]),
     ];
-    let mut report = None;
-    for i in 0..30u64 {
+    for i in 0..intervals {
         // cc1 a.c: 100 ms on CPU 0; cc1 b.c: 60 ms on CPU 1; make: 10 ms on CPU 1; other 5 ms.
         let busy_s = (100 + 60 + 10 + 5) as f64 / 1000.0;
         let interval = Interval {
@@ -399,17 +419,13 @@ pub fn wrapped_run_through_the_live_model() -> LiveReport {
             ],
             energy_j: vec![0.5 + 6.5 * busy_s],
         };
-        model.add(&LiveSample {
+        observer(LiveEvent::Sample(LiveSample {
             interval: &interval,
             processes: &processes,
             changed: if i == 0 { &[0, 1, 2] } else { &[] },
             losses: Default::default(),
             read_errors_count: 0,
             functions: None,
-        });
-        if model.window_ns() >= 1_000_000_000 {
-            report = Some(model.snapshot());
-        }
+        }));
     }
-    report.expect("three snapshots")
 }
