@@ -318,7 +318,7 @@ mod tests {
         let (tx, rx) = mpsc::channel();
         let mut observer = observer(tx, Duration::from_millis(500));
         // 2.5 s of 100 ms intervals.
-        testdata::wrapped_run(25, |event| observer(event));
+        testdata::wrapped_run(25, &mut observer);
         let events: Vec<Event> = rx.try_iter().collect();
         assert!(matches!(events[0], Event::Started));
         let windows: Vec<f64> = events[1..]
