@@ -88,7 +88,7 @@ pub fn main_with(cli: Cli) -> i32 {
                 frame_stats: args.view.bench_frame_stats.clone(),
             },
         );
-        if let Some(path) = command_output {
+        if let Some(path) = command_output.filter(|p| p.exists()) {
             eprintln!("cg-trace: the command's output is in {}", path.display());
         }
         result
