@@ -4,9 +4,9 @@
 use std::{path::Path, time::Duration};
 
 use crate::{
-    cli::{Cli, RunArgs},
+    cli::{Cli, Command, RunArgs},
     export::{json, summary},
-    report,
+    inventory, report,
     session::{self, IdleWatts, Mode, RunConfig},
     sources::SourceOptions,
 };
@@ -16,6 +16,9 @@ pub const EXIT_USAGE: i32 = 2;
 
 /// Runs the command line; returns the exit code.
 pub fn main_with(cli: Cli) -> i32 {
+    if let Some(Command::Sources(sources_args)) = &cli.subcommand {
+        return inventory::main(&source_options(&cli.run), sources_args.json);
+    }
     let args = cli.run;
     let config = match run_config(&args) {
         Ok(config) => config,
@@ -76,17 +79,26 @@ pub fn run_config(args: &RunArgs) -> Result<RunConfig, String> {
         mode,
         interval: Duration::from_millis(args.interval),
         duration: args.duration.map(Duration::from_secs_f64),
-        sources: SourceOptions {
-            choice: args.source,
-            powercap_root: args.powercap_root.clone(),
-            model_watts: args.model_watts.map(|m| (m.idle_w, m.max_w)),
-        },
+        sources: source_options(args),
         idle_watts: args.idle_watts.clone().unwrap_or(IdleWatts::Estimate),
         calibration: Duration::from_millis(args.calibrate_ms),
         timeseries: args.timeseries,
         proc_root: "/proc".into(),
         noop_probes: args.bench_noop_probes,
     })
+}
+
+/// The options that choose and configure the energy sources.
+pub fn source_options(args: &RunArgs) -> SourceOptions {
+    SourceOptions {
+        choice: args.source,
+        powercap_root: args.powercap_root.clone(),
+        perf_root: args.perf_root.clone(),
+        perf_counters_from: args.perf_counters_from.clone(),
+        model_watts: args.model_watts.map(|m| (m.idle_w, m.max_w)),
+        nvml_lib: (!args.no_gpu).then(|| args.nvml_lib.clone()),
+        power_log: args.power_log.clone(),
+    }
 }
 
 /// The report format follows the file name; the directory must exist before we measure.

@@ -19,7 +19,7 @@ use crate::{
         split_interval,
     },
     session::{IdleWatts, Mode, Recording, processes::Ending},
-    sources::{DomainKind, Provenance},
+    sources::{DomainKind, Provenance, SourceProbe, gpu::GpuSummary, meter::MeterSummary},
 };
 
 /// Version of the report schema; bumped when a field changes meaning or disappears.
@@ -67,6 +67,15 @@ pub struct Meta {
     pub idle_baseline: Vec<IdleEntry>,
     pub measurement_quality: Quality,
     pub profiler: ProfilerEntry,
+    /// Every source probed when choosing, usable or not, and why (what `cg-trace sources`
+    /// shows).
+    pub sources_probed: Vec<SourceProbe>,
+    /// Per GPU measured: name, UUID, telemetry, which figures were measured and which derived.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<GpuSummary>,
+    /// The power meter's log, with `--power-log`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub power_meter: Option<MeterSummary>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -88,8 +97,11 @@ pub struct DomainEntry {
     pub contains: Vec<String>,
     /// Whether it counts towards the totals (it has no parent).
     pub top_level: bool,
-    /// CPU ids its energy is split over; `null` means every CPU.
+    /// CPU ids its energy is split over; `null` means every CPU (`[]` for a GPU).
     pub cpus: Option<Vec<u32>>,
+    /// GPU domains: the index into `meta.gpus`, whose energy is split by GPU utilisation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<u32>,
     pub provenance: Provenance,
     pub source: &'static str,
 }
@@ -200,6 +212,9 @@ pub struct DomainTotals {
     pub avg_power_w: f64,
     pub provenance: Provenance,
     pub top_level: bool,
+    /// GPU domains: the part of `other_energy_j` that no process's utilisation explains.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unexplained_energy_j: Option<f64>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -291,6 +306,8 @@ pub fn build(rec: &Recording) -> Report {
                         avg_power_w: per_second(l.measured_j, duration_s),
                         provenance: spec.provenance,
                         top_level: spec.parent.is_none(),
+                        unexplained_energy_j: matches!(spec.coverage, Coverage::Gpu(_))
+                            .then_some(l.unexplained_j),
                     },
                 )
             })
@@ -363,9 +380,10 @@ fn idle_baselines(rec: &Recording) -> Vec<IdleBaseline> {
                     busy_cpus: i.busy_cpus(&spec.coverage),
                 })
                 .collect();
-            let prior = match spec.kind {
-                DomainKind::Dram | DomainKind::Uncore => rec.prior_slope_w_per_cpu * 0.1,
-                _ => rec.prior_slope_w_per_cpu,
+            let prior = match (rec.busy_slope_w.get(d).copied().flatten(), spec.kind) {
+                (Some(slope), _) => slope,
+                (None, DomainKind::Dram | DomainKind::Uncore) => rec.prior_slope_w_per_cpu * 0.1,
+                (None, _) => rec.prior_slope_w_per_cpu,
             };
             idle::estimate(&points, prior)
         })
@@ -500,6 +518,11 @@ fn meta(rec: &Recording, baselines: &[IdleBaseline]) -> Meta {
             cpus: match &d.coverage {
                 Coverage::AllCpus => None,
                 Coverage::Cpus(cpus) => Some(cpus.clone()),
+                Coverage::Gpu(_) => Some(Vec::new()),
+            },
+            gpu: match d.coverage {
+                Coverage::Gpu(n) => Some(n),
+                _ => None,
             },
             provenance: d.provenance,
             source: d.source,
@@ -571,6 +594,9 @@ fn meta(rec: &Recording, baselines: &[IdleBaseline]) -> Meta {
             max_rss_bytes: rec.profiler.max_rss_bytes,
             attach_ms: rec.profiler.attach_ms,
         },
+        sources_probed: rec.probes.clone(),
+        gpus: rec.gpus.clone(),
+        power_meter: rec.meter.clone(),
     }
 }
 
@@ -633,6 +659,10 @@ fn quality(rec: &Recording, baselines: &[IdleBaseline]) -> Quality {
     for (error, count) in &rec.source_errors {
         degraded = true;
         notes.push(format!("{count} read(s) failed: {error}"));
+    }
+    for note in &rec.source_notes {
+        degraded |= note.degraded;
+        notes.push(note.text.clone());
     }
     if rec.recorder.merges > 0 {
         notes.push(format!(

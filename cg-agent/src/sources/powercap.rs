@@ -82,6 +82,21 @@ impl PowercapSource {
     }
 }
 
+/// The domains under `root` without reading any counter (`cg-trace sources` lists them even
+/// when `energy_uj` is root-only).
+pub fn discover_domains(root: &Path, host: &HostInfo) -> Result<Vec<DomainSpec>, SourceError> {
+    let found = discover(root)?;
+    let has_psys = found.iter().any(|z| z.name == "psys");
+    let mut domains: Vec<DomainSpec> = Vec::new();
+    for zone in &found {
+        let spec = domain_for(zone, &found, has_psys, host)?;
+        if !domains.iter().any(|d| d.name == spec.name) {
+            domains.push(spec);
+        }
+    }
+    Ok(domains)
+}
+
 impl EnergySource for PowercapSource {
     fn name(&self) -> &'static str {
         "powercap"
@@ -123,12 +138,7 @@ fn discover(root: &Path) -> Result<Vec<FoundZone>, SourceError> {
                 root: root.to_path_buf(),
             });
         }
-        Err(err) => {
-            return Err(SourceError::PowercapUnreadable {
-                path: root.to_path_buf(),
-                reason: err.to_string(),
-            });
-        }
+        Err(err) => return Err(unreadable(root, &err)),
     };
     let mut zones = Vec::new();
     for entry in entries.flatten() {
@@ -301,6 +311,7 @@ fn unreadable(path: &Path, err: &io::Error) -> SourceError {
     SourceError::PowercapUnreadable {
         path: path.to_path_buf(),
         reason: err.to_string(),
+        denied: err.kind() == io::ErrorKind::PermissionDenied,
     }
 }
 
@@ -337,6 +348,8 @@ mod tests {
         ReadContext {
             duration_ns: 100_000_000,
             busy_ns_per_cpu: &[],
+            wall_start_ns: 0,
+            wall_end_ns: 100_000_000,
         }
     }
 
@@ -470,6 +483,17 @@ mod tests {
             "{err}"
         );
         assert!(err.to_string().contains("root"), "{err}");
+    }
+
+    #[test]
+    fn domains_are_listed_without_reading_counters() {
+        let dir = tempfile::tempdir().unwrap();
+        zone(dir.path(), "intel-rapl:0", "package-0", 0, 1_000);
+        zone(dir.path(), "intel-rapl:0:0", "core", 0, 1_000);
+        fs::remove_file(dir.path().join("intel-rapl:0/energy_uj")).unwrap();
+        let domains = discover_domains(dir.path(), &two_package_host()).unwrap();
+        let names: Vec<_> = domains.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["package-0", "core-0"]);
     }
 
     #[test]
