@@ -135,7 +135,8 @@ pub struct DomainSplit {
 
 impl DomainSplit {
     pub fn attributed_j(&self) -> f64 {
-        self.targets_j.iter().map(|(_, j)| j).sum()
+        // `+ 0.0`: an empty sum is -0.0, which prints as "-0.000".
+        self.targets_j.iter().map(|(_, j)| j).sum::<f64>() + 0.0
     }
 }
 
@@ -242,7 +243,8 @@ pub struct DomainLedger {
 
 impl DomainLedger {
     pub fn attributed_j(&self) -> f64 {
-        self.by_process_j.values().sum()
+        // `+ 0.0`: an empty sum is -0.0, which prints as "-0.000".
+        self.by_process_j.values().sum::<f64>() + 0.0
     }
 }
 

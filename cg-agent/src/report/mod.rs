@@ -618,7 +618,7 @@ fn quality(rec: &Recording, baselines: &[IdleBaseline]) -> Quality {
             IdleMethod::Prior { .. } => {
                 degraded = true;
                 notes.push(format!(
-                    "idle baseline of {} ({:.2} W) assumes {:.1} W per busy CPU: the load was too \
+                    "idle baseline of {} ({:.2} W) assumes {:.1} W per busy {}: the load was too \
                      steady to fit one; pass --idle-watts for an exact split",
                     d.name,
                     b.power_w,
@@ -627,6 +627,11 @@ fn quality(rec: &Recording, baselines: &[IdleBaseline]) -> Quality {
                             slope_w_per_cpu, ..
                         } => slope_w_per_cpu,
                         _ => 0.0,
+                    },
+                    if d.kind == DomainKind::Gpu {
+                        "GPU"
+                    } else {
+                        "CPU"
                     }
                 ));
             }
