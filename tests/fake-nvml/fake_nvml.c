@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 typedef int nvmlReturn_t;
 typedef struct nvmlDevice_st *nvmlDevice_t;
@@ -152,19 +153,33 @@ static void set_value(struct nvmlDevice_st *d, const char *key, const char *valu
     else if (!strcmp(key, "power_limit_mw")) d->power_limit_mw = (unsigned)v;
 }
 
-/* Re-reads the script into `state`. */
+/* Re-reads the script into `state` when it changed (a new file, size or time). */
 static void load(void) {
+    static struct stat seen;
+    static int loaded;
+    char path[4096];
+    script_path(path, sizeof path);
+    struct stat now;
+    if (stat(path, &now) == 0 && loaded && now.st_ino == seen.st_ino &&
+        now.st_size == seen.st_size && now.st_mtim.tv_sec == seen.st_mtim.tv_sec &&
+        now.st_mtim.tv_nsec == seen.st_mtim.tv_nsec)
+        return;
+    memset(&seen, 0, sizeof seen);
+    loaded = 0;
     memset(&state, 0, sizeof state);
     for (int i = 0; i < MAX_DEVICES; i++) {
         snprintf(state.dev[i].name, sizeof state.dev[i].name, "Fake GPU %d", i);
         snprintf(state.dev[i].uuid, sizeof state.dev[i].uuid, "GPU-fake-%d", i);
     }
-    char path[4096];
-    script_path(path, sizeof path);
     FILE *f = fopen(path, "r");
     if (!f) {
         state.init_error = NVML_ERROR_DRIVER_NOT_LOADED;
         return;
+    }
+    struct stat opened;
+    if (fstat(fileno(f), &opened) == 0) {
+        seen = opened;
+        loaded = 1;
     }
     char line[1024];
     while (fgets(line, sizeof line, f)) {

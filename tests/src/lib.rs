@@ -216,7 +216,8 @@ pub struct Linear {
 
 /// A generated powercap tree (`package-0` with `core` inside, and `dram`) whose energy
 /// counters a background thread advances as `Linear` functions of the machine's busy CPUs,
-/// wrapping at `max_energy_range_uj`.
+/// wrapping at `max_energy_range_uj`. Values are rewritten in place, zero-padded to a fixed
+/// width (cg-trace keeps `energy_uj` open and re-reads it from offset 0, as sysfs allows).
 pub struct FakePowercap {
     dir: tempfile::TempDir,
     stop: Arc<AtomicBool>,
@@ -243,10 +244,17 @@ impl FakePowercap {
             )
             .unwrap();
             fs::write(d.join("enabled"), "1\n").unwrap();
-            fs::write(d.join("energy_uj"), "0\n").unwrap();
         }
+        use std::os::unix::fs::FileExt;
+        let files: Vec<fs::File> = Self::ZONES
+            .iter()
+            .map(|(zone, _)| {
+                let path = dir.path().join(zone).join("energy_uj");
+                fs::write(&path, format!("{:020}\n", 0)).unwrap();
+                fs::OpenOptions::new().write(true).open(path).unwrap()
+            })
+            .collect();
         let stop = Arc::new(AtomicBool::new(false));
-        let root = dir.path().to_path_buf();
         let flag = stop.clone();
         let thread = std::thread::spawn(move || {
             let functions = [package, core, dram];
@@ -260,13 +268,12 @@ impl FakePowercap {
                 last = Instant::now();
                 let busy_s = (busy - last_busy).max(0.0);
                 last_busy = busy;
-                for (i, (zone, _)) in Self::ZONES.iter().enumerate() {
+                for (i, file) in files.iter().enumerate() {
                     let f = functions[i];
                     energy_uj[i] += (f.idle_w * dt + f.k_w_per_cpu * busy_s) * 1e6;
                     let value = (energy_uj[i] as u64) % (max_energy_range_uj + 1);
-                    let tmp = root.join(zone).join(".energy_uj.tmp");
-                    fs::write(&tmp, format!("{value}\n")).unwrap();
-                    fs::rename(&tmp, root.join(zone).join("energy_uj")).unwrap();
+                    file.write_all_at(format!("{value:020}\n").as_bytes(), 0)
+                        .unwrap();
                 }
             }
         });

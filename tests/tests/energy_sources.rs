@@ -3,13 +3,7 @@
 //! tree, NVIDIA GPUs through a stand-in NVML library, and `cg-trace sources` without root.
 //! Run serially (`--test-threads=1`): they measure CPU time on a shared machine.
 
-use std::{
-    fs,
-    os::unix::fs::PermissionsExt,
-    path::Path,
-    process::Command,
-    time::Duration,
-};
+use std::{fs, os::unix::fs::PermissionsExt, path::Path, process::Command, time::Duration};
 
 use cg_tests::{
     Background, FakeNvml, FakePerf, FakePowerLog, FakePowercap, GpuScript, Linear, LogForm,
@@ -134,7 +128,10 @@ fn power_log_is_the_machine_energy_with_rapl_nested_inside() {
     );
     let power_meter = &meta["power_meter"];
     assert_eq!(power_meter["format"], "time,id,pm1,pm2,sum");
-    assert!(num(power_meter, "/run_samples_count") >= 10.0, "{power_meter:#}");
+    assert!(
+        num(power_meter, "/run_samples_count") >= 10.0,
+        "{power_meter:#}"
+    );
     assert_eq!(power_meter["gaps"].as_array().unwrap().len(), 0);
     assert_eq!(
         meta["measurement_quality"]["grade"], "measured",
@@ -227,7 +224,11 @@ fn bad_power_logs_get_clear_errors() {
     );
     let run = cg_trace(&["--power-log", "/nonexistent/p.csv", "--", "true"]);
     assert_eq!(run.code(), Some(2), "{}", run.stderr());
-    assert!(run.stderr().contains("/nonexistent/p.csv"), "{}", run.stderr());
+    assert!(
+        run.stderr().contains("/nonexistent/p.csv"),
+        "{}",
+        run.stderr()
+    );
     fs::write(dir.path().join("ok.csv"), "time,watts\n").unwrap();
     let ok = dir.path().join("ok.csv").display().to_string();
     let run = cg_trace(&["--power-log", &ok, "--source", "model", "--", "true"]);
@@ -429,8 +430,16 @@ fn gpu_energy_is_split_by_utilisation_and_unexplained_time_is_reported() {
     assert_eq!(g["energy_method"], "energy counter");
     assert_eq!(g["status"], "ok");
     assert_eq!(num(g, "/max_temperature_c"), 55.0);
-    assert!((num(g, "/avg_utilization_pct") - 90.0).abs() < 1e-6, "{g:#}");
-    assert!(g["measured"].as_array().unwrap().contains(&"energy_j".into()));
+    assert!(
+        (num(g, "/avg_utilization_pct") - 90.0).abs() < 1e-6,
+        "{g:#}"
+    );
+    assert!(
+        g["measured"]
+            .as_array()
+            .unwrap()
+            .contains(&"energy_j".into())
+    );
     let domain = topology(report, "gpu0");
     assert_eq!(domain["kind"], "gpu");
     assert_eq!(domain["top_level"], true);
@@ -485,7 +494,9 @@ fn a_gpu_lost_mid_run_degrades_the_figures_and_the_run_goes_on() {
     assert_adds_up(report);
     assert_eq!(report["meta"]["gpus"][0]["status"], "lost");
     assert!(
-        notes(report).iter().any(|n| n.contains("stopped answering")),
+        notes(report)
+            .iter()
+            .any(|n| n.contains("stopped answering")),
         "{:#?}",
         notes(report)
     );
@@ -496,7 +507,13 @@ fn a_gpu_lost_mid_run_degrades_the_figures_and_the_run_goes_on() {
 #[test]
 fn no_nvml_library_leaves_the_gpu_out_and_says_why() {
     require_root();
-    let mut args = vec!["--source", "model", "-q", "--nvml-lib", "/nonexistent/libnvidia-ml.so.1"];
+    let mut args = vec![
+        "--source",
+        "model",
+        "-q",
+        "--nvml-lib",
+        "/nonexistent/libnvidia-ml.so.1",
+    ];
     args.extend(NO_RAPL);
     args.extend(["--", "true"]);
     let run = cg_trace(&args);
@@ -510,7 +527,10 @@ fn no_nvml_library_leaves_the_gpu_out_and_says_why() {
         .expect("nvml probed");
     assert_eq!(nvml["usable"], false);
     assert!(
-        nvml["reason"].as_str().unwrap().contains("could not be loaded"),
+        nvml["reason"]
+            .as_str()
+            .unwrap()
+            .contains("could not be loaded"),
         "{nvml:#}"
     );
     assert!(report["meta"].get("gpus").is_none());
@@ -613,14 +633,23 @@ fn sources_needs_no_root_and_says_what_root_would_change() {
     assert_eq!(source("nvml")["usable"], true);
     assert_eq!(source("nvml")["domains"][0]["name"], "gpu0");
     assert_eq!(source("model")["usable"], true);
-    assert_eq!(inventory["auto"]["sources"], serde_json::json!(["model", "nvml"]));
-    assert_eq!(inventory["auto_as_root"], serde_json::json!(["perf", "nvml"]));
+    assert_eq!(
+        inventory["auto"]["sources"],
+        serde_json::json!(["model", "nvml"])
+    );
+    assert_eq!(
+        inventory["auto_as_root"],
+        serde_json::json!(["perf", "nvml"])
+    );
     assert_eq!(inventory["tracing"]["allowed"], false);
 
     let output = run_as_nobody(false);
     assert_eq!(output.status.code(), Some(0));
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(text.contains("needs privileges"), "{text}");
-    assert!(text.contains("as root:  auto would use perf + nvml"), "{text}");
+    assert!(
+        text.contains("as root:  auto would use perf + nvml"),
+        "{text}"
+    );
     assert!(text.contains("CAP_PERFMON"), "{text}");
 }

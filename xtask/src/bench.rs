@@ -23,6 +23,16 @@ struct Config {
 
 pub fn run(args: &[String]) -> Result<()> {
     let quick = args.iter().any(|a| a == "--quick");
+    if args.iter().any(|a| a == "--sources") {
+        return crate::bench_sources::run(quick);
+    }
+    overhead(quick)?;
+    println!();
+    crate::bench_sources::run(quick)
+}
+
+/// The cost of cg-trace to the workloads it watches, and its own cost.
+fn overhead(quick: bool) -> Result<()> {
     let config = if quick {
         Config {
             rounds: 2,

@@ -178,7 +178,8 @@ fn render_devices(out: &mut String, report: &Report) {
     let meta = &report.meta;
     for gpu in &meta.gpus {
         let domain = report.totals.domains.get(&gpu.domain);
-        let num = |v: Option<f64>, unit: &str| v.map_or("-".to_string(), |v| format!("{v:.1} {unit}"));
+        let num =
+            |v: Option<f64>, unit: &str| v.map_or("-".to_string(), |v| format!("{v:.1} {unit}"));
         let _ = writeln!(
             out,
             "\n{}: {} ({}), energy from the {}{}",
@@ -201,7 +202,10 @@ fn render_devices(out: &mut String, report: &Report) {
                 .map_or("-".to_string(), |c| format!("{c} °C")),
             num(gpu.avg_utilization_pct, "%"),
             gpu.max_memory_used_bytes
-                .map_or("-".to_string(), |b| format!("{:.0} MiB", b as f64 / 1048576.0)),
+                .map_or("-".to_string(), |b| format!(
+                    "{:.0} MiB",
+                    b as f64 / 1048576.0
+                )),
             gpu.status
         );
         if let Some(unexplained) = domain.and_then(|d| d.unexplained_energy_j) {
