@@ -23,7 +23,7 @@ use crate::{
 };
 
 /// Version of the report schema; bumped when a field changes meaning or disappears.
-pub const SCHEMA_VERSION: &str = "1.0";
+pub const SCHEMA_VERSION: &str = "1.1";
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {

@@ -238,10 +238,11 @@ pub fn select(options: &SourceOptions, host: &HostInfo) -> Result<Selection, Sou
     if let Some(m) = meter {
         probes.push(m.probe);
         sources.push(m.source?);
-        reasons.push(format!(
+        reasons.push(
             "--power-log: the meter is the energy of the whole machine; other measured domains \
              nest inside it"
-        ));
+                .to_string(),
+        );
     }
     let has_meter = !sources.is_empty();
     let perf_reason = perf.as_ref().map(|p| p.probe.reason.clone());
