@@ -1,7 +1,10 @@
 //! From parsed arguments to a finished run: picks the mode, runs the session, builds the
 //! report, prints the summary and writes the outputs; returns the process exit code.
 
-use std::{path::Path, time::Duration};
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use crate::{
     cli::{Cli, Command, RunArgs},
@@ -96,7 +99,12 @@ pub fn source_options(args: &RunArgs) -> SourceOptions {
         perf_root: args.perf_root.clone(),
         perf_counters_from: args.perf_counters_from.clone(),
         model_watts: args.model_watts.map(|m| (m.idle_w, m.max_w)),
-        nvml_lib: (!args.no_gpu).then(|| args.nvml_lib.clone()),
+        nvml_lib: (!args.no_gpu).then(|| {
+            args.nvml_lib
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(crate::sources::nvml::DEFAULT_LIB))
+        }),
+        nvml_required: args.nvml_lib.is_some(),
         power_log: args.power_log.clone(),
     }
 }

@@ -90,9 +90,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "DIR", hide = true, global = true)]
     pub perf_counters_from: Option<PathBuf>,
 
-    /// The NVML library to load for NVIDIA GPUs
-    #[arg(long, value_name = "FILE", default_value = crate::sources::nvml::DEFAULT_LIB, global = true)]
-    pub nvml_lib: PathBuf,
+    /// The NVML library to load for NVIDIA GPUs (default: libnvidia-ml.so.1, and no GPU source
+    /// when it is missing; a library named here must work)
+    #[arg(long, value_name = "FILE", global = true, conflicts_with = "no_gpu")]
+    pub nvml_lib: Option<PathBuf>,
 
     /// Do not measure NVIDIA GPUs
     #[arg(long, global = true)]

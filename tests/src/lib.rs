@@ -369,8 +369,9 @@ impl Drop for Ticker {
 /// hidden `--perf-counters-from` option; a background thread advances the counters as
 /// `Linear` functions of the machine's busy CPUs, in place (cg-trace keeps them open).
 pub struct FakePerf {
-    dir: tempfile::TempDir,
+    // Declared first so that it stops before the directory goes.
     _ticker: Ticker,
+    dir: tempfile::TempDir,
 }
 
 impl FakePerf {
@@ -444,8 +445,9 @@ pub enum LogForm {
 /// lines are written in two pieces, as a slow logger does. `pause` stops the logger for a
 /// while after a delay, to make a gap.
 pub struct FakePowerLog {
-    dir: tempfile::TempDir,
+    // Declared first so that it stops before the directory goes.
     _ticker: Ticker,
+    dir: tempfile::TempDir,
 }
 
 impl FakePowerLog {
@@ -565,9 +567,10 @@ pub struct GpuScript {
 /// The NVML stand-in with one scripted GPU whose energy counter, per-process samples (every
 /// 20 ms) and state a background thread keeps current.
 pub struct FakeNvml {
+    // Declared first so that it stops before the directory goes.
+    _ticker: Ticker,
     dir: tempfile::TempDir,
     lib: PathBuf,
-    _ticker: Ticker,
 }
 
 impl FakeNvml {

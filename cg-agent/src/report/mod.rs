@@ -440,11 +440,17 @@ fn process_entries(
         .filter_map(|(id, p)| {
             let id = id as ProcId;
             let cpu_ns = ledger.cpu_ns.get(&id).copied().unwrap_or(0);
-            // With --all, list only processes that ran; targets are always listed.
-            if rec.mode == Mode::System && cpu_ns == 0 {
+            let energy_j = ledger.energy_of(id, top);
+            // With --all, list only processes that ran (or used a GPU: they have energy);
+            // targets are always listed.
+            let charged = rec
+                .domains
+                .iter()
+                .enumerate()
+                .any(|(d, _)| ledger.domains[d].by_process_j.contains_key(&id));
+            if rec.mode == Mode::System && cpu_ns == 0 && !charged {
                 return None;
             }
-            let energy_j = ledger.energy_of(id, top);
             let started = p.first_seen_ns.max(run_start);
             let ended = p.ended_ns.map(|e| e.clamp(started, run_end));
             let alive_s = (ended.unwrap_or(run_end).saturating_sub(started)) as f64 / 1e9;

@@ -466,6 +466,16 @@ impl<B: GpuBackend> EnergySource for GpuSource<B> {
     }
 
     fn read(&mut self, ctx: &ReadContext<'_>) -> Result<Vec<f64>, SourceError> {
+        if ctx.duration_ns == 0 {
+            // A zero-length read sets the starting point (the session's first read, after
+            // the probes loaded): what the GPUs used since opening is not the run's.
+            for n in 0..self.devices.len() {
+                self.poll_device(n, 0.0, true);
+            }
+            self.since_poll_ns = 0;
+            self.since_process_poll_ns = 0;
+            return Ok(vec![0.0; self.devices.len()]);
+        }
         self.since_poll_ns += ctx.duration_ns;
         self.since_process_poll_ns += ctx.duration_ns;
         if self.since_poll_ns < MIN_POLL_NS {
@@ -768,6 +778,23 @@ mod tests {
         // Ten 1 ms reads: one poll, at the 10th.
         assert_eq!(script.asked.borrow().len(), 2);
         assert!((total - 4.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_zero_length_read_sets_the_starting_point() {
+        let script = Script {
+            identities: vec![identity("A")],
+            ..Script::default()
+        };
+        script.polls.borrow_mut().push(VecDeque::from([
+            poll(Ok(0), 1, 0),
+            // 5 J while the probes loaded: not the run's.
+            poll(Ok(5_000), 1, 0),
+            poll(Ok(6_000), 1, 0),
+        ]));
+        let mut gpu = open(&script);
+        assert_eq!(gpu.read(&ctx(0)).unwrap(), vec![0.0]);
+        assert_eq!(gpu.read(&ctx(100)).unwrap(), vec![1.0]);
     }
 
     #[test]

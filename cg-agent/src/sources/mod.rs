@@ -276,6 +276,8 @@ pub struct SourceOptions {
     pub model_watts: Option<(f64, f64)>,
     /// The NVML library to load; `None` when GPUs are not to be measured (`--no-gpu`).
     pub nvml_lib: Option<PathBuf>,
+    /// The library was named (`--nvml-lib`): failing to use it is an error, not an absence.
+    pub nvml_required: bool,
     /// `--power-log FILE`: a power meter's log, the energy truth for the whole machine.
     pub power_log: Option<PathBuf>,
 }
@@ -289,6 +291,7 @@ impl Default for SourceOptions {
             perf_counters_from: None,
             model_watts: None,
             nvml_lib: Some(PathBuf::from(nvml::DEFAULT_LIB)),
+            nvml_required: false,
             power_log: None,
         }
     }

@@ -7,7 +7,7 @@
 //!   disagreement is reported. `--source perf|powercap|model` insists (an unusable explicit
 //!   choice is an error).
 //! - NVIDIA GPUs (NVML) are added whenever they can be read, whatever `--source` says
-//!   (`--no-gpu` leaves them out). A GPU's board energy is not part of RAPL's, so `gpuN`
+//!   (`--no-gpu` leaves them out); a library named with `--nvml-lib` must work. A GPU's board energy is not part of RAPL's, so `gpuN`
 //!   domains are top-level next to `package-N`.
 //! - `--power-log FILE` makes the meter the energy truth for the whole machine: `meter` is the
 //!   only top-level domain, and every other measured domain (RAPL, GPUs) nests inside it, so
@@ -306,6 +306,11 @@ pub fn select(options: &SourceOptions, host: &HostInfo) -> Result<Selection, Sou
             reasons.push(format!("GPUs: {}", source.describe()));
             sources.push(source);
         }
+        Err(err @ (SourceError::NvmlUnavailable { .. } | SourceError::NvmlNoDevice { .. }))
+            if options.nvml_required =>
+        {
+            return Err(err);
+        }
         Err(SourceError::NvmlUnavailable { missing: true, .. }) | Err(SourceError::Conflict(_)) => {
         }
         Err(err) => notes.push(SourceNote::info(format!(
@@ -556,6 +561,23 @@ mod tests {
             select(&options, &host()).err().unwrap(),
             SourceError::PowerLog { .. }
         ));
+    }
+
+    #[test]
+    fn a_named_nvml_library_must_work_the_default_may_be_absent() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut options = SourceOptions {
+            perf_root: dir.path().join("none"),
+            powercap_root: dir.path().join("none"),
+            nvml_lib: Some(dir.path().join("libnvidia-ml.so.1")),
+            ..SourceOptions::default()
+        };
+        let selection = select(&options, &host()).unwrap();
+        assert_eq!(names(&selection), ["model"]);
+        assert!(selection.notes.is_empty(), "{:?}", selection.notes);
+        options.nvml_required = true;
+        let err = select(&options, &host()).err().unwrap();
+        assert!(err.to_string().contains("could not be loaded"), "{err}");
     }
 
     #[test]
