@@ -207,6 +207,22 @@ pub fn busy_cpu_seconds() -> f64 {
     busy / hz
 }
 
+/// CPU seconds the kernel has accounted to the main thread of `pid` (its `sum_exec_runtime`,
+/// from `/proc/PID/schedstat`): the ground truth tests compare cg-trace with.
+pub fn task_cpu_s(pid: u32) -> Option<f64> {
+    let text = fs::read_to_string(format!("/proc/{pid}/schedstat")).ok()?;
+    let ns: f64 = text.split_whitespace().next()?.parse().ok()?;
+    Some(ns / 1e9)
+}
+
+/// How fast a running process is using CPU: CPU seconds per wall second over `window`.
+pub fn cpu_rate(pid: u32, window: Duration) -> f64 {
+    let (cpu0, t0) = (task_cpu_s(pid).unwrap_or(0.0), Instant::now());
+    std::thread::sleep(window);
+    let cpu1 = task_cpu_s(pid).unwrap_or(0.0);
+    (cpu1 - cpu0) / t0.elapsed().as_secs_f64()
+}
+
 /// The power function of a [`FakePowercap`] domain: `idle_w + k_w_per_cpu * busy CPUs`.
 #[derive(Clone, Copy, Debug)]
 pub struct Linear {
