@@ -10,7 +10,7 @@ use std::{
 use crate::{
     cli::{Cli, Command, RunArgs},
     export::{json, summary},
-    report,
+    inventory, report,
     session::{self, IdleWatts, Mode, RunConfig},
     sources::SourceOptions,
     ui,
@@ -35,7 +35,16 @@ enum View {
 /// Runs the command line; returns the exit code.
 pub fn main_with(cli: Cli) -> i32 {
     let (mut args, view) = match cli.subcommand {
-        Some(Command::Top(args)) => (args, View::Top),
+        Some(Command::Sources(sources_args)) => {
+            return inventory::main(&source_options(&cli.run), sources_args.json);
+        }
+        Some(Command::Top(args)) => {
+            if let Some(option) = option_before_top(&cli.run) {
+                eprintln!("cg-trace: {option} goes after `top`: `cg-trace top [OPTIONS]`");
+                return EXIT_USAGE;
+            }
+            (*args, View::Top)
+        }
         None if cli.run.view.tui => (cli.run, View::Asked),
         None if !names_targets(&cli.run) => (cli.run, View::Default),
         None => (cli.run, View::Off),
@@ -119,6 +128,27 @@ pub fn main_with(cli: Cli) -> i32 {
     outcome.exit_code
 }
 
+/// An option of a run given before `top`, where it would not reach it (the source options
+/// are global and do).
+fn option_before_top(run: &RunArgs) -> Option<&'static str> {
+    [
+        (!run.pid.is_empty(), "--pid"),
+        (run.all, "--all"),
+        (run.output.is_some(), "-o"),
+        (run.interval != 100, "--interval"),
+        (run.duration.is_some(), "--duration"),
+        (run.idle_watts.is_some(), "--idle-watts"),
+        (run.calibrate_ms != 500, "--calibrate-ms"),
+        (run.timeseries, "--timeseries"),
+        (run.quiet, "-q"),
+        (run.view.tui, "--tui"),
+        (run.view.refresh != 1000, "--refresh"),
+        (run.view.command_output.is_some(), "--command-output"),
+    ]
+    .into_iter()
+    .find_map(|(given, name)| given.then_some(name))
+}
+
 /// Whether the arguments say what to trace.
 fn names_targets(args: &RunArgs) -> bool {
     !args.command.is_empty() || !args.pid.is_empty() || args.all
@@ -173,17 +203,31 @@ pub fn run_config(args: &RunArgs) -> Result<RunConfig, String> {
         mode,
         interval: Duration::from_millis(args.interval),
         duration: args.duration.map(Duration::from_secs_f64),
-        sources: SourceOptions {
-            choice: args.source,
-            powercap_root: args.powercap_root.clone(),
-            model_watts: args.model_watts.map(|m| (m.idle_w, m.max_w)),
-        },
+        sources: source_options(args),
         idle_watts: args.idle_watts.clone().unwrap_or(IdleWatts::Estimate),
         calibration: Duration::from_millis(args.calibrate_ms),
         timeseries: args.timeseries,
         proc_root: "/proc".into(),
         noop_probes: args.bench_noop_probes,
     })
+}
+
+/// The options that choose and configure the energy sources.
+pub fn source_options(args: &RunArgs) -> SourceOptions {
+    SourceOptions {
+        choice: args.source,
+        powercap_root: args.powercap_root.clone(),
+        perf_root: args.perf_root.clone(),
+        perf_counters_from: args.perf_counters_from.clone(),
+        model_watts: args.model_watts.map(|m| (m.idle_w, m.max_w)),
+        nvml_lib: (!args.no_gpu).then(|| {
+            args.nvml_lib
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(crate::sources::nvml::DEFAULT_LIB))
+        }),
+        nvml_required: args.nvml_lib.is_some(),
+        power_log: args.power_log.clone(),
+    }
 }
 
 /// The report format follows the file name; the directory must exist before we measure.

@@ -13,21 +13,18 @@ Examples:
   sudo cg-trace --pid 1234,1240 -o run.json attach to running processes until Ctrl-C
   sudo cg-trace --all --duration 10         the whole machine for 10 s
   cg-trace --source model --model-watts 8:45 -- python3 train.py
+  cg-trace --power-log power.csv -- ./bench  a wall-power meter's log as the energy truth
+  cg-trace sources                          what this machine can measure (no root needed)
   sudo cg-trace top                         live view of the whole machine (q quits, ? keys)
   cg-trace --tui -- ./app                   live view of a command; its output goes to a file
 
 Needs root, or CAP_BPF and CAP_PERFMON. Under sudo the command runs as the invoking user.
-Every figure says whether it was measured (RAPL) or estimated (the built-in power model).";
+Every figure says whether it was measured (RAPL, NVML, a meter) or estimated (the built-in
+power model).";
 
 /// cg-trace: how many joules a process, and each of its children, cost. No instrumentation.
 #[derive(Debug, Parser)]
-#[command(
-    name = "cg-trace",
-    version,
-    about,
-    after_help = EXAMPLES,
-    args_conflicts_with_subcommands = true
-)]
+#[command(name = "cg-trace", version, about, after_help = EXAMPLES)]
 pub struct Cli {
     #[command(subcommand)]
     pub subcommand: Option<Command>,
@@ -36,13 +33,27 @@ pub struct Cli {
     pub run: RunArgs,
 }
 
-/// Subcommands; without one, cg-trace runs the mode its options say (or, with nothing to
-/// trace and a terminal on stdout, `top`).
+/// Subcommands; without one, cg-trace traces (`-- CMD`, `--pid`, `--all`), or, with nothing
+/// to trace and a terminal on stdout, runs `top`.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// List the energy sources this machine offers (perf RAPL, powercap, NVML GPUs, a power
+    /// log given with --power-log, the model), their domains, whether they can be read with
+    /// the current privileges and why not, and which ones `--source auto` would use. Needs no
+    /// root.
+    Sources(SourcesArgs),
     /// Live view: the whole machine's power per process, like htop (with --pid or -- CMD,
-    /// those targets). q quits, ? lists the keys; the report is written on quit with -o
-    Top(RunArgs),
+    /// those targets). q quits, ? lists the keys; the report is written on quit with -o.
+    /// Options go after `top`
+    Top(Box<RunArgs>),
+}
+
+/// Options of `cg-trace sources` (the source options, such as --powercap-root, apply too).
+#[derive(Debug, Args)]
+pub struct SourcesArgs {
+    /// Print JSON (for scripts) instead of a table
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Options of a tracing run.
@@ -69,16 +80,40 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
     pub duration: Option<f64>,
 
-    /// Energy source: auto prefers a measured source and falls back to the model
-    #[arg(long, value_enum, default_value_t = SourceChoice::Auto)]
+    /// Energy source of the CPUs and the machine: auto prefers a measured source (perf, then
+    /// powercap) and falls back to the model; NVIDIA GPUs are added when found
+    #[arg(long, value_enum, default_value_t = SourceChoice::Auto, global = true)]
     pub source: SourceChoice,
 
     /// Root of the powercap tree (a host can expose its RAPL zones to a VM this way)
-    #[arg(long, value_name = "DIR", default_value = crate::sources::powercap::DEFAULT_ROOT)]
+    #[arg(long, value_name = "DIR", default_value = crate::sources::powercap::DEFAULT_ROOT, global = true)]
     pub powercap_root: PathBuf,
 
+    /// Where the perf event sources are listed (the RAPL `power` and `power_core` PMUs)
+    #[arg(long, value_name = "DIR", default_value = crate::sources::perf::DEFAULT_ROOT, global = true)]
+    pub perf_root: PathBuf,
+
+    /// Tests and benchmarks: read the perf counters from files DIR/<pmu>/<event>/cpu<N>
+    /// (8-byte counts) instead of opening perf events
+    #[arg(long, value_name = "DIR", hide = true, global = true)]
+    pub perf_counters_from: Option<PathBuf>,
+
+    /// The NVML library to load for NVIDIA GPUs (default: libnvidia-ml.so.1, and no GPU source
+    /// when it is missing; a library named here must work)
+    #[arg(long, value_name = "FILE", global = true, conflicts_with = "no_gpu")]
+    pub nvml_lib: Option<PathBuf>,
+
+    /// Do not measure NVIDIA GPUs
+    #[arg(long, global = true)]
+    pub no_gpu: bool,
+
+    /// A power meter's log (CSV `time,id,pm1,pm2,sum` or `time,watts`), followed while it
+    /// grows: the energy of the whole machine, with RAPL and GPU domains nested inside it
+    #[arg(long, value_name = "FILE", global = true)]
+    pub power_log: Option<PathBuf>,
+
     /// Power model of the whole machine, idle and fully busy, in watts (estimated figures)
-    #[arg(long, value_name = "IDLE:MAX", value_parser = parse_model_watts)]
+    #[arg(long, value_name = "IDLE:MAX", value_parser = parse_model_watts, global = true)]
     pub model_watts: Option<ModelWatts>,
 
     /// Idle baseline in watts: one figure for a single top-level domain, or DOMAIN=W,...
@@ -250,6 +285,29 @@ mod tests {
     }
 
     #[test]
+    fn sources_is_a_subcommand_and_takes_the_source_options() {
+        let cli = parse(&["sources", "--json", "--powercap-root", "/x"]).unwrap();
+        match cli.subcommand {
+            Some(Command::Sources(args)) => assert!(args.json),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(cli.run.powercap_root, PathBuf::from("/x"));
+        let cli = parse(&["--power-log", "p.csv", "sources"]).unwrap();
+        assert_eq!(cli.run.power_log, Some(PathBuf::from("p.csv")));
+        // A command named `sources` is still run after `--`.
+        let cli = parse(&["--", "sources", "--json"]).unwrap();
+        assert!(cli.subcommand.is_none());
+        assert_eq!(cli.run.command, ["sources", "--json"]);
+        // The tracing forms are unchanged.
+        assert!(parse(&["--all", "--no-gpu"]).unwrap().subcommand.is_none());
+        assert_eq!(parse(&["--pid", "7"]).unwrap().run.pid, [7]);
+        assert_eq!(
+            parse(&["--source", "perf", "--all"]).unwrap().run.source,
+            SourceChoice::Perf
+        );
+    }
+
+    #[test]
     fn top_is_a_subcommand_and_wrap_still_takes_everything_after_the_double_dash() {
         let cli = parse(&["top", "--refresh", "500", "-o", "r.json"]).unwrap();
         match cli.subcommand {
@@ -265,8 +323,16 @@ mod tests {
         assert_eq!(cli.run.command, ["top", "-b"]);
         let cli = parse(&["top", "--pid", "42"]).unwrap();
         assert!(matches!(cli.subcommand, Some(Command::Top(ref a)) if a.pid == [42]));
-        // Options go after the subcommand.
-        assert!(parse(&["--all", "top"]).is_err());
+        // The source options are global: given before `top`, they reach it too (the app
+        // refuses other options before `top`).
+        let cli = parse(&["--source", "model", "top"]).unwrap();
+        assert!(
+            matches!(cli.subcommand, Some(Command::Top(ref a)) if a.source == SourceChoice::Model)
+        );
+        let cli = parse(&["top", "--power-log", "p.csv"]).unwrap();
+        assert!(
+            matches!(cli.subcommand, Some(Command::Top(ref a)) if a.power_log == Some(PathBuf::from("p.csv")))
+        );
         let cli = parse(&["--tui", "--command-output", "out.txt", "--", "make"]).unwrap();
         assert!(cli.run.view.tui);
         assert_eq!(cli.run.view.refresh, 1000);

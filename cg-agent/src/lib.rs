@@ -9,7 +9,9 @@
 //! ```
 //!
 //! - [`probes`] loads cg-ebpf and turns kernel data into plain types; nothing about energy.
-//! - [`sources`] reads energy counters (powercap) or estimates them (model).
+//! - [`sources`] reads energy counters (RAPL through perf or powercap, NVIDIA GPUs through
+//!   NVML, a power meter's log) or estimates them (model); [`inventory`] lists them
+//!   (`cg-trace sources`).
 //! - [`attribution`] is pure: it splits each domain's energy into idle, targets and other.
 //! - [`session`] runs a mode (wrap, attach, system) and records every interval.
 //! - [`report`] builds the report model; [`export`] writes it.
@@ -21,6 +23,7 @@ pub mod attribution;
 pub mod cli;
 pub mod export;
 pub mod host;
+pub mod inventory;
 pub mod privileges;
 pub mod probes;
 pub mod report;

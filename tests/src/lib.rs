@@ -207,6 +207,22 @@ pub fn busy_cpu_seconds() -> f64 {
     busy / hz
 }
 
+/// CPU seconds the kernel has accounted to the main thread of `pid` (its `sum_exec_runtime`,
+/// from `/proc/PID/schedstat`): the ground truth tests compare cg-trace with.
+pub fn task_cpu_s(pid: u32) -> Option<f64> {
+    let text = fs::read_to_string(format!("/proc/{pid}/schedstat")).ok()?;
+    let ns: f64 = text.split_whitespace().next()?.parse().ok()?;
+    Some(ns / 1e9)
+}
+
+/// How fast a running process is using CPU: CPU seconds per wall second over `window`.
+pub fn cpu_rate(pid: u32, window: Duration) -> f64 {
+    let (cpu0, t0) = (task_cpu_s(pid).unwrap_or(0.0), Instant::now());
+    std::thread::sleep(window);
+    let cpu1 = task_cpu_s(pid).unwrap_or(0.0);
+    (cpu1 - cpu0) / t0.elapsed().as_secs_f64()
+}
+
 /// The power function of a [`FakePowercap`] domain: `idle_w + k_w_per_cpu * busy CPUs`.
 #[derive(Clone, Copy, Debug)]
 pub struct Linear {
@@ -216,7 +232,8 @@ pub struct Linear {
 
 /// A generated powercap tree (`package-0` with `core` inside, and `dram`) whose energy
 /// counters a background thread advances as `Linear` functions of the machine's busy CPUs,
-/// wrapping at `max_energy_range_uj`.
+/// wrapping at `max_energy_range_uj`. Values are rewritten in place, zero-padded to a fixed
+/// width (cg-trace keeps `energy_uj` open and re-reads it from offset 0, as sysfs allows).
 pub struct FakePowercap {
     dir: tempfile::TempDir,
     stop: Arc<AtomicBool>,
@@ -243,10 +260,17 @@ impl FakePowercap {
             )
             .unwrap();
             fs::write(d.join("enabled"), "1\n").unwrap();
-            fs::write(d.join("energy_uj"), "0\n").unwrap();
         }
+        use std::os::unix::fs::FileExt;
+        let files: Vec<fs::File> = Self::ZONES
+            .iter()
+            .map(|(zone, _)| {
+                let path = dir.path().join(zone).join("energy_uj");
+                fs::write(&path, format!("{:020}\n", 0)).unwrap();
+                fs::OpenOptions::new().write(true).open(path).unwrap()
+            })
+            .collect();
         let stop = Arc::new(AtomicBool::new(false));
-        let root = dir.path().to_path_buf();
         let flag = stop.clone();
         let thread = std::thread::spawn(move || {
             let functions = [package, core, dram];
@@ -260,13 +284,12 @@ impl FakePowercap {
                 last = Instant::now();
                 let busy_s = (busy - last_busy).max(0.0);
                 last_busy = busy;
-                for (i, (zone, _)) in Self::ZONES.iter().enumerate() {
+                for (i, file) in files.iter().enumerate() {
                     let f = functions[i];
                     energy_uj[i] += (f.idle_w * dt + f.k_w_per_cpu * busy_s) * 1e6;
                     let value = (energy_uj[i] as u64) % (max_energy_range_uj + 1);
-                    let tmp = root.join(zone).join(".energy_uj.tmp");
-                    fs::write(&tmp, format!("{value}\n")).unwrap();
-                    fs::rename(&tmp, root.join(zone).join("energy_uj")).unwrap();
+                    file.write_all_at(format!("{value:020}\n").as_bytes(), 0)
+                        .unwrap();
                 }
             }
         });
@@ -314,5 +337,309 @@ impl Drop for Background {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+/// Calls `tick(dt_s, busy_cpu_s)` every `period` from a background thread until dropped:
+/// `busy_cpu_s` is the machine's busy CPU time during the last `dt_s` seconds.
+struct Ticker {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Ticker {
+    fn start(period: Duration, mut tick: impl FnMut(f64, f64) + Send + 'static) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut last_busy = busy_cpu_seconds();
+            let mut last = Instant::now();
+            while !flag.load(Ordering::Relaxed) {
+                std::thread::sleep(period);
+                let busy = busy_cpu_seconds();
+                let dt = last.elapsed().as_secs_f64();
+                last = Instant::now();
+                let busy_s = (busy - last_busy).max(0.0);
+                last_busy = busy;
+                tick(dt, busy_s);
+            }
+        });
+        Ticker {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A generated perf event source tree (`power` PMU with energy-pkg, energy-cores and
+/// energy-ram on CPU 0, scale 2^-32 J) and the counter files that cg-trace reads through its
+/// hidden `--perf-counters-from` option; a background thread advances the counters as
+/// `Linear` functions of the machine's busy CPUs, in place (cg-trace keeps them open).
+pub struct FakePerf {
+    // Declared first so that it stops before the directory goes.
+    _ticker: Ticker,
+    dir: tempfile::TempDir,
+}
+
+impl FakePerf {
+    pub const EVENTS: [(&'static str, u32); 3] =
+        [("energy-pkg", 2), ("energy-cores", 1), ("energy-ram", 3)];
+    const COUNTS_PER_J: f64 = 4_294_967_296.0;
+
+    pub fn start(package: Linear, cores: Linear, ram: Linear) -> Self {
+        use std::os::unix::fs::FileExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pmu = dir.path().join("sysfs/power");
+        fs::create_dir_all(pmu.join("events")).unwrap();
+        fs::create_dir_all(pmu.join("format")).unwrap();
+        fs::write(pmu.join("type"), "23\n").unwrap();
+        fs::write(pmu.join("cpumask"), "0\n").unwrap();
+        fs::write(pmu.join("format/event"), "config:0-7\n").unwrap();
+        let mut files = Vec::new();
+        for (event, code) in Self::EVENTS {
+            let e = pmu.join("events");
+            fs::write(e.join(event), format!("event=0x{code:02x}\n")).unwrap();
+            fs::write(
+                e.join(format!("{event}.scale")),
+                "2.3283064365386962890625e-10\n",
+            )
+            .unwrap();
+            fs::write(e.join(format!("{event}.unit")), "Joules\n").unwrap();
+            let c = dir.path().join("counters/power").join(event);
+            fs::create_dir_all(&c).unwrap();
+            let file = fs::File::create(c.join("cpu0")).unwrap();
+            file.write_all_at(&0u64.to_ne_bytes(), 0).unwrap();
+            files.push(file);
+        }
+        let functions = [package, cores, ram];
+        let mut energy_j = [0f64; 3];
+        let ticker = Ticker::start(Duration::from_millis(5), move |dt, busy_s| {
+            for (i, file) in files.iter().enumerate() {
+                let f = functions[i];
+                energy_j[i] += f.idle_w * dt + f.k_w_per_cpu * busy_s;
+                let count = (energy_j[i] * Self::COUNTS_PER_J) as u64;
+                file.write_all_at(&count.to_ne_bytes(), 0).unwrap();
+            }
+        });
+        FakePerf {
+            dir,
+            _ticker: ticker,
+        }
+    }
+
+    /// `--perf-root`.
+    pub fn root(&self) -> PathBuf {
+        self.dir.path().join("sysfs")
+    }
+
+    /// `--perf-counters-from`.
+    pub fn counters(&self) -> PathBuf {
+        self.dir.path().join("counters")
+    }
+}
+
+/// The forms of power log a [`FakePowerLog`] writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogForm {
+    /// `time,id,pm1,pm2,sum` with local times (`2026-02-04 10:15:23.150`), as a WattsUp logger.
+    PmSum,
+    /// `time,watts` with seconds since the epoch.
+    EpochWatts,
+}
+
+/// A power meter's log, written live by a background thread: one sample every `period` of
+/// `idle_w + k_w_per_cpu x busy CPUs` over the last period, stamped with the wall-clock time;
+/// lines are written in two pieces, as a slow logger does. `pause` stops the logger for a
+/// while after a delay, to make a gap.
+pub struct FakePowerLog {
+    // Declared first so that it stops before the directory goes.
+    _ticker: Ticker,
+    dir: tempfile::TempDir,
+}
+
+impl FakePowerLog {
+    pub fn start(
+        form: LogForm,
+        power: Linear,
+        period: Duration,
+        pause: Option<(Duration, Duration)>,
+    ) -> Self {
+        use std::io::Write;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("power.csv");
+        let mut file = fs::File::create(&path).unwrap();
+        let header = match form {
+            LogForm::PmSum => "time,id,pm1,pm2,sum\n",
+            LogForm::EpochWatts => "time,watts\n",
+        };
+        file.write_all(header.as_bytes()).unwrap();
+        let started = Instant::now();
+        let mut id = 0u64;
+        let ticker = Ticker::start(period, move |dt, busy_s| {
+            if let Some((after, length)) = pause {
+                let t = started.elapsed();
+                if t > after && t < after + length {
+                    return;
+                }
+            }
+            let watts = power.idle_w + power.k_w_per_cpu * busy_s / dt.max(1e-9);
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap();
+            let line = match form {
+                LogForm::PmSum => format!(
+                    "{},{id},{:.3},{:.3},{:.3}\n",
+                    local_time_ms(now),
+                    watts * 0.4,
+                    watts * 0.6,
+                    watts
+                ),
+                LogForm::EpochWatts => format!("{:.3},{watts:.3}\n", now.as_secs_f64()),
+            };
+            id += 1;
+            let (a, b) = line.split_at(line.len() / 2);
+            file.write_all(a.as_bytes()).unwrap();
+            file.flush().unwrap();
+            file.write_all(b.as_bytes()).unwrap();
+            file.flush().unwrap();
+        });
+        FakePowerLog {
+            dir,
+            _ticker: ticker,
+        }
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().join("power.csv")
+    }
+}
+
+/// `YYYY-MM-DD HH:MM:SS.mmm` in local time.
+fn local_time_ms(since_epoch: Duration) -> String {
+    // SAFETY: localtime_r fills the struct we own.
+    let tm = unsafe {
+        let mut tm: libc::tm = std::mem::zeroed();
+        let t = since_epoch.as_secs() as libc::time_t;
+        libc::localtime_r(&t, &mut tm);
+        tm
+    };
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{:03}",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec,
+        since_epoch.subsec_millis()
+    )
+}
+
+/// The source of the NVML stand-in library.
+pub fn fake_nvml_source() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fake-nvml/fake_nvml.c")
+}
+
+/// Builds the NVML stand-in into `dir` (as `libnvidia-ml.so.1`) with the system C compiler.
+pub fn build_fake_nvml(dir: &Path) -> PathBuf {
+    let lib = dir.join("libnvidia-ml.so.1");
+    let output = Command::new("cc")
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(&lib)
+        .arg(fake_nvml_source())
+        .output()
+        .expect("a C compiler (cc) builds the NVML stand-in: apt-get install gcc");
+    assert!(
+        output.status.success(),
+        "building the NVML stand-in failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    lib
+}
+
+/// What a [`FakeNvml`] GPU does.
+#[derive(Clone, Debug)]
+pub struct GpuScript {
+    pub name: &'static str,
+    pub uuid: &'static str,
+    /// Constant board power; the energy counter advances with it.
+    pub power_w: f64,
+    pub util_pct: u32,
+    /// (pid, SM utilisation %) reported in per-process samples.
+    pub processes: Vec<(u32, u32)>,
+    /// The GPU falls off the bus after this long.
+    pub lost_after: Option<Duration>,
+}
+
+/// The NVML stand-in with one scripted GPU whose energy counter, per-process samples (every
+/// 20 ms) and state a background thread keeps current.
+pub struct FakeNvml {
+    // Declared first so that it stops before the directory goes.
+    _ticker: Ticker,
+    dir: tempfile::TempDir,
+    lib: PathBuf,
+}
+
+impl FakeNvml {
+    pub fn start(gpu: GpuScript) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let lib = build_fake_nvml(dir.path());
+        let script = dir.path().join("fake-nvml.script");
+        let started = Instant::now();
+        let write = move |elapsed: Duration| {
+            let mut text = format!(
+                "devices 1\nname 0 {}\nuuid 0 {}\nset 0 energy_mj={} power_mw={} temp_c=55 \
+                 util_gpu={} mem_total=17179869184 mem_used=1073741824 power_limit_mw=300000\n",
+                gpu.name,
+                gpu.uuid,
+                (gpu.power_w * elapsed.as_secs_f64() * 1e3) as u64 + 1_000_000,
+                (gpu.power_w * 1e3) as u64,
+                gpu.util_pct
+            );
+            // Samples every 20 ms of the last second, timestamps in microseconds.
+            let now_us = elapsed.as_micros() as u64 + 1_000_000;
+            for k in 0..50u64 {
+                let ts = now_us.saturating_sub(k * 20_000);
+                for (pid, sm) in &gpu.processes {
+                    text.push_str(&format!("sample 0 pid={pid} ts={ts} sm={sm}\n"));
+                }
+            }
+            for (pid, _) in &gpu.processes {
+                text.push_str(&format!("running 0 {pid} compute\n"));
+            }
+            if gpu.lost_after.is_some_and(|after| elapsed >= after) {
+                text.push_str("error 0 all GPU_IS_LOST\n");
+            }
+            let tmp = script.with_extension("tmp");
+            fs::write(&tmp, text).unwrap();
+            fs::rename(&tmp, &script).unwrap();
+        };
+        write(Duration::ZERO);
+        let ticker = Ticker::start(Duration::from_millis(10), move |_, _| {
+            write(started.elapsed())
+        });
+        FakeNvml {
+            dir,
+            lib,
+            _ticker: ticker,
+        }
+    }
+
+    /// `--nvml-lib`.
+    pub fn lib(&self) -> &Path {
+        &self.lib
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
     }
 }

@@ -24,10 +24,22 @@ struct Config {
 pub fn run(args: &[String]) -> Result<()> {
     let quick = args.iter().any(|a| a == "--quick");
     let (view_rounds, view_s) = if quick { (2, 10.0) } else { (3, 20.0) };
+    if args.iter().any(|a| a == "--sources") {
+        return crate::bench_sources::run(quick);
+    }
     if args.iter().any(|a| a == "--tui") {
         status(cargo().args(["build", "--release"]))?;
         return crate::bench_view::run(view_rounds, view_s, &tempdir()?);
     }
+    overhead(quick)?;
+    println!();
+    crate::bench_sources::run(quick)?;
+    println!();
+    crate::bench_view::run(view_rounds, view_s, &tempdir()?)
+}
+
+/// The cost of cg-trace to the workloads it watches, and its own cost.
+fn overhead(quick: bool) -> Result<()> {
     let config = if quick {
         Config {
             rounds: 2,
@@ -151,10 +163,7 @@ pub fn run(args: &[String]) -> Result<()> {
         peak / 1048576.0
     );
     println!("  processes seen: {threads}");
-    println!();
-
-    // 4. The live view.
-    crate::bench_view::run(view_rounds, view_s, &out)
+    Ok(())
 }
 
 /// One workload's figures: without cg-trace, with probes that do nothing (the cost of

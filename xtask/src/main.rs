@@ -1,16 +1,20 @@
 //! `cargo xtask`: the project's own commands.
 //!
 //! - `setup`: installs what the build needs on a fresh machine: LLVM 22 dev files (apt),
-//!   nightly `rust-src`, bpf-linker built against LLVM 22, tmux and util-linux for tests.
+//!   nightly `rust-src`, bpf-linker built against LLVM 22, tmux, util-linux and a C compiler
+//!   (the NVML stand-in) for tests.
 //! - `build`: setup, then builds the workspace (`--release` for an optimised binary).
 //! - `run`: setup, release build, then runs `cg-trace` with the arguments after `--`.
 //! - `test`: setup, rustfmt check, clippy (user space, then the eBPF crate with its own
 //!   target), unit tests, then the end-to-end tests (root, real eBPF) one at a time.
-//! - `bench`: release build, then the overhead benchmarks; prints figures (`--tui`: only the
-//!   live view's).
+//! - `bench`: release build, then the overhead benchmarks, the cost of polling the energy
+//!   sources and the live view's cost; prints figures (`--sources`, `--tui`: only those).
+//! - `gpu-check`: on a machine with an NVIDIA GPU, cg-trace's GPU energy next to nvidia-smi's.
 
 mod bench;
+mod bench_sources;
 mod bench_view;
+mod gpu_check;
 
 use std::{
     env,
@@ -20,7 +24,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup | build [--release] | run -- CG-TRACE-ARGS... | test | bench [--quick] [--tui]>";
+const USAGE: &str = "usage: cargo xtask <setup | build [--release] | run -- CG-TRACE-ARGS... | test | bench [--quick] [--sources | --tui] | gpu-check [-- CMD ARGS...]>";
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -30,6 +34,7 @@ fn main() -> ExitCode {
         Some("run") => setup().and_then(|()| run(&args[1..])),
         Some("test") => setup().and_then(|()| test()),
         Some("bench") => setup().and_then(|()| bench::run(&args[1..])),
+        Some("gpu-check") => setup().and_then(|()| gpu_check::run(&args[1..])),
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);
@@ -100,6 +105,9 @@ const APT_PACKAGES: &[&str] = &[
     "libzstd-dev",
     "tmux",
     "util-linux",
+    // The tests build a stand-in NVML library (tests/fake-nvml) with the C compiler.
+    "gcc",
+    "libc6-dev",
 ];
 
 fn setup() -> Result<()> {

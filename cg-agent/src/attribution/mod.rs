@@ -3,9 +3,13 @@
 //! time) and **other** (every non-target task), so that, per domain and per interval,
 //! `sum(targets) + other + idle == measured`.
 //!
+//! GPU domains are split the same way, by the processes' shares of the GPU's time instead of
+//! CPU time (see [`gpu`]).
+//!
 //! Pure: no I/O, no clocks, no aya types. The session feeds it [`Interval`]s built from the
 //! probes and the energy sources; the report reads the resulting [`Ledger`].
 
+pub mod gpu;
 pub mod idle;
 
 use std::collections::BTreeMap;
@@ -21,6 +25,9 @@ pub enum Coverage {
     AllCpus,
     /// These CPU ids (a package and what it contains, its DRAM).
     Cpus(Vec<u32>),
+    /// GPU number N (`Interval::gpus[N]`): no CPU; its energy is split by the processes' shares
+    /// of the GPU's time.
+    Gpu(u32),
 }
 
 impl Coverage {
@@ -29,6 +36,7 @@ impl Coverage {
         match self {
             Coverage::AllCpus => true,
             Coverage::Cpus(cpus) => cpus.contains(&cpu),
+            Coverage::Gpu(_) => false,
         }
     }
 }
@@ -62,11 +70,20 @@ pub struct Interval {
     pub slices: Vec<Slice>,
     /// Energy per domain (index = domain index), joules.
     pub energy_j: Vec<f64>,
+    /// Wall-clock start, nanoseconds since the Unix epoch (sources that are aligned by wall
+    /// clock, such as a power meter's log, are read over `[wall_start_ns, + duration_ns]`).
+    pub wall_start_ns: u64,
+    /// Per GPU number (see [`Coverage::Gpu`]): how busy it was and who used it.
+    pub gpus: Vec<gpu::GpuUsage>,
 }
 
 impl Interval {
-    /// CPUs busy on average (any task but idle) among the CPUs `coverage` names.
+    /// CPUs busy on average (any task but idle) among the CPUs `coverage` names; for a GPU
+    /// domain, the fraction of the interval the GPU was busy (0 to 1).
     pub fn busy_cpus(&self, coverage: &Coverage) -> f64 {
+        if let Coverage::Gpu(n) = coverage {
+            return self.gpus.get(*n as usize).map_or(0.0, |g| g.busy_fraction);
+        }
         if self.duration_ns == 0 {
             return 0.0;
         }
@@ -111,11 +128,15 @@ pub struct DomainSplit {
     pub other_j: f64,
     /// Energy per target process (only processes that ran on the domain's CPUs).
     pub targets_j: Vec<(ProcId, f64)>,
+    /// The part of `other_j` that no process accounts for (GPU domains: busy time that the
+    /// GPU's per-process figures do not explain); 0 for CPU domains.
+    pub unexplained_j: f64,
 }
 
 impl DomainSplit {
     pub fn attributed_j(&self) -> f64 {
-        self.targets_j.iter().map(|(_, j)| j).sum()
+        // `+ 0.0`: an empty sum is -0.0, which prints as "-0.000".
+        self.targets_j.iter().map(|(_, j)| j).sum::<f64>() + 0.0
     }
 }
 
@@ -126,6 +147,7 @@ impl DomainSplit {
 /// - otherwise idle = `min(P_idle * dt, E)`, and the rest is split over every task that ran on
 ///   those CPUs (targets per process, non-targets as other) in proportion to on-CPU time.
 ///
+/// GPU domains ([`Coverage::Gpu`]) are split by [`gpu::split`] instead.
 /// `coverage` and `idle_power_w` are indexed like `interval.energy_j`.
 pub fn split_interval(
     interval: &Interval,
@@ -140,7 +162,14 @@ pub fn split_interval(
         .map(|(domain, &measured_j)| {
             let covers = coverage.get(domain).unwrap_or(&Coverage::AllCpus);
             let baseline_w = idle_power_w.get(domain).copied().unwrap_or(0.0).max(0.0);
-            split_domain(interval, covers, measured_j, baseline_w * dt_s)
+            match covers {
+                Coverage::Gpu(n) => gpu::split(
+                    interval.gpus.get(*n as usize),
+                    measured_j,
+                    baseline_w * dt_s,
+                ),
+                _ => split_domain(interval, covers, measured_j, baseline_w * dt_s),
+            }
         })
         .collect()
 }
@@ -167,8 +196,7 @@ fn split_domain(
         return DomainSplit {
             measured_j,
             idle_j: measured_j,
-            other_j: 0.0,
-            targets_j: Vec::new(),
+            ..DomainSplit::default()
         };
     }
     let idle_j = baseline_j.min(measured_j);
@@ -187,6 +215,7 @@ fn split_domain(
         idle_j,
         other_j,
         targets_j,
+        unexplained_j: 0.0,
     }
 }
 
@@ -207,12 +236,15 @@ pub struct DomainLedger {
     pub measured_j: f64,
     pub idle_j: f64,
     pub other_j: f64,
+    /// The part of `other_j` no process accounts for (see [`DomainSplit::unexplained_j`]).
+    pub unexplained_j: f64,
     pub by_process_j: BTreeMap<ProcId, f64>,
 }
 
 impl DomainLedger {
     pub fn attributed_j(&self) -> f64 {
-        self.by_process_j.values().sum()
+        // `+ 0.0`: an empty sum is -0.0, which prints as "-0.000".
+        self.by_process_j.values().sum::<f64>() + 0.0
     }
 }
 
@@ -235,6 +267,7 @@ impl Ledger {
             ledger.measured_j += split.measured_j;
             ledger.idle_j += split.idle_j;
             ledger.other_j += split.other_j;
+            ledger.unexplained_j += split.unexplained_j;
             for &(pid, j) in &split.targets_j {
                 *ledger.by_process_j.entry(pid).or_default() += j;
             }
@@ -429,6 +462,7 @@ mod tests {
                 cpus: vec![cpu(0, 0), cpu(50, 0)],
                 slices: vec![slice(1, 0, 100), slice(2, 1, 50)],
                 energy_j: vec![5.0, 1.0],
+                ..Interval::default()
             },
             Interval {
                 start_ns: 100 * MS,
@@ -436,6 +470,7 @@ mod tests {
                 cpus: vec![cpu(50, 0), cpu(0, 0)],
                 slices: vec![slice(1, 0, 50), slice(2, 1, 100)],
                 energy_j: vec![4.5, 1.2],
+                ..Interval::default()
             },
             Interval {
                 start_ns: 200 * MS,
@@ -443,6 +478,7 @@ mod tests {
                 cpus: vec![cpu(50, 50), cpu(100, 0)],
                 slices: vec![],
                 energy_j: vec![2.0, 0.4],
+                ..Interval::default()
             },
         ];
         let coverage = [Coverage::AllCpus, Coverage::Cpus(vec![1])];
@@ -475,6 +511,7 @@ mod tests {
                 cpus: vec![cpu(0, 0), cpu(100 - b_ms - other_ms, other_ms)],
                 slices: vec![slice(1, 0, a_ms), slice(2, 1, b_ms)],
                 energy_j: vec![idle_w * 0.1 + k_w * busy_s],
+                ..Interval::default()
             });
         }
         let ledger = attribute(&intervals, &[Coverage::AllCpus], &[idle_w]);

@@ -156,6 +156,7 @@ pub fn render(report: &Report) -> String {
             d.provenance.as_str()
         );
     }
+    render_devices(&mut out, report);
     let quality = &meta.measurement_quality;
     let _ = writeln!(out, "\nquality: {}", quality.grade);
     for note in &quality.notes {
@@ -165,10 +166,73 @@ pub fn render(report: &Report) -> String {
         let _ = writeln!(
             out,
             "All energy figures above are ESTIMATED by the built-in power model (why no \
-             measured source was used: see the quality notes above)."
+             measured source was used: see the quality notes above; `cg-trace sources` shows \
+             what this machine can measure and what root would change)."
         );
     }
     out
+}
+
+/// GPUs and the power meter: what they were, and which of their figures were measured.
+fn render_devices(out: &mut String, report: &Report) {
+    let meta = &report.meta;
+    for gpu in &meta.gpus {
+        let domain = report.totals.domains.get(&gpu.domain);
+        let num =
+            |v: Option<f64>, unit: &str| v.map_or("-".to_string(), |v| format!("{v:.1} {unit}"));
+        let _ = writeln!(
+            out,
+            "\n{}: {} ({}), energy from the {}{}",
+            gpu.domain,
+            gpu.name,
+            gpu.uuid,
+            gpu.energy_method,
+            if gpu.energy_method == "energy counter" {
+                " (measured)"
+            } else {
+                " (derived)"
+            }
+        );
+        let _ = writeln!(
+            out,
+            "  power avg {} max {}, max {}, utilisation avg {}, memory max {}, status {}",
+            num(gpu.avg_power_w, "W"),
+            num(gpu.max_power_w, "W"),
+            gpu.max_temperature_c
+                .map_or("-".to_string(), |c| format!("{c} °C")),
+            num(gpu.avg_utilization_pct, "%"),
+            gpu.max_memory_used_bytes
+                .map_or("-".to_string(), |b| format!(
+                    "{:.0} MiB",
+                    b as f64 / 1048576.0
+                )),
+            gpu.status
+        );
+        if let Some(unexplained) = domain.and_then(|d| d.unexplained_energy_j) {
+            let _ = writeln!(
+                out,
+                "  {unexplained:.3} J of its other energy is busy time no process's utilisation \
+                 explains (per-process GPU figures are approximate: NVML samples coarsely)"
+            );
+        }
+    }
+    if let Some(meter) = &meta.power_meter {
+        let _ = writeln!(
+            out,
+            "\npower meter: {} ({}), {} samples in the run{}{}",
+            meter.path,
+            meter.format,
+            meter.run_samples_count,
+            meter
+                .median_period_s
+                .map_or(String::new(), |p| format!(", one every {p:.2} s")),
+            if meter.gaps.is_empty() {
+                String::new()
+            } else {
+                format!(", {} gap(s)", meter.gaps.len())
+            }
+        );
+    }
 }
 
 fn shorten(text: &str, width: usize) -> String {

@@ -148,6 +148,7 @@ pub struct LiveModel {
     source_selection: String,
     idle_watts: IdleWatts,
     known_idle_w: Vec<Option<f64>>,
+    busy_slope_w: Vec<Option<f64>>,
     prior_slope_w_per_cpu: f64,
     /// Per domain: the recent power points the baseline is estimated from.
     points: Vec<VecDeque<PowerPoint>>,
@@ -194,6 +195,7 @@ impl LiveModel {
             source_selection: start.selection_reason.to_string(),
             idle_watts: start.idle_watts.clone(),
             known_idle_w: start.known_idle_w.to_vec(),
+            busy_slope_w: start.busy_slope_w.to_vec(),
             prior_slope_w_per_cpu: start.prior_slope_w_per_cpu,
             points: vec![VecDeque::new(); domains.len()],
             baselines: Vec::new(),
@@ -221,6 +223,7 @@ impl LiveModel {
             domains: &self.domains,
             idle_watts: &self.idle_watts,
             known_idle_w: &self.known_idle_w,
+            busy_slope_w: &self.busy_slope_w,
             interval: std::time::Duration::from_nanos(self.interval_ns),
             prior_slope_w_per_cpu: self.prior_slope_w_per_cpu,
         }
@@ -542,6 +545,7 @@ mod tests {
                 },
             ],
             energy_j: vec![energy_j],
+            ..Interval::default()
         }
     }
 
@@ -561,6 +565,7 @@ mod tests {
             sources: &sources,
             selection_reason: "test",
             known_idle_w: &[known_idle_w],
+            busy_slope_w: &[],
             idle_watts: &IdleWatts::Estimate,
             prior_slope_w_per_cpu: 5.0,
             run_start_ns: 1_000 * MS,
@@ -695,6 +700,71 @@ mod tests {
         assert!(close(
             r.totals.targets_energy_j + r.totals.other_energy_j + r.totals.idle_energy_j,
             r.totals.energy_j
+        ));
+    }
+
+    #[test]
+    fn gpu_domains_split_by_the_processes_gpu_shares() {
+        use crate::attribution::gpu::{GpuShare, GpuUsage, GpuUser};
+        let domains = [
+            model_domain(),
+            DomainSpec {
+                name: "gpu0".into(),
+                kind: DomainKind::Gpu,
+                parent: None,
+                coverage: Coverage::Gpu(0),
+                provenance: Provenance::Measured,
+                source: "nvml",
+            },
+        ];
+        let mode = Mode::Wrap {
+            command: vec!["train".into()],
+        };
+        let mut m = LiveModel::new(&LiveStart {
+            mode: &mode,
+            host: &host(),
+            interval: Duration::from_millis(100),
+            domains: &domains,
+            sources: &[],
+            selection_reason: "test",
+            known_idle_w: &[Some(4.0), None],
+            busy_slope_w: &[None, Some(200.0)],
+            idle_watts: &IdleWatts::PerDomain([("gpu0".to_string(), 30.0)].into()),
+            prior_slope_w_per_cpu: 5.0,
+            run_start_ns: 0,
+            calibration: &[],
+        });
+        let procs = [record(10, 1, "train", None), record(11, 10, "loader", None)];
+        for i in 0..10 {
+            let mut iv = interval(i, 20, 50, 1.0);
+            // 13 J in 100 ms on the GPU: 3 J idle (30 W), 10 J busy, 80 % of it for train.
+            iv.energy_j.push(13.0);
+            iv.gpus = vec![GpuUsage {
+                busy_fraction: 0.5,
+                shares: vec![
+                    GpuShare {
+                        user: GpuUser::Target(0),
+                        busy_fraction: 0.4,
+                    },
+                    GpuShare {
+                        user: GpuUser::Other,
+                        busy_fraction: 0.1,
+                    },
+                ],
+            }];
+            feed(&mut m, &procs, if i == 0 { &[0, 1] } else { &[] }, &iv);
+        }
+        let r = m.snapshot();
+        let gpu = &r.domains[1];
+        assert_eq!(gpu.idle_method, "given");
+        assert!(close(gpu.power_w, 130.0));
+        assert!(close(gpu.idle_power_w, 30.0));
+        assert!(close(gpu.targets_power_w, 80.0));
+        let train = r.processes.iter().find(|p| p.pid == 10).unwrap();
+        assert!(close(train.domain_power_w[1], 80.0));
+        assert!(close(
+            r.totals.targets_power_w + r.totals.other_power_w + r.totals.idle_power_w,
+            r.totals.power_w
         ));
     }
 

@@ -23,11 +23,13 @@ use crate::{
     },
     probes::Losses,
     session::{IdleWatts, Mode, Recording, processes::Ending},
-    sources::{DomainKind, DomainSpec, Provenance},
+    sources::{
+        DomainKind, DomainSpec, Provenance, SourceProbe, gpu::GpuSummary, meter::MeterSummary,
+    },
 };
 
 /// Version of the report schema; bumped when a field changes meaning or disappears.
-pub const SCHEMA_VERSION: &str = "1.0";
+pub const SCHEMA_VERSION: &str = "1.1";
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
@@ -71,6 +73,15 @@ pub struct Meta {
     pub idle_baseline: Vec<IdleEntry>,
     pub measurement_quality: Quality,
     pub profiler: ProfilerEntry,
+    /// Every source probed when choosing, usable or not, and why (what `cg-trace sources`
+    /// shows).
+    pub sources_probed: Vec<SourceProbe>,
+    /// Per GPU measured: name, UUID, telemetry, which figures were measured and which derived.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<GpuSummary>,
+    /// The power meter's log, with `--power-log`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub power_meter: Option<MeterSummary>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -92,8 +103,11 @@ pub struct DomainEntry {
     pub contains: Vec<String>,
     /// Whether it counts towards the totals (it has no parent).
     pub top_level: bool,
-    /// CPU ids its energy is split over; `null` means every CPU.
+    /// CPU ids its energy is split over; `null` means every CPU (`[]` for a GPU).
     pub cpus: Option<Vec<u32>>,
+    /// GPU domains: the index into `meta.gpus`, whose energy is split by GPU utilisation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<u32>,
     pub provenance: Provenance,
     pub source: &'static str,
 }
@@ -204,6 +218,9 @@ pub struct DomainTotals {
     pub avg_power_w: f64,
     pub provenance: Provenance,
     pub top_level: bool,
+    /// GPU domains: the part of `other_energy_j` that no process's utilisation explains.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unexplained_energy_j: Option<f64>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -309,6 +326,8 @@ pub fn build(rec: &Recording) -> Report {
                         avg_power_w: per_second(l.measured_j, duration_s),
                         provenance: spec.provenance,
                         top_level: spec.parent.is_none(),
+                        unexplained_energy_j: matches!(spec.coverage, Coverage::Gpu(_))
+                            .then_some(l.unexplained_j),
                     },
                 )
             })
@@ -341,6 +360,7 @@ fn idle_baselines(rec: &Recording) -> Vec<IdleBaseline> {
         domains: &rec.domains,
         idle_watts: &rec.idle_watts,
         known_idle_w: &rec.known_idle_w,
+        busy_slope_w: &rec.busy_slope_w,
         interval: rec.interval,
         prior_slope_w_per_cpu: rec.prior_slope_w_per_cpu,
     };
@@ -366,6 +386,9 @@ pub(crate) struct BaselineInputs<'a> {
     pub domains: &'a [DomainSpec],
     pub idle_watts: &'a IdleWatts,
     pub known_idle_w: &'a [Option<f64>],
+    /// Per domain: the watts a fully busy unit is assumed to add when no idle fit is possible
+    /// (GPUs); `None` uses the CPU prior.
+    pub busy_slope_w: &'a [Option<f64>],
     pub interval: Duration,
     pub prior_slope_w_per_cpu: f64,
 }
@@ -412,9 +435,11 @@ impl BaselineInputs<'_> {
 
     /// Domain `d`'s baseline estimated from `points` (see [`idle::estimate`]).
     pub fn estimate(&self, d: usize, points: &[PowerPoint]) -> IdleBaseline {
-        let prior = match self.domains.get(d).map(|s| s.kind) {
-            Some(DomainKind::Dram | DomainKind::Uncore) => self.prior_slope_w_per_cpu * 0.1,
-            _ => self.prior_slope_w_per_cpu,
+        let slope = self.busy_slope_w.get(d).copied().flatten();
+        let prior = match (slope, self.domains.get(d).map(|s| s.kind)) {
+            (Some(slope), _) => slope,
+            (None, Some(DomainKind::Dram | DomainKind::Uncore)) => self.prior_slope_w_per_cpu * 0.1,
+            (None, _) => self.prior_slope_w_per_cpu,
         };
         idle::estimate(points, prior)
     }
@@ -470,11 +495,17 @@ fn process_entries(
         .filter_map(|(id, p)| {
             let id = id as ProcId;
             let cpu_ns = ledger.cpu_ns.get(&id).copied().unwrap_or(0);
-            // With --all, list only processes that ran; targets are always listed.
-            if rec.mode == Mode::System && cpu_ns == 0 {
+            let energy_j = ledger.energy_of(id, top);
+            // With --all, list only processes that ran (or used a GPU: they have energy);
+            // targets are always listed.
+            let charged = rec
+                .domains
+                .iter()
+                .enumerate()
+                .any(|(d, _)| ledger.domains[d].by_process_j.contains_key(&id));
+            if rec.mode == Mode::System && cpu_ns == 0 && !charged {
                 return None;
             }
-            let energy_j = ledger.energy_of(id, top);
             let started = p.first_seen_ns.max(run_start);
             let ended = p.ended_ns.map(|e| e.clamp(started, run_end));
             let alive_s = (ended.unwrap_or(run_end).saturating_sub(started)) as f64 / 1e9;
@@ -548,6 +579,11 @@ fn meta(rec: &Recording, baselines: &[IdleBaseline]) -> Meta {
             cpus: match &d.coverage {
                 Coverage::AllCpus => None,
                 Coverage::Cpus(cpus) => Some(cpus.clone()),
+                Coverage::Gpu(_) => Some(Vec::new()),
+            },
+            gpu: match d.coverage {
+                Coverage::Gpu(n) => Some(n),
+                _ => None,
             },
             provenance: d.provenance,
             source: d.source,
@@ -619,6 +655,9 @@ fn meta(rec: &Recording, baselines: &[IdleBaseline]) -> Meta {
             max_rss_bytes: rec.profiler.max_rss_bytes,
             attach_ms: rec.profiler.attach_ms,
         },
+        sources_probed: rec.probes.clone(),
+        gpus: rec.gpus.clone(),
+        power_meter: rec.meter.clone(),
     }
 }
 
@@ -640,7 +679,7 @@ fn quality(rec: &Recording, baselines: &[IdleBaseline]) -> Quality {
             IdleMethod::Prior { .. } => {
                 degraded = true;
                 notes.push(format!(
-                    "idle baseline of {} ({:.2} W) assumes {:.1} W per busy CPU: the load was too \
+                    "idle baseline of {} ({:.2} W) assumes {:.1} W per busy {}: the load was too \
                      steady to fit one; pass --idle-watts for an exact split",
                     d.name,
                     b.power_w,
@@ -649,6 +688,11 @@ fn quality(rec: &Recording, baselines: &[IdleBaseline]) -> Quality {
                             slope_w_per_cpu, ..
                         } => slope_w_per_cpu,
                         _ => 0.0,
+                    },
+                    if d.kind == DomainKind::Gpu {
+                        "GPU"
+                    } else {
+                        "CPU"
                     }
                 ));
             }
@@ -681,6 +725,10 @@ fn quality(rec: &Recording, baselines: &[IdleBaseline]) -> Quality {
     for (error, count) in &rec.source_errors {
         degraded = true;
         notes.push(format!("{count} read(s) failed: {error}"));
+    }
+    for note in &rec.source_notes {
+        degraded |= note.degraded;
+        notes.push(note.text.clone());
     }
     if rec.recorder.merges > 0 {
         notes.push(format!(

@@ -26,6 +26,9 @@ pub struct LiveStart<'a> {
     pub selection_reason: &'a str,
     /// Idle power a source knows exactly (the model's), per domain.
     pub known_idle_w: &'a [Option<f64>],
+    /// Per domain: the watts a fully busy unit (a GPU) is assumed to add when no idle fit is
+    /// possible; `None` uses the CPU prior.
+    pub busy_slope_w: &'a [Option<f64>],
     pub idle_watts: &'a IdleWatts,
     /// Assumed watts per busy CPU when no idle fit is possible.
     pub prior_slope_w_per_cpu: f64,

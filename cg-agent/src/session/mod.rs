@@ -4,6 +4,7 @@
 //! produces its report: every interval measured is kept.
 
 pub mod command;
+pub mod energy;
 pub mod live;
 pub mod processes;
 pub mod recorder;
@@ -33,7 +34,10 @@ use crate::{
         activity::{Activity, ActivityTracker},
         monotonic_ns,
     },
-    sources::{self, DomainSpec, EnergySource, Provenance, ReadContext, SourceOptions},
+    sources::{
+        self, DomainSpec, EnergySource, Provenance, ReadContext, SourceNote, SourceOptions,
+        SourceProbe, gpu::GpuSummary, meter::MeterSummary,
+    },
 };
 
 /// What to trace.
@@ -169,6 +173,18 @@ pub struct Recording {
     pub calibration_s: f64,
     pub profiler: ProfilerCost,
     pub timeseries: bool,
+    /// Every source probed when choosing, usable or not, and why.
+    pub probes: Vec<SourceProbe>,
+    /// Remarks of the sources: choosing (perf and powercap disagreeing), reading (GPU errors,
+    /// gaps in a power log).
+    pub source_notes: Vec<SourceNote>,
+    /// Per GPU measured: identity and telemetry.
+    pub gpus: Vec<GpuSummary>,
+    /// The power meter's log, when one was given.
+    pub meter: Option<MeterSummary>,
+    /// Per domain: the watts a fully busy unit is assumed to add when no idle fit is possible
+    /// (GPUs); `None` uses the CPU prior.
+    pub busy_slope_w: Vec<Option<f64>>,
 }
 
 /// The result of a run.
@@ -248,6 +264,9 @@ async fn run_async(config: RunConfig, hooks: Option<LiveHooks>) -> Result<Outcom
         },
         selection.reason
     );
+    for note in &selection.notes {
+        eprintln!("cg-trace: warning: {}", note.text);
+    }
 
     let (observer, quit, command_output) = match hooks {
         Some(h) => (Some(h.observer), Some(h.stop), h.command_output),
@@ -289,14 +308,16 @@ async fn run_async(config: RunConfig, hooks: Option<LiveHooks>) -> Result<Outcom
         .iter()
         .any(|s| s.provenance() == Provenance::Measured);
 
+    let run_start_ns = monotonic_ns();
     let mut sampler = Sampler {
+        wall: energy::WallClock::new(run_start_ns),
         probes,
         tracker: ActivityTracker::new(),
         table: ProcessTable::new(config.mode == Mode::System, &config.proc_root),
         sources: selection.sources,
         recorder: Recorder::new(recorder::DEFAULT_SLICE_BUDGET),
         pending: Cleanup::default(),
-        run_start_ns: monotonic_ns(),
+        run_start_ns,
         source_errors: BTreeMap::new(),
         last_gc: Instant::now(),
         all: config.mode == Mode::System,
@@ -352,6 +373,14 @@ async fn run_async(config: RunConfig, hooks: Option<LiveHooks>) -> Result<Outcom
     }
 
     if let Some(observer) = sampler.observer.as_mut() {
+        let busy_slope_w: Vec<Option<f64>> = sampler
+            .sources
+            .iter()
+            .flat_map(|s| {
+                let slopes = s.busy_slope_w();
+                (0..s.domains().len()).map(move |d| slopes.as_ref().and_then(|v| v.get(d).copied()))
+            })
+            .collect();
         observer(LiveEvent::Started(LiveStart {
             mode: &config.mode,
             host: &host,
@@ -360,6 +389,7 @@ async fn run_async(config: RunConfig, hooks: Option<LiveHooks>) -> Result<Outcom
             sources: &source_infos,
             selection_reason: &selection.reason,
             known_idle_w: &known_idle_w,
+            busy_slope_w: &busy_slope_w,
             idle_watts: &config.idle_watts,
             prior_slope_w_per_cpu,
             run_start_ns: sampler.run_start_ns,
@@ -457,6 +487,14 @@ async fn run_async(config: RunConfig, hooks: Option<LiveHooks>) -> Result<Outcom
         ),
     };
     let losses = sampler.probes.losses().unwrap_or_default();
+    // Sources that lag behind the run (a power meter's log) revise their figures now.
+    let mut source_notes = selection.notes;
+    source_notes.extend(energy::settle(
+        &mut sampler.sources,
+        sampler.recorder.all_mut(),
+    ));
+    let reports = energy::collect(&sampler.sources);
+    source_notes.extend(reports.notes);
     let Sampler {
         recorder,
         table,
@@ -492,6 +530,11 @@ async fn run_async(config: RunConfig, hooks: Option<LiveHooks>) -> Result<Outcom
                 ..own_cost()
             },
             timeseries: config.timeseries,
+            probes: selection.probes,
+            source_notes,
+            gpus: reports.gpus,
+            meter: reports.meter,
+            busy_slope_w: reports.busy_slope_w,
         },
     })
 }
@@ -674,6 +717,8 @@ struct Sampler {
     /// Cleanup owed after the next snapshot (see [`Sampler::sample`]).
     pending: Cleanup,
     run_start_ns: u64,
+    /// Wall-clock time of the probes' monotonic timestamps.
+    wall: energy::WallClock,
     source_errors: BTreeMap<String, u64>,
     last_gc: Instant,
     all: bool,
@@ -737,9 +782,12 @@ impl Sampler {
 
         let Some(mut interval) = interval else {
             // Prime: start every source's counters here too.
+            let now = self.wall.wall_ns(monotonic_ns());
             self.read_sources(&ReadContext {
                 duration_ns: 0,
                 busy_ns_per_cpu: &[],
+                wall_start_ns: now,
+                wall_end_ns: now,
             });
             return;
         };
@@ -747,7 +795,20 @@ impl Sampler {
         interval.energy_j = self.read_sources(&ReadContext {
             duration_ns: interval.duration_ns,
             busy_ns_per_cpu: &busy,
+            wall_start_ns: interval.wall_start_ns,
+            wall_end_ns: interval.wall_start_ns + interval.duration_ns,
         });
+        let now_ns = self.run_start_ns + interval.start_ns + interval.duration_ns;
+        interval.gpus = if phase == Phase::Run {
+            energy::gpu_usage(&self.sources, &mut self.table, now_ns)
+        } else {
+            // Before the run, GPU use counts as other, like the CPU time of targets.
+            energy::gpu_usage(
+                &self.sources,
+                &mut ProcessTable::new(false, "/proc"),
+                now_ns,
+            )
+        };
         if phase == Phase::Run
             && let Some(observer) = self.observer.as_mut()
         {
@@ -799,6 +860,8 @@ impl Sampler {
             cpus,
             slices,
             energy_j: Vec::new(),
+            wall_start_ns: self.wall.wall_ns(activity.start_ns),
+            gpus: Vec::new(),
         }
     }
 

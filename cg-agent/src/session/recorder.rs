@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::attribution::{CpuTime, Interval, Slice};
+use crate::attribution::{CpuTime, Interval, Slice, gpu::GpuUsage};
 
 /// Default budget of stored (process, CPU) slices: about 16 bytes each, so ~6 MB.
 pub const DEFAULT_SLICE_BUDGET: usize = 400_000;
@@ -52,6 +52,12 @@ impl Recorder {
         &self.calibration
     }
 
+    /// Every stored interval, calibration first, for sources that revise their figures once
+    /// the run is over (a power meter's log that the logger completes after the last read).
+    pub fn all_mut(&mut self) -> impl Iterator<Item = &mut Interval> {
+        self.calibration.iter_mut().chain(self.intervals.iter_mut())
+    }
+
     fn compact(&mut self) {
         let old = std::mem::take(&mut self.intervals);
         let mut merged = Vec::with_capacity(old.len().div_ceil(2));
@@ -91,8 +97,22 @@ pub fn merge(a: &Interval, b: &Interval) -> Interval {
     let energy_j = (0..domain_count)
         .map(|d| a.energy_j.get(d).unwrap_or(&0.0) + b.energy_j.get(d).unwrap_or(&0.0))
         .collect();
+    let gpu_count = a.gpus.len().max(b.gpus.len());
+    let gpus = (0..gpu_count)
+        .map(|g| {
+            let none = GpuUsage::default();
+            GpuUsage::merge(
+                a.gpus.get(g).unwrap_or(&none),
+                a.duration_ns,
+                b.gpus.get(g).unwrap_or(&none),
+                b.duration_ns,
+            )
+        })
+        .collect();
     Interval {
         start_ns: a.start_ns,
+        wall_start_ns: a.wall_start_ns,
+        gpus,
         duration_ns: a.duration_ns + b.duration_ns,
         cpus,
         slices: slices
@@ -133,6 +153,7 @@ mod tests {
                 },
             ],
             energy_j: vec![1.0 + i as f64],
+            ..Interval::default()
         }
     }
 

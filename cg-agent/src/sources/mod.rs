@@ -1,17 +1,31 @@
 //! Energy sources: each reads one kind of energy counter (or estimates one) and yields the
-//! joules each of its domains used since the previous read. Every source takes its root path
-//! (or opener) as a constructor argument, so tests run the real reading code on generated
-//! trees; counter wraparound is handled once, in [`counter`].
+//! joules each of its domains used since the previous read. Every source takes its root path,
+//! opener or library path as a constructor argument, so tests run the real reading code on
+//! generated trees, pipes and stand-in libraries; counter wraparound is handled once, in
+//! [`counter`]. [`select`] decides which sources a run uses and why.
+//!
+//! | source | module | domains | provenance |
+//! |---|---|---|---|
+//! | RAPL through the perf `power` PMU | [`perf`] | package-N, core-N, uncore-N, dram-N, psys | measured |
+//! | RAPL through powercap | [`powercap`] | the same | measured |
+//! | NVIDIA GPUs through NVML | [`gpu`], [`nvml`] | gpuN | measured (energy derived from power where no counter) |
+//! | an external power meter's log | [`meter`] | meter (the whole machine) | measured |
+//! | the built-in model | [`model`] | model | estimated |
 
 pub mod counter;
+pub mod gpu;
+pub mod meter;
 pub mod model;
+pub mod nvml;
+pub mod perf;
 pub mod powercap;
+pub mod select;
 
 use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::{attribution::Coverage, host::HostInfo};
+use crate::attribution::Coverage;
 
 /// Whether a figure was measured by hardware or estimated by a model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -46,6 +60,10 @@ pub enum DomainKind {
     Psys,
     /// The built-in power model.
     Model,
+    /// An NVIDIA GPU (the whole board).
+    Gpu,
+    /// An external power meter: the whole machine at the wall.
+    Meter,
 }
 
 /// One energy domain as a source offers it.
@@ -64,12 +82,66 @@ pub struct DomainSpec {
     pub source: &'static str,
 }
 
-/// What a source may use to produce an interval's figures (the model needs activity).
+/// What a source may use to produce an interval's figures (the model needs activity, a power
+/// meter's log the wall-clock bounds).
 #[derive(Clone, Copy, Debug)]
 pub struct ReadContext<'a> {
     pub duration_ns: u64,
     /// Non-idle nanoseconds per CPU id during the interval.
     pub busy_ns_per_cpu: &'a [u64],
+    /// Wall-clock bounds of the interval, nanoseconds since the Unix epoch.
+    pub wall_start_ns: u64,
+    pub wall_end_ns: u64,
+}
+
+/// A stretch of wall-clock time, nanoseconds since the Unix epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WallSpan {
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+/// How busy one GPU was since the previous read and which processes (pids) used it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GpuActivity {
+    /// Fraction of the time the GPU was busy, 0 to 1.
+    pub busy_fraction: f64,
+    /// (pid, fraction of the time the GPU was busy for it).
+    pub processes: Vec<(u32, f64)>,
+}
+
+/// A remark on how well a source measured, for the report's quality notes.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SourceNote {
+    /// Whether it makes the measurement `degraded` (something was lost or approximated).
+    pub degraded: bool,
+    pub text: String,
+}
+
+impl SourceNote {
+    pub fn info(text: impl Into<String>) -> Self {
+        SourceNote {
+            degraded: false,
+            text: text.into(),
+        }
+    }
+
+    pub fn degraded(text: impl Into<String>) -> Self {
+        SourceNote {
+            degraded: true,
+            text: text.into(),
+        }
+    }
+}
+
+/// What a source has to say at the end of a run, beyond energy.
+#[derive(Clone, Debug, Default)]
+pub struct SourceSummary {
+    pub notes: Vec<SourceNote>,
+    /// Per GPU: identity, telemetry, which figures were measured and which derived.
+    pub gpus: Vec<gpu::GpuSummary>,
+    /// The power meter's log: what it held and where it had gaps.
+    pub meter: Option<meter::MeterSummary>,
 }
 
 /// A reader of energy counters.
@@ -88,6 +160,26 @@ pub trait EnergySource {
     fn known_idle_w(&self) -> Option<Vec<f64>> {
         None
     }
+    /// Per domain, the watts one fully busy unit (a GPU) is assumed to add when the idle
+    /// baseline cannot be fitted; `None` uses the CPU prior.
+    fn busy_slope_w(&self) -> Option<Vec<f64>> {
+        None
+    }
+    /// For GPU sources: per GPU number ([`crate::attribution::Coverage::Gpu`]), its use since
+    /// the previous [`EnergySource::read`].
+    fn gpu_activity(&self) -> Vec<GpuActivity> {
+        Vec::new()
+    }
+    /// Once the run is over: the energy per domain of each span, recomputed from data that
+    /// arrived after the live reads (a power meter's log lags behind the run). `None`: the
+    /// live reads stand.
+    fn settle(&mut self, _spans: &[WallSpan]) -> Option<Result<Vec<Vec<f64>>, SourceError>> {
+        None
+    }
+    /// Notes and details for the report, at the end of the run.
+    fn summary(&self) -> SourceSummary {
+        SourceSummary::default()
+    }
 }
 
 /// Errors of energy sources.
@@ -99,19 +191,71 @@ pub enum SourceError {
         "{path} is not readable: {reason}; energy_uj is readable only by root on kernels with the \
          PLATYPUS fix (5.10+), so run cg-trace as root"
     )]
-    PowercapUnreadable { path: PathBuf, reason: String },
+    PowercapUnreadable {
+        path: PathBuf,
+        reason: String,
+        /// The kernel refused us (root would be allowed).
+        denied: bool,
+    },
     #[error("malformed powercap tree: {path}: {reason}")]
     PowercapMalformed { path: PathBuf, reason: String },
+    #[error(
+        "no RAPL perf PMU under {root} (no `power` or `power_core` event source: this machine or \
+         VM exposes no RAPL perf events)"
+    )]
+    PerfMissing { root: PathBuf },
+    #[error("malformed perf event source: {path}: {reason}")]
+    PerfMalformed { path: PathBuf, reason: String },
+    #[error(
+        "opening the perf counter {what} was refused: {reason}; system-wide perf counters need \
+         root or CAP_PERFMON (or kernel.perf_event_paranoid <= 0)"
+    )]
+    PerfDenied { what: String, reason: String },
+    #[error("perf counter {what}: {reason}")]
+    PerfFailed { what: String, reason: String },
+    #[error("NVML is not usable ({lib}): {reason}")]
+    NvmlUnavailable {
+        lib: PathBuf,
+        reason: String,
+        /// The library itself could not be loaded (no NVIDIA driver installed).
+        missing: bool,
+    },
+    #[error("NVML ({lib}) reports no GPU")]
+    NvmlNoDevice { lib: PathBuf },
+    #[error("GPU {gpu}: {reason}")]
+    Gpu { gpu: String, reason: String },
+    #[error("power log {path}{}: {reason}", line.map(|l| format!(":{l}")).unwrap_or_default())]
+    PowerLog {
+        path: PathBuf,
+        /// 1-based line number, when a line is at fault.
+        line: Option<usize>,
+        reason: String,
+    },
     #[error("invalid power model: {0}")]
     InvalidModel(String),
+    /// Options that cannot be used together.
+    #[error("{0}")]
+    Conflict(String),
+}
+
+impl SourceError {
+    /// Whether the source exists but the kernel refused us: root (or CAP_PERFMON) would help.
+    pub fn needs_privileges(&self) -> bool {
+        matches!(
+            self,
+            SourceError::PowercapUnreadable { denied: true, .. } | SourceError::PerfDenied { .. }
+        )
+    }
 }
 
 /// The user's choice of source (`--source`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SourceChoice {
-    /// The best measured source available, else the model.
+    /// The best measured source available (perf, then powercap), else the model.
     Auto,
+    /// RAPL through the perf `power` PMU.
+    Perf,
     /// RAPL through the powercap sysfs interface.
     Powercap,
     /// The built-in power model (estimated).
@@ -123,8 +267,19 @@ pub enum SourceChoice {
 pub struct SourceOptions {
     pub choice: SourceChoice,
     pub powercap_root: PathBuf,
+    /// Where the perf event sources (`power`, `power_core`) are listed.
+    pub perf_root: PathBuf,
+    /// Read perf counters from files under this directory instead of opening perf events
+    /// (end-to-end tests and benchmarks; see [`perf::FileOpener`]).
+    pub perf_counters_from: Option<PathBuf>,
     /// `--model-watts IDLE:MAX` (whole machine).
     pub model_watts: Option<(f64, f64)>,
+    /// The NVML library to load; `None` when GPUs are not to be measured (`--no-gpu`).
+    pub nvml_lib: Option<PathBuf>,
+    /// The library was named (`--nvml-lib`): failing to use it is an error, not an absence.
+    pub nvml_required: bool,
+    /// `--power-log FILE`: a power meter's log, the energy truth for the whole machine.
+    pub power_log: Option<PathBuf>,
 }
 
 impl Default for SourceOptions {
@@ -132,7 +287,30 @@ impl Default for SourceOptions {
         SourceOptions {
             choice: SourceChoice::Auto,
             powercap_root: PathBuf::from(powercap::DEFAULT_ROOT),
+            perf_root: PathBuf::from(perf::DEFAULT_ROOT),
+            perf_counters_from: None,
             model_watts: None,
+            nvml_lib: Some(PathBuf::from(nvml::DEFAULT_LIB)),
+            nvml_required: false,
+            power_log: None,
+        }
+    }
+}
+
+/// A domain as a probe found it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ProbeDomain {
+    pub name: String,
+    pub kind: DomainKind,
+    pub parent: Option<String>,
+}
+
+impl From<&DomainSpec> for ProbeDomain {
+    fn from(d: &DomainSpec) -> Self {
+        ProbeDomain {
+            name: d.name.clone(),
+            kind: d.kind,
+            parent: d.parent.clone(),
         }
     }
 }
@@ -142,8 +320,11 @@ impl Default for SourceOptions {
 pub struct SourceProbe {
     pub name: &'static str,
     pub provenance: Provenance,
-    pub domains: Vec<String>,
+    /// The domains it offers (also when it cannot be read, where discovery got that far).
+    pub domains: Vec<ProbeDomain>,
     pub usable: bool,
+    /// It exists, but reading it needs privileges this process lacks (root would do).
+    pub needs_privileges: bool,
     /// Why it is or is not usable.
     pub reason: String,
 }
@@ -153,75 +334,8 @@ pub struct Selection {
     pub sources: Vec<Box<dyn EnergySource>>,
     pub reason: String,
     pub probes: Vec<SourceProbe>,
+    /// Warnings from choosing (perf and powercap disagreeing on the domains, NVML failing).
+    pub notes: Vec<SourceNote>,
 }
 
-/// Opens the sources `options` ask for. `auto` prefers a measured source and falls back to the
-/// model, saying why; an explicitly requested source that cannot be used is an error.
-pub fn select(options: &SourceOptions, host: &HostInfo) -> Result<Selection, SourceError> {
-    let mut probes = Vec::new();
-    let powercap = if matches!(options.choice, SourceChoice::Auto | SourceChoice::Powercap) {
-        let opened = powercap::PowercapSource::open(&options.powercap_root, host);
-        probes.push(match &opened {
-            Ok(source) => SourceProbe {
-                name: "powercap",
-                provenance: Provenance::Measured,
-                domains: source.domains().iter().map(|d| d.name.clone()).collect(),
-                usable: true,
-                reason: format!(
-                    "RAPL counters readable under {}",
-                    options.powercap_root.display()
-                ),
-            },
-            Err(err) => SourceProbe {
-                name: "powercap",
-                provenance: Provenance::Measured,
-                domains: Vec::new(),
-                usable: false,
-                reason: err.to_string(),
-            },
-        });
-        Some(opened)
-    } else {
-        None
-    };
-
-    match (options.choice, powercap) {
-        (SourceChoice::Powercap, Some(opened)) => {
-            let source = opened?;
-            Ok(Selection {
-                reason: "requested with --source powercap".into(),
-                sources: vec![Box::new(source)],
-                probes,
-            })
-        }
-        (SourceChoice::Auto, Some(Ok(source))) => Ok(Selection {
-            reason: "auto: RAPL through powercap is the best measured source found".into(),
-            sources: vec![Box::new(source)],
-            probes,
-        }),
-        (choice, powercap) => {
-            let model = model::ModelSource::new(host, options.model_watts)?;
-            probes.push(SourceProbe {
-                name: "model",
-                provenance: Provenance::Estimated,
-                domains: vec!["model".into()],
-                usable: true,
-                reason: model.describe(),
-            });
-            let reason = match (choice, powercap) {
-                (SourceChoice::Model, _) => "requested with --source model".to_string(),
-                (_, Some(Err(err))) => {
-                    format!(
-                        "auto: no measured source usable ({err}); using the built-in power model"
-                    )
-                }
-                _ => "auto: no measured source found; using the built-in power model".to_string(),
-            };
-            Ok(Selection {
-                reason,
-                sources: vec![Box::new(model)],
-                probes,
-            })
-        }
-    }
-}
+pub use select::{probe_all, select};

@@ -170,6 +170,8 @@ mod tests {
             .read(&ReadContext {
                 duration_ns: 500_000_000,
                 busy_ns_per_cpu: &[0, 0],
+                wall_start_ns: 0,
+                wall_end_ns: 500_000_000,
             })
             .unwrap();
         assert!((idle[0] - 5.0).abs() < 1e-12);
@@ -178,6 +180,8 @@ mod tests {
             .read(&ReadContext {
                 duration_ns: 500_000_000,
                 busy_ns_per_cpu: &[500_000_000, 0],
+                wall_start_ns: 500_000_000,
+                wall_end_ns: 1_000_000_000,
             })
             .unwrap();
         assert!((half[0] - 10.0).abs() < 1e-12);

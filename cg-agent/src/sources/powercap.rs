@@ -22,10 +22,12 @@ use crate::{attribution::Coverage, host::HostInfo};
 /// Where the kernel exposes powercap zones.
 pub const DEFAULT_ROOT: &str = "/sys/class/powercap";
 
-/// One readable zone.
+/// One readable zone. Its `energy_uj` stays open: reading a sysfs attribute again from offset
+/// 0 yields a fresh value, at one syscall per zone and interval instead of three.
 #[derive(Debug)]
 struct Zone {
     energy_path: PathBuf,
+    energy_file: fs::File,
     counter: WrappingCounter,
 }
 
@@ -66,10 +68,15 @@ impl PowercapSource {
                 return Err(malformed(&max_path, "max_energy_range_uj is 0"));
             }
             let energy_path = zone.dir.join("energy_uj");
+            let energy_file = fs::File::open(&energy_path).map_err(|err| match err.kind() {
+                io::ErrorKind::NotFound => malformed(&energy_path, "missing"),
+                _ => unreadable(&energy_path, &err),
+            })?;
             let mut counter = WrappingCounter::new(max);
-            counter.advance(read_u64(&energy_path)?);
+            counter.advance(read_u64_at(&energy_file, &energy_path)?);
             zones.push(Zone {
                 energy_path,
+                energy_file,
                 counter,
             });
             domains.push(spec);
@@ -80,6 +87,21 @@ impl PowercapSource {
             domains,
         })
     }
+}
+
+/// The domains under `root` without reading any counter (`cg-trace sources` lists them even
+/// when `energy_uj` is root-only).
+pub fn discover_domains(root: &Path, host: &HostInfo) -> Result<Vec<DomainSpec>, SourceError> {
+    let found = discover(root)?;
+    let has_psys = found.iter().any(|z| z.name == "psys");
+    let mut domains: Vec<DomainSpec> = Vec::new();
+    for zone in &found {
+        let spec = domain_for(zone, &found, has_psys, host)?;
+        if !domains.iter().any(|d| d.name == spec.name) {
+            domains.push(spec);
+        }
+    }
+    Ok(domains)
 }
 
 impl EnergySource for PowercapSource {
@@ -99,7 +121,7 @@ impl EnergySource for PowercapSource {
         self.zones
             .iter_mut()
             .map(|zone| {
-                let value = read_u64(&zone.energy_path)?;
+                let value = read_u64_at(&zone.energy_file, &zone.energy_path)?;
                 Ok(zone.counter.advance(value) as f64 / 1e6)
             })
             .collect()
@@ -123,12 +145,7 @@ fn discover(root: &Path) -> Result<Vec<FoundZone>, SourceError> {
                 root: root.to_path_buf(),
             });
         }
-        Err(err) => {
-            return Err(SourceError::PowercapUnreadable {
-                path: root.to_path_buf(),
-                reason: err.to_string(),
-            });
-        }
+        Err(err) => return Err(unreadable(root, &err)),
     };
     let mut zones = Vec::new();
     for entry in entries.flatten() {
@@ -278,16 +295,43 @@ fn package_suffix(name: &str) -> &str {
 }
 
 fn read_u64(path: &Path) -> Result<u64, SourceError> {
-    let text = fs::read_to_string(path).map_err(|err| match err.kind() {
+    let file = fs::File::open(path).map_err(|err| match err.kind() {
         io::ErrorKind::NotFound => malformed(path, "missing"),
         _ => unreadable(path, &err),
     })?;
-    text.trim().parse().map_err(|_| {
-        malformed(
-            path,
-            &format!("expected an unsigned integer, found {:?}", text.trim()),
-        )
-    })
+    read_u64_at(&file, path)
+}
+
+/// Reads an open attribute from offset 0 into a stack buffer (sysfs hands out the whole value
+/// in one read; this runs for every zone at every interval).
+fn read_u64_at(file: &fs::File, path: &Path) -> Result<u64, SourceError> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = [0u8; 32];
+    let mut len = 0;
+    loop {
+        match file.read_at(&mut buf[len..], len as u64) {
+            Ok(0) => break,
+            Ok(n) => {
+                len += n;
+                if len == buf.len() {
+                    break;
+                }
+            }
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            Err(err) => return Err(unreadable(path, &err)),
+        }
+    }
+    let text = String::from_utf8_lossy(&buf[..len]);
+    text.trim()
+        .parse()
+        .ok()
+        .filter(|_| len < buf.len())
+        .ok_or_else(|| {
+            malformed(
+                path,
+                &format!("expected an unsigned integer, found {:?}", text.trim()),
+            )
+        })
 }
 
 fn malformed(path: &Path, reason: &str) -> SourceError {
@@ -301,6 +345,7 @@ fn unreadable(path: &Path, err: &io::Error) -> SourceError {
     SourceError::PowercapUnreadable {
         path: path.to_path_buf(),
         reason: err.to_string(),
+        denied: err.kind() == io::ErrorKind::PermissionDenied,
     }
 }
 
@@ -337,6 +382,8 @@ mod tests {
         ReadContext {
             duration_ns: 100_000_000,
             busy_ns_per_cpu: &[],
+            wall_start_ns: 0,
+            wall_end_ns: 100_000_000,
         }
     }
 
@@ -470,6 +517,17 @@ mod tests {
             "{err}"
         );
         assert!(err.to_string().contains("root"), "{err}");
+    }
+
+    #[test]
+    fn domains_are_listed_without_reading_counters() {
+        let dir = tempfile::tempdir().unwrap();
+        zone(dir.path(), "intel-rapl:0", "package-0", 0, 1_000);
+        zone(dir.path(), "intel-rapl:0:0", "core", 0, 1_000);
+        fs::remove_file(dir.path().join("intel-rapl:0/energy_uj")).unwrap();
+        let domains = discover_domains(dir.path(), &two_package_host()).unwrap();
+        let names: Vec<_> = domains.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["package-0", "core-0"]);
     }
 
     #[test]

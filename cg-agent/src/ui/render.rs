@@ -206,7 +206,12 @@ fn header_lines(app: &App, width: u16) -> Vec<Line<'static>> {
             watts(d.power_w),
             joules(d.energy_j),
         );
-        let idle = format!(" idle {} W ({})", watts(d.idle_baseline_w), d.idle_method);
+        // The baselines only where there is room for them.
+        let idle = if width >= WIDE || r.domains.len() == 1 {
+            format!(" idle {} W ({})", watts(d.idle_baseline_w), d.idle_method)
+        } else {
+            String::new()
+        };
         let tag = provenance_span(d.provenance);
         let chunk = text.chars().count() + tag.width() + idle.chars().count();
         let sep = if line.is_empty() { 0 } else { 3 };

@@ -225,16 +225,25 @@ fn function(pid: u32, symbol: &str, energy_j: f64, calls: u64) -> FunctionEntry 
     }
 }
 
-/// The same machine measured by RAPL: package (with its cores inside) and DRAM, so each
-/// process has a figure per top-level domain; some events were lost.
+/// The same machine measured by RAPL (package, with its cores inside, and DRAM) and with an
+/// NVIDIA GPU that one compiler worker uses, so each process has a figure per top-level
+/// domain; some events were lost.
 pub fn measured_report() -> LiveReport {
     let mut r = report();
-    r.sources = vec![SourceEntry {
-        name: "powercap",
-        provenance: Provenance::Measured,
-        description: "RAPL through powercap".into(),
-        domains: vec!["package-0".into(), "core-0".into(), "dram-0".into()],
-    }];
+    r.sources = vec![
+        SourceEntry {
+            name: "powercap",
+            provenance: Provenance::Measured,
+            description: "RAPL through powercap".into(),
+            domains: vec!["package-0".into(), "core-0".into(), "dram-0".into()],
+        },
+        SourceEntry {
+            name: "nvml",
+            provenance: Provenance::Measured,
+            description: "NVIDIA GPUs through NVML".into(),
+            domains: vec!["gpu0".into()],
+        },
+    ];
     r.domains = vec![
         domain(
             "package-0",
@@ -263,12 +272,28 @@ pub fn measured_report() -> LiveReport {
             60.0,
             1.0,
         ),
+        domain(
+            "gpu0",
+            DomainKind::Gpu,
+            Provenance::Measured,
+            true,
+            25.0,
+            400.0,
+            15.0,
+        ),
     ];
     r.totals.estimated = false;
+    r.totals.power_w += 25.0;
+    r.totals.energy_j += 400.0;
+    r.totals.idle_power_w += 15.0;
     for p in &mut r.processes {
-        p.domain_power_w = vec![p.power_w * 0.85, p.power_w * 0.6, p.power_w * 0.15];
+        let gpu_w = if p.pid == 1201 { 8.0 } else { 0.0 };
+        p.domain_power_w = vec![p.power_w * 0.85, p.power_w * 0.6, p.power_w * 0.15, gpu_w];
+        p.power_w += gpu_w;
+        p.energy_j += gpu_w * 20.0;
+        p.share_pct = 100.0 * p.energy_j / r.totals.energy_j;
     }
-    r.history = ["package-0", "dram-0"]
+    r.history = ["package-0", "dram-0", "gpu0"]
         .iter()
         .enumerate()
         .map(|(k, name)| Series {
@@ -277,10 +302,10 @@ pub fn measured_report() -> LiveReport {
                 .map(|i| {
                     (
                         i as f64,
-                        if k == 0 {
-                            10.0 + (i % 30) as f64 / 3.0
-                        } else {
-                            3.0
+                        match k {
+                            0 => 10.0 + (i % 30) as f64 / 3.0,
+                            1 => 3.0,
+                            _ => 15.0 + 10.0 * f64::from(u8::from(i > 60 && i < 120)),
                         },
                     )
                 })
@@ -366,6 +391,7 @@ pub fn wrapped_run(intervals: u64, mut observer: impl FnMut(LiveEvent<'_>)) {
         sources: &sources,
         selection_reason: "requested with --source model",
         known_idle_w: &[Some(5.0)],
+        busy_slope_w: &[],
         idle_watts: &IdleWatts::Estimate,
         prior_slope_w_per_cpu: 6.5,
         run_start_ns: 0,
@@ -418,6 +444,7 @@ pub fn wrapped_run(intervals: u64, mut observer: impl FnMut(LiveEvent<'_>)) {
                 },
             ],
             energy_j: vec![0.5 + 6.5 * busy_s],
+            ..Interval::default()
         };
         observer(LiveEvent::Sample(LiveSample {
             interval: &interval,

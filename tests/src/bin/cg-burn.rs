@@ -1,6 +1,8 @@
-//! Workload with a known CPU split: forks one child per `--children MS[,MS...]` entry, each
-//! burning that many milliseconds of its own CPU time, waits for them, burns `--self MS`
-//! itself, and exits with `--exit CODE`. Prints each child's pid and measured CPU time.
+//! Workload with a known CPU split: burns `--before MS` of its own CPU time, forks one child
+//! per `--children MS[,MS...]` entry, each burning that many milliseconds of its own CPU
+//! time, waits for them, burns `--self MS` itself, and exits with `--exit CODE`. Prints each
+//! child's pid and measured CPU time. All amounts are CPU time, not wall time, so they hold
+//! on a loaded machine.
 
 use std::time::Duration;
 
@@ -38,9 +40,11 @@ fn main() {
         .map(|v| v.split(',').filter_map(|x| x.parse().ok()).collect())
         .unwrap_or_default();
     let own: u64 = value("--self").and_then(|v| v.parse().ok()).unwrap_or(0);
+    let before: u64 = value("--before").and_then(|v| v.parse().ok()).unwrap_or(0);
     let code: i32 = value("--exit").and_then(|v| v.parse().ok()).unwrap_or(0);
     let sequential = args.iter().any(|a| a == "--sequential");
 
+    burn(before);
     let mut pids = Vec::new();
     for ms in children {
         // SAFETY: the child only burns CPU and exits; no locks are held across fork.

@@ -1,0 +1,253 @@
+//! GPU attribution: splits a GPU's measured energy in an interval into **idle**, **targets**
+//! and **other** by the processes' shares of the GPU's busy time (NVML's per-process
+//! utilisation), with the same invariant as CPU domains: `targets + other + idle == measured`.
+//!
+//! Busy time the per-process figures do not explain (the GPU was busy for more of the interval
+//! than its processes' shares add up to: coarse sampling, processes NVML does not list) goes to
+//! other and is also counted separately as **unexplained**, so that the report can show it.
+
+use std::collections::BTreeMap;
+
+use super::{DomainSplit, ProcId};
+
+/// Who used a GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum GpuUser {
+    /// A target process.
+    Target(ProcId),
+    /// Any process that is not a target.
+    Other,
+}
+
+/// One user's share of a GPU's time in an interval.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GpuShare {
+    pub user: GpuUser,
+    /// Fraction of the interval the GPU was busy for this user, 0 to 1.
+    pub busy_fraction: f64,
+}
+
+/// How busy one GPU was in an interval, and for whom.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GpuUsage {
+    /// Fraction of the interval the GPU was busy (a kernel running), 0 to 1.
+    pub busy_fraction: f64,
+    /// Per user, at most one entry per target and one for other.
+    pub shares: Vec<GpuShare>,
+}
+
+impl GpuUsage {
+    /// One usage covering `a` (for `a_ns`) then `b` (for `b_ns`): fractions are averaged,
+    /// weighted by duration.
+    pub fn merge(a: &GpuUsage, a_ns: u64, b: &GpuUsage, b_ns: u64) -> GpuUsage {
+        let total = (a_ns + b_ns) as f64;
+        if total == 0.0 {
+            return a.clone();
+        }
+        let (wa, wb) = (a_ns as f64 / total, b_ns as f64 / total);
+        let mut shares: BTreeMap<GpuUser, f64> = BTreeMap::new();
+        for (usage, w) in [(a, wa), (b, wb)] {
+            for s in &usage.shares {
+                *shares.entry(s.user).or_default() += w * s.busy_fraction;
+            }
+        }
+        GpuUsage {
+            busy_fraction: wa * a.busy_fraction + wb * b.busy_fraction,
+            shares: shares
+                .into_iter()
+                .map(|(user, busy_fraction)| GpuShare {
+                    user,
+                    busy_fraction,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Splits one GPU domain's energy for one interval.
+///
+/// With `busy` the GPU's busy fraction and `S` the sum of the users' shares, the active energy
+/// `E - idle` is split over `D = max(busy, S)`: each user gets `active * share / D`, and the
+/// rest, `active * (D - S) / D`, is unexplained (charged to other). A GPU that was not busy
+/// at all (or has no usage figures) is all idle, as a CPU domain on which nothing ran.
+pub fn split(usage: Option<&GpuUsage>, measured_j: f64, baseline_j: f64) -> DomainSplit {
+    let all_idle = DomainSplit {
+        measured_j,
+        idle_j: measured_j,
+        ..DomainSplit::default()
+    };
+    let Some(usage) = usage else {
+        return all_idle;
+    };
+    let valid = |f: f64| {
+        if f.is_finite() {
+            f.clamp(0.0, 1.0)
+        } else {
+            0.0
+        }
+    };
+    let mut targets: BTreeMap<ProcId, f64> = BTreeMap::new();
+    let mut other_share = 0.0;
+    for share in &usage.shares {
+        match share.user {
+            GpuUser::Target(p) => *targets.entry(p).or_default() += valid(share.busy_fraction),
+            GpuUser::Other => other_share += valid(share.busy_fraction),
+        }
+    }
+    let shares_sum = other_share + targets.values().sum::<f64>();
+    let denominator = valid(usage.busy_fraction).max(shares_sum);
+    if denominator <= 0.0 || measured_j <= 0.0 {
+        return all_idle;
+    }
+    let idle_j = baseline_j.max(0.0).min(measured_j);
+    let active_j = measured_j - idle_j;
+    let per_share = active_j / denominator;
+    let targets_j: Vec<(ProcId, f64)> = targets
+        .into_iter()
+        .map(|(p, share)| (p, share * per_share))
+        .collect();
+    let attributed: f64 = targets_j.iter().map(|(_, j)| j).sum();
+    // Other takes the remainder (as for CPUs), so the parts add up to the measurement.
+    let other_j = (active_j - attributed).max(0.0);
+    let unexplained_j = (other_j - other_share * per_share).max(0.0);
+    DomainSplit {
+        measured_j,
+        idle_j,
+        other_j,
+        targets_j,
+        unexplained_j,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-9 * (1.0 + a.abs().max(b.abs()))
+    }
+
+    fn share(user: GpuUser, busy_fraction: f64) -> GpuShare {
+        GpuShare {
+            user,
+            busy_fraction,
+        }
+    }
+
+    fn target(split: &DomainSplit, p: ProcId) -> f64 {
+        split
+            .targets_j
+            .iter()
+            .find(|(q, _)| *q == p)
+            .map_or(0.0, |(_, j)| *j)
+    }
+
+    fn assert_adds_up(s: &DomainSplit) {
+        let sum = s.attributed_j() + s.other_j + s.idle_j;
+        assert!(close(sum, s.measured_j), "{s:?}");
+        assert!(s.unexplained_j <= s.other_j + 1e-12, "{s:?}");
+    }
+
+    #[test]
+    fn splits_active_gpu_energy_by_utilisation_share() {
+        // 100 ms, GPU busy 90 % of it, 30 J measured, 50 W idle (5 J):
+        //   gpu0 |AAAAAABBB.|   A (target 1): 60 %, B (not a target): 30 %, idle 10 %
+        // active 25 J over 90 %: A 25 * 6/9, B (other) 25 * 3/9, nothing unexplained.
+        let usage = GpuUsage {
+            busy_fraction: 0.9,
+            shares: vec![share(GpuUser::Target(1), 0.6), share(GpuUser::Other, 0.3)],
+        };
+        let s = split(Some(&usage), 30.0, 5.0);
+        assert_adds_up(&s);
+        assert!(close(s.idle_j, 5.0));
+        assert!(close(target(&s, 1), 25.0 * 6.0 / 9.0));
+        assert!(close(s.other_j, 25.0 * 3.0 / 9.0));
+        assert!(close(s.unexplained_j, 0.0));
+    }
+
+    #[test]
+    fn busy_time_no_process_explains_is_reported_as_unexplained() {
+        //   gpu0 |AAAA????..|   A: 40 %, ?: busy 80 % but no process accounts for 40 %
+        // active 8 J: A gets half, the other half is other and unexplained.
+        let usage = GpuUsage {
+            busy_fraction: 0.8,
+            shares: vec![share(GpuUser::Target(7), 0.4)],
+        };
+        let s = split(Some(&usage), 10.0, 2.0);
+        assert_adds_up(&s);
+        assert!(close(target(&s, 7), 4.0));
+        assert!(close(s.other_j, 4.0));
+        assert!(close(s.unexplained_j, 4.0));
+    }
+
+    #[test]
+    fn shares_adding_up_past_the_busy_figure_are_normalised() {
+        // Two processes each report 70 % (concurrent kernels, MPS); the GPU says 100 %.
+        //   gpu0 |AAAAAAA...|
+        //        |BBBBBBB...|  -> each gets half of the active energy
+        let usage = GpuUsage {
+            busy_fraction: 1.0,
+            shares: vec![
+                share(GpuUser::Target(1), 0.7),
+                share(GpuUser::Target(2), 0.7),
+            ],
+        };
+        let s = split(Some(&usage), 12.0, 2.0);
+        assert_adds_up(&s);
+        assert!(close(target(&s, 1), 5.0));
+        assert!(close(target(&s, 2), 5.0));
+        assert!(close(s.unexplained_j, 0.0));
+    }
+
+    #[test]
+    fn an_idle_gpu_is_all_idle_even_above_baseline() {
+        //   gpu0 |..........|  resident processes, but no kernel ran
+        let usage = GpuUsage {
+            busy_fraction: 0.0,
+            shares: vec![],
+        };
+        let s = split(Some(&usage), 6.0, 3.0);
+        assert_adds_up(&s);
+        assert!(close(s.idle_j, 6.0));
+        let s = split(None, 6.0, 3.0);
+        assert!(close(s.idle_j, 6.0));
+    }
+
+    #[test]
+    fn measured_below_baseline_goes_to_idle_and_nothing_is_negative() {
+        let usage = GpuUsage {
+            busy_fraction: 0.5,
+            shares: vec![share(GpuUser::Target(1), 0.5)],
+        };
+        let s = split(Some(&usage), 1.0, 4.0);
+        assert_adds_up(&s);
+        assert!(close(s.idle_j, 1.0));
+        assert!(target(&s, 1).abs() < 1e-12);
+        // Garbage fractions are clamped, not propagated.
+        let usage = GpuUsage {
+            busy_fraction: f64::NAN,
+            shares: vec![share(GpuUser::Target(1), 3.0)],
+        };
+        let s = split(Some(&usage), 5.0, 1.0);
+        assert_adds_up(&s);
+        assert!(close(target(&s, 1), 4.0));
+    }
+
+    #[test]
+    fn merging_averages_by_duration() {
+        //   a (100 ms) |AAAAAAAAAA|   b (300 ms) |..........|...
+        let a = GpuUsage {
+            busy_fraction: 1.0,
+            shares: vec![share(GpuUser::Target(1), 1.0)],
+        };
+        let b = GpuUsage {
+            busy_fraction: 0.2,
+            shares: vec![share(GpuUser::Other, 0.2)],
+        };
+        let m = GpuUsage::merge(&a, 100, &b, 300);
+        assert!(close(m.busy_fraction, 0.25 + 0.15));
+        assert_eq!(m.shares.len(), 2);
+        assert!(close(m.shares[0].busy_fraction, 0.25));
+        assert!(close(m.shares[1].busy_fraction, 0.15));
+    }
+}

@@ -1,0 +1,899 @@
+//! NVIDIA GPUs as an energy source: one domain `gpuN` per GPU (the whole board), its energy
+//! from NVML's total-energy counter (mJ, Volta and newer) or, where the GPU has none, from
+//! integrating its power readings (then the energy is **derived**, and the report says so).
+//! Each read also yields how busy each GPU was and which processes used it, which attribution
+//! uses to split the GPU's energy ([`crate::attribution::gpu`]).
+//!
+//! NVML itself sits behind [`GpuBackend`] ([`super::nvml::NvmlBackend`] in production), so tests
+//! drive this logic with scripted readings.
+//!
+//! How coarse this is: NVML refreshes power and energy every 20-100 ms and samples per-process
+//! utilisation about every 1/6 s, so per-process GPU figures are approximate, and intervals
+//! shorter than NVML's refresh see energy arrive in lumps (never lost or counted twice). Between
+//! two sets of per-process samples, the last shares are kept for the processes still running;
+//! with no sample at all, the busy time is shared evenly among the GPU's running processes
+//! (noted in the report). Busy time no process accounts for is reported as unexplained.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::{
+    DomainKind, DomainSpec, EnergySource, GpuActivity, Provenance, ReadContext, SourceError,
+    SourceNote, SourceSummary, counter::WrappingCounter,
+};
+use crate::attribution::Coverage;
+
+/// Polls are at most this frequent (NVML refreshes every 20-100 ms): shorter intervals see
+/// their GPU energy in the next poll.
+pub const MIN_POLL_NS: u64 = 10_000_000;
+/// Per-process utilisation and process lists are asked for at most this often.
+pub const PROCESS_POLL_NS: u64 = 100_000_000;
+/// With no fit possible, a fully busy GPU is assumed to draw this fraction of its power limit
+/// above idle.
+const PRIOR_BUSY_FRACTION_OF_LIMIT: f64 = 0.8;
+
+/// Why a GPU figure could not be read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum GpuError {
+    #[error("not supported by this GPU")]
+    NotSupported,
+    #[error("the GPU is lost (fell off the bus or stopped answering)")]
+    Lost,
+    #[error("no data")]
+    NotFound,
+    #[error("{0}")]
+    Other(String),
+}
+
+/// What does not change during a run.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GpuIdentity {
+    pub name: String,
+    pub uuid: String,
+    pub memory_total_bytes: Option<u64>,
+    pub power_limit_w: Option<f64>,
+}
+
+/// One per-process utilisation sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcessSample {
+    pub pid: u32,
+    /// The driver's CPU timestamp, microseconds.
+    pub timestamp_us: u64,
+    /// SM (compute / 3D) utilisation of this process, percent.
+    pub sm_pct: u32,
+}
+
+/// Everything one poll of one GPU returns; each figure may fail on its own.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GpuPoll {
+    /// Total energy since the driver loaded, millijoules.
+    pub energy_mj: Result<u64, GpuError>,
+    pub power_mw: Result<u32, GpuError>,
+    pub temperature_c: Result<u32, GpuError>,
+    /// Percent of the last sample period during which a kernel ran.
+    pub utilization_pct: Result<u32, GpuError>,
+    pub memory_used_bytes: Result<u64, GpuError>,
+    /// Per-process samples newer than the timestamp asked for (`None`: not asked this time).
+    pub samples: Option<Result<Vec<ProcessSample>, GpuError>>,
+    /// Pids with a compute or graphics context on the GPU (`None`: not asked this time).
+    pub running_pids: Option<Result<Vec<u32>, GpuError>>,
+}
+
+impl GpuPoll {
+    /// A poll in which everything failed with `err`.
+    pub fn failed(err: GpuError) -> Self {
+        GpuPoll {
+            energy_mj: Err(err.clone()),
+            power_mw: Err(err.clone()),
+            temperature_c: Err(err.clone()),
+            utilization_pct: Err(err.clone()),
+            memory_used_bytes: Err(err.clone()),
+            samples: Some(Err(err.clone())),
+            running_pids: Some(Err(err)),
+        }
+    }
+}
+
+/// The GPU library: NVML in production, scripted readings in tests.
+pub trait GpuBackend {
+    /// Where the figures come from (`NVML (libnvidia-ml.so.1)`).
+    fn describe(&self) -> String;
+    fn device_count(&self) -> Result<u32, GpuError>;
+    fn identity(&self, gpu: u32) -> Result<GpuIdentity, GpuError>;
+    /// Reads GPU `gpu`; per-process figures only when `processes`, samples newer than
+    /// `samples_since_us`.
+    fn poll(&self, gpu: u32, processes: bool, samples_since_us: u64) -> GpuPoll;
+}
+
+/// How a GPU's energy is obtained.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum EnergyMethod {
+    Counter(WrappingCounter),
+    /// Trapezoidal integration of power readings; the last power read.
+    Power(Option<f64>),
+}
+
+/// Where a poll's per-process shares came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShareBasis {
+    /// Fresh per-process samples.
+    Samples,
+    /// No new samples: the previous shares of processes still running.
+    Carried,
+    /// No samples ever: the busy time split evenly among the running processes.
+    RunningList,
+    /// Nobody to give it to.
+    None,
+}
+
+/// Per-process shares of a GPU's busy time for one poll (pure, see the module docs).
+pub fn shares(
+    samples: &[ProcessSample],
+    previous: &[(u32, f64)],
+    running: Option<&[u32]>,
+    busy_fraction: f64,
+) -> (Vec<(u32, f64)>, ShareBasis) {
+    if !samples.is_empty() {
+        let mut per_pid: BTreeMap<u32, (f64, u32)> = BTreeMap::new();
+        for s in samples {
+            let e = per_pid.entry(s.pid).or_default();
+            e.0 += f64::from(s.sm_pct.min(100)) / 100.0;
+            e.1 += 1;
+        }
+        let shares = per_pid
+            .into_iter()
+            .map(|(pid, (sum, n))| (pid, sum / f64::from(n)))
+            .collect();
+        return (shares, ShareBasis::Samples);
+    }
+    let is_running = |pid: u32| running.is_none_or(|r| r.contains(&pid));
+    let carried: Vec<(u32, f64)> = previous
+        .iter()
+        .copied()
+        .filter(|(pid, _)| is_running(*pid))
+        .collect();
+    if !carried.is_empty() {
+        return (carried, ShareBasis::Carried);
+    }
+    match running {
+        Some(pids) if !pids.is_empty() && busy_fraction > 0.0 => {
+            let each = busy_fraction / pids.len() as f64;
+            (
+                pids.iter().map(|&pid| (pid, each)).collect(),
+                ShareBasis::RunningList,
+            )
+        }
+        _ => (Vec::new(), ShareBasis::None),
+    }
+}
+
+/// Run-long figures of one GPU, for the report (units in every numeric field name).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GpuSummary {
+    /// NVML's index.
+    pub index: u32,
+    /// The energy domain (`gpu0`).
+    pub domain: String,
+    pub name: String,
+    pub uuid: String,
+    /// `energy counter`, `power integration`, or `energy counter, then power integration`.
+    pub energy_method: String,
+    /// Figures NVML measured.
+    pub measured: Vec<&'static str>,
+    /// Figures cg-trace derived from them.
+    pub derived: Vec<&'static str>,
+    pub avg_power_w: Option<f64>,
+    pub max_power_w: Option<f64>,
+    pub max_temperature_c: Option<u32>,
+    pub avg_utilization_pct: Option<f64>,
+    pub max_memory_used_bytes: Option<u64>,
+    pub memory_total_bytes: Option<u64>,
+    pub power_limit_w: Option<f64>,
+    pub polls_count: u64,
+    pub read_errors_count: u64,
+    /// Polls whose per-process shares were split evenly among running processes (no
+    /// per-process utilisation available).
+    pub even_split_polls_count: u64,
+    /// `ok`, `degraded` (some reads failed) or `lost` (the GPU stopped answering).
+    pub status: &'static str,
+}
+
+/// One GPU's state during a run.
+#[derive(Debug)]
+struct Device {
+    index: u32,
+    identity: GpuIdentity,
+    energy: EnergyMethod,
+    switched_to_power: bool,
+    last_seen_us: u64,
+    busy_fraction: f64,
+    shares: Vec<(u32, f64)>,
+    lost: bool,
+    // Telemetry.
+    power_w_s: f64,
+    power_s: f64,
+    max_power_w: Option<f64>,
+    max_temperature_c: Option<u32>,
+    utilization_pct_s: f64,
+    utilization_s: f64,
+    max_memory_used_bytes: Option<u64>,
+    polls: u64,
+    even_split_polls: u64,
+    errors: BTreeMap<String, u64>,
+}
+
+/// NVIDIA GPUs through a [`GpuBackend`].
+pub struct GpuSource<B> {
+    backend: B,
+    devices: Vec<Device>,
+    domains: Vec<DomainSpec>,
+    since_poll_ns: u64,
+    since_process_poll_ns: u64,
+    activity: Vec<GpuActivity>,
+    /// GPUs that could not be opened.
+    open_notes: Vec<SourceNote>,
+}
+
+impl<B> std::fmt::Debug for GpuSource<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuSource")
+            .field("devices", &self.devices)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: GpuBackend> GpuSource<B> {
+    /// Lists the GPUs and takes a first reading of each (energy counter or power, and the
+    /// driver's buffered per-process samples, which are skipped). GPUs that do not answer are
+    /// left out with a note; no GPU at all is an error.
+    pub fn open(backend: B, lib: &std::path::Path) -> Result<Self, SourceError> {
+        let count = backend
+            .device_count()
+            .map_err(|err| SourceError::NvmlUnavailable {
+                lib: lib.to_path_buf(),
+                reason: format!("cannot count GPUs: {err}"),
+                missing: false,
+            })?;
+        let mut devices = Vec::new();
+        let mut open_notes = Vec::new();
+        for index in 0..count {
+            let identity = match backend.identity(index) {
+                Ok(identity) => identity,
+                Err(err) => {
+                    open_notes.push(SourceNote::info(format!(
+                        "GPU {index} left out: it does not answer NVML ({err})"
+                    )));
+                    continue;
+                }
+            };
+            let first = backend.poll(index, true, 0);
+            let energy = match first.energy_mj {
+                Ok(mj) => {
+                    let mut counter = WrappingCounter::new(u64::MAX);
+                    counter.advance(mj);
+                    EnergyMethod::Counter(counter)
+                }
+                Err(_) => EnergyMethod::Power(first.power_mw.ok().map(|mw| f64::from(mw) / 1e3)),
+            };
+            let last_seen_us = match &first.samples {
+                Some(Ok(samples)) => samples.iter().map(|s| s.timestamp_us).max().unwrap_or(0),
+                _ => 0,
+            };
+            devices.push(Device {
+                index,
+                identity,
+                energy,
+                switched_to_power: false,
+                last_seen_us,
+                busy_fraction: 0.0,
+                shares: Vec::new(),
+                lost: false,
+                power_w_s: 0.0,
+                power_s: 0.0,
+                max_power_w: None,
+                max_temperature_c: None,
+                utilization_pct_s: 0.0,
+                utilization_s: 0.0,
+                max_memory_used_bytes: None,
+                polls: 0,
+                even_split_polls: 0,
+                errors: BTreeMap::new(),
+            });
+        }
+        if devices.is_empty() {
+            return Err(SourceError::NvmlNoDevice {
+                lib: lib.to_path_buf(),
+            });
+        }
+        let domains = devices
+            .iter()
+            .enumerate()
+            .map(|(n, d)| DomainSpec {
+                name: format!("gpu{}", d.index),
+                kind: DomainKind::Gpu,
+                parent: None,
+                coverage: Coverage::Gpu(n as u32),
+                provenance: Provenance::Measured,
+                source: "nvml",
+            })
+            .collect();
+        let activity = vec![GpuActivity::default(); devices.len()];
+        Ok(GpuSource {
+            backend,
+            devices,
+            domains,
+            since_poll_ns: 0,
+            since_process_poll_ns: PROCESS_POLL_NS,
+            activity,
+            open_notes,
+        })
+    }
+
+    /// Polls one GPU; returns its energy since the previous poll.
+    fn poll_device(&mut self, n: usize, dt_s: f64, processes: bool) -> f64 {
+        let device = &mut self.devices[n];
+        if device.lost {
+            return 0.0;
+        }
+        let poll = self
+            .backend
+            .poll(device.index, processes, device.last_seen_us);
+        device.polls += 1;
+        let count_error = |what: &str, err: &GpuError, device: &mut Device| {
+            if *err == GpuError::Lost {
+                device.lost = true;
+            }
+            *device.errors.entry(format!("{what}: {err}")).or_default() += 1;
+        };
+        let power_w = match &poll.power_mw {
+            Ok(mw) => Some(f64::from(*mw) / 1e3),
+            Err(GpuError::NotSupported) => None,
+            Err(err) => {
+                count_error("power", err, device);
+                None
+            }
+        };
+        if let Some(w) = power_w {
+            device.power_w_s += w * dt_s;
+            device.power_s += dt_s;
+            device.max_power_w = Some(device.max_power_w.map_or(w, |m: f64| m.max(w)));
+        }
+        let energy_j = match (&mut device.energy, &poll.energy_mj) {
+            (EnergyMethod::Counter(counter), Ok(mj)) => counter.advance(*mj) as f64 / 1e3,
+            (EnergyMethod::Counter(_), Err(GpuError::NotSupported)) => {
+                device.switched_to_power = true;
+                device.energy = EnergyMethod::Power(power_w);
+                power_w.unwrap_or(0.0) * dt_s
+            }
+            (EnergyMethod::Counter(_), Err(err)) => {
+                // The counter keeps its last value: this energy shows up in the next good read.
+                let err = err.clone();
+                count_error("energy", &err, device);
+                0.0
+            }
+            (EnergyMethod::Power(last), _) => {
+                let joules = match (*last, power_w) {
+                    (Some(a), Some(b)) => (a + b) / 2.0 * dt_s,
+                    (Some(a), None) | (None, Some(a)) => a * dt_s,
+                    (None, None) => 0.0,
+                };
+                if power_w.is_some() {
+                    *last = power_w;
+                }
+                joules
+            }
+        };
+        match &poll.temperature_c {
+            Ok(c) => {
+                device.max_temperature_c = Some(device.max_temperature_c.map_or(*c, |m| m.max(*c)))
+            }
+            Err(GpuError::NotSupported) => {}
+            Err(err) => count_error("temperature", err, device),
+        }
+        match &poll.memory_used_bytes {
+            Ok(b) => {
+                device.max_memory_used_bytes =
+                    Some(device.max_memory_used_bytes.map_or(*b, |m| m.max(*b)))
+            }
+            Err(GpuError::NotSupported) => {}
+            Err(err) => count_error("memory", err, device),
+        }
+        match &poll.utilization_pct {
+            Ok(pct) => {
+                device.busy_fraction = f64::from((*pct).min(100)) / 100.0;
+                device.utilization_pct_s += f64::from(*pct) * dt_s;
+                device.utilization_s += dt_s;
+            }
+            Err(GpuError::NotSupported) => {}
+            Err(err) => count_error("utilisation", err, device),
+        }
+        if processes {
+            let samples = match poll.samples {
+                Some(Ok(samples)) => samples,
+                Some(Err(GpuError::NotFound | GpuError::NotSupported)) | None => Vec::new(),
+                Some(Err(err)) => {
+                    count_error("process utilisation", &err, device);
+                    Vec::new()
+                }
+            };
+            let fresh: Vec<ProcessSample> = samples
+                .into_iter()
+                .filter(|s| s.timestamp_us > device.last_seen_us)
+                .collect();
+            if let Some(max) = fresh.iter().map(|s| s.timestamp_us).max() {
+                device.last_seen_us = max;
+            }
+            let running = match poll.running_pids {
+                Some(Ok(pids)) => Some(pids),
+                Some(Err(GpuError::NotSupported)) | None => None,
+                Some(Err(err)) => {
+                    count_error("process list", &err, device);
+                    None
+                }
+            };
+            let (shares, basis) = shares(
+                &fresh,
+                &device.shares,
+                running.as_deref(),
+                device.busy_fraction,
+            );
+            if basis == ShareBasis::RunningList {
+                device.even_split_polls += 1;
+            }
+            device.shares = shares;
+        }
+        if device.lost {
+            device.busy_fraction = 0.0;
+            device.shares.clear();
+        }
+        energy_j
+    }
+}
+
+impl<B: GpuBackend> EnergySource for GpuSource<B> {
+    fn name(&self) -> &'static str {
+        "nvml"
+    }
+
+    fn provenance(&self) -> Provenance {
+        Provenance::Measured
+    }
+
+    fn domains(&self) -> &[DomainSpec] {
+        &self.domains
+    }
+
+    fn read(&mut self, ctx: &ReadContext<'_>) -> Result<Vec<f64>, SourceError> {
+        if ctx.duration_ns == 0 {
+            // A zero-length read sets the starting point (the session's first read, after
+            // the probes loaded): what the GPUs used since opening is not the run's.
+            for n in 0..self.devices.len() {
+                self.poll_device(n, 0.0, true);
+            }
+            self.since_poll_ns = 0;
+            self.since_process_poll_ns = 0;
+            return Ok(vec![0.0; self.devices.len()]);
+        }
+        self.since_poll_ns += ctx.duration_ns;
+        self.since_process_poll_ns += ctx.duration_ns;
+        if self.since_poll_ns < MIN_POLL_NS {
+            // Faster than NVML refreshes: this interval's energy arrives with the next poll.
+            return Ok(vec![0.0; self.devices.len()]);
+        }
+        let dt_s = self.since_poll_ns as f64 / 1e9;
+        self.since_poll_ns = 0;
+        let processes = self.since_process_poll_ns >= PROCESS_POLL_NS;
+        if processes {
+            self.since_process_poll_ns = 0;
+        }
+        let energy = (0..self.devices.len())
+            .map(|n| self.poll_device(n, dt_s, processes))
+            .collect();
+        self.activity = self
+            .devices
+            .iter()
+            .map(|d| GpuActivity {
+                busy_fraction: d.busy_fraction,
+                processes: d.shares.clone(),
+            })
+            .collect();
+        Ok(energy)
+    }
+
+    fn describe(&self) -> String {
+        let names: Vec<String> = self
+            .devices
+            .iter()
+            .map(|d| format!("gpu{} {}", d.index, d.identity.name))
+            .collect();
+        format!("{}: {}", self.backend.describe(), names.join(", "))
+    }
+
+    fn gpu_activity(&self) -> Vec<GpuActivity> {
+        self.activity.clone()
+    }
+
+    fn busy_slope_w(&self) -> Option<Vec<f64>> {
+        Some(
+            self.devices
+                .iter()
+                .map(|d| {
+                    d.identity.power_limit_w.or(d.max_power_w).unwrap_or(0.0)
+                        * PRIOR_BUSY_FRACTION_OF_LIMIT
+                })
+                .collect(),
+        )
+    }
+
+    fn summary(&self) -> SourceSummary {
+        let mut notes = self.open_notes.clone();
+        let mut gpus = Vec::new();
+        for (d, spec) in self.devices.iter().zip(&self.domains) {
+            let label = format!("{} ({})", spec.name, d.identity.name);
+            let counter = matches!(d.energy, EnergyMethod::Counter(_));
+            let energy_method = match (counter, d.switched_to_power) {
+                (true, _) => "energy counter",
+                (false, true) => "energy counter, then power integration",
+                (false, false) => "power integration",
+            };
+            let mut measured = vec![
+                "power_w",
+                "temperature_c",
+                "utilization_pct",
+                "memory_used_bytes",
+            ];
+            let mut derived = vec!["per-process energy_j (by utilisation share)"];
+            if counter {
+                measured.insert(0, "energy_j");
+            } else {
+                derived.insert(0, "energy_j (integrated from power_w)");
+                notes.push(SourceNote::info(format!(
+                    "{label}: no energy counter; its energy is integrated from NVML's power \
+                     readings (derived, not measured)"
+                )));
+            }
+            let read_errors: u64 = d.errors.values().sum();
+            if d.lost {
+                notes.push(SourceNote::degraded(format!(
+                    "{label} stopped answering NVML during the run (GPU lost after {} polls): \
+                     its energy from then on is missing",
+                    d.polls
+                )));
+            }
+            for (error, count) in &d.errors {
+                notes.push(SourceNote::degraded(format!(
+                    "{label}: {count} NVML read(s) failed: {error}"
+                )));
+            }
+            if d.even_split_polls > 0 {
+                notes.push(SourceNote::info(format!(
+                    "{label}: no per-process utilisation in {} poll(s); its busy time was split \
+                     evenly among the processes running on it",
+                    d.even_split_polls
+                )));
+            }
+            gpus.push(GpuSummary {
+                index: d.index,
+                domain: spec.name.clone(),
+                name: d.identity.name.clone(),
+                uuid: d.identity.uuid.clone(),
+                energy_method: energy_method.to_string(),
+                measured,
+                derived,
+                avg_power_w: (d.power_s > 0.0).then(|| d.power_w_s / d.power_s),
+                max_power_w: d.max_power_w,
+                max_temperature_c: d.max_temperature_c,
+                avg_utilization_pct: (d.utilization_s > 0.0)
+                    .then(|| d.utilization_pct_s / d.utilization_s),
+                max_memory_used_bytes: d.max_memory_used_bytes,
+                memory_total_bytes: d.identity.memory_total_bytes,
+                power_limit_w: d.identity.power_limit_w,
+                polls_count: d.polls,
+                read_errors_count: read_errors,
+                even_split_polls_count: d.even_split_polls,
+                status: if d.lost {
+                    "lost"
+                } else if read_errors > 0 {
+                    "degraded"
+                } else {
+                    "ok"
+                },
+            });
+        }
+        SourceSummary {
+            notes,
+            gpus,
+            meter: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{cell::RefCell, collections::VecDeque, path::Path, rc::Rc};
+
+    use super::*;
+
+    /// Scripted GPUs: each poll pops the next reading of that GPU (the last one repeats).
+    #[derive(Clone, Default)]
+    struct Script {
+        identities: Vec<Result<GpuIdentity, GpuError>>,
+        polls: Rc<RefCell<Vec<VecDeque<GpuPoll>>>>,
+        asked: Rc<RefCell<Vec<(u32, bool, u64)>>>,
+    }
+
+    impl GpuBackend for Script {
+        fn describe(&self) -> String {
+            "scripted".into()
+        }
+        fn device_count(&self) -> Result<u32, GpuError> {
+            Ok(self.identities.len() as u32)
+        }
+        fn identity(&self, gpu: u32) -> Result<GpuIdentity, GpuError> {
+            self.identities[gpu as usize].clone()
+        }
+        fn poll(&self, gpu: u32, processes: bool, since_us: u64) -> GpuPoll {
+            self.asked.borrow_mut().push((gpu, processes, since_us));
+            let mut polls = self.polls.borrow_mut();
+            let queue = &mut polls[gpu as usize];
+            if queue.len() > 1 {
+                queue.pop_front().unwrap()
+            } else {
+                queue.front().unwrap().clone()
+            }
+        }
+    }
+
+    fn identity(name: &str) -> Result<GpuIdentity, GpuError> {
+        Ok(GpuIdentity {
+            name: name.into(),
+            uuid: format!("GPU-{name}"),
+            memory_total_bytes: Some(16 << 30),
+            power_limit_w: Some(300.0),
+        })
+    }
+
+    fn poll(energy_mj: Result<u64, GpuError>, power_mw: u32, util: u32) -> GpuPoll {
+        GpuPoll {
+            energy_mj,
+            power_mw: Ok(power_mw),
+            temperature_c: Ok(50),
+            utilization_pct: Ok(util),
+            memory_used_bytes: Ok(1 << 30),
+            samples: Some(Ok(Vec::new())),
+            running_pids: Some(Ok(Vec::new())),
+        }
+    }
+
+    fn with_samples(mut p: GpuPoll, samples: &[(u32, u64, u32)], running: &[u32]) -> GpuPoll {
+        p.samples = Some(Ok(samples
+            .iter()
+            .map(|&(pid, timestamp_us, sm_pct)| ProcessSample {
+                pid,
+                timestamp_us,
+                sm_pct,
+            })
+            .collect()));
+        p.running_pids = Some(Ok(running.to_vec()));
+        p
+    }
+
+    fn ctx(ms: u64) -> ReadContext<'static> {
+        ReadContext {
+            duration_ns: ms * 1_000_000,
+            busy_ns_per_cpu: &[],
+            wall_start_ns: 0,
+            wall_end_ns: ms * 1_000_000,
+        }
+    }
+
+    fn open(script: &Script) -> GpuSource<Script> {
+        GpuSource::open(script.clone(), Path::new("libnvidia-ml.so.1")).unwrap()
+    }
+
+    #[test]
+    fn energy_comes_from_the_counter_and_shares_from_process_samples() {
+        let script = Script {
+            identities: vec![identity("A100")],
+            ..Script::default()
+        };
+        script.polls.borrow_mut().push(VecDeque::from([
+            // At open: the driver's buffered samples up to t=500 µs are skipped.
+            with_samples(poll(Ok(10_000), 50_000, 0), &[(9, 500, 100)], &[]),
+            // 100 ms later: 12 J more; pid 7 used 60 %, pid 8 20 %, in two samples each.
+            with_samples(
+                poll(Ok(22_000), 120_000, 90),
+                &[(7, 600, 50), (7, 700, 70), (8, 650, 20), (8, 690, 20)],
+                &[7, 8],
+            ),
+        ]));
+        let mut gpu = open(&script);
+        assert_eq!(gpu.domains()[0].name, "gpu0");
+        assert_eq!(gpu.domains()[0].coverage, Coverage::Gpu(0));
+        let j = gpu.read(&ctx(100)).unwrap();
+        assert!((j[0] - 12.0).abs() < 1e-9, "{j:?}");
+        let activity = gpu.gpu_activity();
+        assert!((activity[0].busy_fraction - 0.9).abs() < 1e-9);
+        assert_eq!(activity[0].processes, vec![(7, 0.6), (8, 0.2)]);
+        // This poll asked for samples after those skipped at open; the next process poll
+        // (100 ms later) asks for those after the newest seen.
+        assert_eq!(script.asked.borrow().last(), Some(&(0, true, 500)));
+        gpu.read(&ctx(100)).unwrap();
+        assert_eq!(script.asked.borrow().last(), Some(&(0, true, 700)));
+        let summary = gpu.summary();
+        let g = &summary.gpus[0];
+        assert_eq!((g.name.as_str(), g.uuid.as_str()), ("A100", "GPU-A100"));
+        assert_eq!(g.energy_method, "energy counter");
+        assert!(g.measured.contains(&"energy_j"));
+        assert_eq!(g.status, "ok");
+        assert!(summary.notes.is_empty(), "{:?}", summary.notes);
+    }
+
+    #[test]
+    fn without_an_energy_counter_power_is_integrated_and_marked_derived() {
+        let script = Script {
+            identities: vec![identity("P100")],
+            ..Script::default()
+        };
+        script.polls.borrow_mut().push(VecDeque::from([
+            poll(Err(GpuError::NotSupported), 100_000, 0),
+            poll(Err(GpuError::NotSupported), 200_000, 50),
+        ]));
+        let mut gpu = open(&script);
+        // (100 W + 200 W) / 2 over 0.5 s.
+        let j = gpu.read(&ctx(500)).unwrap();
+        assert!((j[0] - 75.0).abs() < 1e-9, "{j:?}");
+        let j = gpu.read(&ctx(500)).unwrap();
+        assert!((j[0] - 100.0).abs() < 1e-9, "{j:?}");
+        let summary = gpu.summary();
+        assert_eq!(summary.gpus[0].energy_method, "power integration");
+        assert!(summary.gpus[0].derived[0].starts_with("energy_j"));
+        assert!(
+            summary
+                .notes
+                .iter()
+                .any(|n| n.text.contains("derived") && !n.degraded),
+            "{:?}",
+            summary.notes
+        );
+    }
+
+    #[test]
+    fn polls_no_faster_than_nvml_refreshes_and_loses_no_energy() {
+        let script = Script {
+            identities: vec![identity("A")],
+            ..Script::default()
+        };
+        script
+            .polls
+            .borrow_mut()
+            .push(VecDeque::from([poll(Ok(0), 1, 0), poll(Ok(4_000), 1, 0)]));
+        let mut gpu = open(&script);
+        let mut total = 0.0;
+        for _ in 0..10 {
+            total += gpu.read(&ctx(1)).unwrap()[0];
+        }
+        // Ten 1 ms reads: one poll, at the 10th.
+        assert_eq!(script.asked.borrow().len(), 2);
+        assert!((total - 4.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_zero_length_read_sets_the_starting_point() {
+        let script = Script {
+            identities: vec![identity("A")],
+            ..Script::default()
+        };
+        script.polls.borrow_mut().push(VecDeque::from([
+            poll(Ok(0), 1, 0),
+            // 5 J while the probes loaded: not the run's.
+            poll(Ok(5_000), 1, 0),
+            poll(Ok(6_000), 1, 0),
+        ]));
+        let mut gpu = open(&script);
+        assert_eq!(gpu.read(&ctx(0)).unwrap(), vec![0.0]);
+        assert_eq!(gpu.read(&ctx(100)).unwrap(), vec![1.0]);
+    }
+
+    #[test]
+    fn a_gpu_lost_mid_run_is_degraded_and_the_run_goes_on() {
+        let script = Script {
+            identities: vec![identity("A"), identity("B")],
+            ..Script::default()
+        };
+        script.polls.borrow_mut().extend([
+            VecDeque::from([
+                poll(Ok(0), 1, 0),
+                poll(Ok(1_000), 1, 10),
+                GpuPoll::failed(GpuError::Lost),
+            ]),
+            VecDeque::from([poll(Ok(0), 1, 0), poll(Ok(2_000), 1, 10)]),
+        ]);
+        let mut gpu = open(&script);
+        assert_eq!(gpu.read(&ctx(100)).unwrap(), vec![1.0, 2.0]);
+        assert_eq!(gpu.read(&ctx(100)).unwrap(), vec![0.0, 0.0]);
+        let polls_before = script.asked.borrow().len();
+        gpu.read(&ctx(100)).unwrap();
+        // The lost GPU is not asked again; the other one is.
+        assert_eq!(script.asked.borrow().len(), polls_before + 1);
+        let summary = gpu.summary();
+        assert_eq!(summary.gpus[0].status, "lost");
+        assert_eq!(summary.gpus[1].status, "ok");
+        assert!(
+            summary
+                .notes
+                .iter()
+                .any(|n| n.degraded && n.text.contains("gpu0 (A) stopped")),
+            "{:?}",
+            summary.notes
+        );
+        assert_eq!(gpu.gpu_activity()[0], GpuActivity::default());
+    }
+
+    #[test]
+    fn a_failed_counter_read_shows_up_in_the_next_good_one() {
+        let script = Script {
+            identities: vec![identity("A")],
+            ..Script::default()
+        };
+        script.polls.borrow_mut().push(VecDeque::from([
+            poll(Ok(0), 1, 0),
+            poll(Err(GpuError::Other("Unknown Error".into())), 1, 0),
+            poll(Ok(3_000), 1, 0),
+        ]));
+        let mut gpu = open(&script);
+        assert_eq!(gpu.read(&ctx(100)).unwrap(), vec![0.0]);
+        assert_eq!(gpu.read(&ctx(100)).unwrap(), vec![3.0]);
+        let summary = gpu.summary();
+        assert_eq!(summary.gpus[0].status, "degraded");
+        assert!(
+            summary
+                .notes
+                .iter()
+                .any(|n| n.text.contains("Unknown Error"))
+        );
+    }
+
+    #[test]
+    fn unanswering_gpus_are_left_out_and_none_at_all_is_an_error() {
+        let script = Script {
+            identities: vec![Err(GpuError::Lost), identity("B")],
+            ..Script::default()
+        };
+        script.polls.borrow_mut().extend([
+            VecDeque::from([poll(Ok(0), 1, 0)]),
+            VecDeque::from([poll(Ok(0), 1, 0)]),
+        ]);
+        let gpu = open(&script);
+        assert_eq!(gpu.domains()[0].name, "gpu1");
+        assert_eq!(gpu.domains()[0].coverage, Coverage::Gpu(0));
+        assert!(gpu.summary().notes[0].text.contains("GPU 0 left out"));
+        let none = Script::default();
+        let err = GpuSource::open(none, Path::new("lib")).unwrap_err();
+        assert!(matches!(err, SourceError::NvmlNoDevice { .. }), "{err}");
+    }
+
+    #[test]
+    fn shares_carry_over_between_samples_and_fall_back_to_the_running_list() {
+        let sample = |pid, sm_pct| ProcessSample {
+            pid,
+            timestamp_us: 1,
+            sm_pct,
+        };
+        let (s, basis) = shares(&[sample(1, 40), sample(1, 60)], &[], None, 0.5);
+        assert_eq!((s, basis), (vec![(1, 0.5)], ShareBasis::Samples));
+        // No new samples: keep the last shares of processes still running.
+        let (s, basis) = shares(&[], &[(1, 0.5), (2, 0.1)], Some(&[1]), 0.5);
+        assert_eq!((s, basis), (vec![(1, 0.5)], ShareBasis::Carried));
+        // Never any samples: split the busy time evenly among running processes.
+        let (s, basis) = shares(&[], &[], Some(&[3, 4]), 0.8);
+        assert_eq!(
+            (s, basis),
+            (vec![(3, 0.4), (4, 0.4)], ShareBasis::RunningList)
+        );
+        // Idle GPU, nobody running: nothing.
+        assert_eq!(shares(&[], &[], Some(&[]), 0.0).1, ShareBasis::None);
+    }
+}

@@ -1,0 +1,665 @@
+//! End-to-end tests of the energy sources through the real `cg-trace` binary (root, real
+//! eBPF): a power meter's log written live, RAPL perf counters on a generated event-source
+//! tree, NVIDIA GPUs through a stand-in NVML library, and `cg-trace sources` without root.
+//! Run serially (`--test-threads=1`): they measure CPU time on a shared machine.
+
+use std::{fs, os::unix::fs::PermissionsExt, path::Path, process::Command, time::Duration};
+
+use cg_tests::{
+    Background, FakeNvml, FakePerf, FakePowerLog, FakePowercap, GpuScript, Linear, LogForm,
+    assert_adds_up, bin, cg_trace, num, process, require_root,
+};
+use serde_json::Value;
+
+fn burn() -> String {
+    bin("cg-burn").display().to_string()
+}
+
+/// The two children of the root process, as (pid, cpu_time_s), smaller first.
+fn two_children(report: &Value) -> [(u32, f64); 2] {
+    let root = report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["root"] == true)
+        .expect("a root process");
+    let mut kids: Vec<(u32, f64)> = report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["ppid"] == root["pid"])
+        .map(|p| (p["pid"].as_u64().unwrap() as u32, num(p, "/cpu_time_s")))
+        .collect();
+    kids.sort_by(|a, b| a.1.total_cmp(&b.1));
+    assert_eq!(kids.len(), 2, "{:#}", report["processes"]);
+    [kids[0], kids[1]]
+}
+
+fn topology<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["meta"]["domain_topology"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == name)
+        .unwrap_or_else(|| panic!("no domain {name}: {:#}", report["meta"]["domain_topology"]))
+}
+
+fn notes(report: &Value) -> Vec<String> {
+    report["meta"]["measurement_quality"]["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap().to_string())
+        .collect()
+}
+
+const NO_RAPL: [&str; 4] = [
+    "--perf-root",
+    "/nonexistent",
+    "--powercap-root",
+    "/nonexistent",
+];
+
+#[test]
+fn power_log_is_the_machine_energy_with_rapl_nested_inside() {
+    require_root();
+    // The wall: 30 W + 9 W per busy CPU, one sample every 50 ms, local times as a WattsUp
+    // logger writes them. RAPL (perf): package 6 W + 7 W per CPU, cores inside it, DRAM.
+    let meter = FakePowerLog::start(
+        LogForm::PmSum,
+        Linear {
+            idle_w: 30.0,
+            k_w_per_cpu: 9.0,
+        },
+        Duration::from_millis(50),
+        None,
+    );
+    let perf = FakePerf::start(
+        Linear {
+            idle_w: 6.0,
+            k_w_per_cpu: 7.0,
+        },
+        Linear {
+            idle_w: 1.0,
+            k_w_per_cpu: 5.0,
+        },
+        Linear {
+            idle_w: 1.5,
+            k_w_per_cpu: 0.5,
+        },
+    );
+    let (log, perf_root, counters) = (
+        meter.path().display().to_string(),
+        perf.root().display().to_string(),
+        perf.counters().display().to_string(),
+    );
+    let burn = burn();
+    let run = cg_trace(&[
+        "--power-log",
+        &log,
+        "--perf-root",
+        &perf_root,
+        "--perf-counters-from",
+        &counters,
+        "--no-gpu",
+        // The true baselines: an idle fit needs a quiet machine, and this one is shared.
+        "--idle-watts",
+        "meter=30,package-0=6,core-0=1,dram-0=1.5",
+        "--",
+        &burn,
+        "--children",
+        "1200,600",
+    ]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let report = run.report();
+    assert_adds_up(report);
+    let meta = &report["meta"];
+    assert_eq!(meta["sources"][0]["name"], "meter");
+    assert_eq!(meta["sources"][1]["name"], "perf");
+    assert_eq!(topology(report, "meter")["top_level"], true);
+    assert_eq!(topology(report, "meter")["kind"], "meter");
+    assert_eq!(topology(report, "package-0")["parent"], "meter");
+    assert_eq!(topology(report, "dram-0")["parent"], "meter");
+    assert_eq!(topology(report, "core-0")["parent"], "package-0");
+    // Totals are the meter's energy alone: RAPL is inside it, not beside it.
+    let totals = &report["totals"];
+    assert_eq!(
+        num(totals, "/energy_j"),
+        num(totals, "/domains/meter/energy_j")
+    );
+    let power_meter = &meta["power_meter"];
+    assert_eq!(power_meter["format"], "time,id,pm1,pm2,sum");
+    assert!(
+        num(power_meter, "/run_samples_count") >= 10.0,
+        "{power_meter:#}"
+    );
+    assert_eq!(power_meter["gaps"].as_array().unwrap().len(), 0);
+    assert_eq!(
+        meta["measurement_quality"]["grade"], "measured",
+        "{:#}",
+        meta["measurement_quality"]
+    );
+    // Each child gets 9 W x its CPU time of the meter's energy (7 W x of the package's), the
+    // split 2:1.
+    let [small, big] = two_children(report);
+    assert!((big.1 / small.1 - 2.0).abs() < 0.25, "{small:?} {big:?}");
+    for (pid, cpu_s) in [small, big] {
+        let p = process(report, pid);
+        for (domain, k) in [("meter", 9.0), ("package-0", 7.0)] {
+            let got = num(p, &format!("/domains/{domain}/energy_j"));
+            let expected = k * cpu_s;
+            assert!(
+                (got - expected).abs() < 0.2 * expected,
+                "pid {pid}: {domain} {got:.3} J, expected {k} W x {cpu_s:.3} s = {expected:.3} J"
+            );
+        }
+        // A process's energy is its share of the top-level domain, the meter.
+        assert_eq!(num(p, "/energy_j"), num(p, "/domains/meter/energy_j"));
+    }
+}
+
+#[test]
+fn gaps_in_a_power_log_are_reported_not_hidden() {
+    require_root();
+    // time,watts with epoch seconds; the logger stops for 0.8 s in the middle of the run.
+    let meter = FakePowerLog::start(
+        LogForm::EpochWatts,
+        Linear {
+            idle_w: 20.0,
+            k_w_per_cpu: 10.0,
+        },
+        Duration::from_millis(50),
+        Some((Duration::from_millis(900), Duration::from_millis(800))),
+    );
+    let log = meter.path().display().to_string();
+    let burn = burn();
+    let mut args = vec!["--power-log", &log, "--no-gpu", "--calibrate-ms", "0"];
+    args.extend(NO_RAPL);
+    args.extend(["--", &burn, "--children", "1500"]);
+    let run = cg_trace(&args);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let report = run.report();
+    assert_adds_up(report);
+    let meta = &report["meta"];
+    assert_eq!(meta["power_meter"]["format"], "time,watts");
+    assert_eq!(
+        meta["sources"].as_array().unwrap().len(),
+        1,
+        "the meter alone, no model beside it: {:#}",
+        meta["sources"]
+    );
+    let gaps = meta["power_meter"]["gaps"].as_array().unwrap();
+    assert_eq!(gaps.len(), 1, "{:#}", meta["power_meter"]);
+    assert!(num(&gaps[0], "/duration_s") > 0.6, "{gaps:#?}");
+    assert_eq!(meta["measurement_quality"]["grade"], "degraded");
+    assert!(
+        notes(report).iter().any(|n| n.contains("gap(s)")),
+        "{:#?}",
+        notes(report)
+    );
+}
+
+#[test]
+fn bad_power_logs_get_clear_errors() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("power.csv");
+    fs::write(&log, "time,watts\n1770200123,100\n1770200124,a lot\n").unwrap();
+    let log = log.display().to_string();
+    let run = cg_trace(&["--power-log", &log, "--no-gpu", "--", "true"]);
+    assert_eq!(run.code(), Some(2), "{}", run.stderr());
+    assert!(
+        run.stderr().contains("power.csv:3") && run.stderr().contains("a lot"),
+        "{}",
+        run.stderr()
+    );
+    let run = cg_trace(&["--power-log", "/nonexistent/p.csv", "--", "true"]);
+    assert_eq!(run.code(), Some(2), "{}", run.stderr());
+    assert!(
+        run.stderr().contains("/nonexistent/p.csv"),
+        "{}",
+        run.stderr()
+    );
+    fs::write(dir.path().join("ok.csv"), "time,watts\n").unwrap();
+    let ok = dir.path().join("ok.csv").display().to_string();
+    let run = cg_trace(&["--power-log", &ok, "--source", "model", "--", "true"]);
+    assert_eq!(run.code(), Some(2), "{}", run.stderr());
+    assert!(run.stderr().contains("--source model"), "{}", run.stderr());
+}
+
+#[test]
+fn perf_counters_are_preferred_and_split_like_powercap() {
+    require_root();
+    let perf = FakePerf::start(
+        Linear {
+            idle_w: 6.0,
+            k_w_per_cpu: 9.0,
+        },
+        Linear {
+            idle_w: 1.0,
+            k_w_per_cpu: 7.0,
+        },
+        Linear {
+            idle_w: 1.5,
+            k_w_per_cpu: 0.5,
+        },
+    );
+    // Powercap offers the same domains: no warning.
+    let rapl = FakePowercap::start(
+        Linear {
+            idle_w: 6.0,
+            k_w_per_cpu: 9.0,
+        },
+        Linear {
+            idle_w: 1.0,
+            k_w_per_cpu: 7.0,
+        },
+        Linear {
+            idle_w: 1.5,
+            k_w_per_cpu: 0.5,
+        },
+        u64::MAX / 2,
+    );
+    let (perf_root, counters, powercap_root) = (
+        perf.root().display().to_string(),
+        perf.counters().display().to_string(),
+        rapl.root().display().to_string(),
+    );
+    let burn = burn();
+    let run = cg_trace(&[
+        "--perf-root",
+        &perf_root,
+        "--perf-counters-from",
+        &counters,
+        "--powercap-root",
+        &powercap_root,
+        "--no-gpu",
+        // The true baselines: an idle fit needs a quiet machine, and this one is shared.
+        "--idle-watts",
+        "package-0=6,core-0=1,dram-0=1.5",
+        "--",
+        &burn,
+        "--children",
+        "1200,600",
+    ]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert!(!run.stderr().contains("disagree"), "{}", run.stderr());
+    let report = run.report();
+    assert_adds_up(report);
+    let meta = &report["meta"];
+    assert_eq!(meta["sources"][0]["name"], "perf");
+    assert_eq!(meta["sources"].as_array().unwrap().len(), 1);
+    assert!(
+        meta["source_selection"].as_str().unwrap().contains("perf"),
+        "{}",
+        meta["source_selection"]
+    );
+    assert_eq!(topology(report, "core-0")["parent"], "package-0");
+    assert_eq!(topology(report, "package-0")["source"], "perf");
+    let probed: Vec<&str> = meta["sources_probed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(probed, ["perf", "powercap"]);
+    assert_eq!(
+        meta["measurement_quality"]["grade"], "measured",
+        "{:#}",
+        meta["measurement_quality"]
+    );
+    let [small, big] = two_children(report);
+    for (pid, cpu_s) in [small, big] {
+        let got = num(process(report, pid), "/domains/package-0/energy_j");
+        let expected = 9.0 * cpu_s;
+        assert!(
+            (got - expected).abs() < 0.2 * expected,
+            "pid {pid}: package {got:.3} J, expected 9 W x {cpu_s:.3} s = {expected:.3} J"
+        );
+    }
+}
+
+#[test]
+fn perf_and_powercap_disagreeing_is_warned_about() {
+    require_root();
+    let perf = FakePerf::start(
+        Linear {
+            idle_w: 6.0,
+            k_w_per_cpu: 9.0,
+        },
+        Linear {
+            idle_w: 1.0,
+            k_w_per_cpu: 7.0,
+        },
+        Linear {
+            idle_w: 1.5,
+            k_w_per_cpu: 0.5,
+        },
+    );
+    // Powercap also has psys, which the perf PMU lacks.
+    let dir = tempfile::tempdir().unwrap();
+    for (zone, name) in [("intel-rapl:0", "package-0"), ("intel-rapl:1", "psys")] {
+        let d = dir.path().join(zone);
+        fs::create_dir_all(&d).unwrap();
+        fs::write(d.join("name"), format!("{name}\n")).unwrap();
+        fs::write(d.join("energy_uj"), "0\n").unwrap();
+        fs::write(d.join("max_energy_range_uj"), "1000000000\n").unwrap();
+    }
+    let (perf_root, counters, powercap_root) = (
+        perf.root().display().to_string(),
+        perf.counters().display().to_string(),
+        dir.path().display().to_string(),
+    );
+    let run = cg_trace(&[
+        "--perf-root",
+        &perf_root,
+        "--perf-counters-from",
+        &counters,
+        "--powercap-root",
+        &powercap_root,
+        "--no-gpu",
+        "-q",
+        "--",
+        "true",
+    ]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    assert!(
+        run.stderr().contains("warning: perf and powercap disagree"),
+        "{}",
+        run.stderr()
+    );
+    let report = run.report();
+    assert!(
+        notes(report)
+            .iter()
+            .any(|n| n.contains("only powercap: psys")),
+        "{:#?}",
+        notes(report)
+    );
+    assert_eq!(report["meta"]["sources"][0]["name"], "perf");
+}
+
+fn gpu(processes: Vec<(u32, u32)>, lost_after: Option<Duration>) -> FakeNvml {
+    FakeNvml::start(GpuScript {
+        name: "NVIDIA Stand-In 40GB",
+        uuid: "GPU-12345678-abcd",
+        power_w: 100.0,
+        util_pct: 90,
+        processes,
+        lost_after,
+    })
+}
+
+#[test]
+fn gpu_energy_is_split_by_utilisation_and_unexplained_time_is_reported() {
+    require_root();
+    let spin = bin("cg-spin");
+    let target = Background::spawn(&spin, &["4"]);
+    // The target uses 60 % of the GPU, a process that is not a target (this test) 20 %;
+    // the GPU is busy 90 %: 10 % is explained by no process.
+    let nvml = gpu(vec![(target.pid(), 60), (std::process::id(), 20)], None);
+    std::thread::sleep(Duration::from_millis(300));
+    let (pid, lib) = (target.pid().to_string(), nvml.lib().display().to_string());
+    let mut args = vec![
+        "--source",
+        "model",
+        "-q",
+        "--pid",
+        &pid,
+        "--duration",
+        "2",
+        "--nvml-lib",
+        &lib,
+        "--idle-watts",
+        "gpu0=20",
+    ];
+    args.extend(NO_RAPL);
+    let run = cg_trace(&args);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let report = run.report();
+    assert_adds_up(report);
+    let meta = &report["meta"];
+    let g = &meta["gpus"][0];
+    assert_eq!(g["name"], "NVIDIA Stand-In 40GB");
+    assert_eq!(g["uuid"], "GPU-12345678-abcd");
+    assert_eq!(g["domain"], "gpu0");
+    assert_eq!(g["energy_method"], "energy counter");
+    assert_eq!(g["status"], "ok");
+    assert_eq!(num(g, "/max_temperature_c"), 55.0);
+    assert!(
+        (num(g, "/avg_utilization_pct") - 90.0).abs() < 1e-6,
+        "{g:#}"
+    );
+    assert!(
+        g["measured"]
+            .as_array()
+            .unwrap()
+            .contains(&"energy_j".into())
+    );
+    let domain = topology(report, "gpu0");
+    assert_eq!(domain["kind"], "gpu");
+    assert_eq!(domain["top_level"], true);
+    assert_eq!(domain["gpu"], 0);
+    // ~100 W for the run; the split of active energy is 60 : 20 + 10 unexplained.
+    let d = &report["totals"]["domains"]["gpu0"];
+    let duration = num(report, "/meta/duration_s");
+    let energy = num(d, "/energy_j");
+    assert!(
+        (energy - 100.0 * duration).abs() < 0.15 * 100.0 * duration,
+        "GPU energy {energy} J over {duration} s, expected ~100 W"
+    );
+    let active = energy - num(d, "/idle_energy_j");
+    let target_j = num(process(report, target.pid()), "/domains/gpu0/energy_j");
+    let close = |got: f64, share: f64| (got - active * share).abs() < 0.03 * active;
+    assert!(close(target_j, 6.0 / 9.0), "target {target_j} of {active}");
+    assert!(close(num(d, "/other_energy_j"), 3.0 / 9.0), "{d:#}");
+    assert!(close(num(d, "/unexplained_energy_j"), 1.0 / 9.0), "{d:#}");
+    // The GPU adds to the totals beside the model (its energy is not in the CPU's).
+    let totals = &report["totals"];
+    assert!(
+        (num(totals, "/energy_j")
+            - num(totals, "/domains/model/energy_j")
+            - num(totals, "/domains/gpu0/energy_j"))
+        .abs()
+            < 1e-6
+    );
+}
+
+#[test]
+fn a_gpu_lost_mid_run_degrades_the_figures_and_the_run_goes_on() {
+    require_root();
+    let spin = bin("cg-spin");
+    let target = Background::spawn(&spin, &["6"]);
+    let nvml = gpu(vec![(target.pid(), 50)], Some(Duration::from_millis(2500)));
+    let (pid, lib) = (target.pid().to_string(), nvml.lib().display().to_string());
+    let mut args = vec![
+        "--source",
+        "model",
+        "-q",
+        "--pid",
+        &pid,
+        "--duration",
+        "4",
+        "--nvml-lib",
+        &lib,
+    ];
+    args.extend(NO_RAPL);
+    let run = cg_trace(&args);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let report = run.report();
+    assert_adds_up(report);
+    assert_eq!(report["meta"]["gpus"][0]["status"], "lost");
+    assert!(
+        notes(report)
+            .iter()
+            .any(|n| n.contains("stopped answering")),
+        "{:#?}",
+        notes(report)
+    );
+    // What was measured before the loss is kept.
+    assert!(num(report, "/totals/domains/gpu0/energy_j") > 0.0);
+}
+
+#[test]
+fn no_nvml_library_leaves_the_gpu_out_and_says_why() {
+    require_root();
+    // Without an NVIDIA driver (as here) the default library is absent: the run goes on
+    // without a GPU source, and the report says why.
+    let mut args = vec!["--source", "model", "-q"];
+    args.extend(NO_RAPL);
+    args.extend(["--", "true"]);
+    let run = cg_trace(&args);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let report = run.report();
+    let nvml = report["meta"]["sources_probed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "nvml")
+        .expect("nvml probed");
+    if nvml["usable"] == false {
+        assert!(
+            nvml["reason"]
+                .as_str()
+                .unwrap()
+                .contains("libnvidia-ml.so.1"),
+            "{nvml:#}"
+        );
+        assert!(report["meta"].get("gpus").is_none());
+    }
+    // A library named with --nvml-lib must work: bad input, exit 2.
+    let mut args = vec![
+        "--source",
+        "model",
+        "-q",
+        "--nvml-lib",
+        "/nonexistent/libnvml.so",
+    ];
+    args.extend(NO_RAPL);
+    args.extend(["--", "true"]);
+    let run = cg_trace(&args);
+    assert_eq!(run.code(), Some(2), "{}", run.stderr());
+    assert!(
+        run.stderr().contains("/nonexistent/libnvml.so"),
+        "{}",
+        run.stderr()
+    );
+}
+
+/// Makes `path` and everything under it readable and searchable by everyone.
+fn open_up(path: &Path) {
+    fs::set_permissions(path, fs::Permissions::from_mode(0o755)).unwrap();
+    if path.is_dir() {
+        for entry in fs::read_dir(path).unwrap() {
+            open_up(&entry.unwrap().path());
+        }
+    }
+}
+
+#[test]
+fn sources_needs_no_root_and_says_what_root_would_change() {
+    require_root();
+    // RAPL that only root may read: perf counter files and powercap's energy_uj, mode 0400.
+    let perf = FakePerf::start(
+        Linear {
+            idle_w: 1.0,
+            k_w_per_cpu: 1.0,
+        },
+        Linear {
+            idle_w: 1.0,
+            k_w_per_cpu: 1.0,
+        },
+        Linear {
+            idle_w: 1.0,
+            k_w_per_cpu: 1.0,
+        },
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let zone = dir.path().join("powercap/intel-rapl:0");
+    fs::create_dir_all(&zone).unwrap();
+    fs::write(zone.join("name"), "package-0\n").unwrap();
+    fs::write(zone.join("energy_uj"), "0\n").unwrap();
+    fs::write(zone.join("max_energy_range_uj"), "1000\n").unwrap();
+    let nvml = gpu(vec![], None);
+    for p in [perf.root(), perf.counters(), dir.path().to_path_buf()] {
+        open_up(&p);
+        open_up(p.parent().unwrap());
+    }
+    open_up(nvml.dir());
+    for event in ["energy-pkg", "energy-cores", "energy-ram"] {
+        let file = perf.counters().join("power").join(event).join("cpu0");
+        fs::set_permissions(file, fs::Permissions::from_mode(0o400)).unwrap();
+    }
+    fs::set_permissions(zone.join("energy_uj"), fs::Permissions::from_mode(0o400)).unwrap();
+
+    let run_as_nobody = |json: bool| {
+        let mut cmd = Command::new("setpriv");
+        cmd.args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+        ])
+        .arg(bin("cg-trace"))
+        .arg("sources")
+        .arg("--perf-root")
+        .arg(perf.root())
+        .arg("--perf-counters-from")
+        .arg(perf.counters())
+        .arg("--powercap-root")
+        .arg(dir.path().join("powercap"))
+        .arg("--nvml-lib")
+        .arg(nvml.lib());
+        if json {
+            cmd.arg("--json");
+        }
+        cmd.output().expect("setpriv (util-linux)")
+    };
+    let output = run_as_nobody(true);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let inventory: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let source = |name: &str| {
+        inventory["sources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == name)
+            .unwrap_or_else(|| panic!("{name} not listed: {inventory:#}"))
+            .clone()
+    };
+    assert_eq!(inventory["root"], false);
+    for name in ["perf", "powercap"] {
+        let s = source(name);
+        assert_eq!(s["usable"], false, "{s:#}");
+        assert_eq!(s["needs_privileges"], true, "{s:#}");
+        assert_eq!(s["domains"][0]["name"], "package-0", "{s:#}");
+    }
+    assert_eq!(source("nvml")["usable"], true);
+    assert_eq!(source("nvml")["domains"][0]["name"], "gpu0");
+    assert_eq!(source("model")["usable"], true);
+    assert_eq!(
+        inventory["auto"]["sources"],
+        serde_json::json!(["model", "nvml"])
+    );
+    assert_eq!(
+        inventory["auto_as_root"],
+        serde_json::json!(["perf", "nvml"])
+    );
+    assert_eq!(inventory["tracing"]["allowed"], false);
+
+    let output = run_as_nobody(false);
+    assert_eq!(output.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains("needs privileges"), "{text}");
+    assert!(
+        text.contains("as root:  auto would use perf + nvml"),
+        "{text}"
+    );
+    assert!(text.contains("CAP_PERFMON"), "{text}");
+}
