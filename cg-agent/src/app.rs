@@ -4,8 +4,9 @@
 use std::{path::Path, time::Duration};
 
 use crate::{
-    cli::{Cli, RunArgs},
-    export::{json, summary},
+    cli::{Cli, FunctionArgs, RunArgs},
+    export::{flamegraph, folded, json, summary},
+    functions::{FunctionOptions, spec::FuncSpec},
     report,
     session::{self, IdleWatts, Mode, RunConfig},
     sources::SourceOptions,
@@ -44,6 +45,29 @@ pub fn main_with(cli: Cli) -> i32 {
             Err(err) => {
                 eprintln!("cg-trace: writing the report to {}: {err}", path.display());
                 return 1;
+            }
+        }
+    }
+    let function_outputs: [(&Option<std::path::PathBuf>, &str, WriteFn); 2] = [
+        (
+            &args.functions.folded,
+            "folded stacks",
+            folded::write_to_path,
+        ),
+        (
+            &args.functions.flamegraph,
+            "energy flamegraph",
+            flamegraph::write_to_path,
+        ),
+    ];
+    for (path, what, write) in function_outputs {
+        if let Some(path) = path {
+            match write(&report, path) {
+                Ok(()) => eprintln!("cg-trace: {what} written to {}", path.display()),
+                Err(err) => {
+                    eprintln!("cg-trace: writing the {what} to {}: {err}", path.display());
+                    return 1;
+                }
             }
         }
     }
@@ -86,7 +110,63 @@ pub fn run_config(args: &RunArgs) -> Result<RunConfig, String> {
         timeseries: args.timeseries,
         proc_root: "/proc".into(),
         noop_probes: args.bench_noop_probes,
+        functions: function_options(&args.functions)?,
     })
+}
+
+type WriteFn = fn(&report::Report, &Path) -> std::io::Result<()>;
+
+/// `--func`, `--profile` and their outputs.
+fn function_options(args: &FunctionArgs) -> Result<FunctionOptions, String> {
+    let specs = args
+        .func
+        .iter()
+        .map(|text| FuncSpec::parse(text))
+        .collect::<Result<Vec<_>, _>>()?;
+    for (path, what) in [
+        (&args.folded, "--folded"),
+        (&args.flamegraph, "--flamegraph"),
+    ] {
+        if let Some(path) = path {
+            check_parent(path, what)?;
+        }
+    }
+    if let Some(path) = &args.flamegraph
+        && path.extension().and_then(|e| e.to_str()) != Some("svg")
+    {
+        return Err(format!(
+            "--flamegraph {}: the flamegraph is an SVG; name the file *.svg",
+            path.display()
+        ));
+    }
+    if args.func_limit == 0 {
+        return Err("--func-limit 0: nothing could be probed; give a limit of at least 1".into());
+    }
+    Ok(FunctionOptions {
+        specs,
+        func_limit: args.func_limit,
+        profile: args.profile || args.folded.is_some() || args.flamegraph.is_some(),
+        sample_hz: args.sample_hz,
+        top: args.top_functions,
+        bench_empty_probes: args.bench_empty_func,
+    })
+}
+
+/// The directory an output goes to must exist before we measure.
+fn check_parent(path: &Path, what: &str) -> Result<(), String> {
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if parent.is_dir() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} {}: directory {} does not exist",
+            path.display(),
+            parent.display()
+        ))
+    }
 }
 
 /// The report format follows the file name; the directory must exist before we measure.

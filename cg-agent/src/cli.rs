@@ -13,6 +13,8 @@ Examples:
   sudo cg-trace --pid 1234,1240 -o run.json attach to running processes until Ctrl-C
   sudo cg-trace --all --duration 10         the whole machine for 10 s
   cg-trace --source model --model-watts 8:45 -- python3 train.py
+  cg-trace --func 'compress_*' --func 'libz.so*:deflate*' -- ./app   energy of chosen functions
+  cg-trace --profile --flamegraph energy.svg -- python3 train.py       energy flamegraph
 
 Needs root, or CAP_BPF and CAP_PERFMON. Under sudo the command runs as the invoking user.
 Every figure says whether it was measured (RAPL) or estimated (the built-in power model).";
@@ -84,9 +86,55 @@ pub struct RunArgs {
     #[arg(long, hide = true)]
     pub bench_noop_probes: bool,
 
+    #[command(flatten)]
+    pub functions: FunctionArgs,
+
     /// The command to run and follow, after `--`
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+/// Function-level energy: uprobes on chosen functions, and stack sampling.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Function-level energy")]
+pub struct FunctionArgs {
+    /// Energy of chosen functions, [BINARY_OR_LIBRARY:]SYMBOL_GLOB (repeatable): calls,
+    /// on-CPU time and energy, inclusive and self. Without a binary, the traced executable;
+    /// a library by path or by file name among those the target loads (`libz.so*`). Each
+    /// call costs ~2 µs (first instruction emulated) to ~13 µs (single-stepped) of probes
+    #[arg(long = "func", value_name = "SPEC")]
+    pub func: Vec<String>,
+
+    /// Refuse to probe more functions than this
+    #[arg(long, value_name = "N", default_value_t = crate::functions::DEFAULT_FUNC_LIMIT)]
+    pub func_limit: usize,
+
+    /// Whole-program energy profile by stack sampling (CPU clock), down to Python functions
+    /// on CPython 3.11-3.13
+    #[arg(long)]
+    pub profile: bool,
+
+    /// Samples per second per CPU for --profile
+    #[arg(long, value_name = "HZ", default_value_t = crate::functions::DEFAULT_SAMPLE_HZ,
+          value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub sample_hz: u64,
+
+    /// Functions listed in the report and the summary, by energy
+    #[arg(long, value_name = "N", default_value_t = crate::functions::DEFAULT_TOP_FUNCTIONS)]
+    pub top_functions: usize,
+
+    /// Write folded stacks weighted by energy in microjoules (implies --profile)
+    #[arg(long, value_name = "FILE")]
+    pub folded: Option<PathBuf>,
+
+    /// Write an energy flamegraph, SVG (implies --profile)
+    #[arg(long, value_name = "FILE.svg")]
+    pub flamegraph: Option<PathBuf>,
+
+    /// For `cargo xtask bench`: function probes that return at once (the cost of an empty
+    /// uprobe + uretprobe pair)
+    #[arg(long, hide = true)]
+    pub bench_empty_func: bool,
 }
 
 /// `--model-watts IDLE:MAX`.
@@ -201,6 +249,28 @@ mod tests {
     fn unknown_source_is_rejected() {
         let err = parse(&["--source", "magic", "--all"]).unwrap_err();
         assert!(err.to_string().contains("magic"));
+    }
+
+    #[test]
+    fn function_options_parse() {
+        let cli = parse(&[
+            "--func",
+            "work_*",
+            "--func",
+            "libz.so*:deflate*",
+            "--sample-hz",
+            "999",
+            "--folded",
+            "out.folded",
+            "--",
+            "true",
+        ])
+        .unwrap();
+        assert_eq!(cli.run.functions.func, ["work_*", "libz.so*:deflate*"]);
+        assert_eq!(cli.run.functions.sample_hz, 999);
+        assert!(!cli.run.functions.profile);
+        assert!(parse(&["--sample-hz", "0", "--all"]).is_err());
+        assert_eq!(parse(&["--all"]).unwrap().run.functions.func_limit, 1000);
     }
 
     #[test]

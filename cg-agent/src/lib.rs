@@ -13,11 +13,14 @@
 //! - [`attribution`] is pure: it splits each domain's energy into idle, targets and other.
 //! - [`session`] runs a mode (wrap, attach, system) and records every interval.
 //! - [`report`] builds the report model; [`export`] writes it.
+//! - [`functions`] is function-level profiling's user-space half (SPECs, ELF symbols,
+//!   CPython, symbolization); its kernel half is in [`probes`].
 
 pub mod app;
 pub mod attribution;
 pub mod cli;
 pub mod export;
+pub mod functions;
 pub mod host;
 pub mod privileges;
 pub mod probes;

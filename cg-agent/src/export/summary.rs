@@ -156,6 +156,7 @@ pub fn render(report: &Report) -> String {
             d.provenance.as_str()
         );
     }
+    out.push_str(&super::functions::render(report));
     let quality = &meta.measurement_quality;
     let _ = writeln!(out, "\nquality: {}", quality.grade);
     for note in &quality.notes {

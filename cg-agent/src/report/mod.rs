@@ -3,7 +3,10 @@
 //! recording once the idle baselines are known. Every output (summary, JSON, later the
 //! terminal view) reads this model; none of them recomputes attribution.
 //!
-//! The schema is documented in `docs/report.md`.
+//! The schema is documented in `docs/report.md`. Function figures are built in
+//! [`functions`].
+
+pub mod functions;
 
 use std::{
     collections::BTreeMap,
@@ -14,7 +17,8 @@ use serde::Serialize;
 
 use crate::{
     attribution::{
-        Coverage, DomainSplit, Ledger, ProcId,
+        Coverage, DomainSplit, Interval, Ledger, ProcId,
+        functions::{IntervalSpend, ProcessSpend},
         idle::{self, IdleBaseline, IdleMethod, PowerPoint},
         split_interval,
     },
@@ -33,6 +37,9 @@ pub struct Report {
     pub totals: Totals,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeseries: Option<Vec<TimePoint>>,
+    /// Energy per sampled stack, for folded stacks and flamegraphs (not in the JSON).
+    #[serde(skip)]
+    pub stacks: Vec<functions::StackEnergy>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -67,6 +74,10 @@ pub struct Meta {
     pub idle_baseline: Vec<IdleEntry>,
     pub measurement_quality: Quality,
     pub profiler: ProfilerEntry,
+    /// Function-level profiling (`--func`, `--profile`): what was probed or sampled, its
+    /// cost and where it is approximate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub function_profiling: Option<functions::FunctionProfiling>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -171,6 +182,15 @@ pub struct FunctionEntry {
     pub self_energy_j: f64,
     /// `uprobe` or `sampling`.
     pub source: &'static str,
+    /// A Python function's first line (`module` is then its source file).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+    /// Probed functions: whether a call was still running at the end (its time counts up
+    /// to the last read).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partial: Option<bool>,
+    /// The energy source's: function energy is a share of it.
+    pub provenance: Provenance,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -247,9 +267,13 @@ pub fn build(rec: &Recording) -> Report {
 
     let mut ledger = Ledger::new(rec.domains.len());
     let mut timeseries = Vec::new();
+    let mut spend: Vec<IntervalSpend> = Vec::new();
     for interval in rec.recorder.intervals() {
         let splits = split_interval(interval, &coverage, &idle_w);
         ledger.add(interval, &splits);
+        if rec.functions.is_some() {
+            spend.push(interval_spend(interval, &splits, &top));
+        }
         if rec.timeseries {
             timeseries.push(time_point(
                 rec,
@@ -307,12 +331,42 @@ pub fn build(rec: &Recording) -> Report {
     };
 
     let processes = process_entries(rec, &ledger, &top, energy_j);
+    let process_energy = ledger
+        .cpu_ns
+        .keys()
+        .map(|&id| (id, ledger.energy_of(id, &top)))
+        .collect();
+    let built = functions::build(rec, &spend, &process_energy, &ledger.cpu_ns);
     Report {
-        meta: meta(rec, &baselines),
+        meta: Meta {
+            function_profiling: built.profiling,
+            ..meta(rec, &baselines)
+        },
         processes,
-        functions: Vec::new(),
+        functions: built.functions,
         totals,
         timeseries: rec.timeseries.then_some(timeseries),
+        stacks: built.stacks,
+    }
+}
+
+/// What each target process spent in one interval, over the top-level domains.
+fn interval_spend(interval: &Interval, splits: &[DomainSplit], top: &[usize]) -> IntervalSpend {
+    let mut processes: BTreeMap<ProcId, ProcessSpend> = BTreeMap::new();
+    for slice in &interval.slices {
+        processes.entry(slice.process).or_default().cpu_ns += slice.on_cpu_ns;
+    }
+    for &d in top {
+        if let Some(split) = splits.get(d) {
+            for &(process, energy_j) in &split.targets_j {
+                processes.entry(process).or_default().energy_j += energy_j;
+            }
+        }
+    }
+    IntervalSpend {
+        start_ns: interval.start_ns,
+        duration_ns: interval.duration_ns,
+        processes,
     }
 }
 
@@ -571,6 +625,7 @@ fn meta(rec: &Recording, baselines: &[IdleBaseline]) -> Meta {
             max_rss_bytes: rec.profiler.max_rss_bytes,
             attach_ms: rec.profiler.attach_ms,
         },
+        function_profiling: None,
     }
 }
 

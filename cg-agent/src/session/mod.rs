@@ -4,6 +4,7 @@
 //! produces its report: every interval measured is kept.
 
 pub mod command;
+pub mod functions;
 pub mod processes;
 pub mod recorder;
 
@@ -27,7 +28,7 @@ use crate::{
     host::HostInfo,
     privileges,
     probes::{
-        Losses, ProbeConfig, ProbeError, Probes,
+        FunctionProbeConfig, Losses, ProbeConfig, ProbeError, Probes,
         activity::{Activity, ActivityTracker},
         monotonic_ns,
     },
@@ -81,6 +82,8 @@ pub struct RunConfig {
     pub proc_root: PathBuf,
     /// Benchmarks only: attach probes that account nothing.
     pub noop_probes: bool,
+    /// Function-level profiling (`--func`, `--profile`).
+    pub functions: crate::functions::FunctionOptions,
 }
 
 /// Errors that end a run before it measured anything; each maps to an exit code.
@@ -167,6 +170,8 @@ pub struct Recording {
     pub calibration_s: f64,
     pub profiler: ProfilerCost,
     pub timeseries: bool,
+    /// Function-level data, when `--func` or `--profile` was used.
+    pub functions: Option<functions::FunctionRecording>,
 }
 
 /// The result of a run.
@@ -213,6 +218,8 @@ async fn run_async(config: RunConfig) -> Result<Outcome, RunError> {
         .flat_map(|s| s.domains().to_vec())
         .collect();
     validate_idle_watts(&config.idle_watts, &domains)?;
+    let probed = functions::resolve_specs(&config.functions, &config.mode, &config.proc_root)
+        .map_err(|err| RunError::Usage(err.to_string()))?;
     for source in &selection.sources {
         tracing::info!("energy source: {}", source.describe());
     }
@@ -245,13 +252,28 @@ async fn run_async(config: RunConfig) -> Result<Outcome, RunError> {
             _ => Vec::new(),
         },
         noop_switch: config.noop_probes,
+        functions: FunctionProbeConfig {
+            uprobes: !probed.is_empty(),
+            noop_uprobes: config.functions.bench_empty_probes,
+            sampling: config.functions.profile,
+        },
     };
     if config.noop_probes {
         eprintln!(
             "cg-trace: --bench-noop-probes: sched_switch accounts nothing; figures are meaningless"
         );
     }
-    let probes = Probes::load(&probe_config)?;
+    let mut probes = Probes::load(&probe_config)?;
+    let function_session = if config.functions.any() {
+        Some(functions::FunctionSession::start(
+            &config.functions,
+            probed,
+            &mut probes,
+            &config.proc_root,
+        )?)
+    } else {
+        None
+    };
     let attach_ms = probes.attach_time.as_secs_f64() * 1e3;
     let known_idle_w = known_idle(&selection.sources);
     let prior_slope_w_per_cpu =
@@ -283,6 +305,7 @@ async fn run_async(config: RunConfig) -> Result<Outcome, RunError> {
         source_errors: BTreeMap::new(),
         last_gc: Instant::now(),
         all: config.mode == Mode::System,
+        functions: function_session,
     };
     if let Mode::Attach { pids } = &config.mode {
         for &pid in pids {
@@ -401,6 +424,7 @@ async fn run_async(config: RunConfig) -> Result<Outcome, RunError> {
         ),
     };
     let losses = sampler.probes.losses().unwrap_or_default();
+    let function_recording = sampler.functions.take().map(|f| f.finish(&sampler.probes));
     let Sampler {
         recorder,
         table,
@@ -436,6 +460,7 @@ async fn run_async(config: RunConfig) -> Result<Outcome, RunError> {
                 ..own_cost()
             },
             timeseries: config.timeseries,
+            functions: function_recording,
         },
     })
 }
@@ -609,6 +634,8 @@ struct Sampler {
     source_errors: BTreeMap<String, u64>,
     last_gc: Instant,
     all: bool,
+    /// Function-level profiling, when asked for.
+    functions: Option<functions::FunctionSession>,
 }
 
 /// How often to look for kernel entries of threads whose exit event was lost.
@@ -635,7 +662,18 @@ impl Sampler {
         };
         let table = &self.table;
         let activity = self.tracker.advance(&snapshot, |pid| table.is_target(pid));
-        let interval = activity.map(|a| self.interval_of(&a, phase));
+        let interval = activity.as_ref().map(|a| self.interval_of(a, phase));
+        if let (Some(f), Some(a)) = (self.functions.as_mut(), activity.as_ref()) {
+            let record = phase == Phase::Run;
+            f.sample(
+                &mut self.probes,
+                a,
+                &mut self.table,
+                self.run_start_ns,
+                record,
+                &events,
+            );
+        }
 
         let mut done = std::mem::replace(&mut self.pending, cleanup);
         // A thread that a CPU still runs (an exit can take a while) or caches time for keeps
