@@ -49,6 +49,9 @@ static FUNC_COUNTERS: PerCpuArray<FuncCounters> = PerCpuArray::with_max_entries(
 #[map]
 static FUNC_ZERO: PerCpuArray<FuncThread> = PerCpuArray::with_max_entries(1, 0);
 
+/// Frames below the top that a return searches for its entry.
+const SEARCH_FRAMES: usize = 4;
+
 #[inline(always)]
 fn count(update: impl FnOnce(&mut FuncCounters)) {
     if let Some(counters) = FUNC_COUNTERS.get_ptr_mut(0) {
@@ -209,20 +212,19 @@ fn try_func_return(ctx: &RetProbeContext) -> Result<u32, u32> {
             count(|c| c.unmatched_returns += 1);
             return Ok(0);
         }
-        // The innermost frame of this function; frames above it were skipped by a longjmp
-        // or an exception and are dropped.
+        // The innermost frame of this function: normally the top one. A longjmp or an
+        // exception may have skipped the returns of a few frames above it: those are
+        // dropped. Only the top few frames are searched, which keeps verification cheap.
         let mut index = FUNC_MAX_DEPTH;
-        for k in 0..FUNC_MAX_DEPTH {
-            if k >= depth {
-                break;
-            }
-            let i = depth - 1 - k;
+        for k in 0..SEARCH_FRAMES {
+            let i = depth.wrapping_sub(1 + k);
             match (*thread).frames.get(i) {
                 Some(frame) if frame.func == func => {
                     index = i;
                     break;
                 }
-                _ => {}
+                Some(_) => {}
+                None => break,
             }
         }
         let Some(frame) = (*thread).frames.get(index).copied() else {

@@ -135,7 +135,15 @@ impl ElfInfo {
                 _ => {}
             }
         }
-        functions.sort_by(|a, b| a.address.cmp(&b.address).then_with(|| a.raw.cmp(&b.raw)));
+        // At one address, the name people use first: compiler-made aliases
+        // (`f.localalias`, `f.part.0`, `f.cold`) and longer names after.
+        functions.sort_by(|a, b| {
+            a.address
+                .cmp(&b.address)
+                .then_with(|| a.raw.contains('.').cmp(&b.raw.contains('.')))
+                .then_with(|| a.raw.len().cmp(&b.raw.len()))
+                .then_with(|| a.raw.cmp(&b.raw))
+        });
         functions.dedup_by(|a, b| a.address == b.address && a.raw == b.raw);
         let prologues = functions
             .iter()
@@ -215,16 +223,19 @@ impl ElfInfo {
     pub fn function_at(&self, vaddr: u64) -> Option<&Symbol> {
         let index = self.functions.partition_point(|f| f.address <= vaddr);
         let candidate = self.functions.get(index.checked_sub(1)?)?;
-        if candidate.size > 0 {
-            // Several symbols may start at one address (aliases); any with a size that
-            // covers the address will do.
-            let start = candidate.address;
-            let covering = self.functions[..index]
+        if candidate.size > 0
+            || self.functions[..index]
                 .iter()
                 .rev()
-                .take_while(|f| f.address == start)
+                .any(|f| f.size > 0 && f.address == candidate.address)
+        {
+            // Several symbols may start at one address (aliases): the preferred one (first
+            // in order) whose size covers the address.
+            let start = candidate.address;
+            let first = self.functions[..index].partition_point(|f| f.address < start);
+            return self.functions[first..index]
+                .iter()
                 .find(|f| vaddr < f.address + f.size.max(1));
-            return covering;
         }
         let next = self.functions.get(index).map_or(u64::MAX, |f| f.address);
         (vaddr < next).then_some(candidate)

@@ -1,5 +1,5 @@
 //! A process's memory map (`/proc/PID/maps`): which file is mapped where, so that an address
-//! becomes (file, file offset) and a file's symbol becomes an address in that process.
+//! becomes (file, file offset).
 
 use std::{path::PathBuf, sync::Arc};
 
@@ -85,15 +85,6 @@ impl ProcMaps {
         (address < m.end).then_some(m)
     }
 
-    /// The address at which file offset `offset` of `path` is mapped.
-    pub fn address_of(&self, path: &std::path::Path, offset: u64) -> Option<u64> {
-        self.mappings
-            .iter()
-            .filter(|m| m.path.as_deref().map(PathBuf::as_path) == Some(path))
-            .find(|m| offset >= m.offset && offset < m.offset + (m.end - m.start))
-            .map(|m| m.start + (offset - m.offset))
-    }
-
     /// Every mapped regular file, once, in address order.
     pub fn files(&self) -> Vec<Arc<PathBuf>> {
         let mut out: Vec<Arc<PathBuf>> = Vec::new();
@@ -132,8 +123,6 @@ mod tests {
         );
         assert!(maps.find(0x7f0000000010).unwrap().path.is_none());
         assert!(maps.find(0x10).is_none());
-        let libc = std::path::Path::new("/usr/lib/x86_64-linux-gnu/libc.so.6");
-        assert_eq!(maps.address_of(libc, 0x28010), Some(0x7f1000028010));
         assert_eq!(maps.files().len(), 2);
     }
 }

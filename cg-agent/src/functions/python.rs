@@ -204,19 +204,21 @@ fn read_str(mem: &std::fs::File, walker: &PyProcess, object: u64) -> Option<Stri
     })
 }
 
-/// Where `_PyRuntime` is in the process: its file offset, mapped.
+/// Where `_PyRuntime` is in the process: the file's load bias plus the symbol's address.
 fn runtime_address(elf: &ElfInfo, maps: &ProcMaps, file: &Path, vaddr: u64) -> Option<u64> {
     if !elf.relocatable {
         return Some(vaddr);
     }
-    // .data/.bss may lie past the file's end (bss); use the segment's mapping base.
-    let segment = elf
-        .segments
+    // The bias is where the file's first page went minus its first segment's page; a
+    // mapping by file offset alone is ambiguous (two segments may share a file page).
+    let first_page = elf.segments.iter().map(|s| s.vaddr).min()? & !0xfff;
+    let first_mapping = maps
+        .mappings
         .iter()
-        .find(|s| vaddr >= s.vaddr && vaddr < s.vaddr + s.memsz)?;
-    let offset = segment.offset;
-    let base = maps.address_of(file, offset)?;
-    Some(base + (vaddr - segment.vaddr))
+        .filter(|m| m.offset == 0 && m.path.as_deref().map(PathBuf::as_path) == Some(file))
+        .map(|m| m.start)
+        .min()?;
+    Some(first_mapping.wrapping_sub(first_page).wrapping_add(vaddr))
 }
 
 /// `python3.11`, `libpython3.12.so.1.0` -> (3, 11), (3, 12).

@@ -541,6 +541,12 @@ impl FunctionSession {
                     slot.insert(function);
                 }
             }
+            tracing::debug!(
+                "pid {pid}: python stack {:#x}: {} frames, walker {}",
+                key.py_stack,
+                codes.len(),
+                walker.is_some()
+            );
             self.python_stacks.insert(key.py_stack, codes);
         }
     }
@@ -563,6 +569,10 @@ impl FunctionSession {
         }
         state.attempts += 1;
         state.detection = python::detect(&proc_root, pid);
+        tracing::debug!(
+            "pid {pid} generation {generation}: python detection {:?}",
+            state.detection
+        );
         if let Detection::Python(found) = &state.detection
             && let Err(err) = probes.set_python(pid, found.walker)
         {
