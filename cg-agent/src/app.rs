@@ -18,6 +18,18 @@ pub const EXIT_USAGE: i32 = 2;
 /// Runs the command line; returns the exit code.
 pub fn main_with(cli: Cli) -> i32 {
     let args = cli.run;
+    if let Some(samples) = args.functions.bench_symbolize {
+        return match crate::functions::symbolize::bench(samples) {
+            Ok(line) => {
+                println!("{line}");
+                0
+            }
+            Err(err) => {
+                eprintln!("cg-trace: --bench-symbolize: {err}");
+                1
+            }
+        };
+    }
     let config = match run_config(&args) {
         Ok(config) => config,
         Err(message) => {

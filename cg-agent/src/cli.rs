@@ -135,6 +135,10 @@ pub struct FunctionArgs {
     /// uprobe + uretprobe pair)
     #[arg(long, hide = true)]
     pub bench_empty_func: bool,
+
+    /// For `cargo xtask bench`: time the symbolization of N synthetic samples and exit
+    #[arg(long, hide = true, value_name = "N")]
+    pub bench_symbolize: Option<usize>,
 }
 
 /// `--model-watts IDLE:MAX`.

@@ -139,12 +139,20 @@ fn try_func_entry(ctx: &ProbeContext) -> Result<u32, u32> {
     count(|c| c.entries += 1);
     let pid_tgid = bpf_get_current_pid_tgid();
     let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
-    if !is_target(tgid) {
-        return Ok(0);
-    }
+    // A thread with an entry stack of this process is a target's (only targets get one):
+    // one lookup instead of two on every call after the first.
+    let thread = match FUNC_THREADS.get_ptr_mut(tid) {
+        // SAFETY: only this thread writes its own entry.
+        Some(thread) if unsafe { (*thread).tgid } == tgid => thread,
+        _ => {
+            if !is_target(tgid) {
+                return Ok(0);
+            }
+            thread_frames(tgid, tid).ok_or(0u32)?
+        }
+    };
     // SAFETY: the context is the program's own.
     let func = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
-    let thread = thread_frames(tgid, tid).ok_or(0u32)?;
     // SAFETY: only this thread writes its own entry.
     unsafe {
         let depth = (*thread).depth as usize;

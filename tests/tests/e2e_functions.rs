@@ -178,6 +178,38 @@ fn probed_functions_count_calls_exactly_and_split_on_cpu_time_in_known_ratios() 
 }
 
 #[test]
+fn probed_binary_run_by_children_counts_per_process() {
+    require_root();
+    // The wrapped command is a shell; the probed binary is named by path and runs twice,
+    // as two processes started after the probes were attached.
+    let funcs = funcs();
+    let spec = format!("{funcs}:cg_work_b");
+    let script = format!("{funcs} --calls 30 --units 5 && {funcs} --calls 20 --units 5");
+    let run = cg_trace(&[
+        "--source", "model", "-q", "--func", &spec, "--", "sh", "-c", &script,
+    ]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let report = run.report();
+    assert_adds_up(report);
+    let mut calls: Vec<u64> = report["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["symbol"] == "cg_work_b")
+        .map(|f| f["calls"].as_u64().unwrap())
+        .collect();
+    calls.sort();
+    assert_eq!(calls, [20, 30], "{:#}", report["functions"]);
+    let pids: std::collections::BTreeSet<u64> = report["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["pid"].as_u64().unwrap())
+        .collect();
+    assert_eq!(pids.len(), 2);
+}
+
+#[test]
 fn func_specs_that_match_nothing_or_too_much_exit_2_with_help() {
     require_root();
     let funcs = funcs();

@@ -1,14 +1,18 @@
 //! `cargo xtask`: the project's own commands.
 //!
 //! - `setup`: installs what the build needs on a fresh machine: LLVM 22 dev files (apt),
-//!   nightly `rust-src`, bpf-linker built against LLVM 22, tmux and util-linux for tests.
+//!   nightly `rust-src`, bpf-linker built against LLVM 22, tmux and util-linux for tests, gcc
+//!   for the C parts of a test workload, python3.11 for the Python tests.
 //! - `build`: setup, then builds the workspace (`--release` for an optimised binary).
 //! - `run`: setup, release build, then runs `cg-trace` with the arguments after `--`.
 //! - `test`: setup, rustfmt check, clippy (user space, then the eBPF crate with its own
 //!   target), unit tests, then the end-to-end tests (root, real eBPF) one at a time.
-//! - `bench`: release build, then the overhead benchmarks; prints figures.
+//! - `bench`: release build, then the overhead benchmarks; prints figures. `bench --functions`
+//!   runs only those of function-level profiling (probes, sampling, symbolization), which
+//!   plain `bench` runs last.
 
 mod bench;
+mod bench_functions;
 
 use std::{
     env,
@@ -18,7 +22,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup | build [--release] | run -- CG-TRACE-ARGS... | test | bench [--quick]>";
+const USAGE: &str = "usage: cargo xtask <setup | build [--release] | run -- CG-TRACE-ARGS... | test | bench [--quick] [--functions]>";
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -27,7 +31,12 @@ fn main() -> ExitCode {
         Some("build") => setup().and_then(|()| build(args.iter().any(|a| a == "--release"))),
         Some("run") => setup().and_then(|()| run(&args[1..])),
         Some("test") => setup().and_then(|()| test()),
-        Some("bench") => setup().and_then(|()| bench::run(&args[1..])),
+        Some("bench") if args.iter().any(|a| a == "--functions") => {
+            setup().and_then(|()| bench_functions::run(&args[1..]))
+        }
+        Some("bench") => setup()
+            .and_then(|()| bench::run(&args[1..]))
+            .and_then(|()| bench_functions::run(&args[1..])),
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);
@@ -98,6 +107,11 @@ const APT_PACKAGES: &[&str] = &[
     "libzstd-dev",
     "tmux",
     "util-linux",
+    // The C parts of the cg-funcs test workload (tests/build.rs).
+    "gcc",
+    "libc6-dev",
+    // The Python end-to-end tests (CPython 3.11).
+    "python3.11",
 ];
 
 fn setup() -> Result<()> {

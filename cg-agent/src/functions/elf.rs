@@ -221,24 +221,27 @@ impl ElfInfo {
     /// The function containing `vaddr`: the closest symbol at or below it, within its size
     /// (or before the next symbol when the size is unknown).
     pub fn function_at(&self, vaddr: u64) -> Option<&Symbol> {
+        self.function_index_at(vaddr).map(|i| &self.functions[i])
+    }
+
+    /// The index in `functions` of the function containing `vaddr` (see
+    /// [`ElfInfo::function_at`]).
+    pub fn function_index_at(&self, vaddr: u64) -> Option<usize> {
         let index = self.functions.partition_point(|f| f.address <= vaddr);
         let candidate = self.functions.get(index.checked_sub(1)?)?;
-        if candidate.size > 0
-            || self.functions[..index]
-                .iter()
-                .rev()
-                .any(|f| f.size > 0 && f.address == candidate.address)
-        {
+        let start = candidate.address;
+        let first = self.functions[..index].partition_point(|f| f.address < start);
+        let aliases = &self.functions[first..index];
+        if aliases.iter().any(|f| f.size > 0) {
             // Several symbols may start at one address (aliases): the preferred one (first
             // in order) whose size covers the address.
-            let start = candidate.address;
-            let first = self.functions[..index].partition_point(|f| f.address < start);
-            return self.functions[first..index]
+            return aliases
                 .iter()
-                .find(|f| vaddr < f.address + f.size.max(1));
+                .position(|f| vaddr < f.address + f.size.max(1))
+                .map(|i| first + i);
         }
         let next = self.functions.get(index).map_or(u64::MAX, |f| f.address);
-        (vaddr < next).then_some(candidate)
+        (vaddr < next).then_some(first)
     }
 
     /// A data symbol's address and initial bytes, when asked for at open.

@@ -116,21 +116,37 @@ impl Kallsyms {
     }
 
     pub fn find(&self, address: u64) -> Option<&str> {
+        self.index_at(address).map(|i| self.symbols[i].1.as_str())
+    }
+
+    /// The index of the symbol containing `address`.
+    pub fn index_at(&self, address: u64) -> Option<usize> {
         let index = self.symbols.partition_point(|s| s.0 <= address);
-        self.symbols
-            .get(index.checked_sub(1)?)
-            .map(|s| s.1.as_str())
+        index.checked_sub(1)
     }
 }
 
-/// Names addresses; caches every file it reads.
+/// An interned frame: an index into [`Symbolizer::frames`].
+pub type FrameId = u32;
+
+/// Names addresses and interns the frames; caches every file it reads, and each function's
+/// frame, so that a distinct address costs a map lookup and two binary searches.
 #[derive(Default)]
 pub struct Symbolizer {
     elfs: HashMap<PathBuf, Option<Arc<ElfInfo>>>,
+    /// The file looked up last (by the map's shared path): consecutive frames are mostly in
+    /// one file.
+    last: Option<(Arc<PathBuf>, Option<Arc<ElfInfo>>)>,
     kallsyms: Option<Kallsyms>,
     perf_maps: HashMap<u32, Option<PerfMap>>,
     /// Where `/tmp/perf-PID.map` files are (a root, for tests).
     pub perf_map_dir: PathBuf,
+    frames: Vec<Frame>,
+    frame_ids: HashMap<Frame, FrameId>,
+    /// (file, function index) -> frame.
+    by_function: HashMap<(usize, usize), FrameId>,
+    /// Kernel symbol index -> frame.
+    by_kernel_symbol: HashMap<usize, FrameId>,
 }
 
 impl Symbolizer {
@@ -148,6 +164,27 @@ impl Symbolizer {
             .clone()
     }
 
+    /// The id of `frame`, interning it when new.
+    pub fn intern(&mut self, frame: Frame) -> FrameId {
+        if let Some(&id) = self.frame_ids.get(&frame) {
+            return id;
+        }
+        let id = self.frames.len() as FrameId;
+        self.frame_ids.insert(frame.clone(), id);
+        self.frames.push(frame);
+        id
+    }
+
+    /// A frame by id.
+    pub fn frame(&self, id: FrameId) -> &Frame {
+        &self.frames[id as usize]
+    }
+
+    /// Every frame interned, by id.
+    pub fn into_frames(self) -> Vec<Frame> {
+        self.frames
+    }
+
     /// Names a user-space address of process `pid` (`return_address`: a caller frame, whose
     /// address points after the call instruction).
     pub fn native(
@@ -156,7 +193,7 @@ impl Symbolizer {
         maps: Option<&ProcMaps>,
         address: u64,
         return_address: bool,
-    ) -> Frame {
+    ) -> FrameId {
         let lookup = if return_address {
             address.saturating_sub(1)
         } else {
@@ -164,26 +201,36 @@ impl Symbolizer {
         };
         let mapping = maps.and_then(|m| m.find(lookup));
         match mapping.and_then(|m| m.path.clone().map(|p| (m, p))) {
-            Some((m, path)) if !path.to_string_lossy().starts_with('[') => {
-                let module = file_name(&path);
-                let Some(elf) = self.elf(&path) else {
-                    return Frame::unknown(&module);
+            Some((m, path)) if !path.as_os_str().as_encoded_bytes().starts_with(b"[") => {
+                let elf = match &self.last {
+                    Some((last, elf)) if Arc::ptr_eq(last, &path) => elf.clone(),
+                    _ => {
+                        let elf = self.elf(&path);
+                        self.last = Some((path.clone(), elf.clone()));
+                        elf
+                    }
                 };
-                let offset = lookup - m.start + m.offset;
-                let Some(vaddr) = elf.vaddr_of_offset(offset) else {
-                    return Frame::unknown(&module);
+                let found = elf.as_ref().and_then(|elf| {
+                    let vaddr = elf.vaddr_of_offset(lookup - m.start + m.offset)?;
+                    Some((Arc::as_ptr(elf) as usize, elf.function_index_at(vaddr)?))
+                });
+                let Some(key) = found else {
+                    return self.intern(Frame::unknown(&file_name(&path)));
                 };
-                match elf.function_at(vaddr) {
-                    Some(symbol) => Frame {
-                        symbol: symbol.name.clone(),
-                        module,
-                        line: None,
-                        kind: FrameKind::Native,
-                    },
-                    None => Frame::unknown(&module),
+                if let Some(&id) = self.by_function.get(&key) {
+                    return id;
                 }
+                let symbol = elf.map_or_else(String::new, |e| e.functions[key.1].name.clone());
+                let id = self.intern(Frame {
+                    symbol,
+                    module: file_name(&path),
+                    line: None,
+                    kind: FrameKind::Native,
+                });
+                self.by_function.insert(key, id);
+                id
             }
-            Some((_, pseudo)) => Frame::unknown(&pseudo.to_string_lossy()),
+            Some((_, pseudo)) => self.intern(Frame::unknown(&pseudo.to_string_lossy())),
             None => {
                 let dir = self.perf_map_dir.clone();
                 let map = self.perf_maps.entry(pid).or_insert_with(|| {
@@ -191,7 +238,7 @@ impl Symbolizer {
                         .ok()
                         .map(|t| PerfMap::parse(&t))
                 });
-                match map.as_ref().and_then(|m| m.find(lookup)) {
+                let frame = match map.as_ref().and_then(|m| m.find(lookup)) {
                     Some(name) => Frame {
                         symbol: name.to_string(),
                         module: "[jit]".into(),
@@ -199,26 +246,111 @@ impl Symbolizer {
                         kind: FrameKind::Jit,
                     },
                     None => Frame::unknown("[anon]"),
-                }
+                };
+                self.intern(frame)
             }
         }
     }
 
     /// Names a kernel address.
-    pub fn kernel(&mut self, address: u64) -> Frame {
+    pub fn kernel(&mut self, address: u64) -> FrameId {
         let kallsyms = self.kallsyms.get_or_insert_with(|| {
             Kallsyms::parse(&std::fs::read_to_string("/proc/kallsyms").unwrap_or_default())
         });
-        match kallsyms.find(address) {
-            Some(name) => Frame {
-                symbol: name.to_string(),
-                module: "[kernel]".into(),
-                line: None,
-                kind: FrameKind::Kernel,
-            },
-            None => Frame::unknown("[kernel]"),
+        let Some(index) = kallsyms.index_at(address) else {
+            return self.intern(Frame::unknown("[kernel]"));
+        };
+        if let Some(&id) = self.by_kernel_symbol.get(&index) {
+            return id;
+        }
+        let symbol = kallsyms.symbols[index].1.clone();
+        let id = self.intern(Frame {
+            symbol,
+            module: "[kernel]".into(),
+            line: None,
+            kind: FrameKind::Kernel,
+        });
+        self.by_kernel_symbol.insert(index, id);
+        id
+    }
+}
+
+/// `cg-trace --bench-symbolize N` (for `cargo xtask bench`): names N synthetic samples, each
+/// a distinct stack of 8 to 24 addresses inside the functions of cg-trace's own executable and
+/// libraries, through the same path as a run's stacks (memory map, ELF symbols, interning).
+/// Real profiles repeat stacks and are cheaper: this is the worst case. Returns the line to
+/// print.
+pub fn bench(samples: usize) -> Result<String, String> {
+    let pid = std::process::id();
+    let maps =
+        ProcMaps::read(Path::new("/proc"), pid).map_err(|e| format!("/proc/self/maps: {e}"))?;
+    let started = std::time::Instant::now();
+    let mut symbolizer = Symbolizer::new();
+    // Addresses of functions in every mapped executable file.
+    let mut targets: Vec<(u64, u64)> = Vec::new();
+    for m in maps.mappings.iter().filter(|m| m.executable) {
+        let Some(path) = m.path.as_ref() else {
+            continue;
+        };
+        let Some(elf) = symbolizer.elf(path) else {
+            continue;
+        };
+        for f in elf.functions.iter().filter(|f| f.size > 0) {
+            let Some(offset) = elf.file_offset(f.address) else {
+                continue;
+            };
+            if offset >= m.offset && offset + f.size <= m.offset + (m.end - m.start) {
+                targets.push((m.start + offset - m.offset, f.size));
+            }
         }
     }
+    if targets.is_empty() {
+        return Err("no function symbols found in cg-trace's own mappings".into());
+    }
+    let load_ms = started.elapsed().as_secs_f64() * 1e3;
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let stacks: Vec<Vec<u64>> = (0..samples)
+        .map(|_| {
+            let depth = 8 + (next() % 17) as usize;
+            (0..depth)
+                .map(|_| {
+                    let (start, size) = targets[(next() % targets.len() as u64) as usize];
+                    start + next() % size.max(1)
+                })
+                .collect()
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    let mut stack_ids: HashMap<Vec<FrameId>, u32> = HashMap::new();
+    let mut addresses = 0usize;
+    for stack in &stacks {
+        let ids: Vec<FrameId> = stack
+            .iter()
+            .enumerate()
+            .map(|(i, &a)| {
+                addresses += 1;
+                symbolizer.native(pid, Some(&maps), a, i > 0)
+            })
+            .collect();
+        let next_id = stack_ids.len() as u32;
+        stack_ids.entry(ids).or_insert(next_id);
+    }
+    let ms = started.elapsed().as_secs_f64() * 1e3;
+    let frames = symbolizer.frames.len();
+    Ok(format!(
+        "symbolized {samples} samples ({} distinct stacks, {addresses} addresses, {} distinct \
+         frames) in {ms:.1} ms (measured), after {load_ms:.1} ms reading the symbol tables \
+         of {} functions",
+        stack_ids.len(),
+        frames,
+        targets.len()
+    ))
 }
 
 /// A path's file name, for module columns.
@@ -272,15 +404,23 @@ mod tests {
         }
         let maps = ProcMaps::read(Path::new("/proc"), std::process::id()).unwrap();
         let mut symbolizer = Symbolizer::new();
-        let frame = symbolizer.native(
+        let id = symbolizer.native(
             std::process::id(),
             Some(&maps),
             marker as *const () as u64,
             false,
         );
+        let frame = symbolizer.frame(id).clone();
         assert_eq!(frame.kind, FrameKind::Native);
         assert!(frame.symbol.ends_with("marker"), "{frame:?}");
+        let again = symbolizer.native(
+            std::process::id(),
+            Some(&maps),
+            marker as *const () as u64 + 1,
+            false,
+        );
+        assert_eq!(again, id);
         let unknown = symbolizer.native(std::process::id(), Some(&maps), 0x10, false);
-        assert_eq!(unknown.kind, FrameKind::Unknown);
+        assert_eq!(symbolizer.frame(unknown).kind, FrameKind::Unknown);
     }
 }

@@ -587,29 +587,15 @@ impl FunctionSession {
             .flatten();
         let started = Instant::now();
         let mut symbolizer = Symbolizer::new();
-        let mut frames: Vec<Frame> = Vec::new();
-        let mut frame_ids: HashMap<Frame, FrameId> = HashMap::new();
         let mut stacks: Vec<Vec<FrameId>> = Vec::new();
         let mut stack_ids: HashMap<Vec<FrameId>, u32> = HashMap::new();
         let mut remap: Vec<u32> = Vec::with_capacity(self.raw.len());
         let mut incomplete: BTreeMap<u32, bool> = BTreeMap::new();
         for (index, raw) in self.raw.iter().enumerate() {
-            let (named, complete) = self.name_stack(&mut symbolizer, raw);
+            let (ids, complete) = self.name_stack(&mut symbolizer, raw);
             if raw.python == 0 && raw.user >= 0 {
                 incomplete.insert(index as u32, !complete);
             }
-            let ids: Vec<FrameId> = named
-                .into_iter()
-                .map(|frame| match frame_ids.get(&frame) {
-                    Some(&id) => id,
-                    None => {
-                        let id = frames.len() as FrameId;
-                        frame_ids.insert(frame.clone(), id);
-                        frames.push(frame);
-                        id
-                    }
-                })
-                .collect();
             let id = match stack_ids.get(&ids) {
                 Some(&id) => id,
                 None => {
@@ -621,6 +607,7 @@ impl FunctionSession {
             };
             remap.push(id);
         }
+        let frames = symbolizer.into_frames();
         let (mut native_samples, mut incomplete_samples) = (0u64, 0u64);
         for interval in &mut self.intervals {
             for sample in &mut interval.samples {
@@ -694,9 +681,9 @@ impl FunctionSession {
 
     /// A stack's frames, outermost first, and whether its native part reached the
     /// program's entry point.
-    fn name_stack(&self, symbolizer: &mut Symbolizer, raw: &RawStack) -> (Vec<Frame>, bool) {
+    fn name_stack(&self, symbolizer: &mut Symbolizer, raw: &RawStack) -> (Vec<FrameId>, bool) {
         let maps = self.maps.get(&(raw.pid, raw.generation));
-        let native: Vec<Frame> = self
+        let native: Vec<FrameId> = self
             .stack_cache
             .get(&raw.user)
             .filter(|_| raw.user >= 0)
@@ -708,26 +695,27 @@ impl FunctionSession {
                     .collect()
             })
             .unwrap_or_default();
-        let complete = native.last().is_some_and(|f| is_stack_root(&f.symbol));
-        let mut out: Vec<Frame> = Vec::new();
+        let complete = native
+            .last()
+            .is_some_and(|&f| is_stack_root(&symbolizer.frame(f).symbol));
+        let mut out: Vec<FrameId> = Vec::new();
         let python = self
             .python_stacks
             .get(&raw.python)
             .filter(|_| raw.python != 0);
         match python {
-            Some(codes) if !codes.is_empty() => {
+            Some(codes) if codes.iter().any(|&c| c != 0) => {
                 for &code in codes.iter().rev().filter(|&&c| c != 0) {
-                    out.push(
-                        match self.python_codes.get(&(raw.pid, raw.generation, code)) {
-                            Some(f) => Frame {
-                                symbol: f.qualname.clone(),
-                                module: f.filename.clone(),
-                                line: Some(f.line),
-                                kind: FrameKind::Python,
-                            },
-                            None => Frame::unknown("[python]"),
+                    let frame = match self.python_codes.get(&(raw.pid, raw.generation, code)) {
+                        Some(f) => Frame {
+                            symbol: f.qualname.clone(),
+                            module: f.filename.clone(),
+                            line: Some(f.line),
+                            kind: FrameKind::Python,
                         },
-                    );
+                        None => Frame::unknown("[python]"),
+                    };
+                    out.push(symbolizer.intern(frame));
                 }
                 // Native frames called from Python code (a C extension, libc), innermost
                 // first until the interpreter's own frames, which the Python frames stand for.
@@ -738,16 +726,17 @@ impl FunctionSession {
                     }) => Some(file_name(&p.interpreter)),
                     _ => None,
                 };
-                let called: Vec<&Frame> = native
+                let called: Vec<FrameId> = native
                     .iter()
-                    .take_while(|f| Some(&f.module) != interpreter.as_ref())
+                    .copied()
+                    .take_while(|&f| Some(&symbolizer.frame(f).module) != interpreter.as_ref())
                     .collect();
                 if called.len() < native.len() {
-                    out.extend(called.into_iter().rev().cloned());
-                } else if let Some(leaf) = native.first() {
+                    out.extend(called.into_iter().rev());
+                } else if let Some(&leaf) = native.first() {
                     // The walk never reached the interpreter (no frame pointers): only the
                     // innermost frame is trustworthy.
-                    out.push(leaf.clone());
+                    out.push(leaf);
                 }
             }
             _ => out.extend(native.into_iter().rev()),
@@ -758,7 +747,7 @@ impl FunctionSession {
             out.extend(addresses.iter().rev().map(|&a| symbolizer.kernel(a)));
         }
         if out.is_empty() {
-            out.push(Frame::unknown("[no stack]"));
+            out.push(symbolizer.intern(Frame::unknown("[no stack]")));
         }
         (out, complete)
     }
