@@ -100,10 +100,11 @@ fn thread_frames(tgid: u32, tid: u32) -> Option<*mut FuncThread> {
     let thread = match FUNC_THREADS.get_ptr_mut(tid) {
         Some(thread) => thread,
         None => {
-            let zero = FUNC_ZERO.get_ptr(0)?;
-            // SAFETY: a map value pointer, valid for the duration of the program.
+            // SAFETY: a map value pointer, valid for the duration of the program. Passed by
+            // reference: the value is larger than the eBPF stack.
+            let zero: &FuncThread = unsafe { &*FUNC_ZERO.get_ptr(0)? };
             if FUNC_THREADS
-                .insert(tid, unsafe { &*zero }, u64::from(BPF_NOEXIST))
+                .insert(tid, zero, u64::from(BPF_NOEXIST))
                 .is_err()
                 && FUNC_THREADS.get_ptr(tid).is_none()
             {

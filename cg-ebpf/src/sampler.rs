@@ -185,10 +185,12 @@ fn python_stack(tid: u32, process: &PyProcess) -> Option<u64> {
         (*stack).truncated = u32::from(frame != 0);
     }
     let key = hash | 1;
-    // SAFETY: a map value pointer, valid for the duration of the program.
+    // SAFETY: a map value pointer, valid for the duration of the program. Passed by
+    // reference: the value is too large to copy onto the eBPF stack.
+    let stack: &PyStack = unsafe { &*stack };
     if PY_STACKS.get_ptr(key).is_none()
         && PY_STACKS
-            .insert(key, unsafe { &*stack }, u64::from(BPF_NOEXIST))
+            .insert(key, stack, u64::from(BPF_NOEXIST))
             .is_err()
     {
         count(|c| c.lost_py += 1);

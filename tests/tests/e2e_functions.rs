@@ -162,7 +162,8 @@ fn probed_functions_count_calls_exactly_and_split_on_cpu_time_in_known_ratios() 
     // What the probes cost, measured.
     let uprobes = &report["meta"]["function_profiling"]["uprobes"];
     let total_calls: u64 = f.values().map(|e| e["calls"].as_u64().unwrap()).sum();
-    assert!(num(uprobes, "/probe_hits_count") as u64 >= total_calls + 1);
+    // Every call, plus the entry of cg_forever that never returned.
+    assert!(num(uprobes, "/probe_hits_count") as u64 > total_calls);
     assert_eq!(num(uprobes, "/target_calls_count") as u64, total_calls);
     assert_eq!(num(uprobes, "/depth_overflow_count"), 0.0);
     assert_eq!(num(uprobes, "/unmatched_returns_count"), 0.0);
