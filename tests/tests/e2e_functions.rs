@@ -211,6 +211,37 @@ fn probed_binary_run_by_children_counts_per_process() {
 }
 
 #[test]
+fn recursion_deeper_than_the_entry_stack_is_counted_not_timed() {
+    require_root();
+    // One outer call of cg_recurse 40 deep: the kernel keeps 32 frames per thread, so 32
+    // calls are timed and 8 are reported as overflow; the returns still match up.
+    let funcs = funcs();
+    let run = cg_trace(&[
+        "--source",
+        "model",
+        "-q",
+        "--func",
+        "cg_recurse",
+        "--",
+        &funcs,
+        "--calls",
+        "40",
+        "--units",
+        "1",
+        "--depth",
+        "40",
+    ]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let report = run.report();
+    let f = functions(report, "uprobe");
+    assert_eq!(f["cg_recurse"]["calls"], 32, "{:#}", f["cg_recurse"]);
+    assert_eq!(f["cg_recurse"]["partial"], false);
+    let uprobes = &report["meta"]["function_profiling"]["uprobes"];
+    assert_eq!(num(uprobes, "/depth_overflow_count"), 8.0, "{uprobes:#}");
+    assert_eq!(num(uprobes, "/unmatched_returns_count"), 0.0, "{uprobes:#}");
+}
+
+#[test]
 fn func_specs_that_match_nothing_or_too_much_exit_2_with_help() {
     require_root();
     let funcs = funcs();

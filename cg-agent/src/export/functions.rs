@@ -17,7 +17,7 @@ pub fn render(report: &Report) -> String {
     let provenance = profiling.provenance.as_str();
     let _ = writeln!(
         out,
-        "\nFUNCTIONS (by energy; {provenance}; inclusive = with callees)"
+        "\nFUNCTIONS (by energy; {provenance}; inclusive = with callees; smp = samples)"
     );
     let _ = writeln!(
         out,
@@ -27,7 +27,7 @@ pub fn render(report: &Report) -> String {
     for f in report.functions.iter().take(MAX_ROWS) {
         let count = match (f.calls, f.samples) {
             (Some(calls), _) => format!("{calls}"),
-            (None, Some(samples)) => format!("{samples} s"),
+            (None, Some(samples)) => format!("{samples} smp"),
             _ => String::new(),
         };
         let module = match f.line {

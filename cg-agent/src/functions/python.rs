@@ -14,8 +14,10 @@
 //! (debug builds, free threading) are not supported.
 
 use std::{
+    collections::HashMap,
     os::unix::fs::FileExt as _,
     path::{Path, PathBuf},
+    sync::Arc,
 };
 
 use cg_common::profiling::{PY_NO_CFRAME, PyProcess};
@@ -76,24 +78,42 @@ fn table(version: (u32, u32)) -> Option<PyProcess> {
     }
 }
 
-/// Looks for CPython in process `pid`: the executable and any mapped `libpython3*`.
-pub fn detect(proc_root: &Path, pid: u32) -> Detection {
+/// Interpreter files already read, shared by every process of a run (only their symbols
+/// and segments are kept).
+#[derive(Default)]
+pub struct InterpreterCache {
+    files: HashMap<PathBuf, Option<Arc<ElfInfo>>>,
+}
+
+/// Looks for CPython in process `pid`: a mapped `libpython3*`, or an executable whose name
+/// says python (Debian's `/usr/bin/python3.11` links the interpreter statically). Other
+/// processes cost one read of their memory map.
+pub fn detect(proc_root: &Path, pid: u32, cache: &mut InterpreterCache) -> Detection {
     let Ok(maps) = ProcMaps::read(proc_root, pid) else {
         return Detection::NotPython;
     };
     let exe = std::fs::read_link(proc_root.join(pid.to_string()).join("exe")).ok();
+    let named = |p: &Path, prefix: &str| {
+        p.file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with(prefix))
+    };
     let candidates: Vec<PathBuf> = maps
         .files()
         .into_iter()
         .map(|p| p.as_ref().clone())
-        .filter(|p| {
-            Some(p) == exe.as_ref()
-                || p.file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with("libpython3"))
-        })
+        .filter(|p| (Some(p) == exe.as_ref() && named(p, "python")) || named(p, "libpython3"))
         .collect();
     for file in candidates {
-        let Ok(elf) = ElfInfo::open_with(&file, &["_PyRuntime", "Py_Version"]) else {
+        let elf = cache
+            .files
+            .entry(file.clone())
+            .or_insert_with(|| {
+                ElfInfo::open_with(&file, &["_PyRuntime", "Py_Version"])
+                    .ok()
+                    .map(Arc::new)
+            })
+            .clone();
+        let Some(elf) = elf else {
             continue;
         };
         let Some((runtime_vaddr, _)) = elf.data_symbol("_PyRuntime") else {
@@ -303,8 +323,9 @@ mod tests {
 
     #[test]
     fn this_process_is_not_python() {
+        let mut cache = InterpreterCache::default();
         assert_eq!(
-            detect(Path::new("/proc"), std::process::id()),
+            detect(Path::new("/proc"), std::process::id(), &mut cache),
             Detection::NotPython
         );
     }

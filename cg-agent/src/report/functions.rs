@@ -250,7 +250,7 @@ pub fn build(
             let rest_ns = cpu_ns.saturating_sub(carried.cpu_ns);
             sampled_j += carried.energy_j;
             unsampled_j += rest_j;
-            if rest_j > 1e-12 || (rest_ns > 0 && carried.energy_j > 0.0) {
+            if rest_j > 1e-9 {
                 entries.push(FunctionEntry {
                     symbol: UNSAMPLED.into(),
                     module: String::new(),

@@ -183,6 +183,7 @@ pub struct FunctionSession {
     generation: HashMap<u32, u32>,
     maps: HashMap<(u32, u32), ProcMaps>,
     python: HashMap<(u32, u32), PythonState>,
+    interpreters: python::InterpreterCache,
     gone_python: Vec<u32>,
     // Recording.
     intervals: Vec<FunctionInterval>,
@@ -225,6 +226,7 @@ impl FunctionSession {
             generation: HashMap::new(),
             maps: HashMap::new(),
             python: HashMap::new(),
+            interpreters: python::InterpreterCache::default(),
             gone_python: Vec::new(),
             intervals: Vec::new(),
             stored: 0,
@@ -568,7 +570,7 @@ impl FunctionSession {
             return;
         }
         state.attempts += 1;
-        state.detection = python::detect(&proc_root, pid);
+        state.detection = python::detect(&proc_root, pid, &mut self.interpreters);
         tracing::debug!(
             "pid {pid} generation {generation}: python detection {:?}",
             state.detection
