@@ -33,9 +33,10 @@ pub fn lines(report: &Report) -> Vec<String> {
         .collect()
 }
 
-/// Frame names may not hold the separators of the format.
+/// Frame names may not hold the format's frame or line separators (spaces are fine: the
+/// count is what follows the last one).
 fn clean(frame: &str) -> String {
-    frame.replace([';', '\n'], ":").replace(' ', "\u{a0}")
+    frame.replace([';', '\n'], ":")
 }
 
 /// Writes the folded stacks to `path`.
