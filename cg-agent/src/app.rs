@@ -8,8 +8,9 @@ use std::{
 };
 
 use crate::{
-    cli::{Cli, Command, RunArgs},
-    export::{json, summary},
+    cli::{Cli, Command, FunctionArgs, RunArgs},
+    export::{flamegraph, folded, json, summary},
+    functions::{FunctionOptions, spec::FuncSpec},
     inventory, report,
     session::{self, IdleWatts, Mode, RunConfig},
     sources::SourceOptions,
@@ -34,6 +35,18 @@ enum View {
 
 /// Runs the command line; returns the exit code.
 pub fn main_with(cli: Cli) -> i32 {
+    if let Some(samples) = cli.run.functions.bench_symbolize {
+        return match crate::functions::symbolize::bench(samples) {
+            Ok(line) => {
+                println!("{line}");
+                0
+            }
+            Err(err) => {
+                eprintln!("cg-trace: --bench-symbolize: {err}");
+                1
+            }
+        };
+    }
     let (mut args, view) = match cli.subcommand {
         Some(Command::Sources(sources_args)) => {
             return inventory::main(&source_options(&cli.run), sources_args.json);
@@ -125,6 +138,29 @@ pub fn main_with(cli: Cli) -> i32 {
             }
         }
     }
+    let function_outputs: [(&Option<PathBuf>, &str, WriteFn); 2] = [
+        (
+            &args.functions.folded,
+            "folded stacks",
+            folded::write_to_path,
+        ),
+        (
+            &args.functions.flamegraph,
+            "energy flamegraph",
+            flamegraph::write_to_path,
+        ),
+    ];
+    for (path, what, write) in function_outputs {
+        if let Some(path) = path {
+            match write(&report, path) {
+                Ok(()) => eprintln!("cg-trace: {what} written to {}", path.display()),
+                Err(err) => {
+                    eprintln!("cg-trace: writing the {what} to {}: {err}", path.display());
+                    return 1;
+                }
+            }
+        }
+    }
     outcome.exit_code
 }
 
@@ -144,6 +180,22 @@ fn option_before_top(run: &RunArgs) -> Option<&'static str> {
         (run.view.tui, "--tui"),
         (run.view.refresh != 1000, "--refresh"),
         (run.view.command_output.is_some(), "--command-output"),
+        (!run.functions.func.is_empty(), "--func"),
+        (
+            run.functions.func_limit != crate::functions::DEFAULT_FUNC_LIMIT,
+            "--func-limit",
+        ),
+        (run.functions.profile, "--profile"),
+        (
+            run.functions.sample_hz != crate::functions::DEFAULT_SAMPLE_HZ,
+            "--sample-hz",
+        ),
+        (
+            run.functions.top_functions != crate::functions::DEFAULT_TOP_FUNCTIONS,
+            "--top-functions",
+        ),
+        (run.functions.folded.is_some(), "--folded"),
+        (run.functions.flamegraph.is_some(), "--flamegraph"),
     ]
     .into_iter()
     .find_map(|(given, name)| given.then_some(name))
@@ -163,17 +215,7 @@ fn view_command_output(args: &RunArgs, mode: &Mode) -> Result<Option<PathBuf>, S
     let path = args.view.command_output.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("cg-trace-{}.out", std::process::id()))
     });
-    let parent = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    if !parent.is_dir() {
-        return Err(format!(
-            "--command-output {}: directory {} does not exist",
-            path.display(),
-            parent.display()
-        ));
-    }
+    check_parent(&path, "--command-output")?;
     Ok(Some(path))
 }
 
@@ -209,6 +251,7 @@ pub fn run_config(args: &RunArgs) -> Result<RunConfig, String> {
         timeseries: args.timeseries,
         proc_root: "/proc".into(),
         noop_probes: args.bench_noop_probes,
+        functions: function_options(&args.functions)?,
     })
 }
 
@@ -241,16 +284,60 @@ fn check_output_path(path: &Path) -> Result<(), String> {
             path.display()
         ));
     }
+    check_parent(path, "-o")
+}
+
+type WriteFn = fn(&report::Report, &Path) -> std::io::Result<()>;
+
+/// `--func`, `--profile` and their outputs.
+fn function_options(args: &FunctionArgs) -> Result<FunctionOptions, String> {
+    let specs = args
+        .func
+        .iter()
+        .map(|text| FuncSpec::parse(text))
+        .collect::<Result<Vec<_>, _>>()?;
+    for (path, what) in [
+        (&args.folded, "--folded"),
+        (&args.flamegraph, "--flamegraph"),
+    ] {
+        if let Some(path) = path {
+            check_parent(path, what)?;
+        }
+    }
+    if let Some(path) = &args.flamegraph
+        && path.extension().and_then(|e| e.to_str()) != Some("svg")
+    {
+        return Err(format!(
+            "--flamegraph {}: the flamegraph is an SVG; name the file *.svg",
+            path.display()
+        ));
+    }
+    if args.func_limit == 0 {
+        return Err("--func-limit 0: nothing could be probed; give a limit of at least 1".into());
+    }
+    Ok(FunctionOptions {
+        specs,
+        func_limit: args.func_limit,
+        profile: args.profile || args.folded.is_some() || args.flamegraph.is_some(),
+        sample_hz: args.sample_hz,
+        top: args.top_functions,
+        bench_empty_probes: args.bench_empty_func,
+    })
+}
+
+/// The directory an output goes to must exist before we measure.
+fn check_parent(path: &Path, what: &str) -> Result<(), String> {
     let parent = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    if !parent.is_dir() {
-        return Err(format!(
-            "-o {}: directory {} does not exist",
+    if parent.is_dir() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} {}: directory {} does not exist",
             path.display(),
             parent.display()
-        ));
+        ))
     }
-    Ok(())
 }

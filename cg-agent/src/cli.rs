@@ -17,6 +17,8 @@ Examples:
   cg-trace sources                          what this machine can measure (no root needed)
   sudo cg-trace top                         live view of the whole machine (q quits, ? keys)
   cg-trace --tui -- ./app                   live view of a command; its output goes to a file
+  cg-trace --func 'compress_*' -- ./app     calls, time and energy of chosen functions
+  cg-trace --profile --flamegraph e.svg -- python3 train.py   energy flamegraph
 
 Needs root, or CAP_BPF and CAP_PERFMON. Under sudo the command runs as the invoking user.
 Every figure says whether it was measured (RAPL, NVML, a meter) or estimated (the built-in
@@ -142,6 +144,9 @@ pub struct RunArgs {
     #[arg(long, hide = true)]
     pub bench_noop_probes: bool,
 
+    #[command(flatten)]
+    pub functions: FunctionArgs,
+
     /// The command to run and follow, after `--`
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -168,6 +173,53 @@ pub struct ViewArgs {
     /// For `cargo xtask bench`: write the live view's frame render times to FILE at the end
     #[arg(long, hide = true, value_name = "FILE")]
     pub bench_frame_stats: Option<PathBuf>,
+}
+
+/// Function-level energy: uprobes on chosen functions, and stack sampling.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Function-level energy")]
+pub struct FunctionArgs {
+    /// Energy of chosen functions, [BINARY_OR_LIBRARY:]SYMBOL_GLOB (repeatable): calls,
+    /// on-CPU time and energy, inclusive and self. Without a binary, the traced executable;
+    /// a library by path or by file name among those the target loads (`libz.so*`). Each
+    /// call costs ~2 µs (first instruction emulated) to ~13 µs (single-stepped) of probes
+    #[arg(long = "func", value_name = "SPEC")]
+    pub func: Vec<String>,
+
+    /// Refuse to probe more functions than this
+    #[arg(long, value_name = "N", default_value_t = crate::functions::DEFAULT_FUNC_LIMIT)]
+    pub func_limit: usize,
+
+    /// Whole-program energy profile by stack sampling (CPU clock), down to Python functions
+    /// on CPython 3.11-3.13
+    #[arg(long)]
+    pub profile: bool,
+
+    /// Samples per second per CPU for --profile
+    #[arg(long, value_name = "HZ", default_value_t = crate::functions::DEFAULT_SAMPLE_HZ,
+          value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub sample_hz: u64,
+
+    /// Functions listed in the report and the summary, by energy
+    #[arg(long, value_name = "N", default_value_t = crate::functions::DEFAULT_TOP_FUNCTIONS)]
+    pub top_functions: usize,
+
+    /// Write folded stacks weighted by energy in microjoules (implies --profile)
+    #[arg(long, value_name = "FILE")]
+    pub folded: Option<PathBuf>,
+
+    /// Write an energy flamegraph, SVG (implies --profile)
+    #[arg(long, value_name = "FILE.svg")]
+    pub flamegraph: Option<PathBuf>,
+
+    /// For `cargo xtask bench`: function probes that return at once (the cost of an empty
+    /// uprobe + uretprobe pair)
+    #[arg(long, hide = true)]
+    pub bench_empty_func: bool,
+
+    /// For `cargo xtask bench`: time the symbolization of N synthetic samples and exit
+    #[arg(long, hide = true, value_name = "N")]
+    pub bench_symbolize: Option<usize>,
 }
 
 /// `--model-watts IDLE:MAX`.
@@ -339,6 +391,28 @@ mod tests {
         assert!(parse(&["top", "--refresh", "10"]).is_err());
         // Nothing at all parses (the app decides: the live view on a terminal, else usage).
         assert!(parse(&[]).unwrap().subcommand.is_none());
+    }
+
+    #[test]
+    fn function_options_parse() {
+        let cli = parse(&[
+            "--func",
+            "work_*",
+            "--func",
+            "libz.so*:deflate*",
+            "--sample-hz",
+            "999",
+            "--folded",
+            "out.folded",
+            "--",
+            "true",
+        ])
+        .unwrap();
+        assert_eq!(cli.run.functions.func, ["work_*", "libz.so*:deflate*"]);
+        assert_eq!(cli.run.functions.sample_hz, 999);
+        assert!(!cli.run.functions.profile);
+        assert!(parse(&["--sample-hz", "0", "--all"]).is_err());
+        assert_eq!(parse(&["--all"]).unwrap().run.functions.func_limit, 1000);
     }
 
     #[test]

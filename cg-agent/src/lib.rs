@@ -17,11 +17,14 @@
 //! - [`report`] builds the report model; [`export`] writes it.
 //! - [`ui`] is the live terminal view (`cg-trace top`, `--tui`); it reads
 //!   [`report::live`], the report's counterpart while a run goes on.
+//! - [`functions`] is function-level profiling's user-space half (SPECs, ELF symbols,
+//!   CPython, symbolization); its kernel half is in [`probes`].
 
 pub mod app;
 pub mod attribution;
 pub mod cli;
 pub mod export;
+pub mod functions;
 pub mod host;
 pub mod inventory;
 pub mod privileges;

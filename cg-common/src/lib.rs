@@ -6,6 +6,8 @@
 
 use core::mem::size_of;
 
+pub mod profiling;
+
 /// Names of the maps and globals in the eBPF object, so both sides spell them the same way.
 pub mod names {
     /// Per-CPU hash: [`ThreadKey`](super::ThreadKey) -> [`ThreadTime`](super::ThreadTime).
@@ -117,9 +119,12 @@ pub struct CpuState {
     /// The cache slot to reuse next (round robin).
     pub next_slot: u32,
     pub cache: [CachedTime; CACHE_SLOTS],
+    /// CLOCK_MONOTONIC ns when the current task got this CPU; only kept when function
+    /// probes run (see [`profiling::globals::FUNC_CLOCK`]), 0 otherwise.
+    pub switch_in_ns: u64,
     pub seq_end: u64,
 }
-const _: () = assert!(size_of::<CpuState>() == 56 + 16 * CACHE_SLOTS);
+const _: () = assert!(size_of::<CpuState>() == 64 + 16 * CACHE_SLOTS);
 
 /// Counters of what the kernel side could not record, per CPU.
 #[repr(C)]

@@ -11,12 +11,19 @@
 //!   the kernel, so none is missed between two reads) and report lifecycle events through a
 //!   ring buffer that user space drains on its timer (no wakeups).
 //!
+//! - Function-level programs live in their own modules: [`functions`] (uprobes on chosen
+//!   functions, with per-thread entry stacks) and [`sampler`] (CPU-clock stack sampling and
+//!   the CPython frame walker).
+//!
 //! BTF tracepoints: task_struct fields are plain loads, which the verifier checks against the
 //! kernel's BTF and turns into fault-safe loads. Rust eBPF has no CO-RE here, so the field
 //! offsets come from user space (read from `/sys/kernel/btf/vmlinux`) as read-only globals;
 //! the kernel freezes them, so the verifier sees them as constants.
 #![no_std]
 #![no_main]
+
+mod functions;
+mod sampler;
 
 use aya_ebpf::{
     bindings::{BPF_NOEXIST, BPF_RB_NO_WAKEUP},
@@ -134,6 +141,10 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
             }
         }
         core::ptr::write_volatile(&mut (*state).start_runtime_ns, next_runtime);
+        // Only with function probes (a frozen global: the verifier drops this when 0).
+        if global(&functions::FUNC_CLOCK) != 0 {
+            core::ptr::write_volatile(&mut (*state).switch_in_ns, bpf_ktime_get_ns());
+        }
         core::ptr::write_volatile(&mut (*state).tgid, next_tgid);
         core::ptr::write_volatile(&mut (*state).tid, next_tid);
         if (*state).valid == 0 {

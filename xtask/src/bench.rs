@@ -31,11 +31,16 @@ pub fn run(args: &[String]) -> Result<()> {
         status(cargo().args(["build", "--release"]))?;
         return crate::bench_view::run(view_rounds, view_s, &tempdir()?);
     }
+    if args.iter().any(|a| a == "--functions") {
+        return crate::bench_functions::run(args);
+    }
     overhead(quick)?;
     println!();
     crate::bench_sources::run(quick)?;
     println!();
-    crate::bench_view::run(view_rounds, view_s, &tempdir()?)
+    crate::bench_view::run(view_rounds, view_s, &tempdir()?)?;
+    println!();
+    crate::bench_functions::run(args)
 }
 
 /// The cost of cg-trace to the workloads it watches, and its own cost.

@@ -1,17 +1,19 @@
 //! `cargo xtask`: the project's own commands.
 //!
 //! - `setup`: installs what the build needs on a fresh machine: LLVM 22 dev files (apt),
-//!   nightly `rust-src`, bpf-linker built against LLVM 22, tmux, util-linux and a C compiler
-//!   (the NVML stand-in) for tests.
+//!   nightly `rust-src`, bpf-linker built against LLVM 22, tmux and util-linux for tests, gcc
+//!   (the NVML stand-in and the C parts of a test workload), python3.11 for the Python tests.
 //! - `build`: setup, then builds the workspace (`--release` for an optimised binary).
 //! - `run`: setup, release build, then runs `cg-trace` with the arguments after `--`.
 //! - `test`: setup, rustfmt check, clippy (user space, then the eBPF crate with its own
 //!   target), unit tests, then the end-to-end tests (root, real eBPF) one at a time.
 //! - `bench`: release build, then the overhead benchmarks, the cost of polling the energy
-//!   sources and the live view's cost; prints figures (`--sources`, `--tui`: only those).
+//!   sources, the live view's cost and function-level profiling's cost (probes, sampling,
+//!   symbolization); prints figures (`--sources`, `--tui`, `--functions`: only those).
 //! - `gpu-check`: on a machine with an NVIDIA GPU, cg-trace's GPU energy next to nvidia-smi's.
 
 mod bench;
+mod bench_functions;
 mod bench_sources;
 mod bench_view;
 mod gpu_check;
@@ -24,7 +26,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup | build [--release] | run -- CG-TRACE-ARGS... | test | bench [--quick] [--sources | --tui] | gpu-check [-- CMD ARGS...]>";
+const USAGE: &str = "usage: cargo xtask <setup | build [--release] | run -- CG-TRACE-ARGS... | test | bench [--quick] [--sources | --tui | --functions] | gpu-check [-- CMD ARGS...]>";
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -105,9 +107,12 @@ const APT_PACKAGES: &[&str] = &[
     "libzstd-dev",
     "tmux",
     "util-linux",
-    // The tests build a stand-in NVML library (tests/fake-nvml) with the C compiler.
+    // The tests build a stand-in NVML library (tests/fake-nvml) and the C parts of the
+    // cg-funcs workload (tests/build.rs) with the C compiler.
     "gcc",
     "libc6-dev",
+    // The Python end-to-end tests (CPython 3.11).
+    "python3.11",
 ];
 
 fn setup() -> Result<()> {

@@ -9,6 +9,7 @@
 //! Pure: no I/O, no clocks, no aya types. The session feeds it [`Interval`]s built from the
 //! probes and the energy sources; the report reads the resulting [`Ledger`].
 
+pub mod functions;
 pub mod gpu;
 pub mod idle;
 

@@ -1,5 +1,9 @@
 //! Outputs: writers that turn a [`Report`](crate::report::Report) into bytes for people
-//! (the summary on stderr) and for programs (JSON). They only read the report model.
+//! (the summary on stderr, energy flamegraphs) and for programs (JSON, folded stacks). They
+//! only read the report model.
 
+pub mod flamegraph;
+pub mod folded;
+pub mod functions;
 pub mod json;
 pub mod summary;

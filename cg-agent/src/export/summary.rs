@@ -157,6 +157,7 @@ pub fn render(report: &Report) -> String {
         );
     }
     render_devices(&mut out, report);
+    out.push_str(&super::functions::render(report));
     let quality = &meta.measurement_quality;
     let _ = writeln!(out, "\nquality: {}", quality.grade);
     for note in &quality.notes {

@@ -1,9 +1,13 @@
 //! Probes: loads cg-ebpf into the kernel, attaches it, and turns its maps and events into
 //! plain types ([`activity::Snapshot`], [`Lifecycle`], [`Losses`]). Nothing about energy here.
+//! The function-level probes (uprobes on chosen functions, the stack sampler) are in
+//! [`uprobes`] and [`sampler`].
 
 pub mod activity;
 mod batch;
 pub mod btf;
+pub mod sampler;
+pub mod uprobes;
 
 use std::{
     os::fd::AsFd,
@@ -17,6 +21,7 @@ use aya::{
 };
 use cg_common::{
     CpuState, LifecycleEvent, LossCounters, ThreadKey, ThreadTime, event_kind, globals, names,
+    profiling,
 };
 
 use self::activity::{CpuSnapshot, Running, Snapshot};
@@ -32,6 +37,20 @@ pub struct ProbeConfig {
     pub targets: Vec<u32>,
     /// Attach, but make sched_switch do nothing (`--bench-noop-probes`, for benchmarks).
     pub noop_switch: bool,
+    /// Function-level probes to prepare.
+    pub functions: FunctionProbeConfig,
+}
+
+/// Which function-level probes a run uses (their maps are shrunk to nothing otherwise).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FunctionProbeConfig {
+    /// Uprobes on chosen functions (`--func`); also makes sched_switch note when each task
+    /// got its CPU, which the probes' on-CPU clock needs.
+    pub uprobes: bool,
+    /// The function probes return at once (benchmarks of an empty probe pair).
+    pub noop_uprobes: bool,
+    /// The stack sampler (`--profile`).
+    pub sampling: bool,
 }
 
 /// Errors loading or reading the probes.
@@ -58,6 +77,13 @@ pub enum ProbeError {
         name: &'static str,
         #[source]
         source: aya::maps::MapError,
+    },
+    #[error("attaching {program} to {function}: {source}")]
+    AttachFunction {
+        program: &'static str,
+        function: String,
+        #[source]
+        source: aya::programs::ProgramError,
     },
     #[error("the eBPF object has no map {0}")]
     MissingMap(&'static str),
@@ -133,10 +159,39 @@ pub struct Probes {
     targets: HashMap<MapData, u32, u32>,
     events: RingBuf<MapData>,
     losses: PerCpuArray<MapData, LossCounters>,
+    /// Maps of the function probes, when used.
+    functions: Option<uprobes::FunctionMaps>,
+    /// Maps of the stack sampler, when used.
+    sampler: Option<sampler::SamplerMaps>,
     batch: batch::BatchReader,
     /// How long loading and attaching took.
     pub attach_time: Duration,
 }
+
+const UPROBE_MAPS: [&str; 3] = [
+    profiling::names::FUNC_THREADS,
+    profiling::names::FUNC_STATS,
+    "FUNC_ZERO",
+];
+const SAMPLER_MAPS: [&str; 6] = [
+    profiling::names::STACKS,
+    profiling::names::SAMPLES_A,
+    profiling::names::SAMPLES_B,
+    profiling::names::PY_PROCS,
+    profiling::names::PY_STACKS,
+    "PY_TSTATES",
+];
+const UPROBE_MAPS_AND_SAMPLER_MAPS: [&str; 9] = [
+    UPROBE_MAPS[0],
+    UPROBE_MAPS[1],
+    UPROBE_MAPS[2],
+    SAMPLER_MAPS[0],
+    SAMPLER_MAPS[1],
+    SAMPLER_MAPS[2],
+    SAMPLER_MAPS[3],
+    SAMPLER_MAPS[4],
+    SAMPLER_MAPS[5],
+];
 
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/cg-ebpf"));
 
@@ -169,9 +224,22 @@ impl Probes {
         let all_tasks = u32::from(config.all_tasks);
         let noop_switch = u32::from(config.noop_switch);
         let spawner = config.spawner_tgid.unwrap_or(0);
+        let func_clock = u32::from(config.functions.uprobes);
+        let noop_func = u32::from(config.functions.noop_uprobes);
 
         // The object has no CO-RE relocations, so the loader needs no kernel BTF.
-        let mut ebpf = EbpfLoader::new()
+        let mut loader = EbpfLoader::new();
+        // Maps of function-level probes that this run does not use take no kernel memory.
+        let unused: &[&str] = match (config.functions.uprobes, config.functions.sampling) {
+            (false, false) => &UPROBE_MAPS_AND_SAMPLER_MAPS,
+            (false, true) => &UPROBE_MAPS,
+            (true, false) => &SAMPLER_MAPS,
+            (true, true) => &[],
+        };
+        for name in unused {
+            loader.map_max_entries(name, 1);
+        }
+        let mut ebpf = loader
             .btf(None)
             .override_global(globals::ALL_TASKS, &all_tasks, true)
             .override_global(globals::NOOP_SWITCH, &noop_switch, true)
@@ -182,6 +250,8 @@ impl Probes {
             .override_global(globals::TASK_EXIT_CODE_OFFSET, &exit_code_offset, true)
             .override_global(globals::BINPRM_FILENAME_OFFSET, &filename_offset, true)
             .override_global(globals::EXIT_HAS_GROUP_DEAD, &exit_has_group_dead, true)
+            .override_global(profiling::globals::FUNC_CLOCK, &func_clock, true)
+            .override_global(profiling::globals::NOOP_FUNC, &noop_func, true)
             .load(EBPF_OBJECT)
             .map_err(ProbeError::Load)?;
 
@@ -198,6 +268,16 @@ impl Probes {
         for &pid in &config.targets {
             targets.insert(pid, 1, 0).map_err(map_err(names::TARGETS))?;
         }
+        let functions = config
+            .functions
+            .uprobes
+            .then(|| uprobes::FunctionMaps::take(&mut ebpf))
+            .transpose()?;
+        let sampler = config
+            .functions
+            .sampling
+            .then(|| sampler::SamplerMaps::take(&mut ebpf))
+            .transpose()?;
 
         // BTF tracepoints are checked against the kernel's BTF at load time. aya parses all of
         // it (tens of MB while it lasts), so do it once, here, and give the memory back after.
@@ -232,8 +312,31 @@ impl Probes {
             targets,
             events,
             losses,
+            functions,
+            sampler,
             attach_time: started.elapsed(),
         })
+    }
+
+    /// Attaches the entry and return probes to every function (`--func`); the probes must
+    /// have been loaded with [`FunctionProbeConfig::uprobes`].
+    pub fn attach_functions(
+        &mut self,
+        functions: &[crate::functions::resolve::ResolvedFunction],
+    ) -> Result<(), ProbeError> {
+        let started = Instant::now();
+        uprobes::attach(&mut self._ebpf, functions)?;
+        self.attach_time += started.elapsed();
+        Ok(())
+    }
+
+    /// Starts the stack sampler at `hz` samples per second per CPU (`--profile`); the probes
+    /// must have been loaded with [`FunctionProbeConfig::sampling`].
+    pub fn attach_sampler(&mut self, hz: u64) -> Result<(), ProbeError> {
+        let started = Instant::now();
+        sampler::attach(&mut self._ebpf, hz)?;
+        self.attach_time += started.elapsed();
+        Ok(())
     }
 
     /// Reads the per-thread totals, then every CPU's state (in that order: see

@@ -783,6 +783,9 @@ mod tests {
             self_cpu_time_s: 0.4,
             self_energy_j: 1.5,
             source: "uprobe",
+            line: None,
+            partial: Some(false),
+            provenance: crate::sources::Provenance::Estimated,
         };
         m.add(&LiveSample {
             interval: &interval(0, 50, 0, 1.0),

@@ -4,7 +4,10 @@
 //! model; none of them recomputes attribution. [`live`] is its counterpart while a run goes
 //! on, which the terminal view reads.
 //!
-//! The schema is documented in `docs/report.md`.
+//! The schema is documented in `docs/report.md`. Function figures are built in
+//! [`functions`].
+
+pub mod functions;
 
 pub mod live;
 
@@ -18,6 +21,7 @@ use serde::Serialize;
 use crate::{
     attribution::{
         Coverage, DomainSplit, Interval, Ledger, ProcId,
+        functions::{IntervalSpend, ProcessSpend},
         idle::{self, IdleBaseline, IdleMethod, PowerPoint},
         split_interval,
     },
@@ -39,6 +43,9 @@ pub struct Report {
     pub totals: Totals,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeseries: Option<Vec<TimePoint>>,
+    /// Energy per sampled stack, for folded stacks and flamegraphs (not in the JSON).
+    #[serde(skip)]
+    pub stacks: Vec<functions::StackEnergy>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -82,6 +89,10 @@ pub struct Meta {
     /// The power meter's log, with `--power-log`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub power_meter: Option<MeterSummary>,
+    /// Function-level profiling (`--func`, `--profile`): what was probed or sampled, its
+    /// cost and where it is approximate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub function_profiling: Option<functions::FunctionProfiling>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -189,6 +200,15 @@ pub struct FunctionEntry {
     pub self_energy_j: f64,
     /// `uprobe` or `sampling`.
     pub source: &'static str,
+    /// A Python function's first line (`module` is then its source file).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+    /// Probed functions: whether a call was still running at the end (its time counts up
+    /// to the last read).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partial: Option<bool>,
+    /// The energy source's: function energy is a share of it.
+    pub provenance: Provenance,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -282,9 +302,13 @@ pub fn build(rec: &Recording) -> Report {
 
     let mut ledger = Ledger::new(rec.domains.len());
     let mut timeseries = Vec::new();
+    let mut spend: Vec<IntervalSpend> = Vec::new();
     for interval in rec.recorder.intervals() {
         let splits = split_interval(interval, &coverage, &idle_w);
         ledger.add(interval, &splits);
+        if rec.functions.is_some() {
+            spend.push(interval_spend(interval, &splits, &top));
+        }
         if rec.timeseries {
             timeseries.push(time_point(
                 rec,
@@ -337,12 +361,42 @@ pub fn build(rec: &Recording) -> Report {
     };
 
     let processes = process_entries(rec, &ledger, &top, energy_j);
+    let process_energy = ledger
+        .cpu_ns
+        .keys()
+        .map(|&id| (id, ledger.energy_of(id, &top)))
+        .collect();
+    let built = functions::build(rec, &spend, &process_energy, &ledger.cpu_ns);
     Report {
-        meta: meta(rec, &baselines),
+        meta: Meta {
+            function_profiling: built.profiling,
+            ..meta(rec, &baselines)
+        },
         processes,
-        functions: Vec::new(),
+        functions: built.functions,
         totals,
         timeseries: rec.timeseries.then_some(timeseries),
+        stacks: built.stacks,
+    }
+}
+
+/// What each target process spent in one interval, over the top-level domains.
+fn interval_spend(interval: &Interval, splits: &[DomainSplit], top: &[usize]) -> IntervalSpend {
+    let mut processes: BTreeMap<ProcId, ProcessSpend> = BTreeMap::new();
+    for slice in &interval.slices {
+        processes.entry(slice.process).or_default().cpu_ns += slice.on_cpu_ns;
+    }
+    for &d in top {
+        if let Some(split) = splits.get(d) {
+            for &(process, energy_j) in &split.targets_j {
+                processes.entry(process).or_default().energy_j += energy_j;
+            }
+        }
+    }
+    IntervalSpend {
+        start_ns: interval.start_ns,
+        duration_ns: interval.duration_ns,
+        processes,
     }
 }
 
@@ -658,6 +712,7 @@ fn meta(rec: &Recording, baselines: &[IdleBaseline]) -> Meta {
         sources_probed: rec.probes.clone(),
         gpus: rec.gpus.clone(),
         power_meter: rec.meter.clone(),
+        function_profiling: None,
     }
 }
 

@@ -5,6 +5,7 @@
 
 pub mod command;
 pub mod energy;
+pub mod functions;
 pub mod live;
 pub mod processes;
 pub mod recorder;
@@ -30,7 +31,7 @@ use crate::{
     host::HostInfo,
     privileges,
     probes::{
-        Losses, ProbeConfig, ProbeError, Probes,
+        FunctionProbeConfig, Losses, ProbeConfig, ProbeError, Probes,
         activity::{Activity, ActivityTracker},
         monotonic_ns,
     },
@@ -87,6 +88,8 @@ pub struct RunConfig {
     pub proc_root: PathBuf,
     /// Benchmarks only: attach probes that account nothing.
     pub noop_probes: bool,
+    /// Function-level profiling (`--func`, `--profile`).
+    pub functions: crate::functions::FunctionOptions,
 }
 
 /// Errors that end a run before it measured anything; each maps to an exit code.
@@ -185,6 +188,8 @@ pub struct Recording {
     /// Per domain: the watts a fully busy unit is assumed to add when no idle fit is possible
     /// (GPUs); `None` uses the CPU prior.
     pub busy_slope_w: Vec<Option<f64>>,
+    /// Function-level data, when `--func` or `--profile` was used.
+    pub functions: Option<functions::FunctionRecording>,
 }
 
 /// The result of a run.
@@ -242,6 +247,8 @@ async fn run_async(config: RunConfig, hooks: Option<LiveHooks>) -> Result<Outcom
         .flat_map(|s| s.domains().to_vec())
         .collect();
     validate_idle_watts(&config.idle_watts, &domains)?;
+    let probed = functions::resolve_specs(&config.functions, &config.mode, &config.proc_root)
+        .map_err(|err| RunError::Usage(err.to_string()))?;
     for source in &selection.sources {
         tracing::info!("energy source: {}", source.describe());
     }
@@ -281,13 +288,28 @@ async fn run_async(config: RunConfig, hooks: Option<LiveHooks>) -> Result<Outcom
             _ => Vec::new(),
         },
         noop_switch: config.noop_probes,
+        functions: FunctionProbeConfig {
+            uprobes: !probed.is_empty(),
+            noop_uprobes: config.functions.bench_empty_probes,
+            sampling: config.functions.profile,
+        },
     };
     if config.noop_probes {
         eprintln!(
             "cg-trace: --bench-noop-probes: sched_switch accounts nothing; figures are meaningless"
         );
     }
-    let probes = Probes::load(&probe_config)?;
+    let mut probes = Probes::load(&probe_config)?;
+    let function_session = if config.functions.any() {
+        Some(functions::FunctionSession::start(
+            &config.functions,
+            probed,
+            &mut probes,
+            &config.proc_root,
+        )?)
+    } else {
+        None
+    };
     let attach_ms = probes.attach_time.as_secs_f64() * 1e3;
     let known_idle_w = known_idle(&selection.sources);
     let prior_slope_w_per_cpu =
@@ -322,6 +344,7 @@ async fn run_async(config: RunConfig, hooks: Option<LiveHooks>) -> Result<Outcom
         last_gc: Instant::now(),
         all: config.mode == Mode::System,
         observer,
+        functions: function_session,
     };
     if sampler.observer.is_some() {
         sampler.table.track_changes();
@@ -495,6 +518,7 @@ async fn run_async(config: RunConfig, hooks: Option<LiveHooks>) -> Result<Outcom
     ));
     let reports = energy::collect(&sampler.sources);
     source_notes.extend(reports.notes);
+    let function_recording = sampler.functions.take().map(|f| f.finish(&sampler.probes));
     let Sampler {
         recorder,
         table,
@@ -535,6 +559,7 @@ async fn run_async(config: RunConfig, hooks: Option<LiveHooks>) -> Result<Outcom
             gpus: reports.gpus,
             meter: reports.meter,
             busy_slope_w: reports.busy_slope_w,
+            functions: function_recording,
         },
     })
 }
@@ -724,6 +749,8 @@ struct Sampler {
     all: bool,
     /// The live view's observer, if one watches this run.
     observer: Option<live::Observer>,
+    /// Function-level profiling, when asked for.
+    functions: Option<functions::FunctionSession>,
 }
 
 /// How often to look for kernel entries of threads whose exit event was lost.
@@ -750,7 +777,18 @@ impl Sampler {
         };
         let table = &self.table;
         let activity = self.tracker.advance(&snapshot, |pid| table.is_target(pid));
-        let interval = activity.map(|a| self.interval_of(&a, phase));
+        let interval = activity.as_ref().map(|a| self.interval_of(a, phase));
+        if let (Some(f), Some(a)) = (self.functions.as_mut(), activity.as_ref()) {
+            let record = phase == Phase::Run;
+            f.sample(
+                &mut self.probes,
+                a,
+                &mut self.table,
+                self.run_start_ns,
+                record,
+                &events,
+            );
+        }
 
         let mut done = std::mem::replace(&mut self.pending, cleanup);
         // A thread that a CPU still runs (an exit can take a while) or caches time for keeps

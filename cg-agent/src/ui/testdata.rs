@@ -222,6 +222,9 @@ fn function(pid: u32, symbol: &str, energy_j: f64, calls: u64) -> FunctionEntry 
         self_cpu_time_s: energy_j / 6.0,
         self_energy_j: energy_j * 0.8,
         source: "uprobe",
+        line: None,
+        partial: Some(false),
+        provenance: Provenance::Estimated,
     }
 }
 

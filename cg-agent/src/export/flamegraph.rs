@@ -1,0 +1,40 @@
+//! The energy flamegraph (`--flamegraph FILE.svg`): the folded stacks drawn by inferno, each
+//! frame as wide as the energy (µJ) of the samples that contain it; interactive (search,
+//! zoom) in a browser.
+
+use std::{fs, io, path::Path};
+
+use crate::report::Report;
+
+/// Writes the SVG to `path`. A run with no sampled energy still gets a (blank) valid SVG.
+pub fn write_to_path(report: &Report, path: &Path) -> io::Result<()> {
+    let lines = super::folded::lines(report);
+    let estimated = report.meta.measurement_quality.grade == "estimated";
+    let mut options = inferno::flamegraph::Options::default();
+    options.title = format!(
+        "Energy flamegraph{}",
+        match &report.meta.command {
+            Some(command) => format!(": {}", command.join(" ")),
+            None => String::new(),
+        }
+    );
+    options.subtitle = Some(format!(
+        "width = energy in microjoules ({}), {:.3} J attributed to targets",
+        if estimated { "ESTIMATED" } else { "measured" },
+        report.totals.attributed_energy_j
+    ));
+    options.count_name = "µJ".into();
+    options.name_type = "Function:".into();
+    options.deterministic = true;
+    let file = io::BufWriter::new(fs::File::create(path)?);
+    if lines.is_empty() {
+        // inferno refuses empty input; draw one frame saying so.
+        let placeholder = ["no samples 1".to_string()];
+        inferno::flamegraph::from_lines(&mut options, placeholder.iter().map(String::as_str), file)
+    } else {
+        inferno::flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), file)
+    }
+    .map_err(io::Error::other)?;
+    super::json::give_to_sudo_user(path);
+    Ok(())
+}

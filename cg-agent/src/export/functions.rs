@@ -1,0 +1,135 @@
+//! The functions section of the summary on stderr: the heaviest functions by energy, with
+//! calls or samples, on-CPU time, inclusive and self energy, and what the probes cost.
+
+use std::fmt::Write as _;
+
+use crate::report::Report;
+
+/// Rows of the summary's function table (the report lists `--top-functions`).
+const MAX_ROWS: usize = 20;
+
+/// Renders the section; empty when the run did no function-level profiling.
+pub fn render(report: &Report) -> String {
+    let mut out = String::new();
+    let Some(profiling) = &report.meta.function_profiling else {
+        return out;
+    };
+    let provenance = profiling.provenance.as_str();
+    let _ = writeln!(
+        out,
+        "\nFUNCTIONS (by energy; {provenance}; inclusive = with callees; smp = samples)"
+    );
+    let _ = writeln!(
+        out,
+        "{:>8}  {:<34} {:<16} {:>10} {:>9} {:>11} {:>10}",
+        "PID", "FUNCTION", "MODULE", "CALLS/SMPL", "CPU [s]", "ENERGY [J]", "SELF [J]"
+    );
+    for f in report.functions.iter().take(MAX_ROWS) {
+        let count = match (f.calls, f.samples) {
+            (Some(calls), _) => format!("{calls}"),
+            (None, Some(samples)) => format!("{samples} smp"),
+            _ => String::new(),
+        };
+        let module = match f.line {
+            Some(line) => format!("{}:{line}", tail(&f.module, 12)),
+            None => f.module.clone(),
+        };
+        let partial = if f.partial == Some(true) {
+            " (partial)"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            out,
+            "{:>8}  {:<34} {:<16} {:>10} {:>9.3} {:>11.3} {:>10.3}",
+            f.pid,
+            shorten(&format!("{}{partial}", f.symbol), 34),
+            shorten(&module, 16),
+            count,
+            f.cpu_time_s,
+            f.energy_j,
+            f.self_energy_j
+        );
+    }
+    if report.functions.len() > MAX_ROWS {
+        let _ = writeln!(
+            out,
+            "{:>8}  … {} more in the report ({} in all)",
+            "",
+            report.functions.len() - MAX_ROWS,
+            profiling.functions_count
+        );
+    }
+    if let Some(u) = &profiling.uprobes {
+        let _ = writeln!(
+            out,
+            "probes: {} entry hits (measured, all processes), {} calls of targets; estimated \
+             probe cost {:.3} s of CPU ({} functions probed)",
+            u.probe_hits_count,
+            u.target_calls_count,
+            u.estimated_probe_cost_s,
+            u.functions.len()
+        );
+        for p in u
+            .functions
+            .iter()
+            .filter(|p| p.max_calls_per_s > 0.0)
+            .take(MAX_ROWS)
+        {
+            let _ = writeln!(
+                out,
+                "  {}: up to {:.0} calls/s (measured); first instruction {} (~{:.0} µs per \
+                 call, estimated)",
+                p.symbol,
+                p.max_calls_per_s,
+                p.first_instruction.describe(),
+                p.estimated_probe_pair_cost_us
+            );
+        }
+    }
+    if let Some(s) = &profiling.sampling {
+        let _ = writeln!(
+            out,
+            "samples: {} at {} Hz (measured), {} stacks; sampled {:.3} J, unsampled {:.3} J",
+            s.samples_count, s.sample_hz, s.stacks_count, s.sampled_energy_j, s.unsampled_energy_j
+        );
+        for p in &s.python {
+            let _ = writeln!(
+                out,
+                "  pid {}: CPython {}{}",
+                p.pid,
+                p.version,
+                if p.python_frames {
+                    ": Python frames"
+                } else {
+                    ": not supported, native frames only"
+                }
+            );
+        }
+    }
+    for note in &profiling.notes {
+        let _ = writeln!(out, "  - {note}");
+    }
+    out
+}
+
+fn shorten(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        text.to_string()
+    } else {
+        let mut s: String = text.chars().take(width.saturating_sub(1)).collect();
+        s.push('…');
+        s
+    }
+}
+
+/// The end of a path, for narrow columns.
+fn tail(text: &str, width: usize) -> String {
+    let count = text.chars().count();
+    if count <= width {
+        text.to_string()
+    } else {
+        let s: String = text.chars().skip(count - width + 1).collect();
+        format!("…{s}")
+    }
+}

@@ -1,0 +1,383 @@
+//! Reads what function-level profiling needs from an ELF file: its function symbols
+//! (`.symtab` and `.dynsym`, demangled Rust and C++ names), its loadable segments (to turn
+//! addresses into file offsets and back), its dynamic dependencies (`DT_NEEDED`, `RUNPATH`),
+//! and a few bytes at a symbol (a function's first instruction, a constant's value).
+//!
+//! The file is read once and only what is needed is kept.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+};
+
+use object::{
+    Endianness, Object as _, ObjectSymbol as _, SymbolKind,
+    elf::{DT_NEEDED, DT_RPATH, DT_RUNPATH, ET_DYN, PF_X, PT_LOAD},
+    read::elf::{Dyn as _, ElfFile64, FileHeader as _, ProgramHeader as _},
+};
+
+use super::FunctionError;
+
+/// A function symbol.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Symbol {
+    /// Virtual address in the file's own address space.
+    pub address: u64,
+    /// Size in bytes (0 when the symbol table does not say).
+    pub size: u64,
+    /// The name as stored (mangled).
+    pub raw: String,
+    /// Demangled, without Rust hashes or C++ parameter lists; `raw` when not mangled.
+    pub name: String,
+}
+
+/// A loadable segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Segment {
+    pub vaddr: u64,
+    pub memsz: u64,
+    pub offset: u64,
+    pub filesz: u64,
+    pub executable: bool,
+}
+
+/// The parts of an ELF file cg-trace uses.
+#[derive(Clone, Debug)]
+pub struct ElfInfo {
+    pub path: PathBuf,
+    /// Position-independent (a shared library or PIE): loaded at a bias.
+    pub relocatable: bool,
+    pub segments: Vec<Segment>,
+    /// Function symbols sorted by address, one per (address, name).
+    pub functions: Vec<Symbol>,
+    /// Data symbols a caller asked for by name (see [`ElfInfo::open_with`]): name, address,
+    /// and up to 16 bytes of their initial value.
+    pub data: Vec<(String, u64, Vec<u8>)>,
+    pub needed: Vec<String>,
+    /// `DT_RUNPATH` or `DT_RPATH` entries, `$ORIGIN` expanded.
+    pub runpath: Vec<PathBuf>,
+    /// The first 16 bytes of each function, by index in `functions` (for probe costs).
+    pub prologues: Vec<[u8; 16]>,
+}
+
+fn elf_error(path: &Path, what: impl std::fmt::Display) -> FunctionError {
+    FunctionError::Elf {
+        path: path.to_path_buf(),
+        reason: what.to_string(),
+    }
+}
+
+impl ElfInfo {
+    /// Reads `path`'s functions, segments and dependencies.
+    pub fn open(path: &Path) -> Result<Self, FunctionError> {
+        Self::open_with(path, &[])
+    }
+
+    /// Like [`ElfInfo::open`], also looking up the data symbols named in `data_symbols`.
+    pub fn open_with(path: &Path, data_symbols: &[&str]) -> Result<Self, FunctionError> {
+        let bytes = fs::read(path).map_err(|e| elf_error(path, e))?;
+        Self::parse(path, &bytes, data_symbols)
+    }
+
+    /// Parses an ELF image already in memory.
+    pub fn parse(path: &Path, bytes: &[u8], data_symbols: &[&str]) -> Result<Self, FunctionError> {
+        if bytes.get(..4) != Some(b"\x7fELF") {
+            return Err(elf_error(path, "not an ELF file"));
+        }
+        let file = ElfFile64::<Endianness>::parse(bytes)
+            .map_err(|e| elf_error(path, format!("not a 64-bit ELF file we can read ({e})")))?;
+        let endian = file.endian();
+        let header = file.elf_header();
+        let relocatable = header.e_type(endian) == ET_DYN;
+        let segments: Vec<Segment> = file
+            .elf_program_headers()
+            .iter()
+            .filter(|ph| ph.p_type(endian) == PT_LOAD)
+            .map(|ph| Segment {
+                vaddr: ph.p_vaddr(endian),
+                memsz: ph.p_memsz(endian),
+                offset: ph.p_offset(endian),
+                filesz: ph.p_filesz(endian),
+                executable: ph.p_flags(endian) & PF_X != 0,
+            })
+            .collect();
+
+        let mut functions: Vec<Symbol> = Vec::new();
+        let mut data = Vec::new();
+        for symbol in file.symbols().chain(file.dynamic_symbols()) {
+            if !symbol.is_definition() {
+                continue;
+            }
+            let Ok(raw) = symbol.name() else { continue };
+            if raw.is_empty() {
+                continue;
+            }
+            match symbol.kind() {
+                SymbolKind::Text if symbol.address() != 0 => functions.push(Symbol {
+                    address: symbol.address(),
+                    size: symbol.size(),
+                    raw: raw.to_string(),
+                    name: demangle(raw),
+                }),
+                SymbolKind::Data if data_symbols.contains(&raw) => {
+                    if data
+                        .iter()
+                        .any(|(n, _, _): &(String, u64, Vec<u8>)| n == raw)
+                    {
+                        continue;
+                    }
+                    let value = file_range(&segments, symbol.address(), 16.min(symbol.size()))
+                        .and_then(|(start, len)| bytes.get(start..start + len))
+                        .map(<[u8]>::to_vec)
+                        .unwrap_or_default();
+                    data.push((raw.to_string(), symbol.address(), value));
+                }
+                _ => {}
+            }
+        }
+        // At one address, the name people use first: compiler-made aliases
+        // (`f.localalias`, `f.part.0`, `f.cold`) and longer names after.
+        functions.sort_by(|a, b| {
+            a.address
+                .cmp(&b.address)
+                .then_with(|| a.raw.contains('.').cmp(&b.raw.contains('.')))
+                .then_with(|| a.raw.len().cmp(&b.raw.len()))
+                .then_with(|| a.raw.cmp(&b.raw))
+        });
+        functions.dedup_by(|a, b| a.address == b.address && a.raw == b.raw);
+        let prologues = functions
+            .iter()
+            .map(|f| {
+                let mut out = [0u8; 16];
+                if let Some(code) = file_range(&segments, f.address, 16)
+                    .and_then(|(start, len)| bytes.get(start..start + len))
+                {
+                    out[..code.len()].copy_from_slice(code);
+                }
+                out
+            })
+            .collect();
+
+        let (mut needed, mut runpath) = (Vec::new(), Vec::new());
+        let sections = file.elf_section_table();
+        if let Ok(Some((dynamic, link))) = sections.dynamic(endian, bytes)
+            && let Ok(strings) = sections.strings(endian, bytes, link)
+        {
+            let origin = path.parent().unwrap_or(Path::new("/"));
+            for entry in dynamic {
+                let tag = entry.tag(endian);
+                let is = |t: i64| tag == t;
+                if !is(DT_NEEDED) && !is(DT_RUNPATH) && !is(DT_RPATH) {
+                    continue;
+                }
+                let Ok(value) = entry.string(endian, strings) else {
+                    continue;
+                };
+                let value = String::from_utf8_lossy(value).into_owned();
+                if is(DT_NEEDED) {
+                    needed.push(value);
+                } else {
+                    runpath.extend(value.split(':').filter(|p| !p.is_empty()).map(|p| {
+                        PathBuf::from(
+                            p.replace("${ORIGIN}", &origin.to_string_lossy())
+                                .replace("$ORIGIN", &origin.to_string_lossy()),
+                        )
+                    }));
+                }
+            }
+        }
+        Ok(ElfInfo {
+            path: path.to_path_buf(),
+            relocatable,
+            segments,
+            functions,
+            data,
+            needed,
+            runpath,
+            prologues,
+        })
+    }
+
+    /// The file offset of virtual address `vaddr` (what uprobes attach to).
+    pub fn file_offset(&self, vaddr: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .find(|s| vaddr >= s.vaddr && vaddr < s.vaddr + s.filesz.max(1))
+            .map(|s| vaddr - s.vaddr + s.offset)
+    }
+
+    /// The virtual address of file offset `offset` (from `/proc/PID/maps`), in an
+    /// executable segment first.
+    pub fn vaddr_of_offset(&self, offset: u64) -> Option<u64> {
+        let within = |s: &&Segment| offset >= s.offset && offset < s.offset + s.filesz;
+        self.segments
+            .iter()
+            .filter(|s| s.executable)
+            .find(within)
+            .or_else(|| self.segments.iter().find(within))
+            .map(|s| offset - s.offset + s.vaddr)
+    }
+
+    /// The function containing `vaddr`: the closest symbol at or below it, within its size
+    /// (or before the next symbol when the size is unknown).
+    pub fn function_at(&self, vaddr: u64) -> Option<&Symbol> {
+        self.function_index_at(vaddr).map(|i| &self.functions[i])
+    }
+
+    /// The index in `functions` of the function containing `vaddr` (see
+    /// [`ElfInfo::function_at`]).
+    pub fn function_index_at(&self, vaddr: u64) -> Option<usize> {
+        let index = self.functions.partition_point(|f| f.address <= vaddr);
+        let candidate = self.functions.get(index.checked_sub(1)?)?;
+        let start = candidate.address;
+        let first = self.functions[..index].partition_point(|f| f.address < start);
+        let aliases = &self.functions[first..index];
+        if aliases.iter().any(|f| f.size > 0) {
+            // Several symbols may start at one address (aliases): the preferred one (first
+            // in order) whose size covers the address.
+            return aliases
+                .iter()
+                .position(|f| vaddr < f.address + f.size.max(1))
+                .map(|i| first + i);
+        }
+        let next = self.functions.get(index).map_or(u64::MAX, |f| f.address);
+        (vaddr < next).then_some(first)
+    }
+
+    /// A data symbol's address and initial bytes, when asked for at open.
+    pub fn data_symbol(&self, name: &str) -> Option<(u64, &[u8])> {
+        self.data
+            .iter()
+            .find(|(n, _, _)| n == name)
+            .map(|(_, address, value)| (*address, value.as_slice()))
+    }
+}
+
+/// The byte range of the file that holds `len` bytes at virtual address `vaddr`.
+fn file_range(segments: &[Segment], vaddr: u64, len: u64) -> Option<(usize, usize)> {
+    let segment = segments
+        .iter()
+        .find(|s| vaddr >= s.vaddr && vaddr < s.vaddr + s.filesz)?;
+    let start = vaddr - segment.vaddr + segment.offset;
+    let available = segment.offset + segment.filesz - start;
+    Some((
+        usize::try_from(start).ok()?,
+        usize::try_from(len.min(available)).ok()?,
+    ))
+}
+
+/// A symbol name as people write it: Rust without the hash, C++ without parameters.
+pub fn demangle(raw: &str) -> String {
+    if let Ok(symbol) = rustc_demangle::try_demangle(raw) {
+        return format!("{symbol:#}");
+    }
+    if raw.starts_with("_Z")
+        && let Ok(symbol) = cpp_demangle::Symbol::new(raw)
+    {
+        let options = cpp_demangle::DemangleOptions::new()
+            .no_params()
+            .no_return_type();
+        if let Ok(text) = symbol.demangle_with_options(&options) {
+            return text;
+        }
+    }
+    raw.to_string()
+}
+
+/// How the kernel runs a uprobe's displaced first instruction: emulated (cheap) or
+/// single-stepped out of line (an extra trap, about ten times the cost here).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FirstInstruction {
+    /// `push` of a register or `nop`: emulated by the kernel (x86-64, Linux 6.9 and later).
+    Emulated,
+    /// Anything else (`endbr64`, `mov`, `sub`, ...): single-stepped.
+    SingleStepped,
+}
+
+impl FirstInstruction {
+    /// Classifies x86-64 machine code by its first instruction.
+    pub fn of_x86_64(code: &[u8]) -> Self {
+        match code {
+            // push %rax..%rdi, nop
+            [0x50..=0x57, ..] | [0x90, ..] => FirstInstruction::Emulated,
+            // push %r8..%r15
+            [0x41, 0x50..=0x57, ..] => FirstInstruction::Emulated,
+            // multi-byte nops: 0f 1f /0, and 66-prefixed forms
+            [0x0f, 0x1f, ..] | [0x66, 0x0f, 0x1f, ..] | [0x66, 0x90, ..] => {
+                FirstInstruction::Emulated
+            }
+            _ => FirstInstruction::SingleStepped,
+        }
+    }
+
+    /// Estimated cost of one entry + return probe pair in microseconds, as measured on the
+    /// development VM (`cargo xtask bench --functions` measures it on yours).
+    pub fn estimated_pair_cost_us(self) -> f64 {
+        match self {
+            FirstInstruction::Emulated => 2.0,
+            FirstInstruction::SingleStepped => 13.0,
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            FirstInstruction::Emulated => "emulated",
+            FirstInstruction::SingleStepped => "single-stepped",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn demangles_rust_and_cpp_names_without_hashes_or_parameters() {
+        assert_eq!(
+            demangle("_ZN8cg_funcs8workload5heavy17h0123456789abcdefE"),
+            "cg_funcs::workload::heavy"
+        );
+        assert_eq!(demangle("_ZN2ns5Klass6methodEi"), "ns::Klass::method");
+        assert_eq!(demangle("deflate"), "deflate");
+    }
+
+    #[test]
+    fn classifies_first_instructions() {
+        assert_eq!(
+            FirstInstruction::of_x86_64(&[0x55, 0x48, 0x89, 0xe5]),
+            FirstInstruction::Emulated
+        );
+        assert_eq!(
+            FirstInstruction::of_x86_64(&[0x41, 0x57]),
+            FirstInstruction::Emulated
+        );
+        assert_eq!(
+            FirstInstruction::of_x86_64(&[0xf3, 0x0f, 0x1e, 0xfa]),
+            FirstInstruction::SingleStepped
+        );
+        assert_eq!(
+            FirstInstruction::of_x86_64(&[0x48, 0x83, 0xec, 0x18]),
+            FirstInstruction::SingleStepped
+        );
+    }
+
+    #[test]
+    fn reads_this_test_binarys_own_symbols() {
+        let exe = std::env::current_exe().unwrap();
+        let elf = ElfInfo::open(&exe).unwrap();
+        assert!(elf.functions.len() > 100);
+        let main = elf
+            .functions
+            .iter()
+            .find(|f| f.raw == "main")
+            .expect("main");
+        assert_eq!(
+            elf.function_at(main.address).map(|f| &f.raw),
+            Some(&main.raw)
+        );
+        let offset = elf.file_offset(main.address).unwrap();
+        assert_eq!(elf.vaddr_of_offset(offset), Some(main.address));
+        assert!(ElfInfo::open(Path::new("/proc/self/status")).is_err());
+    }
+}

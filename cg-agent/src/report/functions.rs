@@ -1,0 +1,391 @@
+//! The function part of the report: runs function-level attribution
+//! ([`crate::attribution::functions`]) over the recording's function data with each
+//! process's energy per interval, and builds the `functions` list, `meta.function_profiling`
+//! and the energy per stack that folded stacks and flamegraphs are drawn from.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::FunctionEntry;
+use crate::{
+    attribution::{
+        ProcId,
+        functions::{IntervalSpend, attribute_calls, attribute_samples},
+    },
+    functions::{elf::FirstInstruction, symbolize::file_name},
+    session::Recording,
+    sources::Provenance,
+};
+
+/// `meta.function_profiling`.
+#[derive(Clone, Debug, Serialize)]
+pub struct FunctionProfiling {
+    /// Function entries before the `--top-functions` cut.
+    pub functions_count: usize,
+    /// Entries in the report's `functions` list.
+    pub functions_listed_count: usize,
+    /// `measured` or `estimated`: function energy is a share of the source's energy.
+    pub provenance: Provenance,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uprobes: Option<UprobeStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<SamplingStats>,
+    /// How the function figures are computed.
+    pub method: Vec<String>,
+    /// Where this run's function figures are approximate or incomplete.
+    pub notes: Vec<String>,
+}
+
+/// What the function probes cost and saw.
+#[derive(Clone, Debug, Serialize)]
+pub struct UprobeStats {
+    pub functions: Vec<ProbedEntry>,
+    /// Entry probe hits of every process on the machine (measured): what the probes cost
+    /// (non-target processes calling a probed function pay the trap too).
+    pub probe_hits_count: u64,
+    /// Calls of targets that completed (measured).
+    pub target_calls_count: u64,
+    /// `target_calls_count` x each function's estimated pair cost.
+    pub estimated_probe_cost_s: f64,
+    /// Calls deeper than the per-thread entry stack (counted, not timed).
+    pub depth_overflow_count: u64,
+    /// Returns with no entry (the run attached mid-call, or a longjmp skipped it).
+    pub unmatched_returns_count: u64,
+    /// Entries a return skipped (longjmp, exceptions).
+    pub abandoned_frames_count: u64,
+    /// Threads or totals the kernel maps had no room for.
+    pub map_full_count: u64,
+    /// Clock reads that fell back to the tick-granular runtime.
+    pub clock_fallbacks_count: u64,
+}
+
+/// One probed function.
+#[derive(Clone, Debug, Serialize)]
+pub struct ProbedEntry {
+    pub symbol: String,
+    pub module: String,
+    pub file_offset: u64,
+    /// `emulated` or `single_stepped`: how the kernel runs the displaced instruction.
+    pub first_instruction: FirstInstruction,
+    /// Estimated cost of one call's entry + return probes (development VM figures).
+    pub estimated_probe_pair_cost_us: f64,
+    /// Highest rate seen in one interval (measured).
+    pub max_calls_per_s: f64,
+}
+
+/// What the sampler did.
+#[derive(Clone, Debug, Serialize)]
+pub struct SamplingStats {
+    pub sample_hz: u64,
+    /// Samples of targets (measured).
+    pub samples_count: u64,
+    pub lost_samples_count: u64,
+    pub lost_user_stacks_count: u64,
+    pub lost_python_count: u64,
+    /// Energy of targets carried by samples.
+    pub sampled_energy_j: f64,
+    /// Energy of targets that ran but were never sampled (the `[unsampled]` entries).
+    pub unsampled_energy_j: f64,
+    pub stacks_count: usize,
+    pub symbolize_ms: f64,
+    /// Native-only samples whose stack did not reach the program's entry point.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub incomplete_stacks_pct: Option<f64>,
+    pub python: Vec<PythonEntry>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PythonEntry {
+    pub pid: u32,
+    pub version: String,
+    /// Whether its Python frames were walked (CPython 3.11 to 3.13).
+    pub python_frames: bool,
+}
+
+/// Energy of one sampled stack of one process (folded stacks, flamegraphs).
+#[derive(Clone, Debug, PartialEq)]
+pub struct StackEnergy {
+    pub pid: u32,
+    pub comm: String,
+    /// Frame labels, outermost first.
+    pub frames: Vec<String>,
+    pub energy_j: f64,
+    pub samples: u64,
+}
+
+/// Label of the remainder of a process's energy that no sample carried.
+pub const UNSAMPLED: &str = "[unsampled]";
+
+/// The function figures of a run.
+pub struct Built {
+    pub functions: Vec<FunctionEntry>,
+    pub profiling: Option<FunctionProfiling>,
+    pub stacks: Vec<StackEnergy>,
+}
+
+/// Builds the function figures. `process_energy[id]` is each process's energy over the
+/// top-level domains, `process_cpu_ns[id]` its on-CPU time.
+pub fn build(
+    rec: &Recording,
+    spend: &[IntervalSpend],
+    process_energy: &BTreeMap<ProcId, f64>,
+    process_cpu_ns: &BTreeMap<ProcId, u64>,
+) -> Built {
+    let Some(data) = rec.functions.as_ref() else {
+        return Built {
+            functions: Vec::new(),
+            profiling: None,
+            stacks: Vec::new(),
+        };
+    };
+    let provenance = if rec
+        .sources
+        .iter()
+        .any(|s| s.provenance == Provenance::Estimated)
+    {
+        Provenance::Estimated
+    } else {
+        Provenance::Measured
+    };
+    let pid = |id: ProcId| rec.processes.get(id as usize).map_or(0, |p| p.pid);
+    let mut entries: Vec<FunctionEntry> = Vec::new();
+    let mut method = Vec::new();
+    let mut notes = Vec::new();
+
+    let uprobes = (!data.probed.is_empty()).then(|| {
+        let calls = attribute_calls(spend, &data.intervals);
+        let mut target_calls = 0u64;
+        let mut estimated_cost_s = 0.0;
+        for (&(process, func), totals) in &calls {
+            let Some(probed) = data.probed.get(func as usize) else {
+                continue;
+            };
+            target_calls += totals.calls;
+            estimated_cost_s +=
+                totals.calls as f64 * probed.first_instruction.estimated_pair_cost_us() / 1e6;
+            entries.push(FunctionEntry {
+                symbol: probed.name.clone(),
+                module: file_name(&probed.module),
+                pid: pid(process),
+                calls: Some(totals.calls),
+                samples: None,
+                cpu_time_s: totals.cpu_ns / 1e9,
+                energy_j: totals.energy_j,
+                self_cpu_time_s: totals.self_cpu_ns / 1e9,
+                self_energy_j: totals.self_energy_j,
+                source: "uprobe",
+                line: None,
+                partial: Some(data.partial.contains(&(process, func))),
+                provenance,
+            });
+        }
+        method.push(
+            "probed functions: on-CPU time between entry and return (time off-CPU inside the \
+             function does not count), times the process's energy per on-CPU second in each \
+             interval; inclusive time counts the outermost of recursive calls only; times \
+             include part of the probes' own cost (the trap after entry and before return)"
+                .to_string(),
+        );
+        if !data.partial.is_empty() {
+            notes.push(format!(
+                "{} function(s) were still running when the run ended: their figures (partial: \
+                 true) cover the time up to the last read",
+                data.partial.len()
+            ));
+        }
+        let counters = data.uprobe_counters.unwrap_or_default();
+        UprobeStats {
+            functions: data
+                .probed
+                .iter()
+                .map(|p| ProbedEntry {
+                    symbol: p.name.clone(),
+                    module: p.module.display().to_string(),
+                    file_offset: p.offset,
+                    first_instruction: p.first_instruction,
+                    estimated_probe_pair_cost_us: p.first_instruction.estimated_pair_cost_us(),
+                    max_calls_per_s: p.max_calls_per_s,
+                })
+                .collect(),
+            probe_hits_count: counters.entries,
+            target_calls_count: target_calls,
+            estimated_probe_cost_s: estimated_cost_s,
+            depth_overflow_count: counters.overflows,
+            unmatched_returns_count: counters.unmatched_returns,
+            abandoned_frames_count: counters.abandoned_frames,
+            map_full_count: counters.map_full,
+            clock_fallbacks_count: counters.clock_fallbacks,
+        }
+    });
+
+    let mut stacks = Vec::new();
+    let sampling = data.sampler.as_ref().map(|summary| {
+        let sampled = attribute_samples(spend, &data.intervals, &data.stacks);
+        for (&(process, frame), totals) in &sampled.frames {
+            let Some(f) = data.frames.get(frame as usize) else {
+                continue;
+            };
+            entries.push(FunctionEntry {
+                symbol: f.symbol.clone(),
+                module: f.module.clone(),
+                pid: pid(process),
+                calls: None,
+                samples: Some(totals.samples),
+                cpu_time_s: totals.cpu_ns / 1e9,
+                energy_j: totals.energy_j,
+                self_cpu_time_s: totals.self_cpu_ns / 1e9,
+                self_energy_j: totals.self_energy_j,
+                source: "sampling",
+                line: f.line,
+                partial: None,
+                provenance,
+            });
+        }
+        let (mut sampled_j, mut unsampled_j) = (0.0, 0.0);
+        for (&process, &energy_j) in process_energy {
+            let carried = sampled.sampled.get(&process).copied().unwrap_or_default();
+            let rest_j = (energy_j - carried.energy_j).max(0.0);
+            let cpu_ns = process_cpu_ns.get(&process).copied().unwrap_or(0);
+            let rest_ns = cpu_ns.saturating_sub(carried.cpu_ns);
+            sampled_j += carried.energy_j;
+            unsampled_j += rest_j;
+            if rest_j > 1e-9 {
+                entries.push(FunctionEntry {
+                    symbol: UNSAMPLED.into(),
+                    module: String::new(),
+                    pid: pid(process),
+                    calls: None,
+                    samples: Some(0),
+                    cpu_time_s: rest_ns as f64 / 1e9,
+                    energy_j: rest_j,
+                    self_cpu_time_s: rest_ns as f64 / 1e9,
+                    self_energy_j: rest_j,
+                    source: "sampling",
+                    line: None,
+                    partial: None,
+                    provenance,
+                });
+                let comm = rec
+                    .processes
+                    .get(process as usize)
+                    .map_or_else(String::new, |p| p.comm.clone());
+                stacks.push(StackEnergy {
+                    pid: pid(process),
+                    comm,
+                    frames: vec![UNSAMPLED.into()],
+                    energy_j: rest_j,
+                    samples: 0,
+                });
+            }
+        }
+        for (&(process, stack), totals) in &sampled.stacks {
+            let frames = data
+                .stacks
+                .get(stack as usize)
+                .map(|ids| {
+                    ids.iter()
+                        .filter_map(|&id| data.frames.get(id as usize))
+                        .map(|f| f.label())
+                        .collect()
+                })
+                .unwrap_or_default();
+            let comm = rec
+                .processes
+                .get(process as usize)
+                .map_or_else(String::new, |p| p.comm.clone());
+            stacks.push(StackEnergy {
+                pid: pid(process),
+                comm,
+                frames,
+                energy_j: totals.energy_j,
+                samples: totals.samples,
+            });
+        }
+        method.push(format!(
+            "sampled functions: CPU-clock samples at {} Hz per CPU; within each interval a \
+             thread's energy is divided equally over its samples; a function's energy is the \
+             sum over samples whose stack contains it (inclusive) or ends in it (self); per \
+             process, self energies plus [unsampled] add up to the process's energy; figures of \
+             functions with few samples are noisy (relative error about 1/sqrt(samples))",
+            summary.sample_hz
+        ));
+        if let Some(pct) = summary.incomplete_stacks_pct
+            && pct > 50.0
+        {
+            notes.push(format!(
+                "{pct:.0}% of native stacks did not unwind to the program's entry point: \
+                 binaries without frame pointers give truncated stacks (self figures stay \
+                 right, callers' inclusive figures are undercounted); rebuild with \
+                 -fno-omit-frame-pointer or -C force-frame-pointers=yes"
+            ));
+        }
+        for p in summary.python.iter().filter(|p| !p.frames) {
+            notes.push(format!(
+                "pid {}: CPython {} is not supported by the frame walker (3.11 to 3.13 are): \
+                 native frames only",
+                p.pid, p.version
+            ));
+        }
+        SamplingStats {
+            sample_hz: summary.sample_hz,
+            samples_count: summary.samples,
+            lost_samples_count: summary.lost_samples,
+            lost_user_stacks_count: summary.lost_user_stacks,
+            lost_python_count: summary.lost_python,
+            sampled_energy_j: sampled_j,
+            unsampled_energy_j: unsampled_j,
+            stacks_count: summary.stacks_count,
+            symbolize_ms: summary.symbolize_ms,
+            incomplete_stacks_pct: summary.incomplete_stacks_pct,
+            python: summary
+                .python
+                .iter()
+                .map(|p| PythonEntry {
+                    pid: p.pid,
+                    version: p.version.clone(),
+                    python_frames: p.frames,
+                })
+                .collect(),
+        }
+    });
+    if data.merges > 0 {
+        notes.push(format!(
+            "long run: function data was merged {} time(s) to bound memory",
+            data.merges
+        ));
+    }
+
+    let total = entries.len();
+    entries.sort_by(|a, b| {
+        b.energy_j
+            .total_cmp(&a.energy_j)
+            .then_with(|| a.pid.cmp(&b.pid))
+            .then_with(|| a.symbol.cmp(&b.symbol))
+    });
+    // The remainders always stay listed: they make the list add up.
+    let listed: Vec<FunctionEntry> = entries
+        .into_iter()
+        .enumerate()
+        .filter(|(i, e)| *i < data.top || e.symbol == UNSAMPLED)
+        .map(|(_, e)| e)
+        .collect();
+    stacks.sort_by(|a, b| {
+        a.pid
+            .cmp(&b.pid)
+            .then_with(|| b.energy_j.total_cmp(&a.energy_j))
+    });
+    Built {
+        profiling: Some(FunctionProfiling {
+            functions_count: total,
+            functions_listed_count: listed.len(),
+            provenance,
+            uprobes,
+            sampling,
+            method,
+            notes,
+        }),
+        functions: listed,
+        stacks,
+    }
+}

@@ -1,0 +1,789 @@
+//! Function-level profiling during a run: resolves `--func` SPECs and attaches the probes
+//! before the command starts, then once per interval reads what the function probes and the
+//! sampler aggregated in the kernel, turns it into per-interval [`FunctionInterval`]s keyed
+//! by process, and keeps what symbolization needs while the processes still exist (their
+//! memory maps, the names of Python code objects). At the end it names every stack.
+//!
+//! Probed functions: the kernel keeps cumulative per-thread totals of completed calls; calls
+//! still running are added from the threads' entry stacks and the threads' CPU clocks
+//! (`/proc/PID/task/TID/schedstat`), and a high-water mark keeps each function's reported
+//! time from ever going back. So a function that is still running at the end counts up to
+//! the last read, and is marked partial.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    path::{Path, PathBuf},
+    time::Instant,
+};
+
+use cg_common::profiling::{FRAME_OUTERMOST, FuncCounters, FuncKey, FuncStats, SampleKey};
+
+use super::{Mode, processes::ProcessTable};
+use crate::{
+    attribution::{
+        ProcId,
+        functions::{CallDelta, FrameId, FunctionInterval, SampleCount, ThreadTime},
+    },
+    functions::{
+        CALLS_PER_S_WARNING, FunctionError, FunctionOptions,
+        elf::FirstInstruction,
+        maps::ProcMaps,
+        python::{self, Detection, PyFunction},
+        resolve::{self, LookupScope, ResolvedFunction},
+        symbolize::{Frame, FrameKind, Symbolizer, file_name, is_stack_root},
+    },
+    probes::{Lifecycle, ProbeError, Probes, activity::Activity},
+};
+
+/// Stored function-data entries past which adjacent intervals are merged in pairs.
+const ENTRY_BUDGET: usize = 2_000_000;
+
+/// A probed function, as the report describes it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProbedFunction {
+    pub name: String,
+    pub module: PathBuf,
+    pub offset: u64,
+    pub first_instruction: FirstInstruction,
+    pub spec: String,
+    /// Highest calls per second seen in one interval, over all processes.
+    pub max_calls_per_s: f64,
+}
+
+/// A CPython process the sampler met.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PythonSeen {
+    pub pid: u32,
+    pub version: String,
+    /// Whether its Python frames were walked.
+    pub frames: bool,
+}
+
+/// What the sampler did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SamplerSummary {
+    pub sample_hz: u64,
+    /// Samples of targets taken (measured).
+    pub samples: u64,
+    pub lost_samples: u64,
+    pub lost_user_stacks: u64,
+    pub lost_python: u64,
+    pub python: Vec<PythonSeen>,
+    /// Share of native-only samples whose user stack did not reach the program's entry
+    /// point (truncated: no frame pointers), in percent.
+    pub incomplete_stacks_pct: Option<f64>,
+    /// Time spent naming the stacks at the end.
+    pub symbolize_ms: f64,
+    /// Distinct stacks named.
+    pub stacks_count: usize,
+}
+
+/// Everything function-level a run recorded: the input of the report's function figures.
+#[derive(Clone, Debug, Default)]
+pub struct FunctionRecording {
+    pub intervals: Vec<FunctionInterval>,
+    /// Named frames; `stacks` refer to them by index.
+    pub frames: Vec<Frame>,
+    /// Stacks, outermost frame first; samples refer to them by index.
+    pub stacks: Vec<Vec<FrameId>>,
+    /// Probed functions by id.
+    pub probed: Vec<ProbedFunction>,
+    /// (process, function) pairs still running at the end.
+    pub partial: BTreeSet<(ProcId, u32)>,
+    pub uprobe_counters: Option<FuncCounters>,
+    pub sampler: Option<SamplerSummary>,
+    /// How many times stored intervals were merged in pairs.
+    pub merges: u32,
+    /// `--top-functions`.
+    pub top: usize,
+}
+
+/// The SPECs resolved for a mode (before anything is loaded, so bad input exits early).
+pub fn resolve_specs(
+    options: &FunctionOptions,
+    mode: &Mode,
+    proc_root: &Path,
+) -> Result<Vec<ResolvedFunction>, FunctionError> {
+    if options.specs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let scope = match mode {
+        Mode::Wrap { command } => LookupScope {
+            executable: command.first().and_then(|c| resolve::which(c)),
+            pids: Vec::new(),
+            proc_root: proc_root.to_path_buf(),
+        },
+        Mode::Attach { pids } => LookupScope {
+            executable: pids
+                .first()
+                .and_then(|p| std::fs::read_link(proc_root.join(p.to_string()).join("exe")).ok()),
+            pids: pids.clone(),
+            proc_root: proc_root.to_path_buf(),
+        },
+        Mode::System => LookupScope {
+            executable: None,
+            pids: Vec::new(),
+            proc_root: proc_root.to_path_buf(),
+        },
+    };
+    if let (Mode::Wrap { command }, Some(exe)) = (mode, &scope.executable)
+        && std::fs::read(exe)
+            .map(|b| b.get(..2) == Some(b"#!"))
+            .unwrap_or(false)
+        && options.specs.iter().any(|s| s.object.is_none())
+    {
+        return Err(FunctionError::Usage(format!(
+            "--func: {} is a script ({}), not a binary with symbols; name the binary, e.g. \
+             --func /path/to/binary:{}",
+            command[0],
+            exe.display(),
+            options.specs[0].pattern
+        )));
+    }
+    resolve::resolve(&options.specs, &scope, options.func_limit)
+}
+
+/// A sampled stack before naming: the process (and which program image: a new exec is a
+/// new generation) and the kernel's ids of its parts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct RawStack {
+    pid: u32,
+    generation: u32,
+    kernel: i32,
+    user: i32,
+    python: u64,
+}
+
+#[derive(Clone, Debug)]
+struct PythonState {
+    detection: Detection,
+    attempts: u32,
+}
+
+/// Function-level state of a running session.
+pub struct FunctionSession {
+    options: FunctionOptions,
+    functions: Vec<ResolvedFunction>,
+    proc_root: PathBuf,
+    // Probed functions.
+    previous: HashMap<FuncKey, FuncStats>,
+    completed: HashMap<(ProcId, u32), (u64, u64)>,
+    high_water: HashMap<(ProcId, u32), (u64, u64)>,
+    active: BTreeSet<(ProcId, u32)>,
+    exited: Vec<(u32, u32)>,
+    exited_pending: Vec<(u32, u32)>,
+    max_rate: Vec<f64>,
+    warned: BTreeSet<u32>,
+    // Sampling.
+    raw: Vec<RawStack>,
+    raw_index: HashMap<RawStack, u32>,
+    stack_cache: HashMap<i32, Vec<u64>>,
+    python_stacks: HashMap<u64, Vec<u64>>,
+    python_codes: HashMap<(u32, u32, u64), PyFunction>,
+    generation: HashMap<u32, u32>,
+    maps: HashMap<(u32, u32), ProcMaps>,
+    python: HashMap<(u32, u32), PythonState>,
+    interpreters: python::InterpreterCache,
+    gone_python: Vec<u32>,
+    // Recording.
+    intervals: Vec<FunctionInterval>,
+    stored: usize,
+    merges: u32,
+}
+
+impl FunctionSession {
+    /// Attaches the function probes and the sampler as the options ask.
+    pub fn start(
+        options: &FunctionOptions,
+        functions: Vec<ResolvedFunction>,
+        probes: &mut Probes,
+        proc_root: &Path,
+    ) -> Result<Self, ProbeError> {
+        if !functions.is_empty() {
+            raise_open_files_limit(functions.len() * 2 + 256);
+            probes.attach_functions(&functions)?;
+        }
+        if options.profile {
+            probes.attach_sampler(options.sample_hz)?;
+        }
+        Ok(FunctionSession {
+            options: options.clone(),
+            max_rate: vec![0.0; functions.len()],
+            functions,
+            proc_root: proc_root.to_path_buf(),
+            previous: HashMap::new(),
+            completed: HashMap::new(),
+            high_water: HashMap::new(),
+            active: BTreeSet::new(),
+            exited: Vec::new(),
+            exited_pending: Vec::new(),
+            warned: BTreeSet::new(),
+            raw: Vec::new(),
+            raw_index: HashMap::new(),
+            stack_cache: HashMap::new(),
+            python_stacks: HashMap::new(),
+            python_codes: HashMap::new(),
+            generation: HashMap::new(),
+            maps: HashMap::new(),
+            python: HashMap::new(),
+            interpreters: python::InterpreterCache::default(),
+            gone_python: Vec::new(),
+            intervals: Vec::new(),
+            stored: 0,
+            merges: 0,
+        })
+    }
+
+    /// One interval: lifecycle events, probed functions, samples. `record` is false before
+    /// the run starts (the data is read and dropped).
+    pub fn sample(
+        &mut self,
+        probes: &mut Probes,
+        activity: &Activity,
+        table: &mut ProcessTable,
+        run_start_ns: u64,
+        record: bool,
+        events: &[Lifecycle],
+    ) {
+        for pid in self.gone_python.drain(..) {
+            probes.forget_python(pid);
+        }
+        for event in events {
+            match event {
+                Lifecycle::Exec { pid, .. } => {
+                    *self.generation.entry(*pid).or_default() += 1;
+                    probes.forget_python(*pid);
+                }
+                Lifecycle::Exit {
+                    pid,
+                    tid,
+                    process_exited,
+                    ..
+                } => {
+                    self.exited.push((*pid, *tid));
+                    if *process_exited {
+                        self.gone_python.push(*pid);
+                    }
+                }
+                Lifecycle::Fork { .. } => {}
+            }
+        }
+        let duration_s = activity.duration_ns as f64 / 1e9;
+        let calls = if self.functions.is_empty() {
+            Vec::new()
+        } else {
+            self.read_calls(probes, table, activity.start_ns, duration_s)
+        };
+        let samples = if self.options.profile {
+            self.read_samples(probes, table, activity.start_ns)
+        } else {
+            Vec::new()
+        };
+        if !record {
+            return;
+        }
+        let involved: BTreeSet<ProcId> = calls
+            .iter()
+            .map(|c| c.process)
+            .chain(samples.iter().map(|s| s.process))
+            .collect();
+        let mut threads: BTreeMap<(ProcId, u32), u64> = BTreeMap::new();
+        for slice in &activity.threads {
+            if !table.is_target(slice.thread.tgid) {
+                continue;
+            }
+            let process = table.id_of(slice.thread.tgid, activity.start_ns);
+            if involved.contains(&process) {
+                *threads.entry((process, slice.thread.tid)).or_default() += slice.on_cpu_ns;
+            }
+        }
+        let interval = FunctionInterval {
+            start_ns: activity.start_ns.saturating_sub(run_start_ns),
+            duration_ns: activity.duration_ns,
+            threads: threads
+                .into_iter()
+                .map(|((process, tid), on_cpu_ns)| ThreadTime {
+                    process,
+                    tid,
+                    on_cpu_ns,
+                })
+                .collect(),
+            samples,
+            calls,
+        };
+        self.stored += interval.len() + 1;
+        self.intervals.push(interval);
+        if self.stored > ENTRY_BUDGET && self.intervals.len() >= 2 {
+            let old = std::mem::take(&mut self.intervals);
+            let mut iter = old.into_iter();
+            while let Some(a) = iter.next() {
+                self.intervals.push(match iter.next() {
+                    Some(b) => a.merge(&b),
+                    None => a,
+                });
+            }
+            self.stored = self.intervals.iter().map(|i| i.len() + 1).sum();
+            self.merges += 1;
+        }
+    }
+
+    fn read_calls(
+        &mut self,
+        probes: &mut Probes,
+        table: &mut ProcessTable,
+        now_ns: u64,
+        duration_s: f64,
+    ) -> Vec<CallDelta> {
+        // Completed calls first, then the calls in progress: a call that completes between
+        // the two reads is then briefly missing (caught up next time), never counted twice.
+        let stats = match probes.function_stats() {
+            Ok(stats) => stats,
+            Err(err) => {
+                tracing::warn!("reading function totals: {err}");
+                return Vec::new();
+            }
+        };
+        let threads = probes.function_threads().unwrap_or_default();
+        let mut calls: BTreeMap<(ProcId, u32), u64> = BTreeMap::new();
+        for (key, now) in stats {
+            let before = self.previous.insert(key, now).unwrap_or_default();
+            let process = table.id_of(key.tgid, now_ns);
+            let done = self.completed.entry((process, key.func)).or_default();
+            done.0 += now.incl_ns.saturating_sub(before.incl_ns);
+            done.1 += now.self_ns.saturating_sub(before.self_ns);
+            let n = now.calls.saturating_sub(before.calls);
+            if n > 0 {
+                *calls.entry((process, key.func)).or_default() += n;
+            }
+        }
+        let mut running: HashMap<(ProcId, u32), (u64, u64)> = HashMap::new();
+        self.active.clear();
+        for (tid, thread) in threads {
+            let process = table.id_of(thread.tgid, now_ns);
+            let depth = (thread.depth as usize).min(thread.frames.len());
+            self.active
+                .extend(thread.frames[..depth].iter().map(|f| (process, f.func)));
+            // A thread that is gone keeps what the last read saw.
+            let Some(clock_ns) = thread_cpu_ns(&self.proc_root, thread.tgid, tid) else {
+                continue;
+            };
+            for (i, frame) in thread.frames[..depth].iter().enumerate() {
+                let end = thread.frames[..depth]
+                    .get(i + 1)
+                    .map_or(clock_ns, |inner| inner.entry_ns);
+                let incl = clock_ns.saturating_sub(frame.entry_ns);
+                let own = end
+                    .saturating_sub(frame.entry_ns)
+                    .saturating_sub(frame.child_ns);
+                let r = running.entry((process, frame.func)).or_default();
+                if frame.flags & FRAME_OUTERMOST != 0 {
+                    r.0 += incl;
+                }
+                r.1 += own;
+            }
+        }
+        let keys: BTreeSet<(ProcId, u32)> = self
+            .completed
+            .keys()
+            .chain(running.keys())
+            .copied()
+            .collect();
+        let mut out = Vec::new();
+        for key in keys {
+            let done = self.completed.get(&key).copied().unwrap_or_default();
+            let now = running.get(&key).copied().unwrap_or_default();
+            let total = (done.0 + now.0, done.1 + now.1);
+            let mark = self.high_water.entry(key).or_default();
+            let delta = (
+                total.0.saturating_sub(mark.0),
+                total.1.saturating_sub(mark.1),
+            );
+            *mark = (mark.0.max(total.0), mark.1.max(total.1));
+            let n = calls.get(&key).copied().unwrap_or(0);
+            if n == 0 && delta == (0, 0) {
+                continue;
+            }
+            out.push(CallDelta {
+                process: key.0,
+                func: key.1,
+                calls: n,
+                incl_ns: delta.0,
+                self_ns: delta.1,
+            });
+        }
+        // Rates, and the warning when probes distort what they measure.
+        let mut per_function: BTreeMap<u32, u64> = BTreeMap::new();
+        for ((_, func), n) in &calls {
+            *per_function.entry(*func).or_default() += n;
+        }
+        if duration_s > 0.05 {
+            for (func, n) in per_function {
+                let rate = n as f64 / duration_s;
+                if let Some(max) = self.max_rate.get_mut(func as usize) {
+                    *max = max.max(rate);
+                }
+                if rate > CALLS_PER_S_WARNING
+                    && self.warned.insert(func)
+                    && let Some(f) = self.functions.get(func as usize)
+                {
+                    eprintln!(
+                        "cg-trace: warning: {} is called {:.0} times/s (measured); its probes \
+                         cost about {:.0} µs per call (estimated, {} first instruction), which \
+                         inflates its time and the program's: probe less frequent functions",
+                        f.name,
+                        rate,
+                        f.first_instruction.estimated_pair_cost_us(),
+                        f.first_instruction.describe()
+                    );
+                }
+            }
+        }
+        // Threads that exited an interval ago: their last totals are read; forget them.
+        for (tgid, tid) in std::mem::take(&mut self.exited_pending) {
+            let keys: Vec<FuncKey> = self
+                .previous
+                .keys()
+                .filter(|k| k.tgid == tgid && k.tid == tid)
+                .copied()
+                .collect();
+            for key in &keys {
+                self.previous.remove(key);
+            }
+            probes.forget_function_thread(tid, &keys);
+        }
+        self.exited_pending = std::mem::take(&mut self.exited);
+        out
+    }
+
+    fn read_samples(
+        &mut self,
+        probes: &mut Probes,
+        table: &mut ProcessTable,
+        now_ns: u64,
+    ) -> Vec<SampleCount> {
+        let entries = match probes.take_samples() {
+            Ok(entries) => entries,
+            Err(err) => {
+                tracing::warn!("reading samples: {err}");
+                return Vec::new();
+            }
+        };
+        let mut out = Vec::with_capacity(entries.len());
+        for (key, count) in entries {
+            let pid = key.tgid;
+            let generation = self.generation.get(&pid).copied().unwrap_or(0);
+            self.ensure_python(probes, pid, generation);
+            let raw = RawStack {
+                pid,
+                generation,
+                kernel: key.kernel_stack,
+                user: key.user_stack,
+                python: key.py_stack,
+            };
+            let stack = match self.raw_index.get(&raw) {
+                Some(&index) => index,
+                None => {
+                    self.learn(probes, &key, generation);
+                    let index = self.raw.len() as u32;
+                    self.raw.push(raw);
+                    self.raw_index.insert(raw, index);
+                    index
+                }
+            };
+            out.push(SampleCount {
+                process: table.id_of(pid, now_ns),
+                tid: key.tid,
+                stack,
+                count,
+            });
+        }
+        out
+    }
+
+    /// Reads what naming a new stack will need while the process still exists: its
+    /// addresses, its memory map, its Python code objects.
+    fn learn(&mut self, probes: &Probes, key: &SampleKey, generation: u32) {
+        let pid = key.tgid;
+        for id in [key.user_stack, key.kernel_stack] {
+            if id >= 0 && !self.stack_cache.contains_key(&id) {
+                let addresses = probes.stack(id).unwrap_or_default();
+                self.stack_cache.insert(id, addresses);
+            }
+        }
+        if key.user_stack >= 0 {
+            let addresses = &self.stack_cache[&key.user_stack];
+            let stale = match self.maps.get(&(pid, generation)) {
+                None => true,
+                Some(maps) => addresses
+                    .iter()
+                    .any(|&a| maps.find(a).is_none_or(|m| m.path.is_none())),
+            };
+            if stale && let Ok(maps) = ProcMaps::read(&self.proc_root, pid) {
+                self.maps.insert((pid, generation), maps);
+            }
+        }
+        if key.py_stack != 0 && !self.python_stacks.contains_key(&key.py_stack) {
+            let codes = probes
+                .python_stack(key.py_stack)
+                .map(|(codes, _)| codes)
+                .unwrap_or_default();
+            let walker = match self.python.get(&(pid, generation)) {
+                Some(PythonState {
+                    detection: Detection::Python(p),
+                    ..
+                }) => Some(p.walker),
+                _ => None,
+            };
+            for &code in codes.iter().filter(|&&c| c != 0) {
+                if let (std::collections::hash_map::Entry::Vacant(slot), Some(walker)) = (
+                    self.python_codes.entry((pid, generation, code)),
+                    walker.as_ref(),
+                ) && let Some(function) = python::read_code(&self.proc_root, pid, walker, code)
+                {
+                    slot.insert(function);
+                }
+            }
+            tracing::debug!(
+                "pid {pid}: python stack {:#x}: {} frames, walker {}",
+                key.py_stack,
+                codes.len(),
+                walker.is_some()
+            );
+            self.python_stacks.insert(key.py_stack, codes);
+        }
+    }
+
+    /// Looks for CPython in a sampled process, and tells the sampler where its frames are.
+    fn ensure_python(&mut self, probes: &mut Probes, pid: u32, generation: u32) {
+        let proc_root = self.proc_root.clone();
+        let state = self.python.entry((pid, generation)).or_insert(PythonState {
+            detection: Detection::NotPython,
+            attempts: 0,
+        });
+        // A process is looked at when first sampled; one whose executable looks like
+        // Python but whose interpreter is not mapped yet (just exec'd) gets a few more tries.
+        let retry = state.attempts == 0
+            || (state.attempts < 5
+                && state.detection == Detection::NotPython
+                && exe_looks_like_python(&proc_root, pid));
+        if !retry {
+            return;
+        }
+        state.attempts += 1;
+        state.detection = python::detect(&proc_root, pid, &mut self.interpreters);
+        tracing::debug!(
+            "pid {pid} generation {generation}: python detection {:?}",
+            state.detection
+        );
+        if let Detection::Python(found) = &state.detection
+            && let Err(err) = probes.set_python(pid, found.walker)
+        {
+            tracing::warn!("python frames of pid {pid}: {err}");
+        }
+    }
+
+    /// Names every stack and hands over the recording.
+    pub fn finish(mut self, probes: &Probes) -> FunctionRecording {
+        let uprobe_counters = (!self.functions.is_empty())
+            .then(|| probes.function_counters().ok())
+            .flatten();
+        let started = Instant::now();
+        let mut symbolizer = Symbolizer::new();
+        let mut stacks: Vec<Vec<FrameId>> = Vec::new();
+        let mut stack_ids: HashMap<Vec<FrameId>, u32> = HashMap::new();
+        let mut remap: Vec<u32> = Vec::with_capacity(self.raw.len());
+        let mut incomplete: BTreeMap<u32, bool> = BTreeMap::new();
+        for (index, raw) in self.raw.iter().enumerate() {
+            let (ids, complete) = self.name_stack(&mut symbolizer, raw);
+            if raw.python == 0 && raw.user >= 0 {
+                incomplete.insert(index as u32, !complete);
+            }
+            let id = match stack_ids.get(&ids) {
+                Some(&id) => id,
+                None => {
+                    let id = stacks.len() as u32;
+                    stack_ids.insert(ids.clone(), id);
+                    stacks.push(ids);
+                    id
+                }
+            };
+            remap.push(id);
+        }
+        let frames = symbolizer.into_frames();
+        let (mut native_samples, mut incomplete_samples) = (0u64, 0u64);
+        for interval in &mut self.intervals {
+            for sample in &mut interval.samples {
+                if let Some(&bad) = incomplete.get(&sample.stack) {
+                    native_samples += sample.count;
+                    if bad {
+                        incomplete_samples += sample.count;
+                    }
+                }
+                sample.stack = remap.get(sample.stack as usize).copied().unwrap_or(0);
+            }
+        }
+        let symbolize_ms = started.elapsed().as_secs_f64() * 1e3;
+        let sampler = self.options.profile.then(|| {
+            let counters = probes.sampler_counters().unwrap_or_default();
+            let mut python: Vec<PythonSeen> = self
+                .python
+                .iter()
+                .filter_map(|((pid, _), state)| match &state.detection {
+                    Detection::Python(p) => Some(PythonSeen {
+                        pid: *pid,
+                        version: format!("{}.{}", p.version.0, p.version.1),
+                        frames: true,
+                    }),
+                    Detection::Unsupported { version, .. } => Some(PythonSeen {
+                        pid: *pid,
+                        version: format!("{}.{}", version.0, version.1),
+                        frames: false,
+                    }),
+                    Detection::NotPython => None,
+                })
+                .collect();
+            python.sort_by_key(|p| p.pid);
+            SamplerSummary {
+                sample_hz: self.options.sample_hz,
+                samples: counters.samples,
+                lost_samples: counters.lost_samples,
+                lost_user_stacks: counters.lost_user_stacks,
+                lost_python: counters.lost_py,
+                python,
+                incomplete_stacks_pct: (native_samples > 0)
+                    .then(|| 100.0 * incomplete_samples as f64 / native_samples as f64),
+                symbolize_ms,
+                stacks_count: stacks.len(),
+            }
+        });
+        FunctionRecording {
+            intervals: self.intervals,
+            frames,
+            stacks,
+            probed: self
+                .functions
+                .iter()
+                .zip(&self.max_rate)
+                .map(|(f, &max_calls_per_s)| ProbedFunction {
+                    name: f.name.clone(),
+                    module: f.module.clone(),
+                    offset: f.offset,
+                    first_instruction: f.first_instruction,
+                    spec: f.spec.clone(),
+                    max_calls_per_s,
+                })
+                .collect(),
+            partial: self.active,
+            uprobe_counters,
+            sampler,
+            merges: self.merges,
+            top: self.options.top,
+        }
+    }
+
+    /// A stack's frames, outermost first, and whether its native part reached the
+    /// program's entry point.
+    fn name_stack(&self, symbolizer: &mut Symbolizer, raw: &RawStack) -> (Vec<FrameId>, bool) {
+        let maps = self.maps.get(&(raw.pid, raw.generation));
+        let native: Vec<FrameId> = self
+            .stack_cache
+            .get(&raw.user)
+            .filter(|_| raw.user >= 0)
+            .map(|addresses| {
+                addresses
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &a)| symbolizer.native(raw.pid, maps, a, i > 0))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let complete = native
+            .last()
+            .is_some_and(|&f| is_stack_root(&symbolizer.frame(f).symbol));
+        let mut out: Vec<FrameId> = Vec::new();
+        let python = self
+            .python_stacks
+            .get(&raw.python)
+            .filter(|_| raw.python != 0);
+        match python {
+            Some(codes) if codes.iter().any(|&c| c != 0) => {
+                for &code in codes.iter().rev().filter(|&&c| c != 0) {
+                    let frame = match self.python_codes.get(&(raw.pid, raw.generation, code)) {
+                        Some(f) => Frame {
+                            symbol: f.qualname.clone(),
+                            module: f.filename.clone(),
+                            line: Some(f.line),
+                            kind: FrameKind::Python,
+                        },
+                        None => Frame::unknown("[python]"),
+                    };
+                    out.push(symbolizer.intern(frame));
+                }
+                // Native frames called from Python code (a C extension, libc), innermost
+                // first until the interpreter's own frames, which the Python frames stand for.
+                let interpreter = match self.python.get(&(raw.pid, raw.generation)) {
+                    Some(PythonState {
+                        detection: Detection::Python(p),
+                        ..
+                    }) => Some(file_name(&p.interpreter)),
+                    _ => None,
+                };
+                let called: Vec<FrameId> = native
+                    .iter()
+                    .copied()
+                    .take_while(|&f| Some(&symbolizer.frame(f).module) != interpreter.as_ref())
+                    .collect();
+                if called.len() < native.len() {
+                    out.extend(called.into_iter().rev());
+                } else if let Some(&leaf) = native.first() {
+                    // The walk never reached the interpreter (no frame pointers): only the
+                    // innermost frame is trustworthy.
+                    out.push(leaf);
+                }
+            }
+            _ => out.extend(native.into_iter().rev()),
+        }
+        if raw.kernel >= 0
+            && let Some(addresses) = self.stack_cache.get(&raw.kernel)
+        {
+            out.extend(addresses.iter().rev().map(|&a| symbolizer.kernel(a)));
+        }
+        if out.is_empty() {
+            out.push(symbolizer.intern(Frame::unknown("[no stack]")));
+        }
+        (out, complete)
+    }
+}
+
+/// A thread's CPU time now (the kernel's `sum_exec_runtime`, brought up to date on read).
+fn thread_cpu_ns(proc_root: &Path, tgid: u32, tid: u32) -> Option<u64> {
+    let path = proc_root.join(format!("{tgid}/task/{tid}/schedstat"));
+    std::fs::read_to_string(path)
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+fn exe_looks_like_python(proc_root: &Path, pid: u32) -> bool {
+    std::fs::read_link(proc_root.join(pid.to_string()).join("exe"))
+        .map(|p| file_name(&p).contains("python"))
+        .unwrap_or(false)
+}
+
+/// Each uprobe pair holds two perf-event file descriptors: make room for them.
+fn raise_open_files_limit(needed: usize) {
+    // SAFETY: getrlimit/setrlimit on a struct we own.
+    unsafe {
+        let mut limit: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0
+            && (limit.rlim_cur as usize) < needed
+        {
+            limit.rlim_cur = limit
+                .rlim_max
+                .min(needed.max(limit.rlim_cur as usize) as u64);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}

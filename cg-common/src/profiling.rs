@@ -1,0 +1,245 @@
+//! Types shared by the function-level programs (uprobes on chosen functions, the stack
+//! sampler and its CPython frame walker) and the agent. Same rules as the rest of this crate:
+//! `#[repr(C)]`, `Copy`, no `bool`, no implicit padding, sizes asserted.
+
+use core::mem::size_of;
+
+/// Names of the maps of the function-level programs.
+pub mod names {
+    /// Hash: tid -> [`FuncThread`](super::FuncThread), the entry stack of each thread that
+    /// entered a probed function.
+    pub const FUNC_THREADS: &str = "FUNC_THREADS";
+    /// Hash: [`FuncKey`](super::FuncKey) -> [`FuncStats`](super::FuncStats), cumulative per
+    /// thread (a thread runs on one CPU at a time, so no atomics are needed).
+    pub const FUNC_STATS: &str = "FUNC_STATS";
+    /// Per-CPU array of one [`FuncCounters`](super::FuncCounters).
+    pub const FUNC_COUNTERS: &str = "FUNC_COUNTERS";
+    /// Stack trace map shared by kernel and user stacks of samples.
+    pub const STACKS: &str = "STACKS";
+    /// Two hashes [`SampleKey`](super::SampleKey) -> count; the kernel writes the one
+    /// [`SAMPLE_SELECT`] names while user space reads and clears the other.
+    pub const SAMPLES_A: &str = "SAMPLES_A";
+    pub const SAMPLES_B: &str = "SAMPLES_B";
+    /// Array of one `u32`: 0 -> the kernel counts into `SAMPLES_A`, 1 -> `SAMPLES_B`.
+    pub const SAMPLE_SELECT: &str = "SAMPLE_SELECT";
+    /// Per-CPU array of one [`SamplerCounters`](super::SamplerCounters).
+    pub const SAMPLER_COUNTERS: &str = "SAMPLER_COUNTERS";
+    /// Hash: tgid -> [`PyProcess`](super::PyProcess), the CPython processes to walk.
+    pub const PY_PROCS: &str = "PY_PROCS";
+    /// Hash: stack hash -> [`PyStack`](super::PyStack).
+    pub const PY_STACKS: &str = "PY_STACKS";
+}
+
+/// Globals of the function-level programs.
+pub mod globals {
+    /// `u32`: 1 makes `sched_switch` also record when each CPU's task got it
+    /// (`CpuState::switch_in_ns`), which the function probes need to read a thread's
+    /// on-CPU clock mid-slice. 0 (the default) leaves the hot path as it is.
+    pub const FUNC_CLOCK: &str = "FUNC_CLOCK";
+    /// `u32`: 1 makes the function probes return at once (benchmarks measure the cost of an
+    /// empty uprobe + uretprobe pair this way).
+    pub const NOOP_FUNC: &str = "NOOP_FUNC";
+}
+
+/// Entry frames kept per thread; deeper nesting of probed functions is counted, not timed.
+pub const FUNC_MAX_DEPTH: usize = 32;
+/// Threads that can be inside probed functions at once.
+pub const FUNC_MAX_THREADS: u32 = 8_192;
+/// (thread, function) pairs with statistics.
+pub const FUNC_MAX_STATS: u32 = 32_768;
+
+/// `FuncFrame::flags`: no enclosing frame of the same function (inclusive time counts here).
+pub const FRAME_OUTERMOST: u32 = 1;
+
+/// One active call of a probed function.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FuncFrame {
+    /// Function id (the uprobe's cookie: an index into the agent's table of functions).
+    pub func: u32,
+    pub flags: u32,
+    /// The thread's on-CPU clock at entry (nanoseconds of CPU time since the thread began).
+    pub entry_ns: u64,
+    /// On-CPU nanoseconds spent so far in completed calls of probed callees.
+    pub child_ns: u64,
+}
+const _: () = assert!(size_of::<FuncFrame>() == 24);
+
+/// The entry stack of one thread.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FuncThread {
+    pub tgid: u32,
+    /// Frames in use.
+    pub depth: u32,
+    /// Entries past [`FUNC_MAX_DEPTH`] still waiting for their return.
+    pub overflow: u32,
+    pub _pad: u32,
+    pub frames: [FuncFrame; FUNC_MAX_DEPTH],
+}
+const _: () = assert!(size_of::<FuncThread>() == 16 + 24 * FUNC_MAX_DEPTH);
+
+impl Default for FuncThread {
+    fn default() -> Self {
+        FuncThread {
+            tgid: 0,
+            depth: 0,
+            overflow: 0,
+            _pad: 0,
+            frames: [FuncFrame::default(); FUNC_MAX_DEPTH],
+        }
+    }
+}
+
+/// A probed function in one thread.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FuncKey {
+    pub tgid: u32,
+    pub tid: u32,
+    pub func: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<FuncKey>() == 16);
+
+/// Cumulative figures of completed calls.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FuncStats {
+    pub calls: u64,
+    /// On-CPU ns of outermost calls (a recursive call's time counts once).
+    pub incl_ns: u64,
+    /// On-CPU ns in the function itself, not in probed callees.
+    pub self_ns: u64,
+}
+const _: () = assert!(size_of::<FuncStats>() == 24);
+
+/// What the function probes saw or could not record, per CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FuncCounters {
+    /// Entry probe hits of every process (targets or not): what the probes cost the machine.
+    pub entries: u64,
+    /// Return probe hits of every process.
+    pub returns: u64,
+    /// Entries deeper than [`FUNC_MAX_DEPTH`] (counted, not timed).
+    pub overflows: u64,
+    /// Returns with no matching entry (attached mid-call, or lost to a longjmp).
+    pub unmatched_returns: u64,
+    /// Frames dropped because a return skipped them (longjmp, exceptions).
+    pub abandoned_frames: u64,
+    /// Threads or statistics the maps had no room for.
+    pub map_full: u64,
+    /// Clock reads that raced a context switch twice and fell back to the scheduler's
+    /// own (tick-granular) runtime.
+    pub clock_fallbacks: u64,
+    pub _reserved: u64,
+}
+const _: () = assert!(size_of::<FuncCounters>() == 64);
+
+/// Stack trace slots (each holds up to 127 addresses).
+pub const STACKS_MAX: u32 = 16_384;
+/// Distinct (thread, stack) pairs per sampling window (one interval).
+pub const SAMPLES_MAX: u32 = 16_384;
+
+/// One aggregated sample: a thread and its stacks.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SampleKey {
+    pub tgid: u32,
+    pub tid: u32,
+    /// Id in [`names::STACKS`]; negative: no kernel stack (the sample hit user mode).
+    pub kernel_stack: i32,
+    /// Id in [`names::STACKS`]; negative: not captured.
+    pub user_stack: i32,
+    /// Key in [`names::PY_STACKS`]; 0: no Python frames.
+    pub py_stack: u64,
+}
+const _: () = assert!(size_of::<SampleKey>() == 24);
+
+/// Sampler counters, per CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SamplerCounters {
+    /// Samples of targets taken.
+    pub samples: u64,
+    /// Samples whose (thread, stack) could not be stored (sample map full).
+    pub lost_samples: u64,
+    /// User stacks that could not be stored (stack map full or bucket taken).
+    pub lost_user_stacks: u64,
+    /// Python stacks that could not be stored.
+    pub lost_py: u64,
+}
+const _: () = assert!(size_of::<SamplerCounters>() == 32);
+
+/// Python frames kept per sample (innermost first).
+pub const PY_MAX_FRAMES: usize = 40;
+/// Threads of one interpreter searched for the sampled thread's state.
+pub const PY_MAX_THREADS: u32 = 32;
+/// `PyProcess::cframe_frame` when the thread state points at the frame directly (3.13).
+pub const PY_NO_CFRAME: u32 = u32::MAX;
+/// `_PyInterpreterFrame.owner` of the C-stack shim frames of 3.12+ (skipped).
+pub const PY_OWNED_BY_CSTACK: u8 = 3;
+
+/// Where to find the running Python frames of one process: the address of `_PyRuntime` and
+/// the byte offsets of the fields the walker follows, for that process's CPython version.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PyProcess {
+    pub runtime_addr: u64,
+    /// `_PyRuntime.interpreters.head`.
+    pub interp_head: u32,
+    /// `PyInterpreterState.threads.head`.
+    pub threads_head: u32,
+    /// `PyThreadState.next`.
+    pub tstate_next: u32,
+    /// `PyThreadState.native_thread_id`.
+    pub tstate_native_tid: u32,
+    /// `PyThreadState.cframe` (3.11, 3.12) or `.current_frame` (3.13).
+    pub tstate_frame: u32,
+    /// `_PyCFrame.current_frame`, or [`PY_NO_CFRAME`].
+    pub cframe_frame: u32,
+    /// `_PyInterpreterFrame.f_code` / `.f_executable`.
+    pub frame_code: u32,
+    /// `_PyInterpreterFrame.previous`.
+    pub frame_previous: u32,
+    /// `_PyInterpreterFrame.owner` (one byte).
+    pub frame_owner: u32,
+    /// `PyCodeObject.co_qualname`.
+    pub code_qualname: u32,
+    /// `PyCodeObject.co_filename`.
+    pub code_filename: u32,
+    /// `PyCodeObject.co_firstlineno` (an `int`).
+    pub code_firstlineno: u32,
+    /// Characters of a compact ASCII `str` (`sizeof(PyASCIIObject)`).
+    pub unicode_ascii_data: u32,
+    /// `(major << 8) | minor`, e.g. `0x030b`.
+    pub version: u32,
+}
+const _: () = assert!(size_of::<PyProcess>() == 64);
+
+/// Python frames of one sample: code object addresses, innermost first (0: a frame with
+/// no code of its own, skipped).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PyStack {
+    pub len: u32,
+    /// 1 when the walk stopped at [`PY_MAX_FRAMES`] with frames left.
+    pub truncated: u32,
+    pub codes: [u64; PY_MAX_FRAMES],
+}
+const _: () = assert!(size_of::<PyStack>() == 8 + 8 * PY_MAX_FRAMES);
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: all of these are `repr(C)`, `Copy`, and have no padding or invalid bit patterns.
+    unsafe impl aya::Pod for super::FuncFrame {}
+    unsafe impl aya::Pod for super::FuncThread {}
+    unsafe impl aya::Pod for super::FuncKey {}
+    unsafe impl aya::Pod for super::FuncStats {}
+    unsafe impl aya::Pod for super::FuncCounters {}
+    unsafe impl aya::Pod for super::SampleKey {}
+    unsafe impl aya::Pod for super::SamplerCounters {}
+    unsafe impl aya::Pod for super::PyProcess {}
+    unsafe impl aya::Pod for super::PyStack {}
+}

@@ -1,0 +1,116 @@
+//! Workload for function-level tests and benchmarks: calls functions of known relative cost
+//! a known number of times, so tests can check calls exactly and time and energy ratios.
+//!
+//! - C kernels (tests/c/cgfuncs.c, frame pointers): `cg_work_a` (1 unit of work per call),
+//!   `cg_work_b` (2 units), `cg_recurse` (recursive, 1 unit per level), `cg_thread_work`
+//!   (1 unit, in a second thread), all through `cg_burn`;
+//! - `cglib_work` (1 unit) in the shared library libcgfuncs_lib.so;
+//! - `cg_funcs::rust_work` (1 unit), a Rust function with a mangled name.
+//!
+//! Usage: `cg-funcs [--calls N] [--units U] [--depth D] [--partial]`: the main thread runs N
+//! rounds of work_a, work_b, rust_work and cglib_work, plus N / D calls of cg_recurse with
+//! depth D; a second thread runs N calls of cg_thread_work. With `--partial` a third thread
+//! enters `cg_forever` and the process exits while it is inside. Prints what it did.
+//!
+//! `cg-funcs --tiny N [--endbr]`: N calls of a function that does almost nothing (probe
+//! cost benchmarks); prints `calls_per_s`.
+
+use std::time::Instant;
+
+#[link(name = "cgfuncs_lib")]
+unsafe extern "C" {
+    fn cglib_work(units: u64) -> u64;
+}
+
+#[link(name = "cgfuncs", kind = "static")]
+unsafe extern "C" {
+    fn cg_burn(units: u64) -> u64;
+    fn cg_work_a(units: u64) -> u64;
+    fn cg_work_b(units: u64) -> u64;
+    fn cg_recurse(depth: u32, units: u64) -> u64;
+    fn cg_thread_work(units: u64) -> u64;
+    fn cg_forever(units: u64) -> u64;
+    fn cg_tiny(x: u64) -> u64;
+}
+
+#[link(name = "cgfuncs_cet", kind = "static")]
+unsafe extern "C" {
+    fn cg_tiny_endbr(x: u64) -> u64;
+}
+
+/// A Rust function with a mangled name (`--func 'cg_funcs::rust_work'`).
+#[inline(never)]
+pub fn rust_work(units: u64) -> u64 {
+    // SAFETY: a plain C function without preconditions.
+    unsafe { cg_burn(units) }
+}
+
+fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(i) = args.iter().position(|a| a == "--tiny") {
+        let calls: u64 = args
+            .get(i + 1)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1_000_000);
+        let endbr = args.iter().any(|a| a == "--endbr");
+        let started = Instant::now();
+        let mut x = 0u64;
+        for i in 0..calls {
+            // SAFETY: plain C functions without preconditions.
+            x = x.wrapping_add(unsafe { if endbr { cg_tiny_endbr(i) } else { cg_tiny(i) } });
+        }
+        std::hint::black_box(x);
+        println!(
+            "calls_per_s {:.1}",
+            calls as f64 / started.elapsed().as_secs_f64()
+        );
+        return;
+    }
+    let calls: u64 = arg(&args, "--calls", 200);
+    let units: u64 = arg(&args, "--units", 20);
+    let depth: u32 = arg(&args, "--depth", 4);
+    let partial = args.iter().any(|a| a == "--partial");
+
+    let worker = std::thread::spawn(move || {
+        let mut x = 0u64;
+        for _ in 0..calls {
+            // SAFETY: plain C function.
+            x = x.wrapping_add(unsafe { cg_thread_work(units) });
+        }
+        x
+    });
+    let mut x = 0u64;
+    for round in 0..calls {
+        // SAFETY: plain C functions without preconditions.
+        unsafe {
+            x = x.wrapping_add(cg_work_a(units));
+            x = x.wrapping_add(cg_work_b(units));
+            x = x.wrapping_add(cglib_work(units));
+        }
+        x = x.wrapping_add(rust_work(units));
+        if round % u64::from(depth.max(1)) == 0 {
+            // SAFETY: as above.
+            x = x.wrapping_add(unsafe { cg_recurse(depth, units) });
+        }
+    }
+    x = x.wrapping_add(worker.join().unwrap_or(0));
+    std::hint::black_box(x);
+    println!(
+        "calls {calls} units {units} depth {depth} recurse_calls {}",
+        calls.div_ceil(u64::from(depth.max(1)))
+    );
+    if partial {
+        // SAFETY: as above; the thread never returns.
+        std::thread::spawn(move || unsafe { cg_forever(units) });
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        std::process::exit(0);
+    }
+}
