@@ -261,14 +261,19 @@ pub fn attribute_samples(
 /// Energy of probed functions, per (process, function id).
 ///
 /// A function's on-CPU time in an interval can exceed its process's by a little (the probes
-/// read a clock, the scheduler accounts ticks): inclusive time is capped at the process's
-/// time in that interval, and self times are scaled down together when they add up to more,
-/// so that probed functions never hold more than their process's energy.
+/// and the scheduler's accounting are read at slightly different moments, so one interval
+/// can see time the next one would have): inclusive time is capped at the process's time in
+/// that interval, and self times are scaled down together when they add up to more, so
+/// that probed functions never hold more than their process's energy. What a cap holds
+/// back is carried to the function's next interval (at that interval's rate), so a run's
+/// totals lose only what is still held back at the end.
 pub fn attribute_calls(
     spend: &[IntervalSpend],
     data: &[FunctionInterval],
 ) -> BTreeMap<(ProcId, u32), FunctionTotals> {
     let mut out: BTreeMap<(ProcId, u32), FunctionTotals> = BTreeMap::new();
+    // Per (process, function): inclusive and self ns held back by a cap.
+    let mut held: BTreeMap<(ProcId, u32), (f64, f64)> = BTreeMap::new();
     for interval in data {
         if interval.calls.is_empty() {
             continue;
@@ -278,22 +283,43 @@ pub fn attribute_calls(
         for t in &interval.threads {
             *process_ns.entry(t.process).or_default() += t.on_cpu_ns;
         }
-        let mut self_sum: BTreeMap<ProcId, u64> = BTreeMap::new();
+        // What each function wants this interval: its own time plus what was held back.
+        let mut wanted: BTreeMap<(ProcId, u32), (u64, f64, f64)> = BTreeMap::new();
         for c in &interval.calls {
-            *self_sum.entry(c.process).or_default() += c.self_ns;
+            let w = wanted.entry((c.process, c.func)).or_default();
+            w.0 += c.calls;
+            w.1 += c.incl_ns as f64;
+            w.2 += c.self_ns as f64;
         }
-        for c in &interval.calls {
-            let cap = process_ns.get(&c.process).copied();
-            let incl_ns = cap.map_or(c.incl_ns, |cap| c.incl_ns.min(cap)) as f64;
-            let total_self = self_sum.get(&c.process).copied().unwrap_or(0);
+        for (&(process, func), &(incl, own)) in &held {
+            if process_ns.contains_key(&process) {
+                let w = wanted.entry((process, func)).or_default();
+                w.1 += incl;
+                w.2 += own;
+            }
+        }
+        let mut self_sum: BTreeMap<ProcId, f64> = BTreeMap::new();
+        for (&(process, _), w) in &wanted {
+            *self_sum.entry(process).or_default() += w.2;
+        }
+        for (&(process, func), &(calls, incl_want, self_want)) in &wanted {
+            let cap = process_ns.get(&process).map(|&ns| ns as f64);
+            let incl_ns = cap.map_or(incl_want, |cap| incl_want.min(cap));
+            let total_self = self_sum.get(&process).copied().unwrap_or(0.0);
             let scale = match cap {
-                Some(cap) if total_self > cap && total_self > 0 => cap as f64 / total_self as f64,
+                Some(cap) if total_self > cap && total_self > 0.0 => cap / total_self,
                 _ => 1.0,
             };
-            let self_ns = c.self_ns as f64 * scale;
-            let r = rate.get(&c.process).copied().unwrap_or(0.0);
-            let f = out.entry((c.process, c.func)).or_default();
-            f.calls += c.calls;
+            let self_ns = self_want * scale;
+            let back = (incl_want - incl_ns, self_want - self_ns);
+            if back.0 > 0.0 || back.1 > 0.0 {
+                held.insert((process, func), back);
+            } else {
+                held.remove(&(process, func));
+            }
+            let r = rate.get(&process).copied().unwrap_or(0.0);
+            let f = out.entry((process, func)).or_default();
+            f.calls += calls;
             f.cpu_ns += incl_ns;
             f.self_cpu_ns += self_ns;
             f.energy_j += incl_ns * r;
@@ -477,6 +503,38 @@ mod tests {
         let self_sum = out[&(3, 0)].self_energy_j + out[&(3, 1)].self_energy_j;
         assert!(close(self_sum, 10.0));
         assert!(close(out[&(3, 1)].self_energy_j, 10.0 * 30.0 / 110.0));
+    }
+
+    #[test]
+    fn time_held_back_by_the_cap_comes_back_in_the_next_interval() {
+        // The probes were read a little after the scheduler's accounting: the first
+        // interval sees 10 ms of f that the scheduler charges to the second.
+        //   0-100 ms   |ffffffffff| probes: 110 ms, scheduler: 100 ms (1 J/10 ms)
+        //   100-200 ms |fffff.....| probes:  40 ms, scheduler:  50 ms (1 J/10 ms)
+        let spend = [spend(0, &[(3, 10.0, 100)]), spend(100, &[(3, 5.0, 50)])];
+        let data: Vec<FunctionInterval> = [(0, 100, 110), (100, 50, 40)]
+            .iter()
+            .map(|&(start, cpu, probed)| FunctionInterval {
+                start_ns: start * MS,
+                duration_ns: 100 * MS,
+                threads: vec![thread(3, 30, cpu)],
+                samples: vec![],
+                calls: vec![CallDelta {
+                    process: 3,
+                    func: 0,
+                    calls: 1,
+                    incl_ns: probed * MS,
+                    self_ns: probed * MS,
+                }],
+            })
+            .collect();
+        let f = attribute_calls(&spend, &data)[&(3, 0)];
+        // All 150 ms of f, inclusive and self, and all of the process's 15 J.
+        assert!(close(f.cpu_ns, 150.0 * MS as f64));
+        assert!(close(f.self_cpu_ns, 150.0 * MS as f64));
+        assert!(close(f.energy_j, 15.0));
+        assert!(close(f.self_energy_j, 15.0));
+        assert_eq!(f.calls, 2);
     }
 
     #[test]
