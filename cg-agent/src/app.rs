@@ -123,18 +123,22 @@ pub fn main_with(cli: Cli) -> i32 {
         }
     };
     let report = report::build(&outcome.recording);
-    if !args.quiet {
-        eprint!("{}", summary::render(&report));
-    }
+    // The files first: a summary that cannot be printed (the terminal hung up) must not
+    // cost the report.
+    let mut messages = Vec::new();
+    let mut exit_code = outcome.exit_code;
     if let Some(path) = &args.output {
         match json::write_to_path(&report, path) {
             Ok(()) if path != Path::new("-") => {
-                eprintln!("cg-trace: report written to {}", path.display());
+                messages.push(format!("cg-trace: report written to {}", path.display()));
             }
             Ok(()) => {}
             Err(err) => {
-                eprintln!("cg-trace: writing the report to {}: {err}", path.display());
-                return 1;
+                messages.push(format!(
+                    "cg-trace: writing the report to {}: {err}",
+                    path.display()
+                ));
+                exit_code = 1;
             }
         }
     }
@@ -153,15 +157,29 @@ pub fn main_with(cli: Cli) -> i32 {
     for (path, what, write) in function_outputs {
         if let Some(path) = path {
             match write(&report, path) {
-                Ok(()) => eprintln!("cg-trace: {what} written to {}", path.display()),
+                Ok(()) => messages.push(format!("cg-trace: {what} written to {}", path.display())),
                 Err(err) => {
-                    eprintln!("cg-trace: writing the {what} to {}: {err}", path.display());
-                    return 1;
+                    messages.push(format!(
+                        "cg-trace: writing the {what} to {}: {err}",
+                        path.display()
+                    ));
+                    exit_code = 1;
                 }
             }
         }
     }
-    outcome.exit_code
+    let mut text = if args.quiet {
+        String::new()
+    } else {
+        summary::render(&report)
+    };
+    for message in messages {
+        text.push_str(&message);
+        text.push('\n');
+    }
+    // Not eprint!, which panics when stderr is gone.
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), text.as_bytes());
+    exit_code
 }
 
 /// An option of a run given before `top`, where it would not reach it (the source options

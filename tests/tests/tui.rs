@@ -351,3 +351,90 @@ fn without_a_terminal_the_view_says_to_use_o_and_exits_2() {
         assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
     }
 }
+
+#[test]
+fn tui_shows_the_functions_of_the_selected_process_while_it_runs() {
+    require_root();
+    let tmux = Tmux::start(120, 40);
+    tmux.line(&format!(
+        "{bin} --tui --refresh 300 --source model -q --func 'cg_work_*' --command-output \
+         {output} -- {funcs} --calls 100000 --units 40; echo $? > {code}",
+        bin = shell_quote(&bin("cg-trace")),
+        funcs = shell_quote(&bin("cg-funcs")),
+        output = shell_quote(&tmux.path("command.out")),
+        code = shell_quote(&tmux.path("code")),
+    ));
+    // The wrapped command is selected first; its probed functions show with their calls.
+    let screen = tmux.wait_for("the function pane", |s| {
+        s.contains("functions of") && s.contains("cg_work_a") && s.contains("cg_work_b")
+    });
+    assert!(
+        screen.contains("(uprobe)") && screen.contains("CALLS"),
+        "{screen}"
+    );
+    let energy_of = |name: &str| -> f64 {
+        let line = screen.lines().find(|l| l.starts_with(name)).unwrap();
+        // FUNCTION MODULE CALLS CPU s ENERGY J SELF J AVG W
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        fields[fields.len() - 3].parse().unwrap()
+    };
+    // cg_work_b does twice cg_work_a's work (loose: a live window of a few intervals).
+    let (a, b) = (energy_of("cg_work_a"), energy_of("cg_work_b"));
+    assert!(
+        a > 0.0 && b > 1.3 * a && b < 3.0 * a,
+        "a {a} J, b {b} J\n{screen}"
+    );
+    tmux.keys(&["q"]);
+    assert_eq!(tmux.wait_file("code"), "130");
+}
+
+#[test]
+fn a_terminal_that_hangs_up_stops_the_run_and_the_report_is_still_written() {
+    require_root();
+    let tmux = Tmux::start(100, 30);
+    let report_path = tmux.path("report.json");
+    tmux.line(&format!(
+        "{bin} --tui --source model -o {report} --command-output {output} -- {funcs} --calls \
+         1000000 --units 40",
+        bin = shell_quote(&bin("cg-trace")),
+        funcs = shell_quote(&bin("cg-funcs")),
+        report = shell_quote(&report_path),
+        output = shell_quote(&tmux.path("command.out")),
+    ));
+    tmux.wait_for("the view", |s| {
+        s.contains("cg-trace ·") && s.contains("cg-funcs")
+    });
+    // The window closes: the terminal hangs up under the view (and the command).
+    tmux.run(&["kill-server"]);
+    let start = Instant::now();
+    let report: Value = loop {
+        if let Ok(text) = fs::read_to_string(&report_path)
+            && let Ok(report) = serde_json::from_str(&text)
+        {
+            break report;
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "no report after the terminal hung up"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_adds_up(&report);
+    let reason = report["meta"]["stop_reason"].as_str().unwrap();
+    assert!(
+        reason.contains("SIGHUP")
+            || reason.contains("hung up")
+            || reason.contains("command exited"),
+        "{reason}"
+    );
+    // And cg-trace is gone, not spinning on the dead terminal.
+    let path = report_path.display().to_string();
+    while Command::new("pgrep")
+        .args(["-f", &path])
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        assert!(start.elapsed() < PATIENCE, "cg-trace still runs");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

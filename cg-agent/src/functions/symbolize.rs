@@ -180,6 +180,11 @@ impl Symbolizer {
         &self.frames[id as usize]
     }
 
+    /// Every frame interned so far, by id.
+    pub fn frames(&self) -> &[Frame] {
+        &self.frames
+    }
+
     /// Every frame interned, by id.
     pub fn into_frames(self) -> Vec<Frame> {
         self.frames

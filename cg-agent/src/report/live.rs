@@ -9,24 +9,27 @@
 //! the view reads: "now" figures over the window since the previous snapshot, totals since the
 //! start, and a short power history per domain.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use crate::{
     attribution::{
         Coverage, Ledger, ProcId,
+        functions::{FrameId, FunctionTotals, IntervalSpend, attribute_calls, attribute_samples},
         idle::{IdleBaseline, PowerPoint},
         split_interval,
     },
+    functions::symbolize::file_name,
     probes::Losses,
     session::{
         IdleWatts, Mode,
+        functions::LiveFunctions,
         live::{LiveSample, LiveStart},
         processes::ProcessRecord,
     },
     sources::{DomainKind, DomainSpec, Provenance},
 };
 
-use super::{BaselineInputs, FunctionEntry, LostEvents, SourceEntry};
+use super::{BaselineInputs, FunctionEntry, LostEvents, SourceEntry, interval_spend};
 
 /// How much power history the chart can show.
 pub const HISTORY_S: f64 = 300.0;
@@ -36,6 +39,13 @@ pub const EXITED_LINGER_NS: u64 = 10_000_000_000;
 const MAX_FIT_POINTS: usize = 6_000;
 /// Intervals between two estimates of the idle baselines, once the first few are in.
 const REFIT_EVERY: u32 = 10;
+
+/// A function in the live figures: probed (by function id) or sampled (by frame id).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum LiveFunctionKey {
+    Probed(u32),
+    Sampled(FrameId),
+}
 
 /// A run's figures so far.
 #[derive(Clone, Debug)]
@@ -160,7 +170,10 @@ pub struct LiveModel {
     processes: Vec<ProcessRecord>,
     losses: Losses,
     read_errors_count: u64,
-    functions: Vec<FunctionEntry>,
+    /// Function figures so far, per process and function.
+    functions: BTreeMap<(ProcId, LiveFunctionKey), FunctionTotals>,
+    /// Symbol, module and line of each function met.
+    function_names: HashMap<LiveFunctionKey, (String, String, Option<u32>)>,
     history_names: Vec<String>,
     history: Vec<VecDeque<(f64, f64)>>,
 }
@@ -206,7 +219,8 @@ impl LiveModel {
             processes: Vec::new(),
             losses: Losses::default(),
             read_errors_count: 0,
-            functions: Vec::new(),
+            functions: BTreeMap::new(),
+            function_names: HashMap::new(),
             history: vec![VecDeque::new(); history_names.len()],
             history_names,
             domains,
@@ -273,9 +287,6 @@ impl LiveModel {
         }
         self.losses = sample.losses;
         self.read_errors_count = sample.read_errors_count;
-        if let Some(functions) = &sample.functions {
-            self.functions.clone_from(functions);
-        }
 
         let interval = sample.interval;
         self.add_points(interval);
@@ -288,9 +299,89 @@ impl LiveModel {
         let splits = split_interval(interval, &self.coverage, &idle_w);
         self.total.add(interval, &splits);
         self.window.add(interval, &splits);
+        if let Some(functions) = &sample.functions {
+            self.add_functions(functions, interval_spend(interval, &splits, &self.top));
+        }
         self.elapsed_ns = self
             .elapsed_ns
             .max(interval.start_ns + interval.duration_ns);
+    }
+
+    /// Function-level attribution of one interval, with its processes' spend (the same
+    /// attribution as the report's, interval by interval).
+    fn add_functions(&mut self, f: &LiveFunctions<'_>, mut spend: IntervalSpend) {
+        spend.start_ns = f.interval.start_ns;
+        let (spend, data) = (
+            std::slice::from_ref(&spend),
+            std::slice::from_ref(f.interval),
+        );
+        let calls = attribute_calls(spend, data)
+            .into_iter()
+            .map(|((p, func), t)| ((p, LiveFunctionKey::Probed(func)), t));
+        let samples = attribute_samples(spend, data, f.stacks)
+            .frames
+            .into_iter()
+            .map(|((p, frame), t)| ((p, LiveFunctionKey::Sampled(frame)), t));
+        for (key, t) in calls.chain(samples) {
+            if let std::collections::hash_map::Entry::Vacant(slot) =
+                self.function_names.entry(key.1)
+            {
+                let name = match key.1 {
+                    LiveFunctionKey::Probed(func) => f
+                        .probed
+                        .get(func as usize)
+                        .map(|p| (p.name.clone(), file_name(&p.module), None)),
+                    LiveFunctionKey::Sampled(frame) => f
+                        .frames
+                        .get(frame as usize)
+                        .map(|fr| (fr.symbol.clone(), fr.module.clone(), fr.line)),
+                };
+                let Some(name) = name else { continue };
+                slot.insert(name);
+            }
+            let sum = self.functions.entry(key).or_default();
+            sum.calls += t.calls;
+            sum.samples += t.samples;
+            sum.self_samples += t.self_samples;
+            sum.cpu_ns += t.cpu_ns;
+            sum.self_cpu_ns += t.self_cpu_ns;
+            sum.energy_j += t.energy_j;
+            sum.self_energy_j += t.self_energy_j;
+        }
+    }
+
+    fn function_entries(&self) -> Vec<FunctionEntry> {
+        let provenance = if self
+            .sources
+            .iter()
+            .any(|s| s.provenance == Provenance::Estimated)
+        {
+            Provenance::Estimated
+        } else {
+            Provenance::Measured
+        };
+        self.functions
+            .iter()
+            .filter_map(|(&(process, key), t)| {
+                let (symbol, module, line) = self.function_names.get(&key)?.clone();
+                let probed = matches!(key, LiveFunctionKey::Probed(_));
+                Some(FunctionEntry {
+                    symbol,
+                    module,
+                    pid: self.processes.get(process as usize)?.pid,
+                    calls: probed.then_some(t.calls),
+                    samples: (!probed).then_some(t.samples),
+                    cpu_time_s: t.cpu_ns / 1e9,
+                    energy_j: t.energy_j,
+                    self_cpu_time_s: t.self_cpu_ns / 1e9,
+                    self_energy_j: t.self_energy_j,
+                    source: if probed { "uprobe" } else { "sampling" },
+                    line,
+                    partial: None,
+                    provenance,
+                })
+            })
+            .collect()
     }
 
     /// Nanoseconds the next snapshot's window covers so far.
@@ -455,7 +546,7 @@ impl LiveModel {
             domains,
             totals,
             processes,
-            functions: self.functions.clone(),
+            functions: self.function_entries(),
             lost_events: LostEvents::new(&self.losses, self.read_errors_count),
             history: self
                 .history_names
@@ -769,42 +860,111 @@ mod tests {
     }
 
     #[test]
-    fn functions_and_losses_come_through() {
-        let mut m = model(Mode::Attach { pids: vec![10] }, Some(1.0));
-        let procs = [record(10, 1, "a", None)];
-        let f = FunctionEntry {
-            symbol: "compress".into(),
-            module: "app".into(),
-            pid: 10,
-            calls: Some(3),
-            samples: None,
-            cpu_time_s: 0.5,
-            energy_j: 2.0,
-            self_cpu_time_s: 0.4,
-            self_energy_j: 1.5,
-            source: "uprobe",
-            line: None,
-            partial: Some(false),
-            provenance: crate::sources::Provenance::Estimated,
-        };
-        m.add(&LiveSample {
-            interval: &interval(0, 50, 0, 1.0),
-            processes: &procs,
-            changed: &[0],
-            losses: Losses {
-                events_dropped: 2,
-                ..Losses::default()
+    fn functions_are_attributed_interval_by_interval_with_their_process() {
+        use crate::{
+            attribution::functions::{CallDelta, FunctionInterval, SampleCount, ThreadTime},
+            functions::{
+                elf::FirstInstruction,
+                resolve::ResolvedFunction,
+                symbolize::{Frame, FrameKind},
             },
-            read_errors_count: 1,
-            functions: Some(vec![f.clone()]),
+            session::functions::LiveFunctions,
+        };
+        // Process 0 (pid 10) runs 50 ms per interval on CPU 0; in each interval:
+        //   probed `compress`: 1 call, 40 ms inclusive, 30 ms self
+        //   samples of thread 10: 4 x [main compress], 1 x [main]
+        let mut m = model(Mode::Attach { pids: vec![10] }, Some(1.0));
+        let procs = [record(10, 1, "a", None), record(11, 10, "b", None)];
+        let probed = [ResolvedFunction {
+            id: 0,
+            name: "compress".into(),
+            raw: "compress".into(),
+            module: "/usr/bin/app".into(),
+            address: 0x1000,
+            offset: 0x1000,
+            first_instruction: FirstInstruction::Emulated,
+            spec: "compress".into(),
+        }];
+        let frames = ["main", "compress"].map(|symbol| Frame {
+            symbol: symbol.into(),
+            module: "app".into(),
+            line: None,
+            kind: FrameKind::Native,
         });
+        let stacks = [vec![0, 1], vec![0]];
+        for i in 0..2 {
+            let data = FunctionInterval {
+                start_ns: i * 100 * MS,
+                duration_ns: 100 * MS,
+                threads: vec![ThreadTime {
+                    process: 0,
+                    tid: 10,
+                    on_cpu_ns: 50 * MS,
+                }],
+                samples: [(0, 4), (1, 1)]
+                    .map(|(stack, count)| SampleCount {
+                        process: 0,
+                        tid: 10,
+                        stack,
+                        count,
+                    })
+                    .to_vec(),
+                calls: vec![CallDelta {
+                    process: 0,
+                    func: 0,
+                    calls: 1,
+                    incl_ns: 40 * MS,
+                    self_ns: 30 * MS,
+                }],
+            };
+            m.add(&LiveSample {
+                interval: &interval(i, 50, 20, 1.0),
+                processes: &procs,
+                changed: if i == 0 { &[0, 1] } else { &[] },
+                losses: Losses {
+                    events_dropped: 2,
+                    ..Losses::default()
+                },
+                read_errors_count: 1,
+                functions: Some(LiveFunctions {
+                    interval: &data,
+                    stacks: &stacks,
+                    frames: &frames,
+                    probed: &probed,
+                }),
+            });
+        }
         let r = m.snapshot();
         assert_eq!(r.lost_events.total_count, 3);
         assert_eq!(r.target, "pid 10");
-        // A sample without function figures keeps the last ones.
-        feed(&mut m, &procs, &[], &interval(1, 50, 0, 1.0));
+        // An interval without function data adds to the process, not to its functions.
+        feed(&mut m, &procs, &[], &interval(2, 0, 20, 1.0));
         let r = m.snapshot();
-        assert_eq!(r.functions.len(), 1);
-        assert_eq!(r.functions[0].symbol, "compress");
+        let process_j = r.processes.iter().find(|p| p.pid == 10).unwrap().energy_j;
+        assert!(process_j > 0.0);
+        let entry = |source: &str, symbol: &str| {
+            r.functions
+                .iter()
+                .find(|f| f.source == source && f.symbol == symbol)
+                .unwrap_or_else(|| panic!("{source} {symbol}: {:?}", r.functions))
+        };
+        let probed = entry("uprobe", "compress");
+        assert_eq!(
+            (probed.pid, probed.calls, probed.samples),
+            (10, Some(2), None)
+        );
+        assert_eq!(probed.module, "app");
+        assert!(close(probed.cpu_time_s, 0.08));
+        assert!(close(probed.energy_j, 0.8 * process_j));
+        assert!(close(probed.self_energy_j, 0.6 * process_j));
+        let main = entry("sampling", "main");
+        assert_eq!(main.samples, Some(10));
+        assert!(close(main.energy_j, process_j));
+        assert!(close(main.self_energy_j, 0.2 * process_j));
+        let sampled = entry("sampling", "compress");
+        assert!(close(sampled.energy_j, 0.8 * process_j));
+        assert!(close(sampled.self_energy_j, 0.8 * process_j));
+        assert!(r.functions.iter().all(|f| f.pid == 10));
+        assert_eq!(r.functions.len(), 3);
     }
 }

@@ -189,6 +189,32 @@ pub struct FunctionSession {
     intervals: Vec<FunctionInterval>,
     stored: usize,
     merges: u32,
+    /// Naming as the run goes, for the live view.
+    live: Option<LiveNaming>,
+}
+
+/// What the live view needs to show functions while the run goes on: each new stack is
+/// named when first sampled (the symbolizer caches per file and function, so this costs
+/// little once warm), and the last interval's data is kept.
+#[derive(Default)]
+struct LiveNaming {
+    symbolizer: Symbolizer,
+    /// Named stacks, by raw stack index: frame ids, outermost first.
+    stacks: Vec<Vec<FrameId>>,
+    last: Option<FunctionInterval>,
+}
+
+/// One interval's function data and what names it, for the live view.
+#[derive(Debug)]
+pub struct LiveFunctions<'a> {
+    /// The last interval's data (its `start_ns` counts from the run's start).
+    pub interval: &'a FunctionInterval,
+    /// Stacks by the ids that `interval.samples` use: frame ids, outermost first.
+    pub stacks: &'a [Vec<FrameId>],
+    /// Frames by id.
+    pub frames: &'a [Frame],
+    /// Probed functions, by function id.
+    pub probed: &'a [ResolvedFunction],
 }
 
 impl FunctionSession {
@@ -231,6 +257,27 @@ impl FunctionSession {
             intervals: Vec::new(),
             stored: 0,
             merges: 0,
+            live: None,
+        })
+    }
+
+    /// Names stacks as they are first sampled and keeps each interval's data, so that
+    /// [`FunctionSession::live`] can show functions while the run goes on.
+    pub fn name_as_we_go(&mut self) {
+        self.live = Some(LiveNaming {
+            symbolizer: Symbolizer::new(),
+            ..LiveNaming::default()
+        });
+    }
+
+    /// The last interval's function data, named (after [`FunctionSession::name_as_we_go`]).
+    pub fn live(&self) -> Option<LiveFunctions<'_>> {
+        let live = self.live.as_ref()?;
+        Some(LiveFunctions {
+            interval: live.last.as_ref()?,
+            stacks: &live.stacks,
+            frames: live.symbolizer.frames(),
+            probed: &self.functions,
         })
     }
 
@@ -279,6 +326,9 @@ impl FunctionSession {
         } else {
             Vec::new()
         };
+        if let Some(live) = self.live.as_mut() {
+            live.last = None;
+        }
         if !record {
             return;
         }
@@ -311,6 +361,14 @@ impl FunctionSession {
             samples,
             calls,
         };
+        if let Some(mut live) = self.live.take() {
+            for raw in &self.raw[live.stacks.len()..] {
+                let (ids, _) = self.name_stack(&mut live.symbolizer, raw);
+                live.stacks.push(ids);
+            }
+            live.last = Some(interval.clone());
+            self.live = Some(live);
+        }
         self.stored += interval.len() + 1;
         self.intervals.push(interval);
         if self.stored > ENTRY_BUDGET && self.intervals.len() >= 2 {

@@ -9,8 +9,7 @@ use crate::{
     attribution::{Interval, ProcId},
     host::HostInfo,
     probes::Losses,
-    report::FunctionEntry,
-    session::{IdleWatts, Mode, SourceInfo, processes::ProcessRecord},
+    session::{IdleWatts, Mode, SourceInfo, functions::LiveFunctions, processes::ProcessRecord},
     sources::DomainSpec,
 };
 
@@ -50,9 +49,9 @@ pub struct LiveSample<'a> {
     pub losses: Losses,
     /// Failed reads of sources or probes so far.
     pub read_errors_count: u64,
-    /// Energy per function so far, when function-level attribution runs (`None`: nothing new,
-    /// keep what was shown).
-    pub functions: Option<Vec<FunctionEntry>>,
+    /// This interval's function data, named, when function-level profiling runs (`--func`,
+    /// `--profile`); the observer attributes it with the interval's process energies.
+    pub functions: Option<LiveFunctions<'a>>,
 }
 
 /// What the session tells its observer.

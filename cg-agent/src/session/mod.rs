@@ -348,6 +348,9 @@ async fn run_async(config: RunConfig, hooks: Option<LiveHooks>) -> Result<Outcom
     };
     if sampler.observer.is_some() {
         sampler.table.track_changes();
+        if let Some(functions) = sampler.functions.as_mut() {
+            functions.name_as_we_go();
+        }
     }
     if let Mode::Attach { pids } = &config.mode {
         for &pid in pids {
@@ -495,7 +498,11 @@ async fn run_async(config: RunConfig, hooks: Option<LiveHooks>) -> Result<Outcom
             None,
         ),
         Stop::Signal(QUIT) => (
-            "quit from the live view".to_string(),
+            if TERMINAL_HUNG_UP.load(std::sync::atomic::Ordering::SeqCst) {
+                "the live view's terminal hung up".to_string()
+            } else {
+                "quit from the live view".to_string()
+            },
             if child.is_some() {
                 128 + libc::SIGINT
             } else {
@@ -657,8 +664,41 @@ impl Signals {
         tokio::select! {
             _ = self.interrupt.recv() => libc::SIGINT,
             _ = self.terminate.recv() => libc::SIGTERM,
-            _ = self.hangup.recv() => libc::SIGHUP,
+            _ = self.hangup.recv() => {
+                leave_a_dead_terminal();
+                libc::SIGHUP
+            }
             _ = quit => QUIT,
+        }
+    }
+}
+
+/// Set when [`leave_a_dead_terminal`] found the terminal gone.
+static TERMINAL_HUNG_UP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// After a hangup, points standard output and error that went to the dead terminal (or a
+/// closed pipe) at `/dev/null`: a write there fails, and Rust's printing panics on failure, which would cost
+/// the report the run is about to write.
+pub fn leave_a_dead_terminal() {
+    // SAFETY: poll on our own descriptors; dup2 of a descriptor we opened onto them.
+    unsafe {
+        for fd in [libc::STDOUT_FILENO, libc::STDERR_FILENO] {
+            let mut p = libc::pollfd {
+                fd,
+                events: libc::POLLOUT,
+                revents: 0,
+            };
+            // (`isatty` says no once a terminal has hung up.)
+            let dead =
+                libc::poll(&mut p, 1, 0) > 0 && p.revents & (libc::POLLHUP | libc::POLLERR) != 0;
+            if dead {
+                TERMINAL_HUNG_UP.store(true, std::sync::atomic::Ordering::SeqCst);
+                let null = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if null >= 0 {
+                    libc::dup2(null, fd);
+                    libc::close(null);
+                }
+            }
         }
     }
 }
@@ -857,7 +897,7 @@ impl Sampler {
                 changed: &changed,
                 losses: self.probes.losses().unwrap_or_default(),
                 read_errors_count: self.source_errors.values().sum(),
-                functions: None,
+                functions: self.functions.as_ref().and_then(|f| f.live()),
             }));
         }
         match phase {

@@ -53,6 +53,8 @@ pub enum Event {
     Data(Box<LiveReport>),
     Key(KeyEvent),
     Resize,
+    /// The terminal hung up (its window or connection closed): the run stops.
+    TerminalGone,
     /// The run ended (`None`: its thread panicked).
     Finished(Option<Box<RunResult>>),
 }
@@ -202,6 +204,12 @@ pub fn run(config: RunConfig, options: ViewOptions) -> Result<Outcome, ViewError
                     dirty = !app.paused;
                 }
                 Event::Resize => dirty = true,
+                Event::TerminalGone => {
+                    crate::session::leave_a_dead_terminal();
+                    tracing::warn!("the terminal hung up: stopping the run");
+                    stop.notify_one();
+                    app.stopping = true;
+                }
                 Event::Started => {}
                 Event::Finished(outcome) => finished = Some(outcome),
             }
@@ -212,7 +220,15 @@ pub fn run(config: RunConfig, options: ViewOptions) -> Result<Outcome, ViewError
     };
     input_done.store(true, Ordering::SeqCst);
     drop(taken);
-    let _ = input.join();
+    // The input thread ends within one poll; should the terminal have wedged it, the
+    // report matters more than joining it (it ends with the process).
+    let waited = Instant::now();
+    while !input.is_finished() && waited.elapsed() < Duration::from_secs(1) {
+        thread::sleep(Duration::from_millis(10));
+    }
+    if input.is_finished() {
+        let _ = input.join();
+    }
     let _ = session.join();
     if let Some(path) = &options.frame_stats {
         write_frame_stats(path, &frames);
@@ -250,11 +266,24 @@ fn observer(tx: mpsc::Sender<Event>, refresh: Duration) -> Box<dyn FnMut(LiveEve
     })
 }
 
-/// Reads keys and resizes until `done`.
+/// Reads keys and resizes until `done`, or until the terminal hangs up.
 fn spawn_input(tx: mpsc::Sender<Event>, done: Arc<AtomicBool>) -> thread::JoinHandle<()> {
     thread::spawn(move || {
+        // crossterm spins inside `poll` on a hung-up terminal (always ready, reads empty):
+        // wait on the terminal ourselves and ask crossterm only without waiting.
+        let tty = std::fs::File::open("/dev/tty").ok();
         while !done.load(Ordering::SeqCst) {
-            match input::poll(INPUT_POLL) {
+            let wait = match &tty {
+                Some(tty) => match wait_readable(tty, INPUT_POLL) {
+                    Readiness::HungUp => {
+                        let _ = tx.send(Event::TerminalGone);
+                        break;
+                    }
+                    Readiness::Readable | Readiness::Timeout => Duration::ZERO,
+                },
+                None => INPUT_POLL,
+            };
+            match input::poll(wait) {
                 Ok(true) => {}
                 Ok(false) => continue,
                 Err(_) => break,
@@ -270,6 +299,31 @@ fn spawn_input(tx: mpsc::Sender<Event>, done: Arc<AtomicBool>) -> thread::JoinHa
             }
         }
     })
+}
+
+enum Readiness {
+    Readable,
+    Timeout,
+    HungUp,
+}
+
+/// Waits until the terminal has input, hangs up, or `timeout` passes.
+fn wait_readable(tty: &std::fs::File, timeout: Duration) -> Readiness {
+    use std::os::fd::AsRawFd;
+    let mut fd = libc::pollfd {
+        fd: tty.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd we own.
+    let ready = unsafe { libc::poll(&mut fd, 1, timeout.as_millis() as libc::c_int) };
+    if ready <= 0 {
+        Readiness::Timeout
+    } else if fd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
+        Readiness::HungUp
+    } else {
+        Readiness::Readable
+    }
 }
 
 /// Per frame: the time to render the view into the frame's buffer, and the whole draw

@@ -516,9 +516,17 @@ fn render_functions(app: &App, r: &LiveReport, area: Rect, buf: &mut Buffer) {
             .calls
             .or(f.samples)
             .map_or_else(|| "-".into(), |n| n.to_string());
+        // A Python function's module is its source file: its name and the line read best.
+        let module = match f.line {
+            Some(line) => format!(
+                "{}:{line}",
+                f.module.rsplit('/').next().unwrap_or(&f.module)
+            ),
+            None => f.module.clone(),
+        };
         Row::new([
             Cell::from(f.symbol.clone()),
-            Cell::from(f.module.clone()),
+            Cell::from(module),
             right(count),
             right(format!("{:.2}", f.cpu_time_s)),
             right(joules(f.energy_j)),

@@ -88,6 +88,8 @@ pub fn restore() {
             libc::close(saved);
         }
     }
+    // A terminal that hung up takes no more output (and printing to it would panic).
+    crate::session::leave_a_dead_terminal();
     let log = STDERR_LOG.swap(-1, Ordering::SeqCst);
     if log >= 0 {
         // SAFETY: we own this descriptor (opened in redirect_stderr) and nothing else uses it.
