@@ -139,15 +139,7 @@ pub fn build(
             stacks: Vec::new(),
         };
     };
-    let provenance = if rec
-        .sources
-        .iter()
-        .any(|s| s.provenance == Provenance::Estimated)
-    {
-        Provenance::Estimated
-    } else {
-        Provenance::Measured
-    };
+    let provenance = Provenance::of_all(rec.sources.iter().map(|s| s.provenance));
     let pid = |id: ProcId| rec.processes.get(id as usize).map_or(0, |p| p.pid);
     let mut entries: Vec<FunctionEntry> = Vec::new();
     let mut method = Vec::new();

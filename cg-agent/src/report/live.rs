@@ -351,15 +351,7 @@ impl LiveModel {
     }
 
     fn function_entries(&self) -> Vec<FunctionEntry> {
-        let provenance = if self
-            .sources
-            .iter()
-            .any(|s| s.provenance == Provenance::Estimated)
-        {
-            Provenance::Estimated
-        } else {
-            Provenance::Measured
-        };
+        let provenance = Provenance::of_all(self.sources.iter().map(|s| s.provenance));
         self.functions
             .iter()
             .filter_map(|(&(process, key), t)| {

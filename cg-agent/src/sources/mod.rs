@@ -42,6 +42,15 @@ impl Provenance {
             Provenance::Estimated => "estimated",
         }
     }
+
+    /// What a figure drawn from several sources is: estimated as soon as one of them is.
+    pub fn of_all(provenances: impl IntoIterator<Item = Provenance>) -> Provenance {
+        if provenances.into_iter().any(|p| p == Provenance::Estimated) {
+            Provenance::Estimated
+        } else {
+            Provenance::Measured
+        }
+    }
 }
 
 /// What part of the machine a domain measures.
