@@ -563,11 +563,7 @@ fn process_entries(
             let started = p.first_seen_ns.max(run_start);
             let ended = p.ended_ns.map(|e| e.clamp(started, run_end));
             let alive_s = (ended.unwrap_or(run_end).saturating_sub(started)) as f64 / 1e9;
-            let (exit_code, exit_signal) = match p.ending {
-                Some(Ending::Exited(code)) => (Some(code), None),
-                Some(Ending::Signaled(sig)) => (None, Some(sig)),
-                None => (None, None),
-            };
+            let (exit_code, exit_signal) = Ending::code_and_signal(p.ending);
             Some(ProcessEntry {
                 pid: p.pid,
                 ppid: p.ppid,
@@ -611,11 +607,7 @@ fn meta(rec: &Recording, baselines: &[IdleBaseline]) -> Meta {
         Mode::Attach { pids } => (None, Some(pids.clone())),
         Mode::System => (None, None),
     };
-    let (command_exit_code, command_exit_signal) = match rec.command_ending {
-        Some(Ending::Exited(code)) => (Some(code), None),
-        Some(Ending::Signaled(sig)) => (None, Some(sig)),
-        None => (None, None),
-    };
+    let (command_exit_code, command_exit_signal) = Ending::code_and_signal(rec.command_ending);
     let domain_topology = rec
         .domains
         .iter()

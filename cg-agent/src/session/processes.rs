@@ -39,6 +39,15 @@ impl Ending {
             Ending::Signaled(signal) => 128 + signal,
         }
     }
+
+    /// The report's `(exit_code, exit_signal)` pair of an ending that may be unknown.
+    pub fn code_and_signal(ending: Option<Ending>) -> (Option<i32>, Option<i32>) {
+        match ending {
+            Some(Ending::Exited(code)) => (Some(code), None),
+            Some(Ending::Signaled(signal)) => (None, Some(signal)),
+            None => (None, None),
+        }
+    }
 }
 
 /// One process.
