@@ -150,6 +150,11 @@ pub struct ProfilerEntry {
     pub cpu_time_s: f64,
     pub max_rss_bytes: u64,
     pub attach_ms: f64,
+    /// Intervals that lasted more than twice as long as asked (cg-trace itself did not get
+    /// the CPU in time: their figures are exact in sum but coarser in time).
+    pub starved_intervals_count: u64,
+    /// The longest interval of the run.
+    pub longest_interval_s: f64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -223,6 +228,10 @@ pub struct Totals {
     pub duration_s: f64,
     /// On-CPU time of the targets.
     pub cpu_time_s: f64,
+    /// CPU time (targets and other) that was read but fitted in no interval before the run
+    /// ended: each interval holds at most its length per CPU, and time read beyond that is
+    /// carried into the next one. Normally 0.
+    pub unplaced_cpu_time_s: f64,
     pub domains: BTreeMap<String, DomainTotals>,
     pub lost_events: LostEvents,
     pub intervals_count: u64,
@@ -333,6 +342,7 @@ pub fn build(rec: &Recording) -> Report {
         avg_power_w: per_second(energy_j, duration_s),
         duration_s,
         cpu_time_s: ledger.cpu_ns.values().sum::<u64>() as f64 / 1e9,
+        unplaced_cpu_time_s: rec.carried_past_end_ns as f64 / 1e9,
         domains: rec
             .domains
             .iter()
@@ -602,6 +612,7 @@ fn process_entries(
 }
 
 fn meta(rec: &Recording, baselines: &[IdleBaseline]) -> Meta {
+    let starved = starved_intervals(rec);
     let (command, pids) = match &rec.mode {
         Mode::Wrap { command } => (Some(command.clone()), None),
         Mode::Attach { pids } => (None, Some(pids.clone())),
@@ -700,12 +711,36 @@ fn meta(rec: &Recording, baselines: &[IdleBaseline]) -> Meta {
             cpu_time_s: rec.profiler.cpu_time_s,
             max_rss_bytes: rec.profiler.max_rss_bytes,
             attach_ms: rec.profiler.attach_ms,
+            starved_intervals_count: starved.count,
+            longest_interval_s: starved.longest_s,
         },
         sources_probed: rec.probes.clone(),
         gpus: rec.gpus.clone(),
         power_meter: rec.meter.clone(),
         function_profiling: None,
     }
+}
+
+/// Intervals much longer than asked: the agent was not scheduled in time.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Starved {
+    count: u64,
+    longest_s: f64,
+}
+
+/// A stored interval counts as starved past twice its asked length plus 50 ms (stored
+/// intervals are asked length x 2^merges).
+fn starved_intervals(rec: &Recording) -> Starved {
+    let asked_ns = (rec.interval.as_nanos() as u64) << rec.recorder.merges.min(32);
+    let limit_ns = asked_ns.saturating_mul(2).saturating_add(50_000_000);
+    let mut starved = Starved::default();
+    for interval in rec.recorder.intervals() {
+        starved.longest_s = starved.longest_s.max(interval.duration_ns as f64 / 1e9);
+        if interval.duration_ns > limit_ns {
+            starved.count += 1;
+        }
+    }
+    starved
 }
 
 fn quality(rec: &Recording, baselines: &[IdleBaseline]) -> Quality {
@@ -789,6 +824,25 @@ fn quality(rec: &Recording, baselines: &[IdleBaseline]) -> Quality {
         degraded = true;
         notes.push("the run ended before a single interval was measured".into());
     }
+    let starved = starved_intervals(rec);
+    if starved.count > 0 {
+        notes.push(format!(
+            "cg-trace was starved of CPU: {} of {} intervals lasted more than twice the {} ms \
+             asked (the longest {}); their figures are exact in sum but coarser in time",
+            starved.count,
+            rec.recorder.intervals().len(),
+            rec.interval.as_millis(),
+            human_duration(starved.longest_s)
+        ));
+    }
+    if rec.carried_past_end_ns > 0 {
+        degraded = true;
+        notes.push(format!(
+            "{} of CPU time read at the end of the run fitted in no interval (each holds at most \
+             its length per CPU) and is not charged",
+            human_duration(rec.carried_past_end_ns as f64 / 1e9)
+        ));
+    }
     Quality {
         grade: if estimated {
             "estimated"
@@ -798,6 +852,26 @@ fn quality(rec: &Recording, baselines: &[IdleBaseline]) -> Quality {
             "measured"
         },
         notes,
+    }
+}
+
+/// A duration for people: `350 ms`, `8.8 s`, `2 min 5 s`, `1 h 3 min`.
+pub fn human_duration(seconds: f64) -> String {
+    if !seconds.is_finite() || seconds < 0.0 {
+        return "an unknown time".into();
+    }
+    if seconds < 1e-3 {
+        format!("{:.0} µs", seconds * 1e6)
+    } else if seconds < 1.0 {
+        format!("{:.0} ms", seconds * 1e3)
+    } else if seconds < 60.0 {
+        format!("{seconds:.1} s")
+    } else if seconds < 3600.0 {
+        let whole = seconds.round() as u64;
+        format!("{} min {} s", whole / 60, whole % 60)
+    } else {
+        let minutes = (seconds / 60.0).round() as u64;
+        format!("{} h {} min", minutes / 60, minutes % 60)
     }
 }
 

@@ -174,6 +174,9 @@ pub struct Recording {
     pub stop_reason: String,
     pub command_ending: Option<Ending>,
     pub calibration_s: f64,
+    /// CPU time that was read but could not be placed in any interval before the run ended
+    /// (see [`ActivityTracker`]); normally 0.
+    pub carried_past_end_ns: u64,
     pub profiler: ProfilerCost,
     pub timeseries: bool,
     /// Every source probed when choosing, usable or not, and why.
@@ -480,6 +483,16 @@ async fn run_async(config: RunConfig, hooks: Option<LiveHooks>) -> Result<Outcom
         }
     };
     sampler.sample(Phase::Run);
+    // Time read beyond what the last intervals could hold (see ActivityTracker) is still
+    // owed: a few short intervals more give it room, so that nothing measured is lost.
+    for _ in 0..DRAIN_INTERVALS {
+        if sampler.tracker.carried_ns() == 0 {
+            break;
+        }
+        tokio::time::sleep(DRAIN_INTERVAL).await;
+        sampler.sample(Phase::Run);
+    }
+    let carried_past_end_ns = sampler.tracker.carried_ns();
     let run_end_ns = monotonic_ns();
 
     let (stop_reason, exit_code, command_ending) = match stop {
@@ -556,6 +569,7 @@ async fn run_async(config: RunConfig, hooks: Option<LiveHooks>) -> Result<Outcom
             stop_reason,
             command_ending,
             calibration_s,
+            carried_past_end_ns,
             profiler: ProfilerCost {
                 attach_ms,
                 ..own_cost()
@@ -793,6 +807,11 @@ struct Sampler {
     functions: Option<functions::FunctionSession>,
 }
 
+/// At the end of a run, at most this many extra intervals of [`DRAIN_INTERVAL`] give the
+/// CPU time still carried (read, but more than the last intervals could hold) its room.
+const DRAIN_INTERVALS: usize = 5;
+const DRAIN_INTERVAL: Duration = Duration::from_millis(20);
+
 /// How often to look for kernel entries of threads whose exit event was lost.
 const GC_PERIOD: Duration = Duration::from_secs(10);
 
@@ -833,10 +852,12 @@ impl Sampler {
         let mut done = std::mem::replace(&mut self.pending, cleanup);
         // A thread that a CPU still runs (an exit can take a while) or caches time for keeps
         // its entry until that time is final: deleting it now would count that time twice.
-        let (wait, delete): (Vec<ThreadKey>, Vec<ThreadKey>) = done
-            .threads
-            .drain(..)
-            .partition(|t| snapshot.holds(t.tgid, Some(t.tid)));
+        // So does one whose time was read but is still carried to later intervals.
+        let tracker = &self.tracker;
+        let (wait, delete): (Vec<ThreadKey>, Vec<ThreadKey>) =
+            done.threads.drain(..).partition(|t| {
+                snapshot.holds(t.tgid, Some(t.tid)) || tracker.owes(t.tgid, Some(t.tid))
+            });
         self.pending.threads.extend(wait);
         for thread in delete {
             self.probes.delete_thread(thread);
@@ -845,7 +866,7 @@ impl Sampler {
         let (wait, retire): (Vec<u32>, Vec<u32>) = done
             .processes
             .drain(..)
-            .partition(|&pid| snapshot.holds(pid, None));
+            .partition(|&pid| snapshot.holds(pid, None) || self.tracker.owes(pid, None));
         self.pending.processes.extend(wait);
         for pid in retire {
             if !self.all {
