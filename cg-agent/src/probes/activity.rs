@@ -26,6 +26,8 @@ use crate::attribution::CpuTime;
 pub struct Running {
     pub tgid: u32,
     pub tid: u32,
+    /// The thread's start time (with tgid and tid, its [`ThreadKey`]).
+    pub start_ns: u64,
     /// How long it has run since it got the CPU (`None`: unknown, it just left).
     pub in_progress_ns: Option<u64>,
 }
@@ -109,10 +111,11 @@ impl Mark {
 ///
 /// An interval never shows more busy time on a CPU than the interval lasted: when the time
 /// read for a CPU exceeds it (a slice that ran partly in earlier intervals is charged when it
-/// ends, a read that came late, an agent that was not scheduled for a while), every task's
-/// part is cut in the same proportion and the rest is carried, still owed, into the next
-/// intervals. Nothing is lost: a thread's kernel entry is kept until what it is owed has been
-/// charged (see [`ActivityTracker::owes`]).
+/// ends, a read that came late, an agent that was not scheduled for a while), targets' time
+/// comes first (cut in the same proportion for every target if even it exceeds the interval),
+/// other tasks' time fills what room is left, and the rest is carried, still owed, into the
+/// next intervals. Nothing is lost: a thread's kernel entry is kept until what it is owed has
+/// been charged (see [`ActivityTracker::owes`]).
 #[derive(Debug, Default)]
 pub struct ActivityTracker {
     last_taken_ns: Option<u64>,
@@ -150,6 +153,7 @@ impl ActivityTracker {
                     let key = ThreadKey {
                         tgid: run.tgid,
                         tid: run.tid,
+                        start_ns: run.start_ns,
                     };
                     *running_target.entry((key, cpu as u32)).or_default() += in_progress;
                 } else {
@@ -199,16 +203,17 @@ impl ActivityTracker {
         };
         let duration_ns = snapshot.taken_ns.saturating_sub(start_ns);
 
-        // Per CPU: what is owed, and the share of it this interval can hold.
+        // Per CPU: what targets are owed, and the share of it this interval can hold. Targets
+        // come first; other tasks get the room that is left.
         let cpu_count = self.cpus.len();
-        let mut owed_per_cpu: Vec<u64> = self.cpus.iter().map(Mark::owed_ns).collect();
+        let mut owed_per_cpu = vec![0u64; cpu_count];
         for id in &owing {
             let owed = self.threads.get(id).map_or(0, Mark::owed_ns);
             if let Some(o) = owed_per_cpu.get_mut(id.1 as usize) {
                 *o += owed;
             }
         }
-        // Part of `owed` that fits when the CPU is owed `total` in an interval of `duration`.
+        // Part of `owed` that fits when the CPU's targets are owed `total` in the interval.
         let grant = |owed: u64, total: u64| -> u64 {
             if total <= duration_ns {
                 owed
@@ -218,6 +223,7 @@ impl ActivityTracker {
         };
 
         let mut threads = Vec::new();
+        let mut busy = vec![0u64; cpu_count];
         for id in owing {
             let Some(mark) = self.threads.get_mut(&id) else {
                 continue;
@@ -230,6 +236,9 @@ impl ActivityTracker {
                 self.carrying.push(id);
             }
             if given > 0 {
+                if let Some(b) = busy.get_mut(id.1 as usize) {
+                    *b += given;
+                }
                 threads.push(ThreadSlice {
                     thread: id.0,
                     cpu: id.1,
@@ -238,18 +247,12 @@ impl ActivityTracker {
             }
         }
         let mut cpus = Vec::with_capacity(cpu_count);
-        let mut busy = vec![0u64; cpu_count];
-        for s in &threads {
-            if let Some(b) = busy.get_mut(s.cpu as usize) {
-                *b += s.on_cpu_ns;
-            }
-        }
         for (cpu, mark) in self.cpus.iter_mut().enumerate() {
-            let given = grant(mark.owed_ns(), owed_per_cpu[cpu]);
+            let room = duration_ns.saturating_sub(busy[cpu]);
+            let given = mark.owed_ns().min(room);
             mark.charged_ns += given;
-            let busy_ns = busy[cpu] + given;
             cpus.push(CpuTime {
-                idle_ns: duration_ns.saturating_sub(busy_ns),
+                idle_ns: room - given,
                 other_ns: given,
             });
         }
@@ -271,15 +274,19 @@ impl ActivityTracker {
             .any(|(key, _)| key.tgid == tgid && tid.is_none_or(|t| t == key.tid))
     }
 
-    /// Nanoseconds read but not yet charged to any interval, all CPUs together.
-    pub fn carried_ns(&self) -> u64 {
-        let threads: u64 = self
-            .carrying
+    /// Nanoseconds of target threads read but not yet charged to any interval, all CPUs
+    /// together.
+    pub fn carried_target_ns(&self) -> u64 {
+        self.carrying
             .iter()
             .filter_map(|id| self.threads.get(id))
             .map(Mark::owed_ns)
-            .sum();
-        threads + self.cpus.iter().map(Mark::owed_ns).sum::<u64>()
+            .sum()
+    }
+
+    /// The same for other tasks' time.
+    pub fn carried_other_ns(&self) -> u64 {
+        self.cpus.iter().map(Mark::owed_ns).sum()
     }
 
     /// Forgets a thread whose kernel entry was deleted (it exited and its last time was read
@@ -302,7 +309,11 @@ mod tests {
     const MS: u64 = 1_000_000;
 
     fn key(tgid: u32, tid: u32) -> ThreadKey {
-        ThreadKey { tgid, tid }
+        ThreadKey {
+            tgid,
+            tid,
+            start_ns: 0,
+        }
     }
 
     fn idle_cpu() -> CpuSnapshot {
@@ -340,6 +351,7 @@ mod tests {
             running: Some(Running {
                 tgid: 5,
                 tid: 5,
+                start_ns: 0,
                 in_progress_ns: Some(for_ns),
             }),
             ..CpuSnapshot::default()
@@ -416,6 +428,7 @@ mod tests {
             running: Some(Running {
                 tgid: 9,
                 tid: 9,
+                start_ns: 0,
                 in_progress_ns: Some(40 * MS),
             }),
             ..CpuSnapshot::default()
@@ -478,6 +491,7 @@ mod tests {
                     running: Some(Running {
                         tgid: 4,
                         tid: 6,
+                        start_ns: 0,
                         in_progress_ns: Some(1),
                     }),
                     ..CpuSnapshot::default()
@@ -529,7 +543,7 @@ mod tests {
     fn a_cpu_is_never_busier_than_the_interval_and_the_rest_is_carried() {
         // cpu0, 100 ms intervals: thread 1/1 is read with 150 ms and other tasks with 50 ms
         // (a slice that began in earlier intervals, charged when it ended). The interval holds
-        // 100 ms: 75 + 25, in proportion; the 100 ms left over follow in the next interval.
+        // 100 ms, the target's first; the 50 + 50 ms left over follow in the next interval.
         let mut tracker = ActivityTracker::new();
         let mut snap = Snapshot {
             taken_ns: 0,
@@ -541,25 +555,46 @@ mod tests {
         snap.cpus[0].other_ns = 50 * MS;
         snap.threads = vec![(key(1, 1), vec![150 * MS])];
         let a = tracker.advance(&snap, |_| true).unwrap();
-        assert_eq!(slices_of(&a, key(1, 1)), 75 * MS);
-        assert_eq!(a.cpus[0].other_ns, 25 * MS);
+        assert_eq!(slices_of(&a, key(1, 1)), 100 * MS);
+        assert_eq!(a.cpus[0].other_ns, 0);
         assert_eq!(a.cpus[0].idle_ns, 0);
         assert!(tracker.owes(1, Some(1)));
         assert!(tracker.owes(1, None));
         assert!(!tracker.owes(2, None));
-        assert_eq!(tracker.carried_ns(), 100 * MS);
+        assert_eq!(tracker.carried_target_ns(), 50 * MS);
+        assert_eq!(tracker.carried_other_ns(), 50 * MS);
         // Nothing new ran: the carried 100 ms fill this interval exactly.
         snap.taken_ns = 200 * MS;
         let a = tracker.advance(&snap, |_| true).unwrap();
-        assert_eq!(slices_of(&a, key(1, 1)), 75 * MS);
-        assert_eq!(a.cpus[0].other_ns, 25 * MS);
-        assert_eq!(tracker.carried_ns(), 0);
+        assert_eq!(slices_of(&a, key(1, 1)), 50 * MS);
+        assert_eq!(a.cpus[0].other_ns, 50 * MS);
+        assert_eq!(tracker.carried_target_ns() + tracker.carried_other_ns(), 0);
         assert!(!tracker.owes(1, None));
         // And then it is all charged: nothing more.
         snap.taken_ns = 300 * MS;
         let a = tracker.advance(&snap, |_| true).unwrap();
         assert_eq!(slices_of(&a, key(1, 1)), 0);
         assert_eq!(a.cpus[0].idle_ns, 100 * MS);
+    }
+
+    #[test]
+    fn targets_over_an_interval_share_it_in_proportion() {
+        // cpu0 in a 100 ms interval: two targets read with 150 and 50 ms: 75 and 25 fit.
+        let mut tracker = ActivityTracker::new();
+        let mut snap = Snapshot {
+            taken_ns: 0,
+            cpus: vec![idle_cpu()],
+            threads: vec![],
+        };
+        tracker.advance(&snap, |_| true);
+        snap.taken_ns = 100 * MS;
+        snap.cpus[0].other_ns = 10 * MS;
+        snap.threads = vec![(key(1, 1), vec![150 * MS]), (key(1, 2), vec![50 * MS])];
+        let a = tracker.advance(&snap, |_| true).unwrap();
+        assert_eq!(slices_of(&a, key(1, 1)), 75 * MS);
+        assert_eq!(slices_of(&a, key(1, 2)), 25 * MS);
+        assert_eq!(a.cpus[0].other_ns, 0);
+        assert_eq!(tracker.carried_target_ns(), 100 * MS);
     }
 
     #[test]

@@ -228,10 +228,12 @@ pub struct Totals {
     pub duration_s: f64,
     /// On-CPU time of the targets.
     pub cpu_time_s: f64,
-    /// CPU time (targets and other) that was read but fitted in no interval before the run
-    /// ended: each interval holds at most its length per CPU, and time read beyond that is
-    /// carried into the next one. Normally 0.
+    /// Targets' CPU time that was read but fitted in no interval before the run ended: each
+    /// interval holds at most its length per CPU, and time read beyond that is carried into
+    /// the next one. Normally 0; not in `cpu_time_s`.
     pub unplaced_cpu_time_s: f64,
+    /// The same for other tasks (on a busy machine, the read jitter of the last interval).
+    pub unplaced_other_cpu_time_s: f64,
     pub domains: BTreeMap<String, DomainTotals>,
     pub lost_events: LostEvents,
     pub intervals_count: u64,
@@ -261,9 +263,11 @@ pub struct LostEvents {
     pub events_dropped_count: u64,
     /// Child processes that could not be followed (target map full).
     pub targets_map_full_count: u64,
-    /// Context switches the kernel did not report through sched_switch (their slice went
-    /// uncharged, so it counts as idle).
+    /// Context switches the kernel did not report through sched_switch (a target's slice is
+    /// charged in full anyway; another task's counts as idle).
     pub unmatched_switches_count: u64,
+    /// Times the kernel could not keep a target thread's runtime mark (out of memory).
+    pub marks_failed_count: u64,
     /// Intervals for which a source or the probes could not be read.
     pub read_errors_count: u64,
 }
@@ -277,6 +281,7 @@ impl LostEvents {
             events_dropped_count: losses.events_dropped,
             targets_map_full_count: losses.targets_map_full,
             unmatched_switches_count: losses.unmatched_switches,
+            marks_failed_count: losses.marks_failed,
             read_errors_count,
         }
     }
@@ -343,6 +348,7 @@ pub fn build(rec: &Recording) -> Report {
         duration_s,
         cpu_time_s: ledger.cpu_ns.values().sum::<u64>() as f64 / 1e9,
         unplaced_cpu_time_s: rec.carried_past_end_ns as f64 / 1e9,
+        unplaced_other_cpu_time_s: rec.other_carried_past_end_ns as f64 / 1e9,
         domains: rec
             .domains
             .iter()
@@ -800,8 +806,17 @@ fn quality(rec: &Recording, baselines: &[IdleBaseline]) -> Quality {
     if lost.unmatched_switches > 0 {
         notes.push(format!(
             "{} context switch(es) were never reported by the kernel's sched_switch tracepoint \
-             (ftrace misses them too); the slices around them went uncharged and count as idle",
+             (ftrace misses them too); targets lost nothing (each is charged the growth of its \
+             runtime since it was last charged), other tasks' slices around them count as idle",
             lost.unmatched_switches
+        ));
+    }
+    if lost.marks_failed > 0 {
+        degraded = true;
+        notes.push(format!(
+            "{} time(s) the kernel could not keep a thread's runtime mark (out of memory): \
+             those slices were charged as the CPU saw them, and a switch it missed loses them",
+            lost.marks_failed
         ));
     }
     for (error, count) in &rec.source_errors {
@@ -838,8 +853,8 @@ fn quality(rec: &Recording, baselines: &[IdleBaseline]) -> Quality {
     if rec.carried_past_end_ns > 0 {
         degraded = true;
         notes.push(format!(
-            "{} of CPU time read at the end of the run fitted in no interval (each holds at most \
-             its length per CPU) and is not charged",
+            "{} of the targets' CPU time read at the end of the run fitted in no interval (each \
+             holds at most its length per CPU) and is not charged",
             human_duration(rec.carried_past_end_ns as f64 / 1e9)
         ));
     }
