@@ -1002,3 +1002,78 @@ fn a_fork_storm_between_long_intervals_loses_no_process_and_no_cpu_time() {
     }
     assert_cpu_matches_the_kernel(report, &[(shell_pid, kernel_s)], "fork storm");
 }
+
+#[test]
+fn what_the_command_leaves_running_is_named_on_stderr_and_in_the_report() {
+    require_root();
+    // The command starts a daemon (its own session, still running when the command exits):
+    // cg-trace ends with the command, and says which process it leaves running.
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("daemon");
+    let script = format!(
+        "setsid sleep 30 </dev/null >/dev/null 2>&1 & echo $! > {}; sleep 0.3",
+        pidfile.display()
+    );
+    let run = cg_trace(&["--source", "model", "-q", "--", "sh", "-c", &script]);
+    let daemon = pid_in(&pidfile);
+    // SAFETY: ending the daemon the test started.
+    let _kill = KillOnDrop(daemon);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let report = run.report();
+    let left = report["meta"]["still_running"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        left.iter()
+            .any(|p| p["pid"].as_u64() == Some(u64::from(daemon)) && p["command"][0] == "sleep"),
+        "{:#}",
+        report["meta"]
+    );
+    assert!(
+        run.stderr().contains(&format!("pid {daemon} (sleep 30)")),
+        "{}",
+        run.stderr()
+    );
+
+    // A command that ignores SIGINT outlives the 3 s cg-trace gives it after a Ctrl-C.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.json");
+    let child = Command::new(bin("cg-trace"))
+        .args(["--source", "model", "-q", "-o"])
+        .arg(&out)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "trap '' INT; exec sleep 30 </dev/null >/dev/null 2>&1",
+        ])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let left = report["meta"]["still_running"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(left.len(), 1, "{:#}\n{stderr}", report["meta"]);
+    let pid = left[0]["pid"].as_u64().unwrap() as u32;
+    let _kill = KillOnDrop(pid);
+    assert_eq!(left[0]["command"][0], "sleep", "{:#}", left[0]);
+    assert!(stderr.contains("still running"), "{stderr}");
+}
+
+/// Kills a process when dropped (a test's leftover).
+struct KillOnDrop(u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        // SAFETY: a pid this test started.
+        unsafe { libc::kill(self.0 as i32, libc::SIGKILL) };
+    }
+}

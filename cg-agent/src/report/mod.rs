@@ -26,7 +26,7 @@ use crate::{
         split_interval,
     },
     probes::Losses,
-    session::{IdleWatts, Mode, Recording, processes::Ending},
+    session::{IdleWatts, Mode, Recording, RunningProcess, processes::Ending},
     sources::{
         DomainKind, DomainSpec, Provenance, SourceProbe, gpu::GpuSummary, meter::MeterSummary,
     },
@@ -72,6 +72,10 @@ pub struct Meta {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pids: Option<Vec<u32>>,
     pub stop_reason: String,
+    /// Wrap mode: processes the command started that were still running when cg-trace
+    /// stopped (the command ignored the stop signal, or a daemon it started).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub still_running: Vec<RunningProcess>,
     pub interval_ms: u64,
     pub calibration_s: f64,
     pub sources: Vec<SourceEntry>,
@@ -697,6 +701,7 @@ fn meta(rec: &Recording, baselines: &[IdleBaseline]) -> Meta {
         command_exit_signal,
         pids,
         stop_reason: rec.stop_reason.clone(),
+        still_running: rec.still_running.clone(),
         interval_ms: rec.interval.as_millis() as u64,
         calibration_s: rec.calibration_s,
         sources: rec

@@ -179,6 +179,8 @@ pub struct Recording {
     pub carried_past_end_ns: u64,
     /// The same for other tasks: on a machine kept busy the last moments of read jitter.
     pub other_carried_past_end_ns: u64,
+    /// Wrap mode: processes the command started that were still running when the run ended.
+    pub still_running: Vec<RunningProcess>,
     pub profiler: ProfilerCost,
     pub timeseries: bool,
     /// Every source probed when choosing, usable or not, and why.
@@ -195,6 +197,13 @@ pub struct Recording {
     pub busy_slope_w: Vec<Option<f64>>,
     /// Function-level data, when `--func` or `--profile` was used.
     pub functions: Option<functions::FunctionRecording>,
+}
+
+/// A process that outlived the run.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct RunningProcess {
+    pub pid: u32,
+    pub command: Vec<String>,
 }
 
 /// The result of a run.
@@ -501,6 +510,33 @@ async fn run_async(config: RunConfig, hooks: Option<LiveHooks>) -> Result<Outcom
         sampler.sample(Phase::Run);
     }
     let carried_past_end_ns = sampler.tracker.carried_target_ns();
+    // A wrapped command that outlived the run (it ignored the stop signal) or a daemon it
+    // started: the user should know that what cg-trace started is still running.
+    let still_running: Vec<RunningProcess> = if matches!(config.mode, Mode::Wrap { .. }) {
+        sampler
+            .table
+            .still_running()
+            .into_iter()
+            .map(|r| RunningProcess {
+                pid: r.pid,
+                command: if r.cmdline.is_empty() {
+                    vec![r.comm.clone()]
+                } else {
+                    r.cmdline.clone()
+                },
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    for process in &still_running {
+        eprintln!(
+            "cg-trace: warning: pid {} ({}) that the command started is still running; cg-trace \
+             stopped tracing it",
+            process.pid,
+            process.command.join(" ")
+        );
+    }
     let other_carried_past_end_ns = sampler.tracker.carried_other_ns();
     let run_end_ns = monotonic_ns();
 
@@ -580,6 +616,7 @@ async fn run_async(config: RunConfig, hooks: Option<LiveHooks>) -> Result<Outcom
             calibration_s,
             carried_past_end_ns,
             other_carried_past_end_ns,
+            still_running,
             profiler: ProfilerCost {
                 attach_ms,
                 ..own_cost()

@@ -358,6 +358,71 @@ impl ProcessTable {
         }
     }
 
+    /// Targets that are still running now (no exit seen, and `/proc` still has them as the
+    /// same process): the wrapped command or a daemon it started, when the run ends.
+    pub fn still_running(&mut self) -> Vec<&ProcessRecord> {
+        let mut running: Vec<ProcId> = self
+            .live
+            .values()
+            .copied()
+            .filter(|&id| {
+                let r = &self.records[id as usize];
+                r.ended_ns.is_none() && self.is_alive(r)
+            })
+            .collect();
+        running.sort_unstable();
+        // What it runs now (it may have exec'd since its last event was read).
+        for &id in &running {
+            let mut record = self.records[id as usize].clone();
+            self.refresh_from_proc(&mut record);
+            self.records[id as usize] = record;
+        }
+        running
+            .iter()
+            .map(|&id| &self.records[id as usize])
+            .collect()
+    }
+
+    /// Whether `/proc` has a live (not zombie) process with the record's pid that started
+    /// when it did (to within a few clock ticks; any, when the start time is unknown).
+    fn is_alive(&self, record: &ProcessRecord) -> bool {
+        let Ok(stat) = fs::read_to_string(self.proc_root.join(record.pid.to_string()).join("stat"))
+        else {
+            return false;
+        };
+        let Some(fields) = stat.rfind(')').map(|close| &stat[close + 1..]) else {
+            return false;
+        };
+        let fields: Vec<&str> = fields.split_whitespace().collect();
+        // state is field 3 of stat, starttime field 22 (clock ticks since boot).
+        if matches!(fields.first(), Some(&"Z") | Some(&"X") | None) {
+            return false;
+        }
+        let Some(start_ns) = record.start_ns else {
+            return true;
+        };
+        let Some(ticks) = fields.get(19).and_then(|t| t.parse::<u64>().ok()) else {
+            return true;
+        };
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+        // /proc counts from boot including suspend (CLOCK_BOOTTIME), the kernel's start time
+        // does not (CLOCK_MONOTONIC).
+        let clock_ns = |clock| {
+            let mut ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: clock_gettime writes into the timespec we own.
+            unsafe { libc::clock_gettime(clock, &mut ts) };
+            ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+        };
+        let suspended_ns =
+            clock_ns(libc::CLOCK_BOOTTIME).saturating_sub(clock_ns(libc::CLOCK_MONOTONIC));
+        let proc_start_ns = ticks.saturating_mul(1_000_000_000 / hz);
+        proc_start_ns.abs_diff(start_ns + suspended_ns) <= 3 * (1_000_000_000 / hz)
+    }
+
     /// Targets that have not exited.
     pub fn live_targets(&self) -> usize {
         self.live
