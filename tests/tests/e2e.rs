@@ -119,6 +119,7 @@ fn wrap_under_linear_powercap_charges_each_child_k_times_its_cpu_time() {
         "big child ran {} s, asked 1.2 s",
         big.1
     );
+    assert_cpu_matches_the_kernel(report, &burn_children_cpu(&run.stdout()), "cg-burn");
     for (pid, cpu_s, _) in [small, big] {
         let p = process(report, pid as u32);
         let package_j = num(p, "/domains/package-0/energy_j");
@@ -286,6 +287,25 @@ fn short_lived_children_keep_their_time() {
         assert!(energy > 0.0);
         assert_eq!(process(report, pid as u32)["exit_code"], 0);
     }
+    // And to within 0.5 % of the kernel's own figure at exit, which cg-burn prints.
+    assert_cpu_matches_the_kernel(report, &burn_children_cpu(&run.stdout()), "cg-burn");
+}
+
+/// `(pid, CPU seconds)` of each child from cg-burn's output (`child PID asked MS ms used S s`,
+/// its wait4 figure).
+fn burn_children_cpu(stdout: &str) -> Vec<(u64, f64)> {
+    stdout
+        .lines()
+        .filter_map(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            match words.as_slice() {
+                ["child", pid, "asked", _, "ms", "used", cpu, "s"] => {
+                    Some((pid.parse().ok()?, cpu.parse().ok()?))
+                }
+                _ => None,
+            }
+        })
+        .collect()
 }
 
 #[test]
