@@ -14,8 +14,12 @@ pub mod names {
     pub const ON_CPU: &str = "ON_CPU";
     /// Per-CPU array of one [`CpuState`](super::CpuState).
     pub const CPU_STATE: &str = "CPU_STATE";
-    /// Hash: tgid -> 1 for every process whose threads are accounted one by one.
+    /// Hash: tgid -> the process's start time (its leader's `task_struct.start_time`, 0 =
+    /// whichever process holds the pid now) for every process whose threads are accounted
+    /// one by one. A process that reuses the pid of a target is not one.
     pub const TARGETS: &str = "TARGETS";
+    /// Task storage: [`ThreadMark`](super::ThreadMark) of every accounted thread.
+    pub const THREAD_MARKS: &str = "THREAD_MARKS";
     /// Ring buffer of [`LifecycleEvent`](super::LifecycleEvent)s.
     pub const EVENTS: &str = "EVENTS";
     /// Per-CPU array of one [`LossCounters`](super::LossCounters).
@@ -38,6 +42,14 @@ pub mod globals {
     /// `u32`: byte offset of `task_struct.se.sum_exec_runtime` (the kernel's own count of a
     /// task's CPU nanoseconds, updated whenever the task leaves a CPU).
     pub const TASK_RUNTIME_OFFSET: &str = "TASK_RUNTIME_OFFSET";
+    /// `u32`: byte offset of `task_struct.start_time` (CLOCK_MONOTONIC ns when the task was
+    /// created: with the pid, it names a task even when the pid is reused).
+    pub const TASK_START_TIME_OFFSET: &str = "TASK_START_TIME_OFFSET";
+    /// `u32`: byte offset of `task_struct.group_leader`.
+    pub const TASK_GROUP_LEADER_OFFSET: &str = "TASK_GROUP_LEADER_OFFSET";
+    /// `u64`: CLOCK_MONOTONIC ns just before the programs were attached: a task created later
+    /// was watched all its life.
+    pub const TRACE_START_NS: &str = "TRACE_START_NS";
     /// `u32`: byte offset of `task_struct.exit_code`.
     pub const TASK_EXIT_CODE_OFFSET: &str = "TASK_EXIT_CODE_OFFSET";
     /// `u32`: byte offset of `linux_binprm.filename`.
@@ -52,20 +64,38 @@ pub const ON_CPU_MAX_THREADS: u32 = 16_384;
 /// Default capacity of [`names::TARGETS`].
 pub const TARGETS_MAX_PROCESSES: u32 = 8_192;
 /// Size of the lifecycle event ring buffer in bytes (a power of two, multiple of the page size).
-pub const EVENTS_RING_BYTES: u32 = 256 * 1024;
+pub const EVENTS_RING_BYTES: u32 = 1024 * 1024;
 /// Length of a task's `comm` in the kernel.
 pub const COMM_LEN: usize = 16;
 /// Bytes of an exec'd file name kept in an [`LifecycleEvent`].
 pub const FILENAME_LEN: usize = 128;
 
-/// A thread: its process (tgid) and itself (tid, the kernel's `pid`).
+/// A thread: its process (tgid), itself (tid, the kernel's `pid`) and when it was created
+/// (`task_struct.start_time`), so that a thread id the kernel reuses is another thread.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ThreadKey {
     pub tgid: u32,
     pub tid: u32,
+    pub start_ns: u64,
 }
-const _: () = assert!(size_of::<ThreadKey>() == 8);
+const _: () = assert!(size_of::<ThreadKey>() == 16);
+
+/// What the kernel side keeps per accounted thread, in task storage (freed with the task):
+/// the thread's `se.sum_exec_runtime` when it was last charged. A slice is the growth of the
+/// runtime since then, so a context switch the kernel never reported loses nothing.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadMark {
+    /// [`ThreadMark::NEW`] until the thread is first charged.
+    pub charged_runtime_ns: u64,
+}
+const _: () = assert!(size_of::<ThreadMark>() == 8);
+
+impl ThreadMark {
+    /// A mark not yet charged.
+    pub const NEW: u64 = u64::MAX;
+}
 
 /// Cumulative on-CPU time of one thread on one CPU (the map is per-CPU, so each CPU owns its
 /// slot and the kernel side needs no atomics).
@@ -87,11 +117,10 @@ pub const CACHE_SLOTS: usize = 4;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CachedTime {
-    pub tgid: u32,
-    pub tid: u32,
+    pub key: ThreadKey,
     pub pending_ns: u64,
 }
-const _: () = assert!(size_of::<CachedTime>() == 16);
+const _: () = assert!(size_of::<CachedTime>() == 24);
 
 /// What one CPU is running now, plus cumulative counters for time not charged to a target.
 ///
@@ -110,6 +139,8 @@ pub struct CpuState {
     /// The task on this CPU now (tgid 0 and tid 0: the idle task).
     pub tgid: u32,
     pub tid: u32,
+    /// Its `task_struct.start_time`.
+    pub start_ns: u64,
     /// Cumulative time non-target tasks ran here.
     pub other_ns: u64,
     /// Cumulative time of targets that could not be stored because `ON_CPU` was full.
@@ -124,7 +155,7 @@ pub struct CpuState {
     pub switch_in_ns: u64,
     pub seq_end: u64,
 }
-const _: () = assert!(size_of::<CpuState>() == 64 + 16 * CACHE_SLOTS);
+const _: () = assert!(size_of::<CpuState>() == 72 + 24 * CACHE_SLOTS);
 
 /// Counters of what the kernel side could not record, per CPU.
 #[repr(C)]
@@ -137,10 +168,14 @@ pub struct LossCounters {
     /// Child processes that could not be added to `TARGETS` (map full).
     pub targets_full: u64,
     /// Switches whose outgoing task was not the one this CPU recorded at its previous switch
-    /// (a switch the program did not see): that slice is not charged.
+    /// (a switch the program did not see). A target's slice is still charged in full (it is
+    /// the growth of its runtime since it was last charged); another task's goes uncharged.
     pub unmatched_switches: u64,
+    /// Target threads for which no task storage could be made (out of memory): their slices
+    /// are charged as this CPU saw them, as without marks.
+    pub marks_failed: u64,
 }
-const _: () = assert!(size_of::<LossCounters>() == 32);
+const _: () = assert!(size_of::<LossCounters>() == 40);
 
 /// Kinds of [`LifecycleEvent`].
 pub mod event_kind {
@@ -161,6 +196,11 @@ pub struct LifecycleEvent {
     pub tid: u32,
     pub parent_tgid: u32,
     pub timestamp_ns: u64,
+    /// The process's start time (its leader's `task_struct.start_time`): with the tgid it
+    /// names the process even when the pid is reused.
+    pub process_start_ns: u64,
+    /// The thread's own start time (`tid`'s).
+    pub thread_start_ns: u64,
     /// `task_struct.exit_code` at exit: `(status << 8)` for exit(status), or the signal number.
     pub exit_code: u32,
     /// 1 when the whole process died with this thread (EXIT only).
@@ -168,12 +208,13 @@ pub struct LifecycleEvent {
     pub comm: [u8; COMM_LEN],
     pub filename: [u8; FILENAME_LEN],
 }
-const _: () = assert!(size_of::<LifecycleEvent>() == 32 + COMM_LEN + FILENAME_LEN);
+const _: () = assert!(size_of::<LifecycleEvent>() == 48 + COMM_LEN + FILENAME_LEN);
 
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY: all of these are `repr(C)`, `Copy`, and have no padding or invalid bit patterns.
     unsafe impl aya::Pod for super::ThreadKey {}
+    unsafe impl aya::Pod for super::ThreadMark {}
     unsafe impl aya::Pod for super::ThreadTime {}
     unsafe impl aya::Pod for super::CachedTime {}
     unsafe impl aya::Pod for super::CpuState {}

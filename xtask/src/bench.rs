@@ -34,6 +34,9 @@ pub fn run(args: &[String]) -> Result<()> {
     if args.iter().any(|a| a == "--functions") {
         return crate::bench_functions::run(args);
     }
+    if args.iter().any(|a| a == "--overhead") {
+        return overhead(quick);
+    }
     overhead(quick)?;
     println!();
     crate::bench_sources::run(quick)?;

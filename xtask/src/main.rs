@@ -9,7 +9,8 @@
 //!   target), unit tests, then the end-to-end tests (root, real eBPF) one at a time.
 //! - `bench`: release build, then the overhead benchmarks, the cost of polling the energy
 //!   sources, the live view's cost and function-level profiling's cost (probes, sampling,
-//!   symbolization); prints figures (`--sources`, `--tui`, `--functions`: only those).
+//!   symbolization); prints figures (`--overhead`, `--sources`, `--tui`, `--functions`: only
+//!   those).
 //! - `gpu-check`: on a machine with an NVIDIA GPU, cg-trace's GPU energy next to nvidia-smi's.
 
 mod bench;
@@ -26,7 +27,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup | build [--release] | run -- CG-TRACE-ARGS... | test | bench [--quick] [--sources | --tui | --functions] | gpu-check [-- CMD ARGS...]>";
+const USAGE: &str = "usage: cargo xtask <setup | build [--release] | run -- CG-TRACE-ARGS... | test | bench [--quick] [--overhead | --sources | --tui | --functions] | gpu-check [-- CMD ARGS...]>";
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();

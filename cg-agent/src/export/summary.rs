@@ -35,6 +35,14 @@ pub fn render(report: &Report) -> String {
         "\ncg-trace: {what}: {:.2} s ({}{status})",
         meta.duration_s, meta.stop_reason
     );
+    for process in &meta.still_running {
+        let _ = writeln!(
+            out,
+            "still running, no longer traced: pid {} ({})",
+            process.pid,
+            shorten(&process.command.join(" "), 60)
+        );
+    }
     let sources: Vec<String> = meta
         .sources
         .iter()

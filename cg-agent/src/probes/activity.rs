@@ -10,6 +10,9 @@
 //! raced a switch) keeps its old high-water mark, so a moment may shift to the next interval
 //! but is never counted twice.
 //!
+//! An interval never shows a CPU busier than the interval was long: time read beyond that is
+//! cut in proportion and carried into the next intervals (see [`ActivityTracker`]).
+//!
 //! Pure: the probes module fills the snapshots; tests write them by hand.
 
 use std::collections::HashMap;
@@ -23,6 +26,8 @@ use crate::attribution::CpuTime;
 pub struct Running {
     pub tgid: u32,
     pub tid: u32,
+    /// The thread's start time (with tgid and tid, its [`ThreadKey`]).
+    pub start_ns: u64,
     /// How long it has run since it got the CPU (`None`: unknown, it just left).
     pub in_progress_ns: Option<u64>,
 }
@@ -82,13 +87,43 @@ pub struct Activity {
     pub threads: Vec<ThreadSlice>,
 }
 
+/// How far one cumulative counter (a thread's time on one CPU, or a CPU's other time) has
+/// been seen and how much of it has been charged to intervals so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Mark {
+    /// The highest total read so far.
+    seen_ns: u64,
+    /// How much of it the intervals so far were given.
+    charged_ns: u64,
+}
+
+impl Mark {
+    fn see(&mut self, total_ns: u64) {
+        self.seen_ns = self.seen_ns.max(total_ns);
+    }
+
+    fn owed_ns(&self) -> u64 {
+        self.seen_ns - self.charged_ns
+    }
+}
+
 /// Remembers the previous cumulative values (see the module docs).
+///
+/// An interval never shows more busy time on a CPU than the interval lasted: when the time
+/// read for a CPU exceeds it (a slice that ran partly in earlier intervals is charged when it
+/// ends, a read that came late, an agent that was not scheduled for a while), targets' time
+/// comes first (cut in the same proportion for every target if even it exceeds the interval),
+/// other tasks' time fills what room is left, and the rest is carried, still owed, into the
+/// next intervals. Nothing is lost: a thread's kernel entry is kept until what it is owed has
+/// been charged (see [`ActivityTracker::owes`]).
 #[derive(Debug, Default)]
 pub struct ActivityTracker {
     last_taken_ns: Option<u64>,
-    threads: HashMap<(ThreadKey, u32), u64>,
-    /// Cumulative other time per CPU.
-    cpus: Vec<u64>,
+    threads: HashMap<(ThreadKey, u32), Mark>,
+    /// Counters that were owed time at the end of the last interval.
+    carrying: Vec<(ThreadKey, u32)>,
+    /// Other time per CPU.
+    cpus: Vec<Mark>,
 }
 
 impl ActivityTracker {
@@ -118,6 +153,7 @@ impl ActivityTracker {
                     let key = ThreadKey {
                         tgid: run.tgid,
                         tid: run.tid,
+                        start_ns: run.start_ns,
                     };
                     *running_target.entry((key, cpu as u32)).or_default() += in_progress;
                 } else {
@@ -127,7 +163,6 @@ impl ActivityTracker {
             other_totals.push(other);
         }
 
-        let mut threads = Vec::new();
         let mut seen: HashMap<(ThreadKey, u32), u64> = HashMap::new();
         for (key, per_cpu) in &snapshot.threads {
             for (cpu, &ns) in per_cpu.iter().enumerate() {
@@ -141,51 +176,87 @@ impl ActivityTracker {
         // A thread with nothing in the map yet: only cached or running time.
         seen.extend(running_target.into_iter().filter(|(_, ns)| *ns > 0));
 
-        let first = self.last_taken_ns.is_none();
-        for (id, total) in seen {
-            let previous = self.threads.entry(id).or_insert(0);
-            if total > *previous {
-                if !first {
-                    threads.push(ThreadSlice {
-                        thread: id.0,
-                        cpu: id.1,
-                        on_cpu_ns: total - *previous,
-                    });
-                }
-                *previous = total;
-            }
-        }
-
         if self.cpus.len() < other_totals.len() {
-            self.cpus.resize(other_totals.len(), 0);
+            self.cpus.resize(other_totals.len(), Mark::default());
         }
-        let other_deltas: Vec<u64> = other_totals
-            .iter()
-            .zip(self.cpus.iter_mut())
-            .map(|(&other, previous)| {
-                let delta = other.saturating_sub(*previous);
-                *previous = other.max(*previous);
-                delta
-            })
-            .collect();
-
-        let start_ns = self.last_taken_ns.replace(snapshot.taken_ns)?;
-        let duration_ns = snapshot.taken_ns.saturating_sub(start_ns);
-        threads.sort_by_key(|s| (s.thread, s.cpu));
-        let mut busy = other_deltas.clone();
-        for s in &threads {
-            if let Some(b) = busy.get_mut(s.cpu as usize) {
-                *b += s.on_cpu_ns;
+        for (mark, &total) in self.cpus.iter_mut().zip(&other_totals) {
+            mark.see(total);
+        }
+        // The counters that may be owed time: those read now and those still carrying.
+        let mut owing: Vec<(ThreadKey, u32)> = std::mem::take(&mut self.carrying);
+        for (id, total) in seen {
+            let mark = self.threads.entry(id).or_default();
+            if total > mark.seen_ns {
+                mark.see(total);
+                owing.push(id);
             }
         }
-        let cpus = other_deltas
-            .iter()
-            .zip(&busy)
-            .map(|(&other_ns, &busy_ns)| CpuTime {
-                idle_ns: duration_ns.saturating_sub(busy_ns),
-                other_ns,
-            })
-            .collect();
+        owing.sort_unstable();
+        owing.dedup();
+
+        let Some(start_ns) = self.last_taken_ns.replace(snapshot.taken_ns) else {
+            // The first snapshot only sets the starting point.
+            for mark in self.threads.values_mut().chain(self.cpus.iter_mut()) {
+                mark.charged_ns = mark.seen_ns;
+            }
+            return None;
+        };
+        let duration_ns = snapshot.taken_ns.saturating_sub(start_ns);
+
+        // Per CPU: what targets are owed, and the share of it this interval can hold. Targets
+        // come first; other tasks get the room that is left.
+        let cpu_count = self.cpus.len();
+        let mut owed_per_cpu = vec![0u64; cpu_count];
+        for id in &owing {
+            let owed = self.threads.get(id).map_or(0, Mark::owed_ns);
+            if let Some(o) = owed_per_cpu.get_mut(id.1 as usize) {
+                *o += owed;
+            }
+        }
+        // Part of `owed` that fits when the CPU's targets are owed `total` in the interval.
+        let grant = |owed: u64, total: u64| -> u64 {
+            if total <= duration_ns {
+                owed
+            } else {
+                (u128::from(owed) * u128::from(duration_ns) / u128::from(total)) as u64
+            }
+        };
+
+        let mut threads = Vec::new();
+        let mut busy = vec![0u64; cpu_count];
+        for id in owing {
+            let Some(mark) = self.threads.get_mut(&id) else {
+                continue;
+            };
+            let owed = mark.owed_ns();
+            let total = owed_per_cpu.get(id.1 as usize).copied().unwrap_or(owed);
+            let given = grant(owed, total);
+            mark.charged_ns += given;
+            if mark.owed_ns() > 0 {
+                self.carrying.push(id);
+            }
+            if given > 0 {
+                if let Some(b) = busy.get_mut(id.1 as usize) {
+                    *b += given;
+                }
+                threads.push(ThreadSlice {
+                    thread: id.0,
+                    cpu: id.1,
+                    on_cpu_ns: given,
+                });
+            }
+        }
+        let mut cpus = Vec::with_capacity(cpu_count);
+        for (cpu, mark) in self.cpus.iter_mut().enumerate() {
+            let room = duration_ns.saturating_sub(busy[cpu]);
+            let given = mark.owed_ns().min(room);
+            mark.charged_ns += given;
+            cpus.push(CpuTime {
+                idle_ns: room - given,
+                other_ns: given,
+            });
+        }
+        threads.sort_by_key(|s| (s.thread, s.cpu));
         Some(Activity {
             start_ns,
             duration_ns,
@@ -194,10 +265,35 @@ impl ActivityTracker {
         })
     }
 
-    /// Forgets a thread whose kernel entry was deleted (it exited and its last time was read),
-    /// so that a later thread with the same id starts from zero.
+    /// Whether time of `tid` of process `tgid` (any of its threads when `tid` is `None`) was
+    /// read but is still carried, not yet charged to an interval: its kernel entry must stay
+    /// until it is.
+    pub fn owes(&self, tgid: u32, tid: Option<u32>) -> bool {
+        self.carrying
+            .iter()
+            .any(|(key, _)| key.tgid == tgid && tid.is_none_or(|t| t == key.tid))
+    }
+
+    /// Nanoseconds of target threads read but not yet charged to any interval, all CPUs
+    /// together.
+    pub fn carried_target_ns(&self) -> u64 {
+        self.carrying
+            .iter()
+            .filter_map(|id| self.threads.get(id))
+            .map(Mark::owed_ns)
+            .sum()
+    }
+
+    /// The same for other tasks' time.
+    pub fn carried_other_ns(&self) -> u64 {
+        self.cpus.iter().map(Mark::owed_ns).sum()
+    }
+
+    /// Forgets a thread whose kernel entry was deleted (it exited and its last time was read
+    /// and charged), so that a later thread with the same id starts from zero.
     pub fn forget(&mut self, thread: ThreadKey) {
         self.threads.retain(|(key, _), _| *key != thread);
+        self.carrying.retain(|(key, _)| *key != thread);
     }
 
     /// Number of (thread, CPU) totals remembered.
@@ -213,7 +309,11 @@ mod tests {
     const MS: u64 = 1_000_000;
 
     fn key(tgid: u32, tid: u32) -> ThreadKey {
-        ThreadKey { tgid, tid }
+        ThreadKey {
+            tgid,
+            tid,
+            start_ns: 0,
+        }
     }
 
     fn idle_cpu() -> CpuSnapshot {
@@ -251,6 +351,7 @@ mod tests {
             running: Some(Running {
                 tgid: 5,
                 tid: 5,
+                start_ns: 0,
                 in_progress_ns: Some(for_ns),
             }),
             ..CpuSnapshot::default()
@@ -327,6 +428,7 @@ mod tests {
             running: Some(Running {
                 tgid: 9,
                 tid: 9,
+                start_ns: 0,
                 in_progress_ns: Some(40 * MS),
             }),
             ..CpuSnapshot::default()
@@ -389,6 +491,7 @@ mod tests {
                     running: Some(Running {
                         tgid: 4,
                         tid: 6,
+                        start_ns: 0,
                         in_progress_ns: Some(1),
                     }),
                     ..CpuSnapshot::default()
@@ -434,5 +537,106 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn a_cpu_is_never_busier_than_the_interval_and_the_rest_is_carried() {
+        // cpu0, 100 ms intervals: thread 1/1 is read with 150 ms and other tasks with 50 ms
+        // (a slice that began in earlier intervals, charged when it ended). The interval holds
+        // 100 ms, the target's first; the 50 + 50 ms left over follow in the next interval.
+        let mut tracker = ActivityTracker::new();
+        let mut snap = Snapshot {
+            taken_ns: 0,
+            cpus: vec![idle_cpu()],
+            threads: vec![],
+        };
+        tracker.advance(&snap, |_| true);
+        snap.taken_ns = 100 * MS;
+        snap.cpus[0].other_ns = 50 * MS;
+        snap.threads = vec![(key(1, 1), vec![150 * MS])];
+        let a = tracker.advance(&snap, |_| true).unwrap();
+        assert_eq!(slices_of(&a, key(1, 1)), 100 * MS);
+        assert_eq!(a.cpus[0].other_ns, 0);
+        assert_eq!(a.cpus[0].idle_ns, 0);
+        assert!(tracker.owes(1, Some(1)));
+        assert!(tracker.owes(1, None));
+        assert!(!tracker.owes(2, None));
+        assert_eq!(tracker.carried_target_ns(), 50 * MS);
+        assert_eq!(tracker.carried_other_ns(), 50 * MS);
+        // Nothing new ran: the carried 100 ms fill this interval exactly.
+        snap.taken_ns = 200 * MS;
+        let a = tracker.advance(&snap, |_| true).unwrap();
+        assert_eq!(slices_of(&a, key(1, 1)), 50 * MS);
+        assert_eq!(a.cpus[0].other_ns, 50 * MS);
+        assert_eq!(tracker.carried_target_ns() + tracker.carried_other_ns(), 0);
+        assert!(!tracker.owes(1, None));
+        // And then it is all charged: nothing more.
+        snap.taken_ns = 300 * MS;
+        let a = tracker.advance(&snap, |_| true).unwrap();
+        assert_eq!(slices_of(&a, key(1, 1)), 0);
+        assert_eq!(a.cpus[0].idle_ns, 100 * MS);
+    }
+
+    #[test]
+    fn targets_over_an_interval_share_it_in_proportion() {
+        // cpu0 in a 100 ms interval: two targets read with 150 and 50 ms: 75 and 25 fit.
+        let mut tracker = ActivityTracker::new();
+        let mut snap = Snapshot {
+            taken_ns: 0,
+            cpus: vec![idle_cpu()],
+            threads: vec![],
+        };
+        tracker.advance(&snap, |_| true);
+        snap.taken_ns = 100 * MS;
+        snap.cpus[0].other_ns = 10 * MS;
+        snap.threads = vec![(key(1, 1), vec![150 * MS]), (key(1, 2), vec![50 * MS])];
+        let a = tracker.advance(&snap, |_| true).unwrap();
+        assert_eq!(slices_of(&a, key(1, 1)), 75 * MS);
+        assert_eq!(slices_of(&a, key(1, 2)), 25 * MS);
+        assert_eq!(a.cpus[0].other_ns, 0);
+        assert_eq!(tracker.carried_target_ns(), 100 * MS);
+    }
+
+    #[test]
+    fn carried_time_shares_the_next_interval_with_new_time() {
+        // cpu0: 30 ms carried from a starved read, then 90 ms more of thread 2/2 in a 100 ms
+        // interval: 120 ms owed, 100 ms fit. Per interval busy <= duration, exactly; over
+        // the three intervals every nanosecond read is charged once.
+        let mut tracker = ActivityTracker::new();
+        let mut snap = Snapshot {
+            taken_ns: 0,
+            cpus: vec![idle_cpu(), idle_cpu()],
+            threads: vec![],
+        };
+        tracker.advance(&snap, |_| true);
+        snap.taken_ns = 10 * MS;
+        snap.threads = vec![(key(2, 2), vec![40 * MS, 3 * MS])];
+        let a1 = tracker.advance(&snap, |_| true).unwrap();
+        snap.taken_ns = 110 * MS;
+        snap.threads = vec![(key(2, 2), vec![130 * MS, 3 * MS])];
+        let a2 = tracker.advance(&snap, |_| true).unwrap();
+        snap.taken_ns = 210 * MS;
+        let a3 = tracker.advance(&snap, |_| true).unwrap();
+        let mut total = 0;
+        for a in [&a1, &a2, &a3] {
+            for (cpu, time) in a.cpus.iter().enumerate() {
+                let busy: u64 = a
+                    .threads
+                    .iter()
+                    .filter(|s| s.cpu == cpu as u32)
+                    .map(|s| s.on_cpu_ns)
+                    .sum::<u64>()
+                    + time.other_ns;
+                assert!(
+                    busy <= a.duration_ns,
+                    "cpu{cpu}: {busy} ns in {} ns",
+                    a.duration_ns
+                );
+                assert_eq!(busy + time.idle_ns, a.duration_ns);
+            }
+            total += slices_of(a, key(2, 2));
+        }
+        assert_eq!(slices_of(&a1, key(2, 2)), 10 * MS + 3 * MS);
+        assert_eq!(total, 133 * MS);
     }
 }

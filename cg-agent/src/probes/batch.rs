@@ -116,6 +116,9 @@ impl BatchReader {
             let key = ThreadKey {
                 tgid: u32::from_ne_bytes([k[0], k[1], k[2], k[3]]),
                 tid: u32::from_ne_bytes([k[4], k[5], k[6], k[7]]),
+                start_ns: u64::from_ne_bytes([
+                    k[8], k[9], k[10], k[11], k[12], k[13], k[14], k[15],
+                ]),
             };
             let base = i * VALUE_STRIDE * self.cpu_count;
             let per_cpu = (0..self.cpu_count)

@@ -111,6 +111,9 @@ pub enum Lifecycle {
     Fork {
         pid: u32,
         ppid: u32,
+        /// The new process's start time (kernel CLOCK_MONOTONIC ns): with the pid, its
+        /// identity.
+        start_ns: u64,
         timestamp_ns: u64,
     },
     Exec {
@@ -123,6 +126,9 @@ pub enum Lifecycle {
     Exit {
         pid: u32,
         tid: u32,
+        /// The process's and the thread's start times.
+        process_start_ns: u64,
+        thread_start_ns: u64,
         comm: String,
         /// The kernel's exit code: `status << 8`, or the signal number.
         exit_code: u32,
@@ -140,13 +146,21 @@ pub struct Losses {
     pub events_dropped: u64,
     /// Child processes that could not be followed (target map full).
     pub targets_map_full: u64,
-    /// Switches the kernel side could not match to the task it saw arrive (slice not charged).
+    /// Switches the kernel side could not match to the task it saw arrive (a target's slice
+    /// is still charged in full; another task's is not).
     pub unmatched_switches: u64,
+    /// Target threads the kernel could make no task storage for (their slices are charged
+    /// as the CPU saw them).
+    pub marks_failed: u64,
 }
 
 impl Losses {
     pub fn total(&self) -> u64 {
-        self.on_cpu_map_full + self.events_dropped + self.targets_map_full + self.unmatched_switches
+        self.on_cpu_map_full
+            + self.events_dropped
+            + self.targets_map_full
+            + self.unmatched_switches
+            + self.marks_failed
     }
 }
 
@@ -156,7 +170,7 @@ pub struct Probes {
     _ebpf: Ebpf,
     on_cpu: PerCpuHashMap<MapData, ThreadKey, ThreadTime>,
     cpu_state: PerCpuArray<MapData, CpuState>,
-    targets: HashMap<MapData, u32, u32>,
+    targets: HashMap<MapData, u32, u64>,
     events: RingBuf<MapData>,
     losses: PerCpuArray<MapData, LossCounters>,
     /// Maps of the function probes, when used.
@@ -212,6 +226,8 @@ impl Probes {
         let runtime_offset =
             kernel_btf.member_path_offset("task_struct", &["se", "sum_exec_runtime"])?;
         let exit_code_offset = kernel_btf.member_offset("task_struct", "exit_code")?;
+        let start_time_offset = kernel_btf.member_offset("task_struct", "start_time")?;
+        let group_leader_offset = kernel_btf.member_offset("task_struct", "group_leader")?;
         let filename_offset = kernel_btf.member_offset("linux_binprm", "filename")?;
         let exit_has_group_dead = u32::from(
             kernel_btf
@@ -225,6 +241,8 @@ impl Probes {
         let noop_switch = u32::from(config.noop_switch);
         let spawner = config.spawner_tgid.unwrap_or(0);
         let func_clock = u32::from(config.functions.uprobes);
+        // Tasks created after this moment are watched from their first nanosecond.
+        let trace_start_ns = monotonic_ns();
         let noop_func = u32::from(config.functions.noop_uprobes);
 
         // The object has no CO-RE relocations, so the loader needs no kernel BTF.
@@ -241,6 +259,9 @@ impl Probes {
         }
         let mut ebpf = loader
             .btf(None)
+            // THREAD_MARKS is task storage, which only the programs use (aya 0.14 has no
+            // user-space type for it).
+            .allow_unsupported_maps()
             .override_global(globals::ALL_TASKS, &all_tasks, true)
             .override_global(globals::NOOP_SWITCH, &noop_switch, true)
             .override_global(globals::SPAWNER_TGID, &spawner, true)
@@ -248,6 +269,13 @@ impl Probes {
             .override_global(globals::TASK_TGID_OFFSET, &tgid_offset, true)
             .override_global(globals::TASK_RUNTIME_OFFSET, &runtime_offset, true)
             .override_global(globals::TASK_EXIT_CODE_OFFSET, &exit_code_offset, true)
+            .override_global(globals::TASK_START_TIME_OFFSET, &start_time_offset, true)
+            .override_global(
+                globals::TASK_GROUP_LEADER_OFFSET,
+                &group_leader_offset,
+                true,
+            )
+            .override_global(globals::TRACE_START_NS, &trace_start_ns, true)
             .override_global(globals::BINPRM_FILENAME_OFFSET, &filename_offset, true)
             .override_global(globals::EXIT_HAS_GROUP_DEAD, &exit_has_group_dead, true)
             .override_global(profiling::globals::FUNC_CLOCK, &func_clock, true)
@@ -265,8 +293,10 @@ impl Probes {
             HashMap::try_from(take(names::TARGETS)?).map_err(map_err(names::TARGETS))?;
         let events = RingBuf::try_from(take(names::EVENTS)?).map_err(map_err(names::EVENTS))?;
         let losses = PerCpuArray::try_from(take(names::LOSSES)?).map_err(map_err(names::LOSSES))?;
+        // 0: whichever process holds the pid now (the kernel records its start time at its
+        // first switch).
         for &pid in &config.targets {
-            targets.insert(pid, 1, 0).map_err(map_err(names::TARGETS))?;
+            targets.insert(pid, 0, 0).map_err(map_err(names::TARGETS))?;
         }
         let functions = config
             .functions
@@ -374,16 +404,16 @@ impl Probes {
     }
 
     fn read_cpu_states(&self) -> Result<Vec<CpuSnapshot>, ProbeError> {
+        let read = || {
+            self.cpu_state.get(&0, 0).map_err(|source| ProbeError::Map {
+                name: names::CPU_STATE,
+                source,
+            })
+        };
         // A CPU's state is consistent when seq_begin == seq_end; a few retries find one.
         let mut states: Vec<Option<CpuState>> = Vec::new();
         for _ in 0..8 {
-            let values = self
-                .cpu_state
-                .get(&0, 0)
-                .map_err(|source| ProbeError::Map {
-                    name: names::CPU_STATE,
-                    source,
-                })?;
+            let values = read()?;
             if states.is_empty() {
                 states = vec![None; values.len()];
             }
@@ -396,9 +426,32 @@ impl Probes {
                 break;
             }
         }
+        // The slice each CPU is running, from the task's runtime now. A task that left its
+        // CPU between the two reads may have run elsewhere since: its runtime then holds time
+        // of another CPU, so the slice is left to the next read (it is charged when the task
+        // leaves the CPU anyway).
+        let mut in_progress: Vec<Option<u64>> = states
+            .iter()
+            .map(|state| {
+                state
+                    .filter(|s| s.valid != 0 && s.tid != 0)
+                    .and_then(|s| running_since(&s))
+            })
+            .collect();
+        if in_progress.iter().any(Option::is_some) {
+            let after = read()?;
+            for ((slice, state), now) in in_progress.iter_mut().zip(&states).zip(after.iter()) {
+                if state
+                    .is_none_or(|s| s.seq_begin != now.seq_begin || now.seq_begin != now.seq_end)
+                {
+                    *slice = None;
+                }
+            }
+        }
         Ok(states
             .into_iter()
-            .map(|state| {
+            .zip(in_progress)
+            .map(|(state, in_progress_ns)| {
                 // A CPU that kept changing under us: use its counters, skip its running slice
                 // (it shows up in the next read).
                 let state = state.unwrap_or_default();
@@ -408,19 +461,14 @@ impl Probes {
                     cached: state
                         .cache
                         .iter()
-                        .filter(|c| c.tid != 0 && c.pending_ns != 0)
-                        .map(|c| {
-                            let key = ThreadKey {
-                                tgid: c.tgid,
-                                tid: c.tid,
-                            };
-                            (key, c.pending_ns)
-                        })
+                        .filter(|c| c.key.tid != 0 && c.pending_ns != 0)
+                        .map(|c| (c.key, c.pending_ns))
                         .collect(),
-                    running: (state.valid != 0 && state.tid != 0).then(|| Running {
+                    running: (state.valid != 0 && state.tid != 0).then_some(Running {
                         tgid: state.tgid,
                         tid: state.tid,
-                        in_progress_ns: running_since(&state),
+                        start_ns: state.start_ns,
+                        in_progress_ns,
                     }),
                 }
             })
@@ -456,22 +504,18 @@ impl Probes {
             events_dropped: acc.events_dropped + l.events_dropped,
             targets_map_full: acc.targets_map_full + l.targets_full,
             unmatched_switches: acc.unmatched_switches + l.unmatched_switches,
+            marks_failed: acc.marks_failed + l.marks_failed,
         }))
     }
 
-    /// Makes `pid` a target from now on.
+    /// Makes the process that holds `pid` now a target from now on.
     pub fn add_target(&mut self, pid: u32) -> Result<(), ProbeError> {
         self.targets
-            .insert(pid, 1, 0)
+            .insert(pid, 0, 0)
             .map_err(|source| ProbeError::Map {
                 name: names::TARGETS,
                 source,
             })
-    }
-
-    /// Stops treating `pid` as a target (it exited; its id may be reused).
-    pub fn remove_target(&mut self, pid: u32) {
-        let _ = self.targets.remove(&pid);
     }
 
     /// Deletes a thread's totals (after its last time was read).
@@ -489,6 +533,7 @@ fn lifecycle_from(e: &LifecycleEvent) -> Option<Lifecycle> {
         event_kind::FORK => Some(Lifecycle::Fork {
             pid: e.tgid,
             ppid: e.parent_tgid,
+            start_ns: e.process_start_ns,
             timestamp_ns: e.timestamp_ns,
         }),
         event_kind::EXEC => Some(Lifecycle::Exec {
@@ -500,6 +545,8 @@ fn lifecycle_from(e: &LifecycleEvent) -> Option<Lifecycle> {
         event_kind::EXIT => Some(Lifecycle::Exit {
             pid: e.tgid,
             tid: e.tid,
+            process_start_ns: e.process_start_ns,
+            thread_start_ns: e.thread_start_ns,
             comm: text(&e.comm),
             exit_code: e.exit_code,
             process_exited: e.group_dead != 0,

@@ -594,6 +594,7 @@ mod tests {
             cmdline: vec![format!("/usr/bin/{name}"), "--flag".into()],
             uid: Some(1000),
             first_seen_ns: 0,
+            start_ns: None,
             ended_ns,
             ending: None,
             root: pid == 10,

@@ -26,7 +26,7 @@ use crate::{
         split_interval,
     },
     probes::Losses,
-    session::{IdleWatts, Mode, Recording, processes::Ending},
+    session::{IdleWatts, Mode, Recording, RunningProcess, processes::Ending},
     sources::{
         DomainKind, DomainSpec, Provenance, SourceProbe, gpu::GpuSummary, meter::MeterSummary,
     },
@@ -72,6 +72,10 @@ pub struct Meta {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pids: Option<Vec<u32>>,
     pub stop_reason: String,
+    /// Wrap mode: processes the command started that were still running when cg-trace
+    /// stopped (the command ignored the stop signal, or a daemon it started).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub still_running: Vec<RunningProcess>,
     pub interval_ms: u64,
     pub calibration_s: f64,
     pub sources: Vec<SourceEntry>,
@@ -150,6 +154,11 @@ pub struct ProfilerEntry {
     pub cpu_time_s: f64,
     pub max_rss_bytes: u64,
     pub attach_ms: f64,
+    /// Intervals that lasted more than twice as long as asked (cg-trace itself did not get
+    /// the CPU in time: their figures are exact in sum but coarser in time).
+    pub starved_intervals_count: u64,
+    /// The longest interval of the run.
+    pub longest_interval_s: f64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -223,6 +232,12 @@ pub struct Totals {
     pub duration_s: f64,
     /// On-CPU time of the targets.
     pub cpu_time_s: f64,
+    /// Targets' CPU time that was read but fitted in no interval before the run ended: each
+    /// interval holds at most its length per CPU, and time read beyond that is carried into
+    /// the next one. Normally 0; not in `cpu_time_s`.
+    pub unplaced_cpu_time_s: f64,
+    /// The same for other tasks (on a busy machine, the read jitter of the last interval).
+    pub unplaced_other_cpu_time_s: f64,
     pub domains: BTreeMap<String, DomainTotals>,
     pub lost_events: LostEvents,
     pub intervals_count: u64,
@@ -252,9 +267,11 @@ pub struct LostEvents {
     pub events_dropped_count: u64,
     /// Child processes that could not be followed (target map full).
     pub targets_map_full_count: u64,
-    /// Context switches the kernel did not report through sched_switch (their slice went
-    /// uncharged, so it counts as idle).
+    /// Context switches the kernel did not report through sched_switch (a target's slice is
+    /// charged in full anyway; another task's counts as idle).
     pub unmatched_switches_count: u64,
+    /// Times the kernel could not keep a target thread's runtime mark (out of memory).
+    pub marks_failed_count: u64,
     /// Intervals for which a source or the probes could not be read.
     pub read_errors_count: u64,
 }
@@ -268,6 +285,7 @@ impl LostEvents {
             events_dropped_count: losses.events_dropped,
             targets_map_full_count: losses.targets_map_full,
             unmatched_switches_count: losses.unmatched_switches,
+            marks_failed_count: losses.marks_failed,
             read_errors_count,
         }
     }
@@ -333,6 +351,8 @@ pub fn build(rec: &Recording) -> Report {
         avg_power_w: per_second(energy_j, duration_s),
         duration_s,
         cpu_time_s: ledger.cpu_ns.values().sum::<u64>() as f64 / 1e9,
+        unplaced_cpu_time_s: rec.carried_past_end_ns as f64 / 1e9,
+        unplaced_other_cpu_time_s: rec.other_carried_past_end_ns as f64 / 1e9,
         domains: rec
             .domains
             .iter()
@@ -602,6 +622,7 @@ fn process_entries(
 }
 
 fn meta(rec: &Recording, baselines: &[IdleBaseline]) -> Meta {
+    let starved = starved_intervals(rec);
     let (command, pids) = match &rec.mode {
         Mode::Wrap { command } => (Some(command.clone()), None),
         Mode::Attach { pids } => (None, Some(pids.clone())),
@@ -680,6 +701,7 @@ fn meta(rec: &Recording, baselines: &[IdleBaseline]) -> Meta {
         command_exit_signal,
         pids,
         stop_reason: rec.stop_reason.clone(),
+        still_running: rec.still_running.clone(),
         interval_ms: rec.interval.as_millis() as u64,
         calibration_s: rec.calibration_s,
         sources: rec
@@ -700,12 +722,36 @@ fn meta(rec: &Recording, baselines: &[IdleBaseline]) -> Meta {
             cpu_time_s: rec.profiler.cpu_time_s,
             max_rss_bytes: rec.profiler.max_rss_bytes,
             attach_ms: rec.profiler.attach_ms,
+            starved_intervals_count: starved.count,
+            longest_interval_s: starved.longest_s,
         },
         sources_probed: rec.probes.clone(),
         gpus: rec.gpus.clone(),
         power_meter: rec.meter.clone(),
         function_profiling: None,
     }
+}
+
+/// Intervals much longer than asked: the agent was not scheduled in time.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Starved {
+    count: u64,
+    longest_s: f64,
+}
+
+/// A stored interval counts as starved past twice its asked length plus 50 ms (stored
+/// intervals are asked length x 2^merges).
+fn starved_intervals(rec: &Recording) -> Starved {
+    let asked_ns = (rec.interval.as_nanos() as u64) << rec.recorder.merges.min(32);
+    let limit_ns = asked_ns.saturating_mul(2).saturating_add(50_000_000);
+    let mut starved = Starved::default();
+    for interval in rec.recorder.intervals() {
+        starved.longest_s = starved.longest_s.max(interval.duration_ns as f64 / 1e9);
+        if interval.duration_ns > limit_ns {
+            starved.count += 1;
+        }
+    }
+    starved
 }
 
 fn quality(rec: &Recording, baselines: &[IdleBaseline]) -> Quality {
@@ -765,8 +811,17 @@ fn quality(rec: &Recording, baselines: &[IdleBaseline]) -> Quality {
     if lost.unmatched_switches > 0 {
         notes.push(format!(
             "{} context switch(es) were never reported by the kernel's sched_switch tracepoint \
-             (ftrace misses them too); the slices around them went uncharged and count as idle",
+             (ftrace misses them too); targets lost nothing (each is charged the growth of its \
+             runtime since it was last charged), other tasks' slices around them count as idle",
             lost.unmatched_switches
+        ));
+    }
+    if lost.marks_failed > 0 {
+        degraded = true;
+        notes.push(format!(
+            "{} time(s) the kernel could not keep a thread's runtime mark (out of memory): \
+             those slices were charged as the CPU saw them, and a switch it missed loses them",
+            lost.marks_failed
         ));
     }
     for (error, count) in &rec.source_errors {
@@ -789,6 +844,25 @@ fn quality(rec: &Recording, baselines: &[IdleBaseline]) -> Quality {
         degraded = true;
         notes.push("the run ended before a single interval was measured".into());
     }
+    let starved = starved_intervals(rec);
+    if starved.count > 0 {
+        notes.push(format!(
+            "cg-trace was starved of CPU: {} of {} intervals lasted more than twice the {} ms \
+             asked (the longest {}); their figures are exact in sum but coarser in time",
+            starved.count,
+            rec.recorder.intervals().len(),
+            rec.interval.as_millis(),
+            human_duration(starved.longest_s)
+        ));
+    }
+    if rec.carried_past_end_ns > 0 {
+        degraded = true;
+        notes.push(format!(
+            "{} of the targets' CPU time read at the end of the run fitted in no interval (each \
+             holds at most its length per CPU) and is not charged",
+            human_duration(rec.carried_past_end_ns as f64 / 1e9)
+        ));
+    }
     Quality {
         grade: if estimated {
             "estimated"
@@ -798,6 +872,26 @@ fn quality(rec: &Recording, baselines: &[IdleBaseline]) -> Quality {
             "measured"
         },
         notes,
+    }
+}
+
+/// A duration for people: `350 ms`, `8.8 s`, `2 min 5 s`, `1 h 3 min`.
+pub fn human_duration(seconds: f64) -> String {
+    if !seconds.is_finite() || seconds < 0.0 {
+        return "an unknown time".into();
+    }
+    if seconds < 1e-3 {
+        format!("{:.0} µs", seconds * 1e6)
+    } else if seconds < 1.0 {
+        format!("{:.0} ms", seconds * 1e3)
+    } else if seconds < 60.0 {
+        format!("{seconds:.1} s")
+    } else if seconds < 3600.0 {
+        let whole = seconds.round() as u64;
+        format!("{} min {} s", whole / 60, whole % 60)
+    } else {
+        let minutes = (seconds / 60.0).round() as u64;
+        format!("{} h {} min", minutes / 60, minutes % 60)
     }
 }
 

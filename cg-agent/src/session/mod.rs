@@ -27,7 +27,7 @@ use self::{
     recorder::Recorder,
 };
 use crate::{
-    attribution::{Interval, Slice},
+    attribution::{Interval, ProcId, Slice},
     host::HostInfo,
     privileges,
     probes::{
@@ -174,6 +174,13 @@ pub struct Recording {
     pub stop_reason: String,
     pub command_ending: Option<Ending>,
     pub calibration_s: f64,
+    /// Targets' CPU time that was read but could not be placed in any interval before the run
+    /// ended (see [`ActivityTracker`]); normally 0.
+    pub carried_past_end_ns: u64,
+    /// The same for other tasks: on a machine kept busy the last moments of read jitter.
+    pub other_carried_past_end_ns: u64,
+    /// Wrap mode: processes the command started that were still running when the run ended.
+    pub still_running: Vec<RunningProcess>,
     pub profiler: ProfilerCost,
     pub timeseries: bool,
     /// Every source probed when choosing, usable or not, and why.
@@ -190,6 +197,13 @@ pub struct Recording {
     pub busy_slope_w: Vec<Option<f64>>,
     /// Function-level data, when `--func` or `--profile` was used.
     pub functions: Option<functions::FunctionRecording>,
+}
+
+/// A process that outlived the run.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct RunningProcess {
+    pub pid: u32,
+    pub command: Vec<String>,
 }
 
 /// The result of a run.
@@ -342,7 +356,7 @@ async fn run_async(config: RunConfig, hooks: Option<LiveHooks>) -> Result<Outcom
         run_start_ns,
         source_errors: BTreeMap::new(),
         last_gc: Instant::now(),
-        all: config.mode == Mode::System,
+        events: Vec::new(),
         observer,
         functions: function_session,
     };
@@ -427,6 +441,11 @@ async fn run_async(config: RunConfig, hooks: Option<LiveHooks>) -> Result<Outcom
     let mut tick = tokio::time::interval(config.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
+    // The kernel's event ring is emptied more often than intervals end, so that a fork storm
+    // does not fill it between two long intervals.
+    let mut drain_tick = tokio::time::interval(EVENT_DRAIN_PERIOD.min(config.interval));
+    drain_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    drain_tick.tick().await;
     let stop = if let Some(sig) = early_signal {
         Stop::Signal(sig)
     } else {
@@ -435,6 +454,7 @@ async fn run_async(config: RunConfig, hooks: Option<LiveHooks>) -> Result<Outcom
                 d.saturating_duration_since(Instant::now())
             });
             tokio::select! {
+                _ = drain_tick.tick() => sampler.drain_events(),
                 _ = tick.tick() => {
                     sampler.sample(Phase::Run);
                     if matches!(config.mode, Mode::Attach { .. }) && sampler.table.live_targets() == 0 {
@@ -480,6 +500,44 @@ async fn run_async(config: RunConfig, hooks: Option<LiveHooks>) -> Result<Outcom
         }
     };
     sampler.sample(Phase::Run);
+    // Targets' time read beyond what the last intervals could hold (see ActivityTracker) is
+    // still owed: a few short intervals more give it room, so that nothing measured is lost.
+    for _ in 0..DRAIN_INTERVALS {
+        if sampler.tracker.carried_target_ns() == 0 {
+            break;
+        }
+        tokio::time::sleep(DRAIN_INTERVAL).await;
+        sampler.sample(Phase::Run);
+    }
+    let carried_past_end_ns = sampler.tracker.carried_target_ns();
+    // A wrapped command that outlived the run (it ignored the stop signal) or a daemon it
+    // started: the user should know that what cg-trace started is still running.
+    let still_running: Vec<RunningProcess> = if matches!(config.mode, Mode::Wrap { .. }) {
+        sampler
+            .table
+            .still_running()
+            .into_iter()
+            .map(|r| RunningProcess {
+                pid: r.pid,
+                command: if r.cmdline.is_empty() {
+                    vec![r.comm.clone()]
+                } else {
+                    r.cmdline.clone()
+                },
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    for process in &still_running {
+        eprintln!(
+            "cg-trace: warning: pid {} ({}) that the command started is still running; cg-trace \
+             stopped tracing it",
+            process.pid,
+            process.command.join(" ")
+        );
+    }
+    let other_carried_past_end_ns = sampler.tracker.carried_other_ns();
     let run_end_ns = monotonic_ns();
 
     let (stop_reason, exit_code, command_ending) = match stop {
@@ -556,6 +614,9 @@ async fn run_async(config: RunConfig, hooks: Option<LiveHooks>) -> Result<Outcom
             stop_reason,
             command_ending,
             calibration_s,
+            carried_past_end_ns,
+            other_carried_past_end_ns,
+            still_running,
             profiler: ProfilerCost {
                 attach_ms,
                 ..own_cost()
@@ -786,23 +847,38 @@ struct Sampler {
     wall: energy::WallClock,
     source_errors: BTreeMap<String, u64>,
     last_gc: Instant,
-    all: bool,
+    /// Lifecycle events drained from the kernel's ring buffer between intervals.
+    events: Vec<crate::probes::Lifecycle>,
     /// The live view's observer, if one watches this run.
     observer: Option<live::Observer>,
     /// Function-level profiling, when asked for.
     functions: Option<functions::FunctionSession>,
 }
 
+/// At the end of a run, at most this many extra intervals of [`DRAIN_INTERVAL`] give the
+/// CPU time still carried (read, but more than the last intervals could hold) its room.
+const DRAIN_INTERVALS: usize = 5;
+const DRAIN_INTERVAL: Duration = Duration::from_millis(20);
+
+/// How often lifecycle events are taken from the kernel's ring buffer, at most.
+const EVENT_DRAIN_PERIOD: Duration = Duration::from_millis(25);
+
 /// How often to look for kernel entries of threads whose exit event was lost.
 const GC_PERIOD: Duration = Duration::from_secs(10);
 
 impl Sampler {
+    /// Takes the lifecycle events queued in the kernel, to be applied at the next interval.
+    fn drain_events(&mut self) {
+        self.events.extend(self.probes.drain_events());
+    }
+
     /// One interval: events, then the snapshot, then the energy; exited threads are deleted
     /// from the kernel maps one interval after their exit was seen, once their last slice
     /// (the switch-out after the exit event) has been read.
     fn sample(&mut self, phase: Phase) {
-        let events = self.probes.drain_events();
-        let cleanup = self.table.apply(&events);
+        let mut events = std::mem::take(&mut self.events);
+        events.extend(self.probes.drain_events());
+        let mut cleanup = self.table.apply(&events);
         let snapshot = match self.probes.snapshot() {
             Ok(s) => s,
             Err(err) => {
@@ -815,6 +891,17 @@ impl Sampler {
                 return;
             }
         };
+        // Processes forked while the events above were applied may have run already and
+        // be in the snapshot: their fork events are applied now, before the snapshot is
+        // attributed. (What these events ask to clean up waits, as for any event, for the
+        // snapshot after the next.)
+        let late = self.probes.drain_events();
+        if !late.is_empty() {
+            let late_cleanup = self.table.apply(&late);
+            cleanup.threads.extend(late_cleanup.threads);
+            cleanup.processes.extend(late_cleanup.processes);
+            events.extend(late);
+        }
         let table = &self.table;
         let activity = self.tracker.advance(&snapshot, |pid| table.is_target(pid));
         let interval = activity.as_ref().map(|a| self.interval_of(a, phase));
@@ -833,25 +920,28 @@ impl Sampler {
         let mut done = std::mem::replace(&mut self.pending, cleanup);
         // A thread that a CPU still runs (an exit can take a while) or caches time for keeps
         // its entry until that time is final: deleting it now would count that time twice.
-        let (wait, delete): (Vec<ThreadKey>, Vec<ThreadKey>) = done
-            .threads
-            .drain(..)
-            .partition(|t| snapshot.holds(t.tgid, Some(t.tid)));
+        // So does one whose time was read but is still carried to later intervals.
+        let tracker = &self.tracker;
+        let (wait, delete): (Vec<ThreadKey>, Vec<ThreadKey>) =
+            done.threads.drain(..).partition(|t| {
+                snapshot.holds(t.tgid, Some(t.tid)) || tracker.owes(t.tgid, Some(t.tid))
+            });
         self.pending.threads.extend(wait);
         for thread in delete {
             self.probes.delete_thread(thread);
             self.tracker.forget(thread);
         }
-        let (wait, retire): (Vec<u32>, Vec<u32>) = done
-            .processes
-            .drain(..)
-            .partition(|&pid| snapshot.holds(pid, None));
+        // A process stops being followed once its last time is read. (The kernel stops
+        // treating its pid as a target itself, when the process is freed.)
+        let records = self.table.records();
+        let (wait, retire): (Vec<ProcId>, Vec<ProcId>) =
+            done.processes.drain(..).partition(|&id| {
+                let pid = records[id as usize].pid;
+                snapshot.holds(pid, None) || self.tracker.owes(pid, None)
+            });
         self.pending.processes.extend(wait);
-        for pid in retire {
-            if !self.all {
-                self.probes.remove_target(pid);
-            }
-            self.table.retire(pid);
+        for id in retire {
+            self.table.retire(id);
         }
         if self.last_gc.elapsed() >= GC_PERIOD {
             self.last_gc = Instant::now();
@@ -910,7 +1000,7 @@ impl Sampler {
         let mut slices: HashMap<(u32, u32), u64> = HashMap::new();
         if phase == Phase::Run {
             for s in &activity.threads {
-                let id = self.table.id_of(s.thread.tgid, activity.start_ns);
+                let id = self.table.id_of_thread(s.thread, activity.start_ns);
                 *slices.entry((id, s.cpu)).or_default() += s.on_cpu_ns;
             }
         }

@@ -2,7 +2,10 @@
 //! went, how they ended. Fed by the probes' lifecycle events and by `/proc`.
 //!
 //! Each process gets a [`ProcId`]: a pid that is reused after its process exited becomes a
-//! new ProcId, so two processes never share figures.
+//! new ProcId, so two processes never share figures. The kernel names each process by its pid
+//! and start time, and each thread by its ids and its own start time; a thread belongs to
+//! the latest process with its tgid that started before it. So even within one interval,
+//! and even when an exit event was lost, a reused pid is another process.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -61,6 +64,8 @@ pub struct ProcessRecord {
     pub uid: Option<u32>,
     /// Monotonic ns when the run first saw it (its fork, or the start of the run).
     pub first_seen_ns: u64,
+    /// The kernel's start time of the process (CLOCK_MONOTONIC ns), when an event gave it.
+    pub start_ns: Option<u64>,
     pub ended_ns: Option<u64>,
     pub ending: Option<Ending>,
     /// The wrapped command or an attached pid (rather than a descendant).
@@ -73,7 +78,7 @@ pub struct Cleanup {
     /// Threads that exited: delete their kernel totals once their last time was read.
     pub threads: Vec<ThreadKey>,
     /// Processes that exited: stop following their pid.
-    pub processes: Vec<u32>,
+    pub processes: Vec<ProcId>,
 }
 
 /// The table itself.
@@ -85,6 +90,9 @@ pub struct ProcessTable {
     records: Vec<ProcessRecord>,
     /// Live pid -> its current ProcId.
     live: HashMap<u32, ProcId>,
+    /// Pid -> earlier processes that had it (oldest first), for threads of theirs whose
+    /// last time is read after the pid went to another process.
+    earlier: HashMap<u32, Vec<ProcId>>,
     /// Records added or changed since [`ProcessTable::take_changed`], when tracked (the live
     /// view copies only these).
     changed: Option<Vec<ProcId>>,
@@ -97,6 +105,7 @@ impl ProcessTable {
             proc_root: proc_root.into(),
             records: Vec::new(),
             live: HashMap::new(),
+            earlier: HashMap::new(),
             changed: None,
         }
     }
@@ -143,6 +152,43 @@ impl ProcessTable {
         }
     }
 
+    /// The ProcId of the process that thread `thread` belongs to: the latest process with its
+    /// tgid that started no later than the thread (registered from `/proc` when none is
+    /// known, as [`Self::id_of`] does).
+    pub fn id_of_thread(&mut self, thread: ThreadKey, now_ns: u64) -> ProcId {
+        let started_before = |id: &ProcId| {
+            self.records[*id as usize]
+                .start_ns
+                .is_none_or(|start| start <= thread.start_ns)
+        };
+        if let Some(&id) = self.live.get(&thread.tgid)
+            && started_before(&id)
+        {
+            return id;
+        }
+        if let Some(&id) = self
+            .earlier
+            .get(&thread.tgid)
+            .and_then(|ids| ids.iter().rev().find(|id| started_before(id)))
+        {
+            return id;
+        }
+        self.id_of(thread.tgid, now_ns)
+    }
+
+    /// Makes `id` the process of its pid, moving the one it replaces to the earlier ones (as
+    /// ended now if nothing said it ended: its exit event was lost).
+    fn replace_live(&mut self, pid: u32, now_ns: u64) {
+        if let Some(old) = self.live.remove(&pid) {
+            let record = &mut self.records[old as usize];
+            if record.ended_ns.is_none() {
+                record.ended_ns = Some(now_ns);
+                self.mark_changed(old);
+            }
+            self.earlier.entry(pid).or_default().push(old);
+        }
+    }
+
     fn insert(&mut self, pid: u32, ppid: Option<u32>, now_ns: u64) -> ProcId {
         let id = self.records.len() as ProcId;
         let mut record = ProcessRecord {
@@ -152,6 +198,7 @@ impl ProcessTable {
             cmdline: Vec::new(),
             uid: None,
             first_seen_ns: now_ns,
+            start_ns: None,
             ended_ns: None,
             ending: None,
             root: false,
@@ -203,16 +250,24 @@ impl ProcessTable {
                 Lifecycle::Fork {
                     pid,
                     ppid,
+                    start_ns,
                     timestamp_ns,
                 } => {
-                    // A reused pid whose earlier process we saw exit: that one is finished.
-                    if let Some(old) = self.live.get(&pid).copied()
-                        && self.records[old as usize].ended_ns.is_some()
-                    {
-                        self.live.remove(&pid);
-                    }
-                    if !self.live.contains_key(&pid) {
-                        self.insert(pid, Some(ppid), timestamp_ns);
+                    match self.live.get(&pid).map(|&id| &self.records[id as usize]) {
+                        // Registered already (the wrapped command, from /proc): this is it.
+                        Some(r)
+                            if r.ended_ns.is_none() && r.start_ns.is_none_or(|s| s == start_ns) =>
+                        {
+                            let id = self.live[&pid];
+                            self.records[id as usize].start_ns = Some(start_ns);
+                        }
+                        // A reused pid: the earlier process is finished (even if its exit
+                        // event was lost).
+                        _ => {
+                            self.replace_live(pid, timestamp_ns);
+                            let id = self.insert(pid, Some(ppid), timestamp_ns);
+                            self.records[id as usize].start_ns = Some(start_ns);
+                        }
                     }
                 }
                 Lifecycle::Exec {
@@ -237,25 +292,42 @@ impl ProcessTable {
                 Lifecycle::Exit {
                     pid,
                     tid,
+                    process_start_ns,
+                    thread_start_ns,
                     ref comm,
                     exit_code,
                     process_exited,
                     timestamp_ns,
                 } => {
-                    cleanup.threads.push(ThreadKey { tgid: pid, tid });
+                    cleanup.threads.push(ThreadKey {
+                        tgid: pid,
+                        tid,
+                        start_ns: thread_start_ns,
+                    });
                     if !process_exited {
                         continue;
                     }
-                    if let Some(&id) = self.live.get(&pid) {
+                    let is_it = |id: &ProcId| {
+                        self.records[*id as usize]
+                            .start_ns
+                            .is_none_or(|s| s == process_start_ns)
+                    };
+                    let id = self.live.get(&pid).copied().filter(is_it).or_else(|| {
+                        self.earlier
+                            .get(&pid)
+                            .and_then(|ids| ids.iter().rev().copied().find(is_it))
+                    });
+                    if let Some(id) = id {
                         let record = &mut self.records[id as usize];
+                        record.start_ns = Some(process_start_ns);
                         record.ended_ns = Some(timestamp_ns);
                         record.ending = Some(Ending::from_kernel_code(exit_code));
                         if record.comm.is_empty() {
                             record.comm = comm.clone();
                         }
                         self.mark_changed(id);
+                        cleanup.processes.push(id);
                     }
-                    cleanup.processes.push(pid);
                 }
             }
         }
@@ -264,11 +336,14 @@ impl ProcessTable {
 
     /// Forgets the pid of a process that exited (after its last time was read), so that the
     /// pid, if reused, is a new process.
-    pub fn retire(&mut self, pid: u32) {
-        if let Some(id) = self.live.get(&pid)
-            && self.records[*id as usize].ended_ns.is_some()
-        {
+    pub fn retire(&mut self, id: ProcId) {
+        let Some(record) = self.records.get(id as usize) else {
+            return;
+        };
+        let pid = record.pid;
+        if self.live.get(&pid) == Some(&id) && record.ended_ns.is_some() {
             self.live.remove(&pid);
+            self.earlier.entry(pid).or_default().push(id);
         }
     }
 
@@ -281,6 +356,71 @@ impl ProcessTable {
             record.ended_ns.get_or_insert(now_ns);
             self.mark_changed(id);
         }
+    }
+
+    /// Targets that are still running now (no exit seen, and `/proc` still has them as the
+    /// same process): the wrapped command or a daemon it started, when the run ends.
+    pub fn still_running(&mut self) -> Vec<&ProcessRecord> {
+        let mut running: Vec<ProcId> = self
+            .live
+            .values()
+            .copied()
+            .filter(|&id| {
+                let r = &self.records[id as usize];
+                r.ended_ns.is_none() && self.is_alive(r)
+            })
+            .collect();
+        running.sort_unstable();
+        // What it runs now (it may have exec'd since its last event was read).
+        for &id in &running {
+            let mut record = self.records[id as usize].clone();
+            self.refresh_from_proc(&mut record);
+            self.records[id as usize] = record;
+        }
+        running
+            .iter()
+            .map(|&id| &self.records[id as usize])
+            .collect()
+    }
+
+    /// Whether `/proc` has a live (not zombie) process with the record's pid that started
+    /// when it did (to within a few clock ticks; any, when the start time is unknown).
+    fn is_alive(&self, record: &ProcessRecord) -> bool {
+        let Ok(stat) = fs::read_to_string(self.proc_root.join(record.pid.to_string()).join("stat"))
+        else {
+            return false;
+        };
+        let Some(fields) = stat.rfind(')').map(|close| &stat[close + 1..]) else {
+            return false;
+        };
+        let fields: Vec<&str> = fields.split_whitespace().collect();
+        // state is field 3 of stat, starttime field 22 (clock ticks since boot).
+        if matches!(fields.first(), Some(&"Z") | Some(&"X") | None) {
+            return false;
+        }
+        let Some(start_ns) = record.start_ns else {
+            return true;
+        };
+        let Some(ticks) = fields.get(19).and_then(|t| t.parse::<u64>().ok()) else {
+            return true;
+        };
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+        // /proc counts from boot including suspend (CLOCK_BOOTTIME), the kernel's start time
+        // does not (CLOCK_MONOTONIC).
+        let clock_ns = |clock| {
+            let mut ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: clock_gettime writes into the timespec we own.
+            unsafe { libc::clock_gettime(clock, &mut ts) };
+            ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+        };
+        let suspended_ns =
+            clock_ns(libc::CLOCK_BOOTTIME).saturating_sub(clock_ns(libc::CLOCK_MONOTONIC));
+        let proc_start_ns = ticks.saturating_mul(1_000_000_000 / hz);
+        proc_start_ns.abs_diff(start_ns + suspended_ns) <= 3 * (1_000_000_000 / hz)
     }
 
     /// Targets that have not exited.
@@ -349,6 +489,7 @@ mod tests {
             Lifecycle::Fork {
                 pid: 11,
                 ppid: 10,
+                start_ns: 1,
                 timestamp_ns: 1,
             },
             Lifecycle::Exec {
@@ -360,6 +501,8 @@ mod tests {
             Lifecycle::Exit {
                 pid: 11,
                 tid: 12,
+                process_start_ns: 1,
+                thread_start_ns: 2,
                 comm: "worker".into(),
                 exit_code: 0,
                 process_exited: false,
@@ -368,6 +511,8 @@ mod tests {
             Lifecycle::Exit {
                 pid: 11,
                 tid: 11,
+                process_start_ns: 1,
+                thread_start_ns: 1,
                 comm: "worker".into(),
                 exit_code: 2 << 8,
                 process_exited: true,
@@ -375,7 +520,7 @@ mod tests {
             },
         ]);
         assert_eq!(cleanup.threads.len(), 2);
-        assert_eq!(cleanup.processes, vec![11]);
+        assert_eq!(cleanup.processes, vec![1]);
         let child = table.records().iter().find(|r| r.pid == 11).unwrap();
         assert_eq!(child.ppid, Some(10));
         assert_eq!(child.comm, "worker");
@@ -384,8 +529,38 @@ mod tests {
         assert_eq!(table.live_targets(), 1);
         // Still a target until retired, so its last slices are still charged to it.
         assert!(table.is_target(11));
-        table.retire(11);
+        table.retire(1);
         assert!(!table.is_target(11));
+    }
+
+    fn fork(pid: u32, start_ns: u64) -> Lifecycle {
+        Lifecycle::Fork {
+            pid,
+            ppid: 10,
+            start_ns,
+            timestamp_ns: start_ns,
+        }
+    }
+
+    fn exit(pid: u32, start_ns: u64, at_ns: u64) -> Lifecycle {
+        Lifecycle::Exit {
+            pid,
+            tid: pid,
+            process_start_ns: start_ns,
+            thread_start_ns: start_ns,
+            comm: "a".into(),
+            exit_code: 0,
+            process_exited: true,
+            timestamp_ns: at_ns,
+        }
+    }
+
+    fn thread(tgid: u32, tid: u32, start_ns: u64) -> ThreadKey {
+        ThreadKey {
+            tgid,
+            tid,
+            start_ns,
+        }
     }
 
     #[test]
@@ -393,25 +568,65 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let mut table = ProcessTable::new(false, root.path());
         table.add_root(10, 0);
-        let fork = |pid, t| Lifecycle::Fork {
-            pid,
-            ppid: 10,
-            timestamp_ns: t,
-        };
-        table.apply(&[
-            fork(20, 1),
-            Lifecycle::Exit {
-                pid: 20,
-                tid: 20,
-                comm: "a".into(),
-                exit_code: 0,
-                process_exited: true,
-                timestamp_ns: 2,
-            },
-            fork(20, 3),
-        ]);
+        table.apply(&[fork(20, 1), exit(20, 1, 2), fork(20, 3)]);
         assert_eq!(table.ids_by_pid()[&20].len(), 2);
         assert_eq!(table.live_targets(), 2);
+    }
+
+    #[test]
+    fn threads_of_two_processes_with_one_pid_in_one_interval_stay_apart() {
+        // t=1 process A forks as pid 20 with a second thread (21, from t=5); it exits at t=8;
+        // t=9 process B gets pid 20. The interval's slices, read after all of it, go by each
+        // thread's start time: A's to A, B's to B.
+        let root = tempfile::tempdir().unwrap();
+        let mut table = ProcessTable::new(false, root.path());
+        table.add_root(10, 0);
+        table.apply(&[fork(20, 1), exit(20, 1, 8), fork(20, 9)]);
+        let ids = table.ids_by_pid()[&20].clone();
+        assert_eq!(ids.len(), 2);
+        assert_eq!(table.id_of_thread(thread(20, 20, 1), 10), ids[0]);
+        assert_eq!(table.id_of_thread(thread(20, 21, 5), 10), ids[0]);
+        assert_eq!(table.id_of_thread(thread(20, 20, 9), 10), ids[1]);
+        // A retired process keeps its threads.
+        table.retire(ids[0]);
+        assert_eq!(table.id_of_thread(thread(20, 21, 5), 11), ids[0]);
+        assert_eq!(table.records().len(), 3, "no record invented");
+    }
+
+    #[test]
+    fn a_lost_exit_event_does_not_merge_the_next_process_with_the_old_one() {
+        // Pid 30's exit event was dropped; then a new process with pid 30 forks. The old one
+        // ends there (its ending unknown); the new one gets its own record, and the new
+        // process's exit does not overwrite the old one's.
+        let root = tempfile::tempdir().unwrap();
+        let mut table = ProcessTable::new(false, root.path());
+        table.add_root(10, 0);
+        table.apply(&[fork(30, 1)]);
+        table.apply(&[fork(30, 50), exit(30, 50, 60)]);
+        let ids = table.ids_by_pid()[&30].clone();
+        assert_eq!(ids.len(), 2);
+        let (old, new) = (
+            &table.records()[ids[0] as usize],
+            &table.records()[ids[1] as usize],
+        );
+        assert_eq!(old.ended_ns, Some(50));
+        assert_eq!(old.ending, None);
+        assert_eq!(new.ending, Some(Ending::Exited(0)));
+        assert_eq!(table.id_of_thread(thread(30, 30, 1), 70), ids[0]);
+        assert_eq!(table.id_of_thread(thread(30, 30, 50), 70), ids[1]);
+    }
+
+    #[test]
+    fn the_fork_event_of_a_registered_root_completes_it() {
+        // The wrapped command is registered from /proc right after it was spawned; its fork
+        // event then gives its start time and is not a second process.
+        let root = tempfile::tempdir().unwrap();
+        let mut table = ProcessTable::new(false, root.path());
+        let id = table.add_root(40, 0);
+        table.apply(&[fork(40, 7)]);
+        assert_eq!(table.records().len(), 1);
+        assert_eq!(table.records()[id as usize].start_ns, Some(7));
+        assert!(table.records()[id as usize].root);
     }
 
     #[test]
@@ -425,6 +640,7 @@ mod tests {
         table.apply(&[Lifecycle::Fork {
             pid: 11,
             ppid: 10,
+            start_ns: 1,
             timestamp_ns: 1,
         }]);
         assert_eq!(table.take_changed(), vec![1]);

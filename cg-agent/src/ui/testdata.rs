@@ -407,6 +407,7 @@ pub fn wrapped_run(intervals: u64, mut observer: impl FnMut(LiveEvent<'_>)) {
         cmdline: argv.iter().map(|a| a.to_string()).collect(),
         uid: Some(1000),
         first_seen_ns: 0,
+        start_ns: None,
         ended_ns: None,
         ending: None,
         root: pid == 500,

@@ -45,7 +45,19 @@ fn main() {
     let sequential = args.iter().any(|a| a == "--sequential");
 
     burn(before);
+    // The kernel's own figure of a child's CPU time once it is reaped (wait4's rusage).
+    let reap = |pid: libc::pid_t| -> f64 {
+        let mut status = 0;
+        // SAFETY: wait4 writes the status and usage we own.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        usage.ru_utime.tv_sec as f64
+            + usage.ru_utime.tv_usec as f64 / 1e6
+            + usage.ru_stime.tv_sec as f64
+            + usage.ru_stime.tv_usec as f64 / 1e6
+    };
     let mut pids = Vec::new();
+    let mut used = Vec::new();
     for ms in children {
         // SAFETY: the child only burns CPU and exits; no locks are held across fork.
         let pid = unsafe { libc::fork() };
@@ -53,21 +65,17 @@ fn main() {
             burn(ms);
             unsafe { libc::_exit(0) };
         }
-        pids.push((pid, ms));
         if sequential {
-            unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+            used.push((pid, ms, reap(pid)));
+        } else {
+            pids.push((pid, ms));
         }
     }
-    for (pid, ms) in &pids {
-        let mut status = 0;
-        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: wait4 writes the status and usage we own.
-        unsafe { libc::wait4(*pid, &mut status, 0, &mut usage) };
-        let cpu = usage.ru_utime.tv_sec as f64
-            + usage.ru_utime.tv_usec as f64 / 1e6
-            + usage.ru_stime.tv_sec as f64
-            + usage.ru_stime.tv_usec as f64 / 1e6;
-        println!("child {pid} asked {ms} ms used {cpu:.4} s");
+    for (pid, ms) in pids {
+        used.push((pid, ms, reap(pid)));
+    }
+    for (pid, ms, cpu) in used {
+        println!("child {pid} asked {ms} ms used {cpu:.6} s");
     }
     burn(own);
     std::process::exit(code);
