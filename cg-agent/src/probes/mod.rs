@@ -122,8 +122,8 @@ fn permission_hint(err: &dyn std::error::Error) -> &'static str {
     if text.contains("os error 1)") {
         " (the kernel refused: run as root, or with CAP_BPF and CAP_PERFMON)"
     } else if text.contains("os error 13)") {
-        " (the kernel refused: on this kernel this needs more than CAP_BPF and CAP_PERFMON \
-         (uprobes need CAP_SYS_ADMIN); run cg-trace with sudo)"
+        " (the kernel wants more than CAP_BPF and CAP_PERFMON for this, e.g. CAP_SYS_ADMIN \
+         for uprobes (--func): run cg-trace with sudo)"
     } else {
         ""
     }
