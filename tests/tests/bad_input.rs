@@ -201,6 +201,13 @@ fn a_thread_id_is_traced_as_its_process_and_says_so() {
         );
         std::thread::sleep(Duration::from_millis(20));
     };
+    let thread_cpu_s = || {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+            .map_or(0.0, |ns| ns / 1e9)
+    };
+    let before_s = thread_cpu_s();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("r.json");
     let output = cg(&[
@@ -221,10 +228,14 @@ fn a_thread_id_is_traced_as_its_process_and_says_so() {
         "{stderr}"
     );
     let report: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-    // The spinning thread's time is there (a fifth of a CPU over 1.5 s even on a loaded
-    // 2-CPU machine).
+    // The spinning thread's time is there: not nothing, and no more than the kernel says it
+    // ran while cg-trace was up (which includes cg-trace's start, before it traced).
+    let kernel_s = thread_cpu_s() - before_s;
     let cpu_s = process(&report, pid)["cpu_time_s"].as_f64().unwrap();
-    assert!(cpu_s > 0.3, "process {pid}: {cpu_s} s of CPU");
+    assert!(
+        cpu_s > 0.02 && cpu_s <= kernel_s * 1.05 + 0.01,
+        "process {pid}: {cpu_s} s of CPU traced, the kernel counted {kernel_s} s for thread {tid}"
+    );
 }
 
 #[test]
