@@ -352,7 +352,14 @@ fn check_report_path(
             ));
         }
     }
-    check_output(path, "-o", invoker)
+    output::check(path, invoker).map_err(|err| {
+        let hint = match err {
+            // `-o /dev/stdout` and the like.
+            OutputError::NotRegular { .. } => " (`-o -` writes the report to standard output)",
+            _ => "",
+        };
+        format!("-o: {err}{hint}")
+    })
 }
 
 type WriteFn = fn(&report::Report, &Path, &Invoker) -> Result<(), OutputError>;
