@@ -8,10 +8,13 @@ use std::{
 };
 
 use crate::{
-    cli::{Cli, Command, FunctionArgs, RunArgs},
+    cli::{Cli, Command, FunctionArgs, ReportFormat, RunArgs},
     export::{flamegraph, folded, json, summary},
     functions::{FunctionOptions, spec::FuncSpec},
-    inventory, report,
+    inventory, output,
+    output::OutputError,
+    privileges::Invoker,
+    report,
     session::{self, IdleWatts, Mode, RunConfig},
     sources::SourceOptions,
     ui,
@@ -35,6 +38,14 @@ enum View {
 
 /// Runs the command line; returns the exit code.
 pub fn main_with(cli: Cli) -> i32 {
+    // First of all: a setuid install is refused whatever it was asked to do.
+    let invoker = match Invoker::detect() {
+        Ok(invoker) => invoker,
+        Err(message) => {
+            eprintln!("cg-trace: {message}");
+            return EXIT_USAGE;
+        }
+    };
     if let Some(samples) = cli.run.functions.bench_symbolize {
         return match crate::functions::symbolize::bench(samples) {
             Ok(line) => {
@@ -85,7 +96,7 @@ pub fn main_with(cli: Cli) -> i32 {
     if view != View::Off && !names_targets(&args) {
         args.all = true;
     }
-    let config = match run_config(&args) {
+    let config = match run_config(&args, &invoker) {
         Ok(config) => config,
         Err(message) => {
             eprintln!("cg-trace: {message}");
@@ -95,7 +106,7 @@ pub fn main_with(cli: Cli) -> i32 {
     let outcome = if view == View::Off {
         session::run(config).map_err(ui::ViewError::from)
     } else {
-        let command_output = match view_command_output(&args, &config.mode) {
+        let command_output = match view_command_output(&args, &config.mode, &invoker) {
             Ok(path) => path,
             Err(message) => {
                 eprintln!("cg-trace: {message}");
@@ -128,16 +139,13 @@ pub fn main_with(cli: Cli) -> i32 {
     let mut messages = Vec::new();
     let mut exit_code = outcome.exit_code;
     if let Some(path) = &args.output {
-        match json::write_to_path(&report, path) {
+        match json::write_to_path(&report, path, &invoker) {
             Ok(()) if path != Path::new("-") => {
                 messages.push(format!("cg-trace: report written to {}", path.display()));
             }
             Ok(()) => {}
             Err(err) => {
-                messages.push(format!(
-                    "cg-trace: writing the report to {}: {err}",
-                    path.display()
-                ));
+                messages.push(format!("cg-trace: the report (-o): {err}"));
                 exit_code = 1;
             }
         }
@@ -156,13 +164,10 @@ pub fn main_with(cli: Cli) -> i32 {
     ];
     for (path, what, write) in function_outputs {
         if let Some(path) = path {
-            match write(&report, path) {
+            match write(&report, path, &invoker) {
                 Ok(()) => messages.push(format!("cg-trace: {what} written to {}", path.display())),
                 Err(err) => {
-                    messages.push(format!(
-                        "cg-trace: writing the {what} to {}: {err}",
-                        path.display()
-                    ));
+                    messages.push(format!("cg-trace: the {what}: {err}"));
                     exit_code = 1;
                 }
             }
@@ -189,6 +194,7 @@ fn option_before_top(run: &RunArgs) -> Option<&'static str> {
         (!run.pid.is_empty(), "--pid"),
         (run.all, "--all"),
         (run.output.is_some(), "-o"),
+        (run.format.is_some(), "--format"),
         (run.interval != 100, "--interval"),
         (run.duration.is_some(), "--duration"),
         (run.idle_watts.is_some(), "--idle-watts"),
@@ -224,21 +230,26 @@ fn names_targets(args: &RunArgs) -> bool {
     !args.command.is_empty() || !args.pid.is_empty() || args.all
 }
 
-/// Wrap mode under the live view: the file for the command's output (its directory must
-/// exist before we start).
-fn view_command_output(args: &RunArgs, mode: &Mode) -> Result<Option<PathBuf>, String> {
+/// Wrap mode under the live view: the file for the command's output (it must be possible to
+/// create before we start).
+fn view_command_output(
+    args: &RunArgs,
+    mode: &Mode,
+    invoker: &Invoker,
+) -> Result<Option<PathBuf>, String> {
     if !matches!(mode, Mode::Wrap { .. }) {
         return Ok(None);
     }
     let path = args.view.command_output.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("cg-trace-{}.out", std::process::id()))
     });
-    check_parent(&path, "--command-output")?;
+    check_output(&path, "--command-output", invoker)?;
     Ok(Some(path))
 }
 
-/// Checks the arguments that clap cannot check alone and builds the run's configuration.
-pub fn run_config(args: &RunArgs) -> Result<RunConfig, String> {
+/// Checks the arguments that clap cannot check alone, and that every output can be written
+/// for `invoker`, and builds the run's configuration.
+pub fn run_config(args: &RunArgs, invoker: &Invoker) -> Result<RunConfig, String> {
     let mode = if !args.command.is_empty() {
         Mode::Wrap {
             command: args.command.clone(),
@@ -257,19 +268,45 @@ pub fn run_config(args: &RunArgs) -> Result<RunConfig, String> {
         );
     };
     if let Some(path) = &args.output {
-        check_output_path(path)?;
+        check_report_path(path, args.format, invoker)?;
+    }
+    let outputs = [
+        (&args.output, "-o"),
+        (&args.functions.folded, "--folded"),
+        (&args.functions.flamegraph, "--flamegraph"),
+        (&args.view.command_output, "--command-output"),
+    ];
+    for (i, (a, a_name)) in outputs.iter().enumerate() {
+        for (b, b_name) in &outputs[i + 1..] {
+            if let (Some(a), Some(b)) = (a, b)
+                && a == b
+                && a != Path::new("-")
+            {
+                return Err(format!(
+                    "{a_name} and {b_name} name the same file {}: give each its own",
+                    a.display()
+                ));
+            }
+        }
+    }
+    let functions = function_options(&args.functions, invoker)?;
+    if let Some(path) = &args.view.bench_frame_stats {
+        check_output(path, "--bench-frame-stats", invoker)?;
     }
     Ok(RunConfig {
+        command_stdout_to_stderr: matches!(mode, Mode::Wrap { .. })
+            && args.output.as_deref() == Some(Path::new("-")),
+        invoker: invoker.clone(),
         mode,
         interval: Duration::from_millis(args.interval),
-        duration: args.duration.map(Duration::from_secs_f64),
+        duration: args.duration,
         sources: source_options(args),
         idle_watts: args.idle_watts.clone().unwrap_or(IdleWatts::Estimate),
         calibration: Duration::from_millis(args.calibrate_ms),
         timeseries: args.timeseries,
         proc_root: "/proc".into(),
         noop_probes: args.bench_noop_probes,
-        functions: function_options(&args.functions)?,
+        functions,
     })
 }
 
@@ -291,24 +328,44 @@ pub fn source_options(args: &RunArgs) -> SourceOptions {
     }
 }
 
-/// The report format follows the file name; the directory must exist before we measure.
-fn check_output_path(path: &Path) -> Result<(), String> {
+/// The report's format follows `--format`, else the file's extension (`-`: JSON on stdout);
+/// the file must be possible to write before we measure.
+fn check_report_path(
+    path: &Path,
+    format: Option<ReportFormat>,
+    invoker: &Invoker,
+) -> Result<(), String> {
     if path == Path::new("-") {
         return Ok(());
     }
-    if path.extension().and_then(|e| e.to_str()) != Some("json") {
-        return Err(format!(
-            "-o {}: unknown report format; name the file *.json, or use `-o -` for JSON on stdout",
-            path.display()
-        ));
+    let from_name = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .and_then(ReportFormat::from_extension);
+    match format.or(from_name) {
+        Some(ReportFormat::Json) => {}
+        None => {
+            return Err(format!(
+                "-o {}: unknown report format: name the file *.json, add `--format json`, or \
+                 use `-o -` for JSON on stdout",
+                path.display()
+            ));
+        }
     }
-    check_parent(path, "-o")
+    output::check(path, invoker).map_err(|err| {
+        let hint = match err {
+            // `-o /dev/stdout` and the like.
+            OutputError::NotRegular { .. } => " (`-o -` writes the report to standard output)",
+            _ => "",
+        };
+        format!("-o: {err}{hint}")
+    })
 }
 
-type WriteFn = fn(&report::Report, &Path) -> std::io::Result<()>;
+type WriteFn = fn(&report::Report, &Path, &Invoker) -> Result<(), OutputError>;
 
 /// `--func`, `--profile` and their outputs.
-fn function_options(args: &FunctionArgs) -> Result<FunctionOptions, String> {
+fn function_options(args: &FunctionArgs, invoker: &Invoker) -> Result<FunctionOptions, String> {
     let specs = args
         .func
         .iter()
@@ -319,7 +376,7 @@ fn function_options(args: &FunctionArgs) -> Result<FunctionOptions, String> {
         (&args.flamegraph, "--flamegraph"),
     ] {
         if let Some(path) = path {
-            check_parent(path, what)?;
+            check_output(path, what, invoker)?;
         }
     }
     if let Some(path) = &args.flamegraph
@@ -343,19 +400,9 @@ fn function_options(args: &FunctionArgs) -> Result<FunctionOptions, String> {
     })
 }
 
-/// The directory an output goes to must exist before we measure.
-fn check_parent(path: &Path, what: &str) -> Result<(), String> {
-    let parent = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    if parent.is_dir() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{what} {}: directory {} does not exist",
-            path.display(),
-            parent.display()
-        ))
-    }
+/// An output must be possible to write, for the user the run is for, before we measure:
+/// its directory opens, a fresh file can be created there (and is removed at once), and an
+/// existing file of that name is one cg-trace may replace (see [`crate::output`]).
+fn check_output(path: &Path, what: &str, invoker: &Invoker) -> Result<(), String> {
+    output::check(path, invoker).map_err(|err| format!("{what}: {err}"))
 }

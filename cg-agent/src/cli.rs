@@ -1,9 +1,9 @@
 //! The command line (a contract: scripts depend on these words). Parsing only; `app` turns
 //! the parsed arguments into a run.
 
-use std::{collections::BTreeMap, path::PathBuf};
+use std::{collections::BTreeMap, path::PathBuf, time::Duration};
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::{session::IdleWatts, sources::SourceChoice};
 
@@ -70,17 +70,23 @@ pub struct RunArgs {
     #[arg(short = 'a', long, conflicts_with = "command")]
     pub all: bool,
 
-    /// Write the report to FILE: JSON for *.json, or `-` for JSON on stdout
+    /// Write the report to FILE, in the format its extension names (*.json) or --format
+    /// gives; `-` for JSON on stdout (the wrapped command's stdout then goes to stderr)
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+
+    /// Format of the report written with -o (default: from the file's extension)
+    #[arg(long, value_enum, value_name = "FORMAT", requires = "output")]
+    pub format: Option<ReportFormat>,
 
     /// Attribution interval in milliseconds
     #[arg(long, value_name = "MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(10..=60_000))]
     pub interval: u64,
 
-    /// Stop after SECS seconds (in wrap mode the command is then sent SIGTERM)
-    #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
-    pub duration: Option<f64>,
+    /// Stop after this long: seconds (2.5) or a span (90s, 1m, 1h30m); in wrap mode the
+    /// command is then sent SIGTERM
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
 
     /// Energy source of the CPUs and the machine: auto prefers a measured source (perf, then
     /// powercap) and falls back to the model; NVIDIA GPUs are added when found
@@ -222,6 +228,23 @@ pub struct FunctionArgs {
     pub bench_symbolize: Option<usize>,
 }
 
+/// The report's format (`--format`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ReportFormat {
+    /// The JSON report (docs/report.md)
+    Json,
+}
+
+impl ReportFormat {
+    /// The format a file name's extension names.
+    pub fn from_extension(extension: &str) -> Option<Self> {
+        match extension {
+            "json" => Some(ReportFormat::Json),
+            _ => None,
+        }
+    }
+}
+
 /// `--model-watts IDLE:MAX`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ModelWatts {
@@ -266,18 +289,44 @@ fn parse_idle_watts(text: &str) -> Result<IdleWatts, String> {
     Ok(IdleWatts::PerDomain(map))
 }
 
-fn parse_seconds(text: &str) -> Result<f64, String> {
-    let s: f64 = text
-        .trim()
-        .trim_end_matches('s')
-        .parse()
-        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
-    if !s.is_finite() || s <= 0.0 {
+/// The longest `--duration`: a year (much longer overflows the clocks; nobody means it).
+pub const MAX_DURATION: Duration = Duration::from_secs(366 * 86_400);
+
+/// `--duration`: seconds (`2.5`, `2.5s`) or a humantime span (`90s`, `1m`, `1h30m`, `500ms`).
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let trimmed = text.trim();
+    let duration = match trimmed.strip_suffix('s').unwrap_or(trimmed).parse::<f64>() {
+        Ok(seconds) if !seconds.is_finite() || seconds <= 0.0 => {
+            return Err(format!(
+                "{text:?}: the duration must be more than 0 seconds"
+            ));
+        }
+        Ok(seconds) if seconds > MAX_DURATION.as_secs_f64() => {
+            return Err(format!(
+                "{text:?}: the duration can be at most a year ({} s)",
+                MAX_DURATION.as_secs()
+            ));
+        }
+        Ok(seconds) => Duration::from_secs_f64(seconds),
+        Err(_) => humantime::parse_duration(trimmed).map_err(|err| {
+            format!(
+                "{text:?} is not a duration ({err}): give seconds (2.5) or a span such as 90s, \
+                 1m, 1h30m"
+            )
+        })?,
+    };
+    if duration.is_zero() {
         return Err(format!(
             "{text:?}: the duration must be more than 0 seconds"
         ));
     }
-    Ok(s)
+    if duration > MAX_DURATION {
+        return Err(format!(
+            "{text:?}: the duration can be at most a year ({} s)",
+            MAX_DURATION.as_secs()
+        ));
+    }
+    Ok(duration)
 }
 
 #[cfg(test)]
@@ -326,8 +375,8 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(parse_idle_watts("-3").is_err());
-        assert!(parse_seconds("0").is_err());
-        assert_eq!(parse_seconds("2.5s").unwrap(), 2.5);
+        assert!(parse_duration("0").is_err());
+        assert_eq!(parse_duration("2.5s").unwrap(), Duration::from_millis(2500));
     }
 
     #[test]
@@ -413,6 +462,46 @@ mod tests {
         assert!(!cli.run.functions.profile);
         assert!(parse(&["--sample-hz", "0", "--all"]).is_err());
         assert_eq!(parse(&["--all"]).unwrap().run.functions.func_limit, 1000);
+    }
+
+    #[test]
+    fn durations_take_seconds_and_spans_and_are_bounded() {
+        let secs = |text| parse_duration(text).map(|d| d.as_secs_f64());
+        assert_eq!(secs("2.5"), Ok(2.5));
+        assert_eq!(secs("1s"), Ok(1.0));
+        assert_eq!(secs("1m"), Ok(60.0));
+        assert_eq!(secs("90s"), Ok(90.0));
+        assert_eq!(secs("1h30m"), Ok(5400.0));
+        assert_eq!(secs("500ms"), Ok(0.5));
+        for bad in [
+            "1e20", "inf", "NaN", "-1", "0s", "0ms", "400days", "soon", "",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+        assert!(
+            parse_duration("1e20")
+                .unwrap_err()
+                .contains("at most a year")
+        );
+        // Through clap, as the binary parses it.
+        assert!(parse(&["--all", "--duration", "1e20"]).is_err());
+        assert_eq!(
+            parse(&["--all", "--duration", "1m"]).unwrap().run.duration,
+            Some(Duration::from_secs(60))
+        );
+    }
+
+    #[test]
+    fn format_needs_an_output_and_knows_json() {
+        let cli = parse(&["--all", "-o", "run.out", "--format", "json"]).unwrap();
+        assert_eq!(cli.run.format, Some(ReportFormat::Json));
+        assert!(parse(&["--all", "--format", "json"]).is_err());
+        assert!(parse(&["--all", "-o", "r", "--format", "csv"]).is_err());
+        assert_eq!(
+            ReportFormat::from_extension("json"),
+            Some(ReportFormat::Json)
+        );
+        assert_eq!(ReportFormat::from_extension("txt"), None);
     }
 
     #[test]

@@ -19,6 +19,8 @@
 //!   [`report::live`], the report's counterpart while a run goes on.
 //! - [`functions`] is function-level profiling's user-space half (SPECs, ELF symbols,
 //!   CPython, symbolization); its kernel half is in [`probes`].
+//! - [`privileges`] decides whom a run is for (sudo's user, or ourselves); [`output`] creates
+//!   every file cg-trace writes, as that user, without following links.
 
 pub mod app;
 pub mod attribution;
@@ -27,6 +29,7 @@ pub mod export;
 pub mod functions;
 pub mod host;
 pub mod inventory;
+pub mod output;
 pub mod privileges;
 pub mod probes;
 pub mod report;

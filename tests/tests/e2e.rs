@@ -594,25 +594,6 @@ fn without_privileges_it_says_what_is_needed_and_exits_2() {
 }
 
 #[test]
-fn under_sudo_the_command_runs_as_the_invoking_user() {
-    require_root();
-    let output = Command::new(bin("cg-trace"))
-        .args(["--source", "model", "-q", "--", "id", "-u"])
-        .env("SUDO_UID", "65534")
-        .env("SUDO_GID", "65534")
-        .env("SUDO_USER", "nobody")
-        .output()
-        .unwrap();
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), "65534");
-}
-
-#[test]
 fn timeseries_adds_up_interval_by_interval() {
     require_root();
     let burn = burn();

@@ -1,7 +1,7 @@
 //! `cargo xtask`: the project's own commands.
 //!
 //! - `setup`: installs what the build needs on a fresh machine: LLVM 22 dev files (apt),
-//!   nightly `rust-src`, bpf-linker built against LLVM 22, tmux and util-linux for tests, gcc
+//!   nightly `rust-src`, bpf-linker built against LLVM 22, tmux, util-linux and sudo for tests, gcc
 //!   (the NVML stand-in and the C parts of a test workload), python3.11 for the Python tests.
 //! - `build`: setup, then builds the workspace (`--release` for an optimised binary).
 //! - `run`: setup, release build, then runs `cg-trace` with the arguments after `--`.
@@ -114,6 +114,8 @@ const APT_PACKAGES: &[&str] = &[
     "libc6-dev",
     // The Python end-to-end tests (CPython 3.11).
     "python3.11",
+    // The security tests run cg-trace through the real sudo (tests/tests/security.rs).
+    "sudo",
 ];
 
 fn setup() -> Result<()> {

@@ -2,12 +2,17 @@
 //! frame as wide as the energy (µJ) of the samples that contain it; interactive (search,
 //! zoom) in a browser.
 
-use std::{fs, io, path::Path};
+use std::{io, path::Path};
 
-use crate::report::Report;
+use crate::{
+    output::{self, OutputError},
+    privileges::Invoker,
+    report::Report,
+};
 
-/// Writes the SVG to `path`. A run with no sampled energy still gets a (blank) valid SVG.
-pub fn write_to_path(report: &Report, path: &Path) -> io::Result<()> {
+/// Writes the SVG to `path`, created for `who` through [`crate::output`]. A run with no
+/// sampled energy still gets a (blank) valid SVG.
+pub fn write_to_path(report: &Report, path: &Path, who: &Invoker) -> Result<(), OutputError> {
     let lines = super::folded::lines(report);
     let estimated = report.meta.measurement_quality.grade == "estimated";
     let mut options = inferno::flamegraph::Options::default();
@@ -26,15 +31,18 @@ pub fn write_to_path(report: &Report, path: &Path) -> io::Result<()> {
     options.count_name = "µJ".into();
     options.name_type = "Function:".into();
     options.deterministic = true;
-    let file = io::BufWriter::new(fs::File::create(path)?);
-    if lines.is_empty() {
-        // inferno refuses empty input; draw one frame saying so.
-        let placeholder = ["no samples 1".to_string()];
-        inferno::flamegraph::from_lines(&mut options, placeholder.iter().map(String::as_str), file)
-    } else {
-        inferno::flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), file)
-    }
-    .map_err(io::Error::other)?;
-    super::json::give_to_sudo_user(path);
-    Ok(())
+    output::write_file(path, who, |file| {
+        if lines.is_empty() {
+            // inferno refuses empty input; draw one frame saying so.
+            let placeholder = ["no samples 1".to_string()];
+            inferno::flamegraph::from_lines(
+                &mut options,
+                placeholder.iter().map(String::as_str),
+                file,
+            )
+        } else {
+            inferno::flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), file)
+        }
+        .map_err(io::Error::other)
+    })
 }

@@ -4,13 +4,13 @@
 //! Each process is the root frame (`comm pid`); `[unsampled]` is the energy no sample
 //! carried.
 
-use std::{
-    fs,
-    io::{self, Write},
-    path::Path,
-};
+use std::path::Path;
 
-use crate::report::Report;
+use crate::{
+    output::{self, OutputError},
+    privileges::Invoker,
+    report::Report,
+};
 
 /// The folded lines, heaviest first within each process; stacks that round to 0 µJ are
 /// left out.
@@ -39,13 +39,12 @@ fn clean(frame: &str) -> String {
     frame.replace([';', '\n'], ":")
 }
 
-/// Writes the folded stacks to `path`.
-pub fn write_to_path(report: &Report, path: &Path) -> io::Result<()> {
-    let mut out = io::BufWriter::new(fs::File::create(path)?);
-    for line in lines(report) {
-        writeln!(out, "{line}")?;
-    }
-    out.flush()?;
-    super::json::give_to_sudo_user(path);
-    Ok(())
+/// Writes the folded stacks to `path`, created for `who` through [`crate::output`].
+pub fn write_to_path(report: &Report, path: &Path, who: &Invoker) -> Result<(), OutputError> {
+    output::write_file(path, who, |out| {
+        for line in lines(report) {
+            writeln!(out, "{line}")?;
+        }
+        Ok(())
+    })
 }

@@ -1,6 +1,7 @@
 //! Turns sampled addresses into function names: native addresses through the process's
 //! memory map and the mapped file's ELF symbols (demangled), addresses in anonymous memory
-//! through the JIT's `/tmp/perf-PID.map` when there is one, kernel addresses through
+//! through the JIT's `/tmp/perf-PID.map` when there is one (read only when it is a regular
+//! file owned by the process's user, as perf does, and bounded), kernel addresses through
 //! `/proc/kallsyms`. Files are read once and their symbols kept sorted, so each distinct
 //! address costs a binary search.
 //!
@@ -10,6 +11,8 @@
 
 use std::{
     collections::HashMap,
+    io::Read,
+    os::unix::fs::{MetadataExt, OpenOptionsExt},
     path::{Path, PathBuf},
     sync::Arc,
 };
@@ -64,6 +67,57 @@ impl Frame {
     }
 }
 
+/// The largest JIT map read; a bigger one is refused (with a note).
+pub const PERF_MAP_MAX_BYTES: u64 = 64 << 20;
+/// Lines of a JIT map longer than this are skipped.
+pub const PERF_MAP_MAX_LINE: usize = 4096;
+
+/// The users whose JIT map of a process is believed: its effective and file-system uids,
+/// read from `/proc/PID/status` while it runs (the JIT writes its map as one of them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcessUids {
+    pub euid: u32,
+    pub fsuid: u32,
+}
+
+impl ProcessUids {
+    pub fn read(proc_root: &Path, pid: u32) -> Option<Self> {
+        let status =
+            std::fs::read_to_string(proc_root.join(pid.to_string()).join("status")).ok()?;
+        let ids: Vec<u32> = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))?
+            .split_whitespace()
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .ok()?;
+        // real, effective, saved, file system
+        Some(ProcessUids {
+            euid: *ids.get(1)?,
+            fsuid: *ids.get(3)?,
+        })
+    }
+
+    fn owns(&self, uid: u32) -> bool {
+        uid == self.euid || uid == self.fsuid
+    }
+}
+
+/// Why a JIT map was not read.
+#[derive(Debug, thiserror::Error)]
+pub enum PerfMapError {
+    #[error("it is a symbolic link")]
+    Link,
+    #[error("it is not a regular file")]
+    NotRegular,
+    #[error("it belongs to uid {owner}, not to the process's user (uid {euid})")]
+    Owner { owner: u32, euid: u32 },
+    #[error("it is larger than {} MiB ({bytes} bytes)", PERF_MAP_MAX_BYTES >> 20)]
+    TooLarge { bytes: u64 },
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
 /// A JIT's symbol map (`/tmp/perf-PID.map`: `START SIZE NAME` in hex).
 #[derive(Clone, Debug, Default)]
 pub struct PerfMap {
@@ -71,9 +125,52 @@ pub struct PerfMap {
 }
 
 impl PerfMap {
+    /// Reads the map at `path` when it is a regular file owned by `owner`'s user and at most
+    /// [`PERF_MAP_MAX_BYTES`]: opened without following links (and without blocking on a
+    /// FIFO), checked on the descriptor, read up to the bound. `Ok(None)`: there is none.
+    pub fn read(path: &Path, owner: ProcessUids) -> Result<Option<Self>, PerfMapError> {
+        let file = match std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(path)
+        {
+            Ok(file) => file,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(err) if err.raw_os_error() == Some(libc::ELOOP) => {
+                return Err(PerfMapError::Link);
+            }
+            Err(err) => return Err(err.into()),
+        };
+        let meta = file.metadata()?;
+        if !meta.file_type().is_file() {
+            return Err(PerfMapError::NotRegular);
+        }
+        if !owner.owns(meta.uid()) {
+            return Err(PerfMapError::Owner {
+                owner: meta.uid(),
+                euid: owner.euid,
+            });
+        }
+        if meta.len() > PERF_MAP_MAX_BYTES {
+            return Err(PerfMapError::TooLarge { bytes: meta.len() });
+        }
+        let mut bytes = Vec::new();
+        file.take(PERF_MAP_MAX_BYTES + 1).read_to_end(&mut bytes)?;
+        if bytes.len() as u64 > PERF_MAP_MAX_BYTES {
+            // It grew while we read it.
+            return Err(PerfMapError::TooLarge {
+                bytes: bytes.len() as u64,
+            });
+        }
+        Ok(Some(Self::parse(&String::from_utf8_lossy(&bytes))))
+    }
+
+    /// Parses the text of a map; malformed lines and lines longer than
+    /// [`PERF_MAP_MAX_LINE`] are skipped.
     pub fn parse(text: &str) -> Self {
         let mut entries: Vec<(u64, u64, String)> = text
             .lines()
+            .filter(|line| line.len() <= PERF_MAP_MAX_LINE)
             .filter_map(|line| {
                 let mut parts = line.splitn(3, ' ');
                 let start = u64::from_str_radix(parts.next()?.trim_start_matches("0x"), 16).ok()?;
@@ -88,7 +185,7 @@ impl PerfMap {
     pub fn find(&self, address: u64) -> Option<&str> {
         let index = self.entries.partition_point(|e| e.0 <= address);
         let (start, size, name) = self.entries.get(index.checked_sub(1)?)?;
-        (address < start + size.max(&1)).then_some(name.as_str())
+        (address < start.saturating_add(*size.max(&1))).then_some(name.as_str())
     }
 }
 
@@ -139,6 +236,10 @@ pub struct Symbolizer {
     last: Option<(Arc<PathBuf>, Option<Arc<ElfInfo>>)>,
     kallsyms: Option<Kallsyms>,
     perf_maps: HashMap<u32, Option<PerfMap>>,
+    /// Whose JIT maps are believed, per process (unknown: not read).
+    perf_map_owners: HashMap<u32, ProcessUids>,
+    /// One line per JIT map refused.
+    perf_map_notes: Vec<String>,
     /// Where `/tmp/perf-PID.map` files are (a root, for tests).
     pub perf_map_dir: PathBuf,
     frames: Vec<Frame>,
@@ -178,6 +279,17 @@ impl Symbolizer {
     /// A frame by id.
     pub fn frame(&self, id: FrameId) -> &Frame {
         &self.frames[id as usize]
+    }
+
+    /// The users whose JIT map of process `pid` is believed; without them, its map is not
+    /// read.
+    pub fn set_process_uids(&mut self, pid: u32, uids: ProcessUids) {
+        self.perf_map_owners.insert(pid, uids);
+    }
+
+    /// One line per JIT map that was refused, for the report's notes.
+    pub fn perf_map_notes(&self) -> &[String] {
+        &self.perf_map_notes
     }
 
     /// Every frame interned so far, by id.
@@ -237,11 +349,21 @@ impl Symbolizer {
             }
             Some((_, pseudo)) => self.intern(Frame::unknown(&pseudo.to_string_lossy())),
             None => {
-                let dir = self.perf_map_dir.clone();
+                let (dir, owners, notes) = (
+                    &self.perf_map_dir,
+                    &self.perf_map_owners,
+                    &mut self.perf_map_notes,
+                );
                 let map = self.perf_maps.entry(pid).or_insert_with(|| {
-                    std::fs::read_to_string(dir.join(format!("perf-{pid}.map")))
-                        .ok()
-                        .map(|t| PerfMap::parse(&t))
+                    let owner = owners.get(&pid)?;
+                    let path = dir.join(format!("perf-{pid}.map"));
+                    PerfMap::read(&path, *owner).unwrap_or_else(|err| {
+                        notes.push(format!(
+                            "{}: JIT symbols not read: {err}; its frames show as [unknown]",
+                            path.display()
+                        ));
+                        None
+                    })
                 });
                 let frame = match map.as_ref().and_then(|m| m.find(lookup)) {
                     Some(name) => Frame {
@@ -387,6 +509,95 @@ pub fn is_stack_root(symbol: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn me() -> ProcessUids {
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        ProcessUids {
+            euid: uid,
+            fsuid: uid,
+        }
+    }
+
+    #[test]
+    fn a_jit_map_is_read_only_when_it_is_a_regular_file_of_the_processs_user() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("perf-1.map");
+        std::fs::write(&good, "1000 10 jitted\n").unwrap();
+        let map = PerfMap::read(&good, me()).unwrap().unwrap();
+        assert_eq!(map.find(0x1005), Some("jitted"));
+        assert!(
+            PerfMap::read(&dir.path().join("perf-2.map"), me())
+                .unwrap()
+                .is_none()
+        );
+        // A link to a file that would pass every other check is still not followed.
+        let link = dir.path().join("perf-3.map");
+        std::os::unix::fs::symlink(&good, &link).unwrap();
+        assert!(matches!(
+            PerfMap::read(&link, me()),
+            Err(PerfMapError::Link)
+        ));
+        // Another user's file.
+        let other = ProcessUids {
+            euid: me().euid.wrapping_add(1),
+            fsuid: me().euid.wrapping_add(1),
+        };
+        let err = PerfMap::read(&good, other).unwrap_err();
+        assert!(matches!(err, PerfMapError::Owner { .. }), "{err}");
+        // A FIFO: refused without blocking on the open.
+        let fifo = dir.path().join("perf-4.map");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo of a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        assert!(matches!(
+            PerfMap::read(&fifo, me()),
+            Err(PerfMapError::NotRegular)
+        ));
+        // Larger than the bound (sparse: no disk used).
+        let big = dir.path().join("perf-5.map");
+        std::fs::File::create(&big)
+            .unwrap()
+            .set_len(PERF_MAP_MAX_BYTES + 1)
+            .unwrap();
+        assert!(matches!(
+            PerfMap::read(&big, me()),
+            Err(PerfMapError::TooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn jit_map_lines_are_bounded_and_hostile_values_do_not_overflow() {
+        let long = format!("2000 10 {}\n", "x".repeat(PERF_MAP_MAX_LINE));
+        let map = PerfMap::parse(&format!("{long}ffffffffffffff00 ffffffffffffffff edge\n"));
+        assert_eq!(map.find(0x2005), None);
+        assert_eq!(map.find(u64::MAX - 1), Some("edge"));
+    }
+
+    #[test]
+    fn a_refused_jit_map_is_noted_once_and_an_unknown_owner_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, "1000 100 SECRET\n").unwrap();
+        std::os::unix::fs::symlink(&secret, dir.path().join("perf-7.map")).unwrap();
+        std::fs::copy(&secret, dir.path().join("perf-8.map")).unwrap();
+        let mut symbolizer = Symbolizer::new();
+        symbolizer.perf_map_dir = dir.path().to_path_buf();
+        symbolizer.set_process_uids(7, me());
+        for address in [0x1010, 0x1020] {
+            let id = symbolizer.native(7, None, address, false);
+            assert_eq!(symbolizer.frame(id).kind, FrameKind::Unknown);
+        }
+        assert_eq!(symbolizer.perf_map_notes().len(), 1);
+        assert!(symbolizer.perf_map_notes()[0].contains("symbolic link"));
+        // Process 8's owner was never read: its map is not opened.
+        let id = symbolizer.native(8, None, 0x1010, false);
+        assert_eq!(symbolizer.frame(id).kind, FrameKind::Unknown);
+        symbolizer.set_process_uids(9, me());
+        std::fs::copy(&secret, dir.path().join("perf-9.map")).unwrap();
+        let id = symbolizer.native(9, None, 0x1010, false);
+        assert_eq!(symbolizer.frame(id).symbol, "SECRET");
+    }
 
     #[test]
     fn perf_maps_and_kallsyms_find_the_enclosing_symbol() {

@@ -53,32 +53,37 @@ pub struct FunctionProbeConfig {
     pub sampling: bool,
 }
 
-/// Errors loading or reading the probes.
+/// Errors loading or reading the probes. Their messages carry the whole chain of causes,
+/// down to the OS error (aya's own messages stop at "`perf_event_open` failed").
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
     #[error(
         "reading the kernel's BTF: {0} (cg-trace needs a kernel built with CONFIG_DEBUG_INFO_BTF)"
     )]
     Btf(#[from] btf::BtfError),
-    #[error("reading the kernel's BTF for the tracepoints: {0}")]
+    #[error("reading the kernel's BTF for the tracepoints: {}", with_causes(.0))]
     AyaBtf(#[from] aya::BtfError),
-    #[error("loading the eBPF programs into the kernel: {0}{hint}", hint = permission_hint(.0))]
+    #[error("loading the eBPF programs into the kernel: {}{}", with_causes(.0), permission_hint(.0))]
     Load(#[source] aya::EbpfError),
     #[error("the eBPF object has no program {0}")]
     MissingProgram(&'static str),
-    #[error("attaching {program}: {source}")]
+    #[error("attaching {program}: {}{}", with_causes(.source), permission_hint(.source))]
     Attach {
         program: &'static str,
         #[source]
         source: aya::programs::ProgramError,
     },
-    #[error("eBPF map {name}: {source}")]
+    #[error("eBPF map {name}: {}", with_causes(.source))]
     Map {
         name: &'static str,
         #[source]
         source: aya::maps::MapError,
     },
-    #[error("attaching {program} to {function}: {source}")]
+    #[error(
+        "attaching {program} to {function}: {}{}",
+        with_causes(.source),
+        permission_hint(.source)
+    )]
     AttachFunction {
         program: &'static str,
         function: String,
@@ -95,10 +100,30 @@ pub enum ProbeError {
     },
 }
 
-fn permission_hint(err: &aya::EbpfError) -> &'static str {
-    let text = err.to_string();
-    if text.contains("Operation not permitted") || text.contains("EPERM") {
+/// An error's message followed by those of its causes that it does not already include,
+/// so that the OS error (errno text) shows.
+pub fn with_causes(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut cause = err.source();
+    while let Some(err) = cause {
+        let more = err.to_string();
+        if !more.is_empty() && !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = err.source();
+    }
+    text
+}
+
+/// What to do when the kernel refused for lack of privileges.
+fn permission_hint(err: &dyn std::error::Error) -> &'static str {
+    let text = with_causes(err);
+    if text.contains("os error 1)") {
         " (the kernel refused: run as root, or with CAP_BPF and CAP_PERFMON)"
+    } else if text.contains("os error 13)") {
+        " (the kernel wants more than CAP_BPF and CAP_PERFMON for this, e.g. CAP_SYS_ADMIN \
+         for uprobes (--func): run cg-trace with sudo)"
     } else {
         ""
     }

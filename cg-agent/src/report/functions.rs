@@ -312,6 +312,7 @@ pub fn build(
                  -fno-omit-frame-pointer or -C force-frame-pointers=yes"
             ));
         }
+        notes.extend(summary.notes.iter().cloned());
         for p in summary.python.iter().filter(|p| !p.frames) {
             notes.push(format!(
                 "pid {}: CPython {} is not supported by the frame walker (3.11 to 3.13 are): \

@@ -1,96 +1,62 @@
-//! Starting the wrapped command: as the user who ran `sudo` (SUDO_UID/SUDO_GID, with their
-//! supplementary groups), not as root, with its own stdin/stdout/stderr (or, under the live
-//! view, its output in a file).
+//! Starting the wrapped command: as the user the run is for ([`Invoker`]: under sudo, the
+//! user who ran it, with their groups and the environment `sudo -u` gives them), with its own
+//! stdin/stdout/stderr, its stdout on our stderr when the report takes our stdout (`-o -`),
+//! or, under the live view, its output in a file.
 
-use std::{ffi::CString, io, path::Path, process::Stdio};
+use std::{io, os::fd::AsFd, path::PathBuf, process::Stdio};
 
 use tokio::process::{Child, Command};
 
-/// The identity to run the command as.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Invoker {
-    pub uid: u32,
-    pub gid: u32,
-    pub user: Option<String>,
-    pub groups: Vec<u32>,
+use crate::{
+    output::{Access, NewFile},
+    privileges::Invoker,
+};
+
+/// Where the command's output goes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum CommandOutput {
+    /// Our stdin, stdout and stderr.
+    #[default]
+    Inherit,
+    /// Our stdin and stderr; its stdout on our stderr too (the report is on our stdout).
+    StdoutToStderr,
+    /// Stdout and stderr into this file (created for the invoker, replacing only a regular
+    /// file of theirs; see [`crate::output`]), stdin from `/dev/null`.
+    File(PathBuf),
 }
 
-impl Invoker {
-    /// The user behind `sudo`, when we are root because of it; `None` otherwise (the command
-    /// then runs as ourselves).
-    pub fn from_sudo_env() -> Option<Self> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            return None;
-        }
-        let uid: u32 = std::env::var("SUDO_UID").ok()?.parse().ok()?;
-        let gid: u32 = std::env::var("SUDO_GID").ok()?.parse().ok()?;
-        if uid == 0 {
-            return None;
-        }
-        let user = std::env::var("SUDO_USER").ok().filter(|u| !u.is_empty());
-        let groups = user
-            .as_deref()
-            .and_then(|u| supplementary_groups(u, gid))
-            .unwrap_or_else(|| vec![gid]);
-        Some(Invoker {
-            uid,
-            gid,
-            user,
-            groups,
-        })
-    }
-}
-
-/// The user's groups from the group database (getgrouplist), read before forking because
-/// it is not async-signal-safe.
-fn supplementary_groups(user: &str, gid: u32) -> Option<Vec<u32>> {
-    let name = CString::new(user).ok()?;
-    let mut count: libc::c_int = 64;
-    loop {
-        let mut groups = vec![0 as libc::gid_t; count as usize];
-        let before = count;
-        // SAFETY: groups has room for `count` entries; getgrouplist updates count.
-        let ret =
-            unsafe { libc::getgrouplist(name.as_ptr(), gid, groups.as_mut_ptr(), &mut count) };
-        if ret >= 0 {
-            groups.truncate(count as usize);
-            return Some(groups);
-        }
-        if count <= before {
-            count = before * 2;
-        }
-        if count > 65_536 {
-            return None;
-        }
-    }
-}
-
-/// Starts `argv` (as `invoker` when given). Errors are the exec's: not found, not executable.
-/// With `output`, the command's stdout and stderr go to that file (created, or truncated, and
-/// handed to the invoker) and its stdin is `/dev/null`; otherwise it shares ours.
-pub fn spawn(
-    argv: &[String],
-    invoker: Option<&Invoker>,
-    output: Option<&Path>,
-) -> io::Result<Child> {
+/// Starts `argv` for `invoker`. Errors are the exec's (not found, not executable), or the
+/// output file's.
+pub fn spawn(argv: &[String], invoker: &Invoker, output: &CommandOutput) -> io::Result<Child> {
     let (program, args) = argv
         .split_first()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty command"))?;
     let mut command = Command::new(program);
     command.args(args).kill_on_drop(false);
-    if let Some(path) = output {
-        let file = std::fs::File::create(path)
-            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
-        if let Some(invoker) = invoker {
-            let _ = std::os::unix::fs::chown(path, Some(invoker.uid), Some(invoker.gid));
+    match output {
+        CommandOutput::Inherit => {}
+        CommandOutput::StdoutToStderr => {
+            let stderr = io::stderr().as_fd().try_clone_to_owned()?;
+            command.stdout(Stdio::from(stderr));
         }
-        command
-            .stdin(Stdio::null())
-            .stdout(file.try_clone()?)
-            .stderr(file);
+        CommandOutput::File(path) => {
+            let file = NewFile::create(path, invoker, Access::Private)
+                .and_then(NewFile::commit)
+                .map_err(|e| io::Error::other(e.to_string()))?;
+            command
+                .stdin(Stdio::null())
+                .stdout(file.try_clone()?)
+                .stderr(file);
+        }
     }
-    if let Some(invoker) = invoker.cloned() {
+    if invoker.via_sudo {
+        for (name, value) in invoker.environment() {
+            match value {
+                Some(value) => command.env(name, value),
+                None => command.env_remove(name),
+            };
+        }
+        let invoker = invoker.clone();
         // SAFETY: the closure only makes async-signal-safe syscalls (setgroups, setgid,
         // setuid) on data prepared before the fork.
         unsafe {

@@ -30,7 +30,7 @@ use crate::{
         maps::ProcMaps,
         python::{self, Detection, PyFunction},
         resolve::{self, LookupScope, ResolvedFunction},
-        symbolize::{Frame, FrameKind, Symbolizer, file_name, is_stack_root},
+        symbolize::{Frame, FrameKind, ProcessUids, Symbolizer, file_name, is_stack_root},
     },
     probes::{Lifecycle, ProbeError, Probes, activity::Activity},
 };
@@ -76,6 +76,8 @@ pub struct SamplerSummary {
     pub symbolize_ms: f64,
     /// Distinct stacks named.
     pub stacks_count: usize,
+    /// Remarks of the naming (JIT maps refused).
+    pub notes: Vec<String>,
 }
 
 /// Everything function-level a run recorded: the input of the report's function figures.
@@ -182,6 +184,8 @@ pub struct FunctionSession {
     python_codes: HashMap<(u32, u32, u64), PyFunction>,
     generation: HashMap<u32, u32>,
     maps: HashMap<(u32, u32), ProcMaps>,
+    /// Whose JIT map (`/tmp/perf-PID.map`) of each process is believed, read with its maps.
+    uids: HashMap<u32, ProcessUids>,
     python: HashMap<(u32, u32), PythonState>,
     interpreters: python::InterpreterCache,
     gone_python: Vec<u32>,
@@ -251,6 +255,7 @@ impl FunctionSession {
             python_codes: HashMap::new(),
             generation: HashMap::new(),
             maps: HashMap::new(),
+            uids: HashMap::new(),
             python: HashMap::new(),
             interpreters: python::InterpreterCache::default(),
             gone_python: Vec::new(),
@@ -578,6 +583,9 @@ impl FunctionSession {
             };
             if stale && let Ok(maps) = ProcMaps::read(&self.proc_root, pid) {
                 self.maps.insert((pid, generation), maps);
+                if let Some(uids) = ProcessUids::read(&self.proc_root, pid) {
+                    self.uids.insert(pid, uids);
+                }
             }
         }
         if key.py_stack != 0 && !self.python_stacks.contains_key(&key.py_stack) {
@@ -667,6 +675,7 @@ impl FunctionSession {
             };
             remap.push(id);
         }
+        let jit_notes = symbolizer.perf_map_notes().to_vec();
         let frames = symbolizer.into_frames();
         let (mut native_samples, mut incomplete_samples) = (0u64, 0u64);
         for interval in &mut self.intervals {
@@ -712,6 +721,7 @@ impl FunctionSession {
                     .then(|| 100.0 * incomplete_samples as f64 / native_samples as f64),
                 symbolize_ms,
                 stacks_count: stacks.len(),
+                notes: jit_notes,
             }
         });
         FunctionRecording {
@@ -743,6 +753,9 @@ impl FunctionSession {
     /// program's entry point.
     fn name_stack(&self, symbolizer: &mut Symbolizer, raw: &RawStack) -> (Vec<FrameId>, bool) {
         let maps = self.maps.get(&(raw.pid, raw.generation));
+        if let Some(&uids) = self.uids.get(&raw.pid) {
+            symbolizer.set_process_uids(raw.pid, uids);
+        }
         let native: Vec<FrameId> = self
             .stack_cache
             .get(&raw.user)

@@ -9,6 +9,7 @@ pub mod functions;
 pub mod live;
 pub mod processes;
 pub mod recorder;
+pub mod targets;
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -21,7 +22,7 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use cg_common::ThreadKey;
 
 use self::{
-    command::Invoker,
+    command::CommandOutput,
     live::{LiveEvent, LiveHooks, LiveSample, LiveStart},
     processes::{Cleanup, Ending, ProcessRecord, ProcessTable},
     recorder::Recorder,
@@ -90,6 +91,10 @@ pub struct RunConfig {
     pub noop_probes: bool,
     /// Function-level profiling (`--func`, `--profile`).
     pub functions: crate::functions::FunctionOptions,
+    /// Whom the run is for: runs the wrapped command (see [`crate::privileges`]).
+    pub invoker: crate::privileges::Invoker,
+    /// Wrap mode: the report takes our stdout (`-o -`), so the command's goes to our stderr.
+    pub command_stdout_to_stderr: bool,
 }
 
 /// Errors that end a run before it measured anything; each maps to an exit code.
@@ -242,16 +247,15 @@ enum Stop {
     Signal(i32),
 }
 
-async fn run_async(config: RunConfig, hooks: Option<LiveHooks>) -> Result<Outcome, RunError> {
+async fn run_async(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Outcome, RunError> {
     privileges::check_can_trace().map_err(RunError::Privileges)?;
-    if let Mode::Attach { pids } = &config.mode {
-        for &pid in pids {
-            if !config.proc_root.join(pid.to_string()).exists() {
-                return Err(RunError::Usage(format!(
-                    "no process with pid {pid} (it may have exited); check with `ps -p {pid}`"
-                )));
-            }
+    if let Mode::Attach { pids } = &mut config.mode {
+        let (checked, warnings) =
+            targets::check(&config.proc_root, pids).map_err(RunError::Usage)?;
+        for warning in warnings {
+            eprintln!("cg-trace: {warning}");
         }
+        *pids = checked;
     }
     let host = HostInfo::read();
     let selection = sources::select(&config.sources, &host)?;
@@ -401,12 +405,17 @@ async fn run_async(config: RunConfig, hooks: Option<LiveHooks>) -> Result<Outcom
     if let Mode::Wrap { command } = &config.mode
         && early_signal.is_none()
     {
-        let invoker = Invoker::from_sudo_env();
-        let spawned = command::spawn(command, invoker.as_ref(), command_output.as_deref())
-            .map_err(|source| RunError::Spawn {
+        let output = match (command_output, config.command_stdout_to_stderr) {
+            (Some(path), _) => CommandOutput::File(path),
+            (None, true) => CommandOutput::StdoutToStderr,
+            (None, false) => CommandOutput::Inherit,
+        };
+        let spawned = command::spawn(command, &config.invoker, &output).map_err(|source| {
+            RunError::Spawn {
                 program: command[0].clone(),
                 source,
-            })?;
+            }
+        })?;
         child_pid = spawned.id().unwrap_or(0);
         sampler.table.add_root(child_pid, sampler.run_start_ns);
         child = Some(spawned);
@@ -540,6 +549,14 @@ async fn run_async(config: RunConfig, hooks: Option<LiveHooks>) -> Result<Outcom
     let other_carried_past_end_ns = sampler.tracker.carried_other_ns();
     let run_end_ns = monotonic_ns();
 
+    // A wrapped command stopped by a signal, or never started because the signal came during
+    // the idle calibration, exits as if interrupted (not 0: the command did not succeed).
+    let wrap = matches!(config.mode, Mode::Wrap { .. });
+    let never_started = if wrap && child.is_none() {
+        " during the idle calibration: the command was never started"
+    } else {
+        ""
+    };
     let (stop_reason, exit_code, command_ending) = match stop {
         Stop::CommandExited(ending) => {
             sampler.table.set_ending(child_pid, ending, run_end_ns);
@@ -560,20 +577,19 @@ async fn run_async(config: RunConfig, hooks: Option<LiveHooks>) -> Result<Outcom
                 "the live view's terminal hung up".to_string()
             } else {
                 "quit from the live view".to_string()
-            },
-            if child.is_some() {
-                128 + libc::SIGINT
-            } else {
-                0
-            },
+            } + never_started,
+            if wrap { 128 + libc::SIGINT } else { 0 },
             None,
         ),
         Stop::Signal(sig) => (
-            format!("interrupted by {}", signal_name(sig)),
-            if child.is_some() { 128 + sig } else { 0 },
+            format!("interrupted by {}{never_started}", signal_name(sig)),
+            if wrap { 128 + sig } else { 0 },
             None,
         ),
     };
+    if !never_started.is_empty() {
+        eprintln!("cg-trace: {stop_reason}");
+    }
     let losses = sampler.probes.losses().unwrap_or_default();
     // Sources that lag behind the run (a power meter's log) revise their figures now.
     let mut source_notes = selection.notes;

@@ -15,7 +15,7 @@ mod testdata;
 pub mod users;
 
 use std::{
-    io::{self, IsTerminal, Write},
+    io::{self, IsTerminal},
     panic::AssertUnwindSafe,
     path::PathBuf,
     sync::{
@@ -100,6 +100,7 @@ pub fn stdout_is_terminal() -> bool {
 
 /// Runs `config` under the live view; returns the run's outcome once the terminal is back.
 pub fn run(config: RunConfig, options: ViewOptions) -> Result<Outcome, ViewError> {
+    let invoker = config.invoker.clone();
     let (tx, rx) = mpsc::channel::<Event>();
     let stop = Arc::new(tokio::sync::Notify::new());
     let hooks = LiveHooks {
@@ -231,7 +232,7 @@ pub fn run(config: RunConfig, options: ViewOptions) -> Result<Outcome, ViewError
     }
     let _ = session.join();
     if let Some(path) = &options.frame_stats {
-        write_frame_stats(path, &frames);
+        write_frame_stats(path, &frames, &invoker);
     }
     finish(outcome)
 }
@@ -335,7 +336,11 @@ struct FrameTime {
 }
 
 /// `frames N`, then mean, 95th percentile and worst of both times, in milliseconds.
-fn write_frame_stats(path: &std::path::Path, frames: &[FrameTime]) {
+fn write_frame_stats(
+    path: &std::path::Path,
+    frames: &[FrameTime],
+    invoker: &crate::privileges::Invoker,
+) {
     let summary = |pick: fn(&FrameTime) -> Duration| {
         let mut ms: Vec<f64> = frames.iter().map(|f| pick(f).as_secs_f64() * 1e3).collect();
         ms.sort_by(f64::total_cmp);
@@ -358,8 +363,8 @@ fn write_frame_stats(path: &std::path::Path, frames: &[FrameTime]) {
          draw_max_ms {draw_max:.3}\n",
         frames.len()
     );
-    if let Err(err) = std::fs::File::create(path).and_then(|mut f| f.write_all(text.as_bytes())) {
-        eprintln!("cg-trace: writing frame stats to {}: {err}", path.display());
+    if let Err(err) = crate::output::write_file(path, invoker, |f| f.write_all(text.as_bytes())) {
+        eprintln!("cg-trace: frame stats: {err}");
     }
 }
 
