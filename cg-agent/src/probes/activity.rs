@@ -132,12 +132,12 @@ impl ActivityTracker {
     }
 
     /// Returns what ran since the previous snapshot, or `None` for the first one (which only
-    /// sets the starting point). `is_target(tgid)` says whether a running task's time is
+    /// sets the starting point). `is_target(thread)` says whether a running task's time is
     /// accounted per thread (as the kernel does) or as other.
     pub fn advance(
         &mut self,
         snapshot: &Snapshot,
-        is_target: impl Fn(u32) -> bool,
+        is_target: impl Fn(&ThreadKey) -> bool,
     ) -> Option<Activity> {
         // Time not in the map yet: cached per CPU, or in the slice running now.
         let mut running_target: HashMap<(ThreadKey, u32), u64> = HashMap::new();
@@ -149,12 +149,12 @@ impl ActivityTracker {
             let mut other = state.other_ns + state.unstored_ns;
             if let Some(run) = state.running.filter(|r| r.tid != 0) {
                 let in_progress = run.in_progress_ns.unwrap_or(0);
-                if is_target(run.tgid) {
-                    let key = ThreadKey {
-                        tgid: run.tgid,
-                        tid: run.tid,
-                        start_ns: run.start_ns,
-                    };
+                let key = ThreadKey {
+                    tgid: run.tgid,
+                    tid: run.tid,
+                    start_ns: run.start_ns,
+                };
+                if is_target(&key) {
                     *running_target.entry((key, cpu as u32)).or_default() += in_progress;
                 } else {
                     other += in_progress;

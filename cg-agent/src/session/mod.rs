@@ -919,7 +919,9 @@ impl Sampler {
             events.extend(late);
         }
         let table = &self.table;
-        let activity = self.tracker.advance(&snapshot, |pid| table.is_target(pid));
+        let activity = self
+            .tracker
+            .advance(&snapshot, |thread| table.is_target_thread(thread));
         let interval = activity.as_ref().map(|a| self.interval_of(a, phase));
         if let (Some(f), Some(a)) = (self.functions.as_mut(), activity.as_ref()) {
             let record = phase == Phase::Run;

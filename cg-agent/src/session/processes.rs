@@ -152,26 +152,42 @@ impl ProcessTable {
         }
     }
 
-    /// The ProcId of the process that thread `thread` belongs to: the latest process with its
-    /// tgid that started no later than the thread (registered from `/proc` when none is
-    /// known, as [`Self::id_of`] does).
-    pub fn id_of_thread(&mut self, thread: ThreadKey, now_ns: u64) -> ProcId {
-        let started_before = |id: &ProcId| {
-            self.records[*id as usize]
-                .start_ns
-                .is_none_or(|start| start <= thread.start_ns)
-        };
+    /// Whether process `id` can own `thread`: the thread started while the process lived.
+    fn owns(&self, id: ProcId, thread: &ThreadKey) -> bool {
+        let record = &self.records[id as usize];
+        record.start_ns.is_none_or(|s| s <= thread.start_ns)
+            && record.ended_ns.is_none_or(|e| thread.start_ns <= e)
+    }
+
+    /// The known process that `thread` belongs to: the latest with its tgid that was alive
+    /// when the thread started.
+    fn process_of_thread(&self, thread: &ThreadKey) -> Option<ProcId> {
         if let Some(&id) = self.live.get(&thread.tgid)
-            && started_before(&id)
+            && self.owns(id, thread)
         {
+            return Some(id);
+        }
+        self.earlier
+            .get(&thread.tgid)
+            .and_then(|ids| ids.iter().rev().copied().find(|&id| self.owns(id, thread)))
+    }
+
+    /// Whether `thread`'s time is accounted one by one: it belongs to a target process (a
+    /// task that took an exited target's pid does not).
+    pub fn is_target_thread(&self, thread: &ThreadKey) -> bool {
+        self.all || self.process_of_thread(thread).is_some()
+    }
+
+    /// The ProcId of the process that thread `thread` belongs to (see
+    /// [`Self::process_of_thread`]); a process the kernel accounts but whose fork event was
+    /// not seen is registered from `/proc` (with `--all`, those that existed before the run).
+    pub fn id_of_thread(&mut self, thread: ThreadKey, now_ns: u64) -> ProcId {
+        if let Some(id) = self.process_of_thread(&thread) {
             return id;
         }
-        if let Some(&id) = self
-            .earlier
-            .get(&thread.tgid)
-            .and_then(|ids| ids.iter().rev().find(|id| started_before(id)))
-        {
-            return id;
+        if self.live.contains_key(&thread.tgid) {
+            // The pid's known process ended before this thread started: a new one.
+            self.replace_live(thread.tgid, now_ns);
         }
         self.id_of(thread.tgid, now_ns)
     }
@@ -591,6 +607,21 @@ mod tests {
         table.retire(ids[0]);
         assert_eq!(table.id_of_thread(thread(20, 21, 5), 11), ids[0]);
         assert_eq!(table.records().len(), 3, "no record invented");
+    }
+
+    #[test]
+    fn a_task_that_took_an_exited_targets_pid_is_not_a_target() {
+        // Target 20 (started t=1) exited at t=8 and is not retired yet; at t=9 a process
+        // that is not a target takes pid 20. Running now, its time is not a target's.
+        let root = tempfile::tempdir().unwrap();
+        let mut table = ProcessTable::new(false, root.path());
+        table.add_root(10, 0);
+        table.apply(&[fork(20, 1), exit(20, 1, 8)]);
+        assert!(table.is_target_thread(&thread(20, 20, 1)));
+        assert!(table.is_target_thread(&thread(20, 21, 5)));
+        assert!(!table.is_target_thread(&thread(20, 20, 9)));
+        // With --all every task is accounted.
+        assert!(ProcessTable::new(true, root.path()).is_target_thread(&thread(20, 20, 9)));
     }
 
     #[test]
