@@ -337,7 +337,7 @@ impl FakeCounter {
         }
         self.frozen_until = None;
         self.energy_j += joules;
-        !self.unreadable_until.is_some_and(|t| now < t)
+        self.unreadable_until.is_none_or(|t| now >= t)
     }
 }
 
