@@ -22,15 +22,18 @@ use super::{DomainKind, Reading};
 /// |---|---|---|
 /// | package, core | 1,000 | server packages run at up to ~500 W |
 /// | uncore, dram | 500 | an integrated GPU; a socket's DIMMs |
-/// | psys | 5,000 | a whole platform |
+/// | psys | 2,000 | a whole platform (RAPL has psys on client parts) |
 /// | gpu | 3,000 | data-centre GPU boards draw up to ~1,200 W |
 /// | meter | 1,000,000 | a wall meter on one machine: anything above is not a reading |
 /// | model | no bound | an estimate |
+///
+/// Each RAPL bound times the longest interval (60 s) stays below a real RAPL counter's range
+/// (262,143 J; 65,712 J for DRAM), so a real counter is never ambiguous.
 pub fn max_power_w(kind: DomainKind) -> f64 {
     match kind {
         DomainKind::Package | DomainKind::Core => 1_000.0,
         DomainKind::Uncore | DomainKind::Dram => 500.0,
-        DomainKind::Psys => 5_000.0,
+        DomainKind::Psys => 2_000.0,
         DomainKind::Gpu => 3_000.0,
         DomainKind::Meter => 1_000_000.0,
         DomainKind::Model => f64::INFINITY,
