@@ -131,7 +131,10 @@ pub fn assert_adds_up(report: &Value) {
     if let Some(notes) = report["meta"]["measurement_quality"]["notes"].as_array() {
         for note in notes {
             assert!(
-                !note.as_str().unwrap_or("").starts_with("not a finite figure"),
+                !note
+                    .as_str()
+                    .unwrap_or("")
+                    .starts_with("not a finite figure"),
                 "{note}"
             );
         }
@@ -557,6 +560,11 @@ impl FakePerf {
     const COUNTS_PER_J: f64 = 4_294_967_296.0;
 
     pub fn start(package: Linear, cores: Linear, ram: Linear) -> Self {
+        Self::start_from(package, cores, ram, 0.0)
+    }
+
+    /// As [`FakePerf::start`], with every counter starting at `start_j` joules.
+    pub fn start_from(package: Linear, cores: Linear, ram: Linear, start_j: f64) -> Self {
         use std::os::unix::fs::FileExt;
         let dir = tempfile::tempdir().expect("tempdir");
         let pmu = dir.path().join("sysfs/power");
@@ -578,11 +586,15 @@ impl FakePerf {
             let c = dir.path().join("counters/power").join(event);
             fs::create_dir_all(&c).unwrap();
             let file = fs::File::create(c.join("cpu0")).unwrap();
-            file.write_all_at(&0u64.to_ne_bytes(), 0).unwrap();
+            let count = (start_j * Self::COUNTS_PER_J) as u64;
+            file.write_all_at(&count.to_ne_bytes(), 0).unwrap();
             files.push(file);
         }
         let functions = [package, cores, ram];
-        let mut counters = [FakeCounter::default(); 3];
+        let mut counters = [FakeCounter {
+            energy_j: start_j,
+            ..FakeCounter::default()
+        }; 3];
         let faults = dir.path().join("faults");
         let ticker = Ticker::start(Duration::from_millis(5), move |dt, busy_s| {
             for (event, fault) in take_faults(&faults) {

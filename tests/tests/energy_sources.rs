@@ -678,10 +678,16 @@ fn rapl_power() -> (Linear, Linear, Linear) {
     (linear(6.0, 9.0), linear(1.0, 7.0), linear(1.5, 0.5))
 }
 
-/// A powercap tree with a real package counter's range (262,143 J).
+/// A powercap tree with a real package counter's range (262,143 J), its counters at 1 kJ.
 fn fake_powercap() -> FakePowercap {
     let (package, core, dram) = rapl_power();
-    FakePowercap::start(package, core, dram, 262_143_328_850)
+    FakePowercap::start_from(package, core, dram, 262_143_328_850, 1_000_000_000)
+}
+
+/// A perf tree, its counters at 1 kJ.
+fn fake_perf() -> FakePerf {
+    let (package, cores, ram) = rapl_power();
+    FakePerf::start_from(package, cores, ram, 1000.0)
 }
 
 /// `sh -c` script: burn `before_ms` of CPU, run each fault command with `between_ms` of
@@ -802,16 +808,16 @@ const TRUE_IDLE: &str = "package-0=6,core-0=1,dram-0=1.5";
 fn a_powercap_counter_stepping_back_is_unknown_energy_not_a_wraparound() {
     require_root();
     let rapl = fake_powercap();
-    // 5 J back: more than the package gains in an interval, so that a read sees it.
+    // 50 J back: far more than the package gains in an interval, so that a read sees it.
     let script = faulty_workload(
         300,
-        &[rapl.fault_command("intel-rapl:0", Fault::StepBack(5.0))],
+        &[rapl.fault_command("intel-rapl:0", Fault::StepBack(50.0))],
         300,
     );
     let run = run_faulty(&powercap_args(&rapl), &["--idle-watts", TRUE_IDLE], &script);
     let report = run.report();
     assert_adds_up(report);
-    // Taken as a wraparound, 5 J back would be 262,138 J in one interval (2.6 MW).
+    // Taken as a wraparound, 50 J back would be 262,093 J in one interval (2.6 MW).
     assert_no_impossible_power(report);
     assert!(num(report, "/totals/domains/package-0/energy_j") < 500.0);
     let (count, duration_s) = unknown(report, "package-0");
@@ -984,12 +990,11 @@ fn failed_powercap_reads_are_spread_back_and_leave_idle_and_the_fit_right() {
 #[test]
 fn perf_counter_glitches_are_unknown_energy_and_the_run_goes_on() {
     require_root();
-    let (package, cores, ram) = rapl_power();
-    let perf = FakePerf::start(package, cores, ram);
+    let perf = fake_perf();
     let script = faulty_workload(
         300,
         &[
-            perf.fault_command("energy-pkg", Fault::StepBack(5.0)),
+            perf.fault_command("energy-pkg", Fault::StepBack(50.0)),
             perf.fault_command("energy-pkg", Fault::Jump(1000.0)),
             perf.fault_command("energy-pkg", Fault::Freeze(Duration::from_millis(1200))),
         ],
@@ -1019,8 +1024,7 @@ fn perf_counter_glitches_are_unknown_energy_and_the_run_goes_on() {
 #[test]
 fn failed_perf_reads_are_spread_back_and_leave_idle_right() {
     require_root();
-    let (package, cores, ram) = rapl_power();
-    let perf = FakePerf::start(package, cores, ram);
+    let perf = fake_perf();
     let script = faulty_workload(
         300,
         &[perf.fault_command("energy-pkg", Fault::Unreadable(Duration::from_millis(800)))],

@@ -356,7 +356,8 @@ impl EnergySource for PerfSource {
                             d,
                             u.glitch,
                             format!(
-                                "perf {}: its counters did not move for {} while its CPUs were busy",
+                                "perf {}: its counters stopped while its CPUs were busy (found frozen \
+                                 after {})",
                                 self.domains[d].name,
                                 human_duration(u.earlier_ns + ctx.duration_ns)
                             ),

@@ -85,15 +85,18 @@ impl Zone {
         Ok(zone)
     }
 
-    /// Whether the path now names another file than the one open (deleted, perhaps recreated):
-    /// `Ok(true)` after reopening it and taking its value as the counter's origin. A path that
-    /// is gone (not recreated yet) is a failed read.
-    fn reopen_if_replaced(&mut self) -> Result<bool, SourceError> {
+    /// Whether the path still names the file open: else it was deleted (`Gone`: not
+    /// recreated yet) or replaced (`Reopened`: the new file is open now, its value the
+    /// counter's origin).
+    fn reopen_if_replaced(&mut self) -> Result<OnPath, SourceError> {
         self.reads_since_check = 0;
-        let on_path =
-            fs::metadata(&self.energy_path).map_err(|err| unreadable(&self.energy_path, &err))?;
+        let on_path = match fs::metadata(&self.energy_path) {
+            Ok(meta) => meta,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(OnPath::Gone),
+            Err(err) => return Err(unreadable(&self.energy_path, &err)),
+        };
         if (on_path.dev(), on_path.ino()) == self.identity {
-            return Ok(false);
+            return Ok(OnPath::Same);
         }
         let file =
             fs::File::open(&self.energy_path).map_err(|err| unreadable(&self.energy_path, &err))?;
@@ -111,7 +114,7 @@ impl Zone {
         if let Some(f) = self.freeze.as_mut() {
             f.interrupt();
         }
-        Ok(true)
+        Ok(OnPath::Reopened)
     }
 
     /// Reads the counter's value; a failed read is retried once on a replaced file.
@@ -120,9 +123,8 @@ impl Zone {
         match read_u64_at(&self.energy_file, &self.energy_path) {
             Ok(value) => Ok(value),
             Err(err) => match self.reopen_if_replaced() {
-                Ok(true) => Ok(self.counter_origin()),
-                Ok(false) => Err(err),
-                Err(_) => Err(err),
+                Ok(OnPath::Reopened) => Ok(self.counter_origin()),
+                Ok(OnPath::Same | OnPath::Gone) | Err(_) => Err(err),
             },
         }
     }
@@ -141,10 +143,22 @@ impl Zone {
         let suspicious = ctx.duration_ns > 0
             && (self.reads_since_check >= REOPEN_CHECK_READS
                 || !matches!(advanced, Ok(j) if j > 0.0));
-        if suspicious && let Ok(true) = self.reopen_if_replaced() {
-            // The reading came from the old file: what happened in between is unknown.
-            self.replaced_unread = false;
-            return Reading::unknown(Glitch::Replaced);
+        if suspicious {
+            match self.reopen_if_replaced() {
+                Ok(OnPath::Reopened) => {
+                    // The reading came from the old file: what happened since is unknown.
+                    self.replaced_unread = false;
+                    return Reading::unknown(Glitch::Replaced);
+                }
+                // Deleted and not back yet: the open file no longer moves.
+                Ok(OnPath::Gone) => {
+                    if let Some(f) = self.freeze.as_mut() {
+                        f.interrupt();
+                    }
+                    return Reading::unknown(Glitch::Replaced);
+                }
+                Ok(OnPath::Same) | Err(_) => {}
+            }
         }
         match advanced {
             Ok(joules) => match self.freeze.as_mut() {
@@ -157,7 +171,8 @@ impl Zone {
                         self.first_glitches.push((
                             u.glitch,
                             format!(
-                                "{} stayed at {value} µJ for {} while {busy:.1} CPUs were busy",
+                                "{} stopped at {value} µJ while {busy:.1} CPUs were busy \
+                                 (found frozen after {})",
                                 self.energy_path.display(),
                                 human_duration(u.earlier_ns + ctx.duration_ns)
                             ),
@@ -187,6 +202,14 @@ impl Zone {
             }
         }
     }
+}
+
+/// What a zone's path names, compared with the file open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OnPath {
+    Same,
+    Reopened,
+    Gone,
 }
 
 /// The first glitch of a kind, in words with its figures.
@@ -817,7 +840,7 @@ mod tests {
                 .summary()
                 .notes
                 .iter()
-                .any(|n| n.text.contains("stayed at 1000000 µJ")),
+                .any(|n| n.text.contains("stopped at 1000000 µJ")),
             "{:?}",
             source.summary().notes
         );
@@ -848,6 +871,28 @@ mod tests {
                 .any(|n| n.degraded && n.text.contains("replaced") && n.text.contains("1 time")),
             "{notes:?}"
         );
+    }
+
+    #[test]
+    fn a_deleted_energy_file_not_back_yet_gives_no_figure() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        zone(root, "intel-rapl:0", "package-0", 1_000_000, RANGE_UJ);
+        let mut source = PowercapSource::open(root, &two_package_host()).unwrap();
+        let path = root.join("intel-rapl:0/energy_uj");
+        fs::remove_file(&path).unwrap();
+        // The open file still reads its last value: not a clean 0 J.
+        assert_eq!(
+            source.read(&busy_ctx()).unwrap(),
+            vec![Reading::unknown(Glitch::Replaced)]
+        );
+        fs::write(&path, "3000000\n").unwrap();
+        assert_eq!(
+            source.read(&busy_ctx()).unwrap(),
+            vec![Reading::unknown(Glitch::Replaced)]
+        );
+        fs::write(&path, "4000000\n").unwrap();
+        assert_eq!(joules(&source.read(&busy_ctx()).unwrap()), vec![1.0]);
     }
 
     #[test]
