@@ -53,7 +53,9 @@ impl Recorder {
     }
 
     /// Every stored interval, calibration first, for sources that revise their figures once
-    /// the run is over (a power meter's log that the logger completes after the last read).
+    /// the run is over (a power meter's log that the logger completes after the last read),
+    /// and for the books of energy that arrives late or turns out unknown (newest first,
+    /// reversed).
     pub fn all_mut(&mut self) -> impl DoubleEndedIterator<Item = &mut Interval> {
         self.calibration.iter_mut().chain(self.intervals.iter_mut())
     }
