@@ -142,14 +142,6 @@ impl EnergyState {
         duration_ns.saturating_sub(self.unknown_ns)
     }
 
-    /// Nanoseconds not yet marked unknown, spread or pending.
-    pub fn unmarked_ns(&self, duration_ns: u64) -> u64 {
-        duration_ns
-            .saturating_sub(self.unknown_ns)
-            .saturating_sub(self.spread_ns)
-            .saturating_sub(self.pending_ns)
-    }
-
     /// One state for an interval covering two (see [`crate::session::recorder::merge`]).
     pub fn merge(&self, other: &EnergyState) -> EnergyState {
         EnergyState {

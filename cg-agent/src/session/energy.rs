@@ -237,10 +237,17 @@ fn mark_unknown<'a>(
             pending_ns -= take;
         }
         if pending_ns == 0 && earlier_ns > 0 {
-            let take = state.unmarked_ns(duration_ns).min(earlier_ns);
+            // A share spread back (of 0 J: the counter was still) may be marked too.
+            let markable = duration_ns
+                .saturating_sub(state.unknown_ns)
+                .saturating_sub(state.pending_ns);
+            let take = markable.min(earlier_ns);
             if take > 0 {
                 // Those reads were 0 J: nothing to take out of `energy_j`.
                 state.unknown_ns += take;
+                state.spread_ns = state
+                    .spread_ns
+                    .min(duration_ns.saturating_sub(state.unknown_ns));
                 if earlier_count > 0 {
                     state.unknown_count += 1;
                     earlier_count -= 1;
@@ -573,6 +580,38 @@ mod tests {
                 }
             )]
         );
+    }
+
+    #[test]
+    fn a_freeze_across_a_failed_read_marks_no_more_than_it_covers() {
+        // 1 J; then still readings, one read failing among them; the freeze is found with
+        // two still readings before it (200 ms): the first interval stays measured.
+        let mut books = Books::new(1);
+        let stored = run(
+            &mut books,
+            &[
+                (Reading::Joules(1.0), 100),
+                (Reading::Joules(0.0), 100),
+                (Reading::Pending, 100),
+                (Reading::Joules(0.0), 100),
+                (
+                    Reading::Unknown(Unknown {
+                        glitch: Glitch::Frozen,
+                        earlier_count: 2,
+                        earlier_ns: 200 * MS,
+                    }),
+                    100,
+                ),
+            ],
+        );
+        assert!(stored[0].energy_state(0).is_measured());
+        let unknown_ns: u64 = stored.iter().map(|i| i.energy_state(0).unknown_ns).sum();
+        assert_eq!(unknown_ns, 300 * MS);
+        for interval in &stored {
+            let state = interval.energy_state(0);
+            assert!(state.unknown_ns + state.spread_ns <= interval.duration_ns);
+        }
+        assert_eq!(energy(&stored), [1.0, 0.0, 0.0, 0.0, 0.0]);
     }
 
     #[test]
