@@ -125,8 +125,20 @@ fn close(a: f64, b: f64) -> bool {
 
 /// Checks the report's invariants: per domain and in total, targets + other + idle equal the
 /// measured energy; the processes add up to the attributed energy; totals are the sum of the
-/// top-level domains; nothing is negative.
+/// top-level domains; nothing is negative; no figure was found not to be finite (cg-trace
+/// names such a figure in its quality notes, and the JSON would hold `null` there).
 pub fn assert_adds_up(report: &Value) {
+    if let Some(notes) = report["meta"]["measurement_quality"]["notes"].as_array() {
+        for note in notes {
+            assert!(
+                !note
+                    .as_str()
+                    .unwrap_or("")
+                    .starts_with("not a finite figure"),
+                "{note}"
+            );
+        }
+    }
     let totals = &report["totals"];
     let domains = totals["domains"].as_object().expect("totals.domains");
     assert!(!domains.is_empty(), "no domains");
@@ -230,10 +242,113 @@ pub struct Linear {
     pub k_w_per_cpu: f64,
 }
 
+/// A fault a fake energy counter is told to show mid-run (see [`FakePowercap::fault_command`]):
+/// what real counters have been seen to do.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Fault {
+    /// The counter steps back by this many joules, then counts on from there.
+    StepBack(f64),
+    /// The counter jumps ahead by this many joules.
+    Jump(f64),
+    /// The counter stops (it neither counts nor moves) for this long.
+    Freeze(Duration),
+    /// The counter's file is deleted and created anew, with the same count (powercap only).
+    Recreate,
+    /// Reads fail for this long (the file holds no number); the counter goes on counting.
+    Unreadable(Duration),
+}
+
+impl Fault {
+    /// The line a fault file holds for `counter` (a zone directory or a perf event).
+    pub fn line(&self, counter: &str) -> String {
+        match self {
+            Fault::StepBack(j) => format!("{counter} step-back {j}"),
+            Fault::Jump(j) => format!("{counter} jump {j}"),
+            Fault::Freeze(d) => format!("{counter} freeze {}", d.as_millis()),
+            Fault::Recreate => format!("{counter} recreate"),
+            Fault::Unreadable(d) => format!("{counter} unreadable {}", d.as_millis()),
+        }
+    }
+
+    fn parse(line: &str) -> Option<(String, Fault)> {
+        let mut words = line.split_whitespace();
+        let counter = words.next()?.to_string();
+        let kind = words.next()?;
+        let number = words.next().and_then(|w| w.parse::<f64>().ok());
+        let ms = || number.map(|n| Duration::from_millis(n as u64));
+        let fault = match kind {
+            "step-back" => Fault::StepBack(number?),
+            "jump" => Fault::Jump(number?),
+            "freeze" => Fault::Freeze(ms()?),
+            "recreate" => Fault::Recreate,
+            "unreadable" => Fault::Unreadable(ms()?),
+            _ => return None,
+        };
+        Some((counter, fault))
+    }
+}
+
+/// Takes the faults asked for in `path` (one per line), removing the file.
+fn take_faults(path: &Path) -> Vec<(String, Fault)> {
+    let Ok(text) = fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    let _ = fs::remove_file(path);
+    text.lines().filter_map(Fault::parse).collect()
+}
+
+/// A shell command that asks a fake's counter for `fault`: written aside and renamed into
+/// place, so that the fake never reads half a line.
+fn fault_shell(fault_file: &Path, counter: &str, fault: Fault) -> String {
+    let tmp = fault_file.with_extension("tmp");
+    format!(
+        "printf '%s\\n' '{}' > '{}' && mv '{}' '{}'",
+        fault.line(counter),
+        tmp.display(),
+        tmp.display(),
+        fault_file.display()
+    )
+}
+
+/// One fake counter's state: its energy, and the fault it is showing.
+#[derive(Clone, Copy, Debug, Default)]
+struct FakeCounter {
+    energy_j: f64,
+    frozen_until: Option<Instant>,
+    unreadable_until: Option<Instant>,
+}
+
+impl FakeCounter {
+    /// Applies `fault` now; returns whether the counter's file must be recreated.
+    fn apply(&mut self, fault: Fault) -> bool {
+        let now = Instant::now();
+        match fault {
+            Fault::StepBack(j) => self.energy_j = (self.energy_j - j).max(0.0),
+            Fault::Jump(j) => self.energy_j += j,
+            Fault::Freeze(d) => self.frozen_until = Some(now + d),
+            Fault::Recreate => return true,
+            Fault::Unreadable(d) => self.unreadable_until = Some(now + d),
+        }
+        false
+    }
+
+    /// Counts `joules` more unless frozen; whether its file holds a number now.
+    fn count(&mut self, joules: f64) -> bool {
+        let now = Instant::now();
+        if self.frozen_until.is_some_and(|t| now < t) {
+            return true;
+        }
+        self.frozen_until = None;
+        self.energy_j += joules;
+        self.unreadable_until.is_none_or(|t| now >= t)
+    }
+}
+
 /// A generated powercap tree (`package-0` with `core` inside, and `dram`) whose energy
 /// counters a background thread advances as `Linear` functions of the machine's busy CPUs,
 /// wrapping at `max_energy_range_uj`. Values are rewritten in place, zero-padded to a fixed
 /// width (cg-trace keeps `energy_uj` open and re-reads it from offset 0, as sysfs allows).
+/// A test can make a counter misbehave mid-run with [`FakePowercap::fault_command`].
 pub struct FakePowercap {
     dir: tempfile::TempDir,
     stop: Arc<AtomicBool>,
@@ -248,6 +363,18 @@ impl FakePowercap {
     ];
 
     pub fn start(package: Linear, core: Linear, dram: Linear, max_energy_range_uj: u64) -> Self {
+        Self::start_from(package, core, dram, max_energy_range_uj, 0)
+    }
+
+    /// As [`FakePowercap::start`], with every counter starting at `start_uj` (just below the
+    /// range, to see it wrap soon).
+    pub fn start_from(
+        package: Linear,
+        core: Linear,
+        dram: Linear,
+        max_energy_range_uj: u64,
+        start_uj: u64,
+    ) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         fs::create_dir_all(dir.path().join("intel-rapl")).unwrap();
         for (zone, name) in Self::ZONES {
@@ -262,19 +389,36 @@ impl FakePowercap {
             fs::write(d.join("enabled"), "1\n").unwrap();
         }
         use std::os::unix::fs::FileExt;
-        let files: Vec<fs::File> = Self::ZONES
+        let paths: Vec<PathBuf> = Self::ZONES
             .iter()
-            .map(|(zone, _)| {
-                let path = dir.path().join(zone).join("energy_uj");
-                fs::write(&path, format!("{:020}\n", 0)).unwrap();
+            .map(|(zone, _)| dir.path().join(zone).join("energy_uj"))
+            .collect();
+        let mut files: Vec<fs::File> = paths
+            .iter()
+            .map(|path| {
+                fs::write(path, format!("{start_uj:020}\n")).unwrap();
                 fs::OpenOptions::new().write(true).open(path).unwrap()
             })
             .collect();
+        let faults = dir.path().join("faults");
+        // What `energy_uj` holds: the count in µJ, wrapped, or no number while unreadable.
+        let text = move |counter: &FakeCounter, readable: bool| {
+            if readable {
+                let value = ((counter.energy_j * 1e6) as u64)
+                    % max_energy_range_uj.saturating_add(1).max(1);
+                format!("{value:020}\n")
+            } else {
+                format!("{:>20}\n", "not-a-number")
+            }
+        };
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::spawn(move || {
             let functions = [package, core, dram];
-            let mut energy_uj = [0f64; 3];
+            let mut counters = [FakeCounter {
+                energy_j: start_uj as f64 / 1e6,
+                ..FakeCounter::default()
+            }; 3];
             let mut last_busy = busy_cpu_seconds();
             let mut last = Instant::now();
             while !flag.load(Ordering::Relaxed) {
@@ -284,11 +428,24 @@ impl FakePowercap {
                 last = Instant::now();
                 let busy_s = (busy - last_busy).max(0.0);
                 last_busy = busy;
+                for (zone, fault) in take_faults(&faults) {
+                    let Some(i) = Self::ZONES.iter().position(|(z, _)| *z == zone) else {
+                        continue;
+                    };
+                    if counters[i].apply(fault) {
+                        // Gone and back: a new file (a new inode) under the same name, with
+                        // the same count (the hardware counter goes on).
+                        let tmp = paths[i].with_extension("new");
+                        fs::write(&tmp, text(&counters[i], true)).unwrap();
+                        fs::remove_file(&paths[i]).unwrap();
+                        fs::rename(&tmp, &paths[i]).unwrap();
+                        files[i] = fs::OpenOptions::new().write(true).open(&paths[i]).unwrap();
+                    }
+                }
                 for (i, file) in files.iter().enumerate() {
                     let f = functions[i];
-                    energy_uj[i] += (f.idle_w * dt + f.k_w_per_cpu * busy_s) * 1e6;
-                    let value = (energy_uj[i] as u64) % (max_energy_range_uj + 1);
-                    file.write_all_at(format!("{value:020}\n").as_bytes(), 0)
+                    let readable = counters[i].count(f.idle_w * dt + f.k_w_per_cpu * busy_s);
+                    file.write_all_at(text(&counters[i], readable).as_bytes(), 0)
                         .unwrap();
                 }
             }
@@ -302,6 +459,12 @@ impl FakePowercap {
 
     pub fn root(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// A shell command that makes zone `zone` (`intel-rapl:0`) show `fault` (the fake picks
+    /// it up within 5 ms): run it from the traced command, so that it happens mid-run.
+    pub fn fault_command(&self, zone: &str, fault: Fault) -> String {
+        fault_shell(&self.dir.path().join("faults"), zone, fault)
     }
 }
 
@@ -383,7 +546,8 @@ impl Drop for Ticker {
 /// A generated perf event source tree (`power` PMU with energy-pkg, energy-cores and
 /// energy-ram on CPU 0, scale 2^-32 J) and the counter files that cg-trace reads through its
 /// hidden `--perf-counters-from` option; a background thread advances the counters as
-/// `Linear` functions of the machine's busy CPUs, in place (cg-trace keeps them open).
+/// `Linear` functions of the machine's busy CPUs, in place (cg-trace keeps them open). A test
+/// can make a counter misbehave mid-run with [`FakePerf::fault_command`].
 pub struct FakePerf {
     // Declared first so that it stops before the directory goes.
     _ticker: Ticker,
@@ -396,6 +560,11 @@ impl FakePerf {
     const COUNTS_PER_J: f64 = 4_294_967_296.0;
 
     pub fn start(package: Linear, cores: Linear, ram: Linear) -> Self {
+        Self::start_from(package, cores, ram, 0.0)
+    }
+
+    /// As [`FakePerf::start`], with every counter starting at `start_j` joules.
+    pub fn start_from(package: Linear, cores: Linear, ram: Linear, start_j: f64) -> Self {
         use std::os::unix::fs::FileExt;
         let dir = tempfile::tempdir().expect("tempdir");
         let pmu = dir.path().join("sysfs/power");
@@ -417,17 +586,31 @@ impl FakePerf {
             let c = dir.path().join("counters/power").join(event);
             fs::create_dir_all(&c).unwrap();
             let file = fs::File::create(c.join("cpu0")).unwrap();
-            file.write_all_at(&0u64.to_ne_bytes(), 0).unwrap();
+            let count = (start_j * Self::COUNTS_PER_J) as u64;
+            file.write_all_at(&count.to_ne_bytes(), 0).unwrap();
             files.push(file);
         }
         let functions = [package, cores, ram];
-        let mut energy_j = [0f64; 3];
+        let mut counters = [FakeCounter {
+            energy_j: start_j,
+            ..FakeCounter::default()
+        }; 3];
+        let faults = dir.path().join("faults");
         let ticker = Ticker::start(Duration::from_millis(5), move |dt, busy_s| {
+            for (event, fault) in take_faults(&faults) {
+                if let Some(i) = Self::EVENTS.iter().position(|(e, _)| *e == event) {
+                    counters[i].apply(fault);
+                }
+            }
             for (i, file) in files.iter().enumerate() {
                 let f = functions[i];
-                energy_j[i] += f.idle_w * dt + f.k_w_per_cpu * busy_s;
-                let count = (energy_j[i] * Self::COUNTS_PER_J) as u64;
-                file.write_all_at(&count.to_ne_bytes(), 0).unwrap();
+                if counters[i].count(f.idle_w * dt + f.k_w_per_cpu * busy_s) {
+                    let count = (counters[i].energy_j * Self::COUNTS_PER_J) as u64;
+                    file.write_all_at(&count.to_ne_bytes(), 0).unwrap();
+                } else {
+                    // Shorter than a count: reading it fails.
+                    file.set_len(0).unwrap();
+                }
             }
         });
         FakePerf {
@@ -444,6 +627,12 @@ impl FakePerf {
     /// `--perf-counters-from`.
     pub fn counters(&self) -> PathBuf {
         self.dir.path().join("counters")
+    }
+
+    /// A shell command that makes event `event` (`energy-pkg`) show `fault` (not
+    /// [`Fault::Recreate`]), as [`FakePowercap::fault_command`].
+    pub fn fault_command(&self, event: &str, fault: Fault) -> String {
+        fault_shell(&self.dir.path().join("faults"), event, fault)
     }
 }
 

@@ -62,10 +62,11 @@ fn wrap_under_linear_powercap_charges_each_child_k_times_its_cpu_time() {
         idle_w: 1.5,
         k_w_per_cpu: 0.5,
     };
-    // A 4 J range: the package counter wraps several times during the run. The true idle
-    // power is given, so the split is checked whatever else loads the machine (the fit of
-    // the idle baseline has its own test).
-    let rapl = FakePowercap::start(package, core, dram, 4_000_000);
+    // Counters start 15 J below a 20 kJ range: they wrap during the run. (A range much
+    // smaller than what a package can draw in an interval would make every reading
+    // ambiguous.) The true idle power is given, so the split is checked whatever else loads
+    // the machine (the fit of the idle baseline has its own test).
+    let rapl = FakePowercap::start_from(package, core, dram, 20_000_000_000, 19_985_000_000);
     let root = rapl.root().display().to_string();
     let burn = burn();
     let run = cg_trace(&[
@@ -157,11 +158,12 @@ fn idle_fit_over_calibration_and_run_recovers_the_baseline() {
         idle_w,
         k_w_per_cpu,
     };
-    let rapl = FakePowercap::start(
+    let rapl = FakePowercap::start_from(
         linear(6.0, 9.0),
         linear(1.0, 7.0),
         linear(1.5, 0.5),
-        4_000_000,
+        20_000_000_000,
+        19_985_000_000,
     );
     let root = rapl.root().display().to_string();
     let burn = burn();

@@ -1,13 +1,15 @@
 //! End-to-end tests of the energy sources through the real `cg-trace` binary (root, real
 //! eBPF): a power meter's log written live, RAPL perf counters on a generated event-source
-//! tree, NVIDIA GPUs through a stand-in NVML library, and `cg-trace sources` without root.
-//! Run serially (`--test-threads=1`): they measure CPU time on a shared machine.
+//! tree, NVIDIA GPUs through a stand-in NVML library, and `cg-trace sources` without root;
+//! counters that misbehave mid-run (step back, jump, freeze, a replaced file, failed reads)
+//! and power logs that are no readings. Run serially (`--test-threads=1`): they measure CPU
+//! time on a shared machine.
 
 use std::{fs, os::unix::fs::PermissionsExt, path::Path, process::Command, time::Duration};
 
 use cg_tests::{
-    Background, FakeNvml, FakePerf, FakePowerLog, FakePowercap, GpuScript, Linear, LogForm,
-    assert_adds_up, bin, cg_trace, num, process, require_root,
+    Background, FakeNvml, FakePerf, FakePowerLog, FakePowercap, Fault, GpuScript, Linear, LogForm,
+    Run, assert_adds_up, bin, cg_trace, num, process, require_root,
 };
 use serde_json::Value;
 
@@ -666,4 +668,492 @@ fn sources_needs_no_root_and_says_what_root_would_change() {
         "{text}"
     );
     assert!(text.contains("CAP_PERFMON"), "{text}");
+}
+
+// Counters that misbehave mid-run. Each run burns CPU, then has the fake counter show a
+// fault from inside the traced command (so it happens during the run), then burns on.
+
+/// package-0: 6 W + 9 W per busy CPU; core-0 inside it; dram-0 beside it.
+fn rapl_power() -> (Linear, Linear, Linear) {
+    let linear = |idle_w, k_w_per_cpu| Linear {
+        idle_w,
+        k_w_per_cpu,
+    };
+    (linear(6.0, 9.0), linear(1.0, 7.0), linear(1.5, 0.5))
+}
+
+/// A powercap tree with a real package counter's range (262,143 J), its counters at 1 kJ.
+fn fake_powercap() -> FakePowercap {
+    let (package, core, dram) = rapl_power();
+    FakePowercap::start_from(package, core, dram, 262_143_328_850, 1_000_000_000)
+}
+
+/// A perf tree, its counters at 1 kJ.
+fn fake_perf() -> FakePerf {
+    let (package, cores, ram) = rapl_power();
+    FakePerf::start_from(package, cores, ram, 1000.0)
+}
+
+/// `sh -c` script: burn `before_ms` of CPU, run each fault command with `between_ms` of
+/// burning after it, then burn `after_ms`.
+fn faulty_workload(before_ms: u64, faults: &[String], after_ms: u64) -> String {
+    let burn = burn();
+    let mut script = format!("{burn} --self {before_ms}");
+    for fault in faults {
+        script.push_str(&format!(" && {fault} && {burn} --self 300"));
+    }
+    script.push_str(&format!(" && {burn} --self {after_ms}"));
+    script
+}
+
+/// cg-trace over the source `source` with `args`, with a per-interval series, on
+/// `sh -c script`.
+fn run_faulty(source: &[String], args: &[&str], script: &str) -> Run {
+    let mut all = vec!["--no-gpu", "--timeseries", "-q"];
+    all.extend(source.iter().map(String::as_str));
+    all.extend(args);
+    all.extend(["--", "sh", "-c", script]);
+    let run = cg_trace(&all);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    run
+}
+
+fn powercap_args(rapl: &FakePowercap) -> Vec<String> {
+    vec![
+        "--source".into(),
+        "powercap".into(),
+        "--powercap-root".into(),
+        rapl.root().display().to_string(),
+        "--perf-root".into(),
+        "/nonexistent".into(),
+    ]
+}
+
+fn perf_args(perf: &FakePerf) -> Vec<String> {
+    vec![
+        "--source".into(),
+        "perf".into(),
+        "--perf-root".into(),
+        perf.root().display().to_string(),
+        "--perf-counters-from".into(),
+        perf.counters().display().to_string(),
+        "--powercap-root".into(),
+        "/nonexistent".into(),
+    ]
+}
+
+/// Intervals whose energy for `domain` is unknown, and the time they cover.
+fn unknown(report: &Value, domain: &str) -> (f64, f64) {
+    let d = &report["totals"]["domains"][domain];
+    (
+        num(d, "/unknown_energy_intervals_count"),
+        num(d, "/unknown_energy_duration_s"),
+    )
+}
+
+/// `domain`'s entry in each interval of the series, with the interval's start and length.
+fn series<'a>(report: &'a Value, domain: &str) -> Vec<(f64, f64, &'a Value)> {
+    report["timeseries"]
+        .as_array()
+        .expect("timeseries")
+        .iter()
+        .map(|p| (num(p, "/t_s"), num(p, "/duration_s"), &p["domains"][domain]))
+        .collect()
+}
+
+/// Whether `point`'s glitches name `glitch`.
+fn has_glitch(point: &Value, glitch: &str) -> bool {
+    point["glitches"]
+        .as_array()
+        .is_some_and(|g| g.iter().any(|x| x == glitch))
+}
+
+/// No interval of any domain claims a power no RAPL domain draws (1 kW).
+fn assert_no_impossible_power(report: &Value) {
+    for point in report["timeseries"].as_array().expect("timeseries") {
+        for (name, d) in point["domains"].as_object().unwrap() {
+            let power_w = num(d, "/power_w");
+            assert!(
+                power_w < 1_000.0,
+                "{name} at {} s: {power_w} W measured",
+                num(point, "/t_s")
+            );
+        }
+    }
+}
+
+/// Every interval of `domain` (of at least 50 ms) whose energy counts as known has some:
+/// a package drawing 6 W or more never reads a clean 0 J.
+fn assert_no_clean_zero(report: &Value, domain: &str) {
+    for (t_s, dt_s, p) in series(report, domain) {
+        if p["energy_known"] != false && dt_s >= 0.05 {
+            assert!(
+                num(p, "/energy_j") > 0.0,
+                "{domain} at {t_s} s: 0 J measured over {dt_s} s"
+            );
+        }
+    }
+}
+
+fn assert_noted(report: &Value, needles: &[&str]) {
+    let notes = notes(report);
+    assert!(
+        notes.iter().any(|n| needles.iter().all(|x| n.contains(x))),
+        "no note with {needles:?}: {notes:#?}"
+    );
+    assert_eq!(report["meta"]["measurement_quality"]["grade"], "degraded");
+}
+
+/// The true idle power of each RAPL domain: the split is then checked whatever else loads
+/// the machine.
+const TRUE_IDLE: &str = "package-0=6,core-0=1,dram-0=1.5";
+
+#[test]
+fn a_powercap_counter_stepping_back_is_unknown_energy_not_a_wraparound() {
+    require_root();
+    let rapl = fake_powercap();
+    // 50 J back: far more than the package gains in an interval, so that a read sees it.
+    let script = faulty_workload(
+        300,
+        &[rapl.fault_command("intel-rapl:0", Fault::StepBack(50.0))],
+        300,
+    );
+    let run = run_faulty(&powercap_args(&rapl), &["--idle-watts", TRUE_IDLE], &script);
+    let report = run.report();
+    assert_adds_up(report);
+    // Taken as a wraparound, 50 J back would be 262,093 J in one interval (2.6 MW).
+    assert_no_impossible_power(report);
+    assert!(num(report, "/totals/domains/package-0/energy_j") < 500.0);
+    let (count, duration_s) = unknown(report, "package-0");
+    assert!((1.0..=2.0).contains(&count), "{count} unknown intervals");
+    assert!(
+        duration_s > 0.0 && duration_s < 1.0,
+        "{duration_s} s unknown"
+    );
+    assert!(
+        series(report, "package-0")
+            .iter()
+            .any(|(_, _, p)| p["energy_known"] == false && has_glitch(p, "step_back"))
+    );
+    // The other counters did nothing wrong; the package's goes on after the glitch.
+    assert_eq!(unknown(report, "core-0").0, 0.0);
+    assert_eq!(unknown(report, "dram-0").0, 0.0);
+    assert_noted(report, &["package-0: energy unknown", "stepped back"]);
+}
+
+#[test]
+fn a_powercap_counter_jumping_1000_j_is_unknown_energy() {
+    require_root();
+    let rapl = fake_powercap();
+    let script = faulty_workload(
+        300,
+        &[rapl.fault_command("intel-rapl:0", Fault::Jump(1000.0))],
+        300,
+    );
+    let run = run_faulty(&powercap_args(&rapl), &["--idle-watts", TRUE_IDLE], &script);
+    let report = run.report();
+    assert_adds_up(report);
+    assert_no_impossible_power(report);
+    assert!(num(report, "/totals/domains/package-0/energy_j") < 500.0);
+    let (count, _) = unknown(report, "package-0");
+    assert!((1.0..=2.0).contains(&count), "{count} unknown intervals");
+    assert!(
+        series(report, "package-0")
+            .iter()
+            .any(|(_, _, p)| has_glitch(p, "jump"))
+    );
+    assert_eq!(unknown(report, "core-0").0, 0.0);
+    assert_noted(report, &["package-0: energy unknown", "jumped ahead"]);
+}
+
+#[test]
+fn a_powercap_counter_frozen_while_its_cpus_burn_is_unknown_energy() {
+    require_root();
+    let rapl = fake_powercap();
+    // The package counter stops for 1.2 s while a CPU burns.
+    let script = faulty_workload(
+        300,
+        &[rapl.fault_command("intel-rapl:0", Fault::Freeze(Duration::from_millis(1200)))],
+        1500,
+    );
+    let run = run_faulty(&powercap_args(&rapl), &["--idle-watts", TRUE_IDLE], &script);
+    let report = run.report();
+    assert_adds_up(report);
+    // No interval of the busy package reads a clean 0 J: either it moved or it is unknown.
+    assert_no_clean_zero(report, "package-0");
+    let (count, duration_s) = unknown(report, "package-0");
+    assert!(count >= 5.0, "{count} unknown intervals");
+    assert!(
+        (0.6..=2.0).contains(&duration_s),
+        "{duration_s} s unknown, frozen 1.2 s"
+    );
+    let frozen = series(report, "package-0")
+        .iter()
+        .filter(|(_, _, p)| has_glitch(p, "frozen"))
+        .count();
+    assert!(frozen as f64 >= count - 1.0, "{frozen} frozen of {count}");
+    assert_eq!(unknown(report, "core-0").0, 0.0);
+    assert_noted(report, &["package-0: energy unknown", "did not move"]);
+}
+
+#[test]
+fn a_deleted_and_recreated_energy_uj_is_reopened_not_read_stale() {
+    require_root();
+    let rapl = fake_powercap();
+    let script = faulty_workload(
+        300,
+        &[rapl.fault_command("intel-rapl:0", Fault::Recreate)],
+        800,
+    );
+    let run = run_faulty(&powercap_args(&rapl), &["--idle-watts", TRUE_IDLE], &script);
+    let report = run.report();
+    assert_adds_up(report);
+    // Read from the stale file, every interval after the replacement would be 0 J.
+    assert_no_clean_zero(report, "package-0");
+    let package = series(report, "package-0");
+    let replaced: Vec<f64> = package
+        .iter()
+        .filter(|(_, _, p)| has_glitch(p, "replaced"))
+        .map(|(t, _, _)| *t)
+        .collect();
+    assert!(
+        (1..=2).contains(&replaced.len()),
+        "replaced in {replaced:?}"
+    );
+    // Measured again after it.
+    let after = package
+        .iter()
+        .filter(|(t, dt, p)| *t > replaced[0] && *dt >= 0.05 && p["energy_known"] == true)
+        .count();
+    assert!(
+        after >= 4,
+        "{after} intervals measured after the replacement"
+    );
+    assert_noted(report, &["intel-rapl:0/energy_uj", "replaced"]);
+}
+
+#[test]
+fn failed_powercap_reads_are_spread_back_and_leave_idle_and_the_fit_right() {
+    require_root();
+    let rapl = fake_powercap();
+    // The package's energy_uj holds no number for 0.8 s: every read of the source fails
+    // (the run goes on well past it, so the reading after them comes).
+    let script = faulty_workload(
+        300,
+        &[rapl.fault_command(
+            "intel-rapl:0",
+            Fault::Unreadable(Duration::from_millis(800)),
+        )],
+        1200,
+    );
+    // The package's baseline is fitted; core's and DRAM's are given, to check the split.
+    let run = run_faulty(
+        &powercap_args(&rapl),
+        &["--idle-watts", "core-0=1,dram-0=1.5"],
+        &script,
+    );
+    let report = run.report();
+    assert_adds_up(report);
+    assert_no_impossible_power(report);
+    assert!(num(report, "/totals/lost_events/read_errors_count") >= 3.0);
+    // The energy the counters gained while unreadable is spread over that time, so idle
+    // gets its baseline all along (in one lump, most of it would go to whoever ran then).
+    let duration_s = num(report, "/totals/duration_s");
+    for (domain, idle_w) in [("core-0", 1.0), ("dram-0", 1.5)] {
+        let idle_j = num(report, &format!("/totals/domains/{domain}/idle_energy_j"));
+        assert!(
+            (idle_j / duration_s - idle_w).abs() < 0.08 * idle_w,
+            "{domain}: idle {idle_j} J over {duration_s} s, baseline {idle_w} W"
+        );
+    }
+    let spread = series(report, "package-0")
+        .iter()
+        .filter(|(_, _, p)| p["energy_spread"] == true)
+        .count();
+    assert!(spread >= 5, "{spread} intervals spread");
+    assert_eq!(unknown(report, "package-0").0, 0.0);
+    // The spread intervals stay out of the package's idle fit.
+    let baseline = report["meta"]["idle_baseline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["domain"] == "package-0")
+        .unwrap();
+    let measured = series(report, "package-0")
+        .iter()
+        .filter(|(_, dt, p)| *dt >= 0.05 && p["energy_spread"] != true)
+        .count() as f64;
+    let calibration = (num(report, "/meta/calibration_s") / 0.1).ceil() + 1.0;
+    assert!(
+        num(baseline, "/fit_points_count") <= measured + calibration,
+        "{baseline:#} with {measured} measured intervals"
+    );
+    assert_noted(report, &["package-0: reads failed", "spread"]);
+}
+
+#[test]
+fn perf_counter_glitches_are_unknown_energy_and_the_run_goes_on() {
+    require_root();
+    let perf = fake_perf();
+    let script = faulty_workload(
+        300,
+        &[
+            perf.fault_command("energy-pkg", Fault::StepBack(50.0)),
+            perf.fault_command("energy-pkg", Fault::Jump(1000.0)),
+            perf.fault_command("energy-pkg", Fault::Freeze(Duration::from_millis(1200))),
+        ],
+        1500,
+    );
+    let run = run_faulty(&perf_args(&perf), &["--idle-watts", TRUE_IDLE], &script);
+    let report = run.report();
+    assert_adds_up(report);
+    assert_no_impossible_power(report);
+    let package = series(report, "package-0");
+    for glitch in ["step_back", "jump", "frozen"] {
+        assert!(
+            package.iter().any(|(_, _, p)| has_glitch(p, glitch)),
+            "no {glitch} in the series"
+        );
+    }
+    let (count, duration_s) = unknown(report, "package-0");
+    assert!(count >= 7.0, "{count} unknown intervals");
+    assert!(duration_s < 2.5, "{duration_s} s unknown");
+    assert_eq!(unknown(report, "core-0").0, 0.0);
+    assert_eq!(unknown(report, "dram-0").0, 0.0);
+    assert_noted(report, &["package-0: energy unknown", "stepped back"]);
+    assert_noted(report, &["package-0: energy unknown", "jumped ahead"]);
+    assert_noted(report, &["package-0: energy unknown", "did not move"]);
+}
+
+#[test]
+fn failed_perf_reads_are_spread_back_and_leave_idle_right() {
+    require_root();
+    let perf = fake_perf();
+    let script = faulty_workload(
+        300,
+        &[perf.fault_command("energy-pkg", Fault::Unreadable(Duration::from_millis(800)))],
+        1200,
+    );
+    let run = run_faulty(&perf_args(&perf), &["--idle-watts", TRUE_IDLE], &script);
+    let report = run.report();
+    assert_adds_up(report);
+    assert_no_impossible_power(report);
+    assert!(num(report, "/totals/lost_events/read_errors_count") >= 3.0);
+    let duration_s = num(report, "/totals/duration_s");
+    for (domain, idle_w) in [("package-0", 6.0), ("core-0", 1.0), ("dram-0", 1.5)] {
+        let idle_j = num(report, &format!("/totals/domains/{domain}/idle_energy_j"));
+        assert!(
+            (idle_j / duration_s - idle_w).abs() < 0.08 * idle_w,
+            "{domain}: idle {idle_j} J over {duration_s} s, baseline {idle_w} W"
+        );
+        assert_eq!(unknown(report, domain).0, 0.0, "{domain}");
+    }
+    assert_noted(report, &["package-0: reads failed", "spread"]);
+}
+
+// Power logs whose values are no readings.
+
+#[test]
+fn power_log_values_that_are_no_readings_are_refused_with_their_line() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    for (value, needle) in [("1e300", "above"), ("1.7e308", "above"), ("-3", ">= 0")] {
+        let log = dir.path().join("power.csv");
+        fs::write(
+            &log,
+            format!("time,watts\n1770200123,100\n1770200124,{value}\n"),
+        )
+        .unwrap();
+        let log = log.display().to_string();
+        let run = cg_trace(&["--power-log", &log, "--no-gpu", "--", "true"]);
+        assert_eq!(run.code(), Some(2), "{value}: {}", run.stderr());
+        assert!(
+            run.stderr().contains("power.csv:3") && run.stderr().contains(needle),
+            "{value}: {}",
+            run.stderr()
+        );
+        assert!(run.report.is_none(), "{value}: nothing is traced");
+    }
+}
+
+#[test]
+fn a_power_log_without_a_sample_in_the_run_is_an_error_not_measured_energy() {
+    require_root();
+    // Samples from long before the run (the logger stopped, or writes elsewhere).
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("power.csv");
+    let mut text = String::from("time,watts\n");
+    for t in 0..20 {
+        text.push_str(&format!("{},250\n", 1_770_200_123 + t));
+    }
+    fs::write(&log, text).unwrap();
+    let log = log.display().to_string();
+    let mut args = vec!["--power-log", &log, "--no-gpu", "--calibrate-ms", "0", "-q"];
+    args.extend(NO_RAPL);
+    args.extend(["--", "sleep", "0.3"]);
+    let run = cg_trace(&args);
+    assert_eq!(run.code(), Some(2), "{}", run.stderr());
+    assert!(
+        run.stderr().contains("power.csv") && run.stderr().contains("no sample within the run"),
+        "{}",
+        run.stderr()
+    );
+    // The report is written and says the meter measured nothing: no energy is made up.
+    let report = run.report();
+    assert_adds_up(report);
+    assert_eq!(num(report, "/totals/domains/meter/energy_j"), 0.0);
+    let (count, duration_s) = unknown(report, "meter");
+    assert!(count >= 1.0 && duration_s > 0.2, "{count} {duration_s}");
+    assert_eq!(report["meta"]["measurement_quality"]["grade"], "degraded");
+}
+
+#[test]
+fn a_power_log_with_a_byte_order_mark_and_crlf_is_read() {
+    require_root();
+    // A logger on Windows: UTF-8 with a byte-order mark, CRLF line ends; written live.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("power.csv");
+    fs::write(&path, "\u{feff}time,watts\r\n").unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (path, stop) = (path.clone(), stop.clone());
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let mut file = fs::OpenOptions::new().append(true).open(path).unwrap();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_secs_f64();
+                write!(file, "{now:.3},120.0\r\n").unwrap();
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
+    let log = path.display().to_string();
+    let mut args = vec![
+        "--power-log",
+        &log,
+        "--no-gpu",
+        "--idle-watts",
+        "meter=100",
+        "-q",
+    ];
+    args.extend(NO_RAPL);
+    args.extend(["--", "sleep", "0.5"]);
+    let run = cg_trace(&args);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let report = run.report();
+    assert_adds_up(report);
+    assert_eq!(report["meta"]["power_meter"]["format"], "time,watts");
+    // 120 W over the run.
+    let duration_s = num(report, "/totals/duration_s");
+    let energy_j = num(report, "/totals/domains/meter/energy_j");
+    assert!(
+        (energy_j / duration_s - 120.0).abs() < 1.0,
+        "{energy_j} J over {duration_s} s"
+    );
+    assert_eq!(unknown(report, "meter").0, 0.0);
 }

@@ -6,14 +6,21 @@
 //! GPU domains are split the same way, by the processes' shares of the GPU's time instead of
 //! CPU time (see [`gpu`]).
 //!
+//! Energy that is not known (a counter that glitched: see [`unknown`]) is not invented: it is
+//! left out of `measured`, and the ledger counts the intervals and time it covers, so the
+//! invariant holds over what was measured and the gap stays visible.
+//!
 //! Pure: no I/O, no clocks, no aya types. The session feeds it [`Interval`]s built from the
 //! probes and the energy sources; the report reads the resulting [`Ledger`].
 
 pub mod functions;
 pub mod gpu;
 pub mod idle;
+pub mod unknown;
 
 use std::collections::BTreeMap;
+
+pub use unknown::{EnergyState, Glitch};
 
 /// A process, as numbered by the session: each process it sees gets its own id, so a pid that
 /// the kernel reuses after an exit is a different `ProcId` and figures never mix.
@@ -69,8 +76,11 @@ pub struct Interval {
     pub cpus: Vec<CpuTime>,
     /// Targets' on-CPU time, at most one slice per (process, cpu).
     pub slices: Vec<Slice>,
-    /// Energy per domain (index = domain index), joules.
+    /// Energy per domain (index = domain index), joules: only what is known.
     pub energy_j: Vec<f64>,
+    /// How much of each domain's energy is known (indexed like `energy_j`; a missing entry is
+    /// fully measured).
+    pub energy_state: Vec<EnergyState>,
     /// Wall-clock start, nanoseconds since the Unix epoch (sources that are aligned by wall
     /// clock, such as a power meter's log, are read over `[wall_start_ns, + duration_ns]`).
     pub wall_start_ns: u64,
@@ -79,6 +89,20 @@ pub struct Interval {
 }
 
 impl Interval {
+    /// How much of domain `domain`'s energy is known in this interval.
+    pub fn energy_state(&self, domain: usize) -> EnergyState {
+        self.energy_state.get(domain).copied().unwrap_or_default()
+    }
+
+    /// Domain `domain`'s energy and its state, to revise them (`None` past the domains).
+    pub fn energy_mut(&mut self, domain: usize) -> Option<(&mut f64, &mut EnergyState)> {
+        let joules = self.energy_j.get_mut(domain)?;
+        if self.energy_state.len() <= domain {
+            self.energy_state.resize(domain + 1, EnergyState::default());
+        }
+        Some((joules, &mut self.energy_state[domain]))
+    }
+
     /// CPUs busy on average (any task but idle) among the CPUs `coverage` names; for a GPU
     /// domain, the fraction of the interval the GPU was busy (0 to 1).
     pub fn busy_cpus(&self, coverage: &Coverage) -> f64 {
@@ -149,13 +173,14 @@ impl DomainSplit {
 ///   those CPUs (targets per process, non-targets as other) in proportion to on-CPU time.
 ///
 /// GPU domains ([`Coverage::Gpu`]) are split by [`gpu::split`] instead.
-/// `coverage` and `idle_power_w` are indexed like `interval.energy_j`.
+/// `coverage` and `idle_power_w` are indexed like `interval.energy_j`. Where part of the
+/// interval's energy is unknown ([`Interval::energy_state`]), `E` is the known part and `dt`
+/// the time it covers: an interval whose energy is all unknown splits into nothing.
 pub fn split_interval(
     interval: &Interval,
     coverage: &[Coverage],
     idle_power_w: &[f64],
 ) -> Vec<DomainSplit> {
-    let dt_s = interval.duration_ns as f64 / 1e9;
     interval
         .energy_j
         .iter()
@@ -163,6 +188,8 @@ pub fn split_interval(
         .map(|(domain, &measured_j)| {
             let covers = coverage.get(domain).unwrap_or(&Coverage::AllCpus);
             let baseline_w = idle_power_w.get(domain).copied().unwrap_or(0.0).max(0.0);
+            let known_ns = interval.energy_state(domain).known_ns(interval.duration_ns);
+            let dt_s = known_ns as f64 / 1e9;
             match covers {
                 Coverage::Gpu(n) => gpu::split(
                     interval.gpus.get(*n as usize),
@@ -240,6 +267,11 @@ pub struct DomainLedger {
     /// The part of `other_j` no process accounts for (see [`DomainSplit::unexplained_j`]).
     pub unexplained_j: f64,
     pub by_process_j: BTreeMap<ProcId, f64>,
+    /// Reads whose energy is unknown (not in `measured_j`), and the time they cover.
+    pub unknown_count: u64,
+    pub unknown_ns: u64,
+    /// Time whose energy was spread over it from a later reading (reads failed).
+    pub spread_ns: u64,
 }
 
 impl DomainLedger {
@@ -264,7 +296,11 @@ impl Ledger {
         for slice in &interval.slices {
             *self.cpu_ns.entry(slice.process).or_default() += slice.on_cpu_ns;
         }
-        for (ledger, split) in self.domains.iter_mut().zip(splits) {
+        for (d, (ledger, split)) in self.domains.iter_mut().zip(splits).enumerate() {
+            let state = interval.energy_state(d);
+            ledger.unknown_count += u64::from(state.unknown_count);
+            ledger.unknown_ns += state.unknown_ns;
+            ledger.spread_ns += state.spread_ns;
             ledger.measured_j += split.measured_j;
             ledger.idle_j += split.idle_j;
             ledger.other_j += split.other_j;
@@ -524,6 +560,57 @@ mod tests {
                 "pid {pid}: {got} vs {expected}"
             );
         }
+    }
+
+    #[test]
+    fn unknown_energy_is_counted_not_invented() {
+        // Three intervals of one CPU fully run by A; the second one's energy is unknown (the
+        // counter stepped back): it splits into nothing, and the ledger counts it.
+        //   t      0        100       200      300 ms
+        //   cpu0   |AAAAAAAA|AAAAAAAA|AAAAAAAA|
+        //   energy   2 J      ?        3 J
+        let mut intervals: Vec<Interval> = (0..3u64)
+            .map(|i| Interval {
+                start_ns: i * 100 * MS,
+                duration_ns: 100 * MS,
+                cpus: vec![cpu(0, 0)],
+                slices: vec![slice(1, 0, 100)],
+                energy_j: vec![[2.0, 0.0, 3.0][i as usize]],
+                ..Interval::default()
+            })
+            .collect();
+        intervals[1].energy_state = vec![EnergyState::unknown(100 * MS, Glitch::StepBack)];
+        let splits = split_interval(&intervals[1], &[Coverage::AllCpus], &[5.0]);
+        assert_eq!(splits[0], DomainSplit::default());
+        let ledger = attribute(&intervals, &[Coverage::AllCpus], &[5.0]);
+        let d = &ledger.domains[0];
+        assert!(close(d.measured_j, 5.0));
+        assert!(close(d.attributed_j() + d.other_j + d.idle_j, d.measured_j));
+        // Idle is 5 W over the 200 ms whose energy is known, not over 300 ms.
+        assert!(close(d.idle_j, 1.0), "{d:?}");
+        assert_eq!((d.unknown_count, d.unknown_ns), (1, 100 * MS));
+        // The process's CPU time still counts in full.
+        assert_eq!(ledger.cpu_ns[&1], 300 * MS);
+    }
+
+    #[test]
+    fn a_partly_unknown_interval_takes_idle_over_its_known_time_only() {
+        // A merged 200 ms interval whose second half is unknown: 4 J known, 10 W baseline,
+        // so idle is 1 J (100 ms), not 2 J.
+        let iv = Interval {
+            duration_ns: 200 * MS,
+            cpus: vec![cpu(100, 0)],
+            slices: vec![slice(1, 0, 100)],
+            energy_j: vec![4.0],
+            energy_state: vec![EnergyState::unknown(100 * MS, Glitch::Frozen)],
+            ..Interval::default()
+        };
+        let split = &split_interval(&iv, &[Coverage::AllCpus], &[10.0])[0];
+        assert_adds_up(split);
+        assert!(
+            close(split.idle_j, 1.0) && close(target(split, 1), 3.0),
+            "{split:?}"
+        );
     }
 
     #[test]

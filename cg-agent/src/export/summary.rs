@@ -1,9 +1,11 @@
 //! The human summary printed on stderr at the end of a run: per process, then other, idle and
-//! total, per domain, the sources, and whether the figures are measured or estimated.
+//! total, per domain, the sources, and whether the figures are measured or estimated. Every
+//! figure goes through [`fixed`], which prints `-` for one that is not finite (the report's
+//! quality notes then say which and why) rather than `inf` or `NaN`.
 
 use std::fmt::Write as _;
 
-use crate::report::Report;
+use crate::{report::Report, sources::human_duration};
 
 /// How many processes the summary lists (the report has them all).
 const MAX_ROWS: usize = 15;
@@ -32,8 +34,9 @@ pub fn render(report: &Report) -> String {
     };
     let _ = writeln!(
         out,
-        "\ncg-trace: {what}: {:.2} s ({}{status})",
-        meta.duration_s, meta.stop_reason
+        "\ncg-trace: {what}: {} s ({}{status})",
+        fixed(meta.duration_s, 0, 2),
+        meta.stop_reason
     );
     for process in &meta.still_running {
         let _ = writeln!(
@@ -63,13 +66,13 @@ pub fn render(report: &Report) -> String {
         };
         let _ = writeln!(
             out,
-            "{:>8}  {:<26} {:>9.3} {:>11.3} {:>9.2} {:>6.1}%",
+            "{:>8}  {:<26} {} {} {} {}%",
             p.pid,
             shorten(&name, 26),
-            p.cpu_time_s,
-            p.energy_j,
-            p.avg_power_w,
-            p.share_pct
+            fixed(p.cpu_time_s, 9, 3),
+            fixed(p.energy_j, 11, 3),
+            fixed(p.avg_power_w, 9, 2),
+            fixed(p.share_pct, 6, 1)
         );
     }
     if report.processes.len() > MAX_ROWS {
@@ -82,44 +85,44 @@ pub fn render(report: &Report) -> String {
     }
     let share = |j: f64| {
         if totals.energy_j > 0.0 {
-            100.0 * j / totals.energy_j
+            fixed(100.0 * j / totals.energy_j, 6, 1)
         } else {
-            0.0
+            fixed(0.0, 6, 1)
         }
     };
     let _ = writeln!(
         out,
-        "{:>8}  {:<26} {:>9.3} {:>11.3} {:>9} {:>6.1}%",
+        "{:>8}  {:<26} {} {} {:>9} {}%",
         "",
         "targets",
-        totals.cpu_time_s,
-        totals.attributed_energy_j,
+        fixed(totals.cpu_time_s, 9, 3),
+        fixed(totals.attributed_energy_j, 11, 3),
         "",
         share(totals.attributed_energy_j)
     );
     let _ = writeln!(
         out,
-        "{:>8}  {:<26} {:>9} {:>11.3} {:>9} {:>6.1}%",
+        "{:>8}  {:<26} {:>9} {} {:>9} {}%",
         "",
         "other (not traced)",
         "",
-        totals.other_energy_j,
+        fixed(totals.other_energy_j, 11, 3),
         "",
         share(totals.other_energy_j)
     );
     let _ = writeln!(
         out,
-        "{:>8}  {:<26} {:>9} {:>11.3} {:>9.2} {:>6.1}%",
+        "{:>8}  {:<26} {:>9} {} {} {}%",
         "",
-        format!("idle ({:.2} W baseline)", totals.idle_power_w),
+        format!("idle ({} W baseline)", fixed(totals.idle_power_w, 0, 2)),
         "",
-        totals.idle_energy_j,
-        totals.idle_power_w,
+        fixed(totals.idle_energy_j, 11, 3),
+        fixed(totals.idle_power_w, 9, 2),
         share(totals.idle_energy_j)
     );
     let _ = writeln!(
         out,
-        "{:>8}  {:<26} {:>9} {:>11.3} {:>9.2} {:>6.1}%",
+        "{:>8}  {:<26} {:>9} {} {} {}%",
         "",
         if estimated {
             "total (ESTIMATED)"
@@ -127,9 +130,9 @@ pub fn render(report: &Report) -> String {
             "total (measured)"
         },
         "",
-        totals.energy_j,
-        totals.avg_power_w,
-        100.0
+        fixed(totals.energy_j, 11, 3),
+        fixed(totals.avg_power_w, 9, 2),
+        fixed(100.0, 6, 1)
     );
 
     let _ = writeln!(
@@ -145,21 +148,30 @@ pub fn render(report: &Report) -> String {
             .idle_baseline
             .iter()
             .find(|b| b.domain == entry.name)
-            .map(|b| format!("{:.2} W ({})", b.power_w, b.method))
+            .map(|b| format!("{} W ({})", fixed(b.power_w, 0, 2), b.method))
             .unwrap_or_default();
+        let unknown = if d.unknown_energy_intervals_count > 0 {
+            format!(
+                "; energy unknown for {} interval(s), {}: not counted",
+                d.unknown_energy_intervals_count,
+                human_duration((d.unknown_energy_duration_s.max(0.0) * 1e9) as u64)
+            )
+        } else {
+            String::new()
+        };
         let name = match &entry.parent {
             Some(parent) => format!("  {} ⊂ {parent}", entry.name),
             None => entry.name.clone(),
         };
         let _ = writeln!(
             out,
-            "{:<16} {:>11.3} {:>11.3} {:>11.3} {:>11.3} {:>9.2}  {} [{}]",
+            "{:<16} {} {} {} {} {}  {} [{}{unknown}]",
             shorten(&name, 16),
-            d.energy_j,
-            d.attributed_energy_j,
-            d.other_energy_j,
-            d.idle_energy_j,
-            d.avg_power_w,
+            fixed(d.energy_j, 11, 3),
+            fixed(d.attributed_energy_j, 11, 3),
+            fixed(d.other_energy_j, 11, 3),
+            fixed(d.idle_energy_j, 11, 3),
+            fixed(d.avg_power_w, 9, 2),
             baseline,
             d.provenance.as_str()
         );
@@ -187,8 +199,10 @@ fn render_devices(out: &mut String, report: &Report) {
     let meta = &report.meta;
     for gpu in &meta.gpus {
         let domain = report.totals.domains.get(&gpu.domain);
-        let num =
-            |v: Option<f64>, unit: &str| v.map_or("-".to_string(), |v| format!("{v:.1} {unit}"));
+        let num = |v: Option<f64>, unit: &str| {
+            v.filter(|v| v.is_finite())
+                .map_or("-".to_string(), |v| format!("{v:.1} {unit}"))
+        };
         let _ = writeln!(
             out,
             "\n{}: {} ({}), energy from the {}{}",
@@ -220,8 +234,9 @@ fn render_devices(out: &mut String, report: &Report) {
         if let Some(unexplained) = domain.and_then(|d| d.unexplained_energy_j) {
             let _ = writeln!(
                 out,
-                "  {unexplained:.3} J of its other energy is busy time no process's utilisation \
-                 explains (per-process GPU figures are approximate: NVML samples coarsely)"
+                "  {} J of its other energy is busy time no process's utilisation \
+                 explains (per-process GPU figures are approximate: NVML samples coarsely)",
+                fixed(unexplained, 0, 3)
             );
         }
     }
@@ -234,13 +249,27 @@ fn render_devices(out: &mut String, report: &Report) {
             meter.run_samples_count,
             meter
                 .median_period_s
-                .map_or(String::new(), |p| format!(", one every {p:.2} s")),
+                .filter(|p| p.is_finite() && *p >= 0.0)
+                .map_or(String::new(), |p| format!(
+                    ", one every {}",
+                    human_duration((p * 1e9) as u64)
+                )),
             if meter.gaps.is_empty() {
                 String::new()
             } else {
                 format!(", {} gap(s)", meter.gaps.len())
             }
         );
+    }
+}
+
+/// `value` with `precision` decimals, right-aligned in `width`; `-` when it is not finite.
+fn fixed(value: f64, width: usize, precision: usize) -> String {
+    if value.is_finite() {
+        // `+ 0.0`: -0.0 prints as "-0.000".
+        format!("{:>width$.precision$}", value + 0.0)
+    } else {
+        format!("{:>width$}", "-")
     }
 }
 

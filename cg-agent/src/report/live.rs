@@ -2,7 +2,9 @@
 //! interval is attributed as it arrives, with the same split as [`super::build`] and idle
 //! baselines decided the same way ([`super::BaselineInputs`]), but estimated from the run so
 //! far; at the end the report re-attributes the whole run with the final baselines, so its
-//! figures can differ a little from the last live ones (never in the measured energy).
+//! figures can differ a little from the last live ones (in the measured energy only where the
+//! session revised earlier intervals: energy spread back over reads that failed, intervals
+//! found frozen later).
 //!
 //! Pure: no I/O, no clocks. [`LiveModel`] takes the session's live feed
 //! ([`crate::session::live`]); [`LiveModel::snapshot`] gives a [`LiveReport`], which is what

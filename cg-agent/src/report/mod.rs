@@ -7,6 +7,7 @@
 //! The schema is documented in `docs/report.md`. Function figures are built in
 //! [`functions`].
 
+pub mod finite;
 pub mod functions;
 
 pub mod live;
@@ -32,8 +33,9 @@ use crate::{
     },
 };
 
-/// Version of the report schema; bumped when a field changes meaning or disappears.
-pub const SCHEMA_VERSION: &str = "1.1";
+/// Version of the report schema; the minor part is bumped when fields are added, the major
+/// part when a field changes meaning or disappears.
+pub const SCHEMA_VERSION: &str = "1.2";
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
@@ -256,6 +258,11 @@ pub struct DomainTotals {
     /// GPU domains: the part of `other_energy_j` that no process's utilisation explains.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unexplained_energy_j: Option<f64>,
+    /// Intervals whose energy is not known (the counter glitched: see the quality notes);
+    /// it is in none of the figures above.
+    pub unknown_energy_intervals_count: u64,
+    /// The time they cover.
+    pub unknown_energy_duration_s: f64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -300,13 +307,27 @@ pub struct TimePoint {
     pub attributed_energy_j: f64,
     pub other_energy_j: f64,
     pub idle_energy_j: f64,
+    /// Whether every top-level domain's energy is known over the whole interval.
+    pub energy_known: bool,
     pub domains: BTreeMap<String, TimeDomain>,
 }
 
 #[derive(Clone, Debug, Serialize)]
 pub struct TimeDomain {
+    /// What is known of the interval's energy (0 when none is).
     pub energy_j: f64,
+    /// `energy_j` over the time whose energy is known.
     pub power_w: f64,
+    /// `false` when (part of) the interval's energy is not known: `glitches` says why.
+    pub energy_known: bool,
+    /// Why not: `step_back`, `jump`, `frozen`, `replaced`, `ambiguous`, `read_failed`,
+    /// `unavailable`, `invalid`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub glitches: Vec<&'static str>,
+    /// The energy is this interval's share, by duration, of what a counter gained over reads
+    /// that failed (known in total, not in time).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub energy_spread: bool,
 }
 
 /// Attributes a recording and assembles the report.
@@ -328,13 +349,7 @@ pub fn build(rec: &Recording) -> Report {
             spend.push(interval_spend(interval, &splits, &top));
         }
         if rec.timeseries {
-            timeseries.push(time_point(
-                rec,
-                interval.start_ns,
-                interval.duration_ns,
-                &splits,
-                &top,
-            ));
+            timeseries.push(time_point(rec, interval, &splits, &top));
         }
     }
 
@@ -367,11 +382,17 @@ pub fn build(rec: &Recording) -> Report {
                         other_energy_j: l.other_j,
                         idle_energy_j: l.idle_j,
                         idle_power_w: idle_w[d],
-                        avg_power_w: per_second(l.measured_j, duration_s),
+                        // Over the time whose energy is known.
+                        avg_power_w: per_second(
+                            l.measured_j,
+                            duration_s - l.unknown_ns as f64 / 1e9,
+                        ),
                         provenance: spec.provenance,
                         top_level: spec.parent.is_none(),
                         unexplained_energy_j: matches!(spec.coverage, Coverage::Gpu(_))
                             .then_some(l.unexplained_j),
+                        unknown_energy_intervals_count: l.unknown_count,
+                        unknown_energy_duration_s: l.unknown_ns as f64 / 1e9,
                     },
                 )
             })
@@ -387,18 +408,66 @@ pub fn build(rec: &Recording) -> Report {
         .map(|&id| (id, ledger.energy_of(id, &top)))
         .collect();
     let built = functions::build(rec, &spend, &process_energy, &ledger.cpu_ns);
-    Report {
+    let mut report = Report {
         meta: Meta {
             function_profiling: built.profiling,
-            ..meta(rec, &baselines)
+            ..meta(rec, &baselines, &ledger)
         },
         processes,
         functions: built.functions,
         totals,
         timeseries: rec.timeseries.then_some(timeseries),
         stacks: built.stacks,
+    };
+    check_finite(&mut report);
+    report
+}
+
+/// The last check of a report: every figure is finite. One that is not is a bug upstream; the
+/// report says which, and is no longer `measured` (the JSON writer would put `null` there,
+/// the summary `-`).
+pub fn check_finite(report: &mut Report) {
+    let mut found = finite::non_finite(report);
+    // Folded stacks and flamegraphs are not in the JSON, but are figures all the same.
+    found.extend(
+        report
+            .stacks
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| !s.energy_j.is_finite())
+            .map(|(i, s)| finite::NonFinite {
+                path: format!("stacks[{i}].energy_j"),
+                value: s.energy_j,
+            }),
+    );
+    if found.is_empty() {
+        return;
+    }
+    let quality = &mut report.meta.measurement_quality;
+    if quality.grade == "measured" {
+        quality.grade = "degraded";
+    }
+    for f in found.iter().take(10) {
+        quality.notes.push(format!(
+            "{NOT_FINITE_NOTE}: {} is {} (shown as null; this is a bug in cg-trace, please \
+             report it)",
+            f.path,
+            if f.value.is_nan() {
+                "not a number"
+            } else {
+                "infinite"
+            }
+        ));
+    }
+    if found.len() > 10 {
+        quality
+            .notes
+            .push(format!("{NOT_FINITE_NOTE}: and {} more", found.len() - 10));
     }
 }
+
+/// How the quality notes start for a figure that is not a number ([`check_finite`]).
+pub const NOT_FINITE_NOTE: &str = "not a finite figure";
 
 /// What each target process spent in one interval, over the top-level domains.
 fn interval_spend(interval: &Interval, splits: &[DomainSplit], top: &[usize]) -> IntervalSpend {
@@ -496,11 +565,13 @@ impl BaselineInputs<'_> {
 
     /// What interval `interval` says about domain `d`'s power, or `None` for intervals much
     /// shorter than nominal (the last one of a window), which say more about when the counter
-    /// last ticked than about power.
+    /// last ticked than about power, and for intervals whose energy was not measured as it
+    /// happened (unknown, or spread from a later reading after failed reads).
     pub fn power_point(&self, interval: &Interval, d: usize) -> Option<PowerPoint> {
         let min_ns = self.interval.as_nanos() as u64 / 2;
         let spec = self.domains.get(d)?;
-        (interval.duration_ns >= min_ns).then(|| PowerPoint {
+        let measured = interval.energy_state(d).is_measured();
+        (measured && interval.duration_ns >= min_ns).then(|| PowerPoint {
             duration_s: interval.duration_ns as f64 / 1e9,
             energy_j: interval.energy_j.get(d).copied().unwrap_or(0.0),
             busy_cpus: interval.busy_cpus(&spec.coverage),
@@ -521,32 +592,40 @@ impl BaselineInputs<'_> {
 
 fn time_point(
     rec: &Recording,
-    start_ns: u64,
-    duration_ns: u64,
+    interval: &Interval,
     splits: &[DomainSplit],
     top: &[usize],
 ) -> TimePoint {
-    let dt = duration_ns as f64 / 1e9;
+    let dt = interval.duration_ns as f64 / 1e9;
     let sum = |f: &dyn Fn(&DomainSplit) -> f64| top.iter().map(|&d| f(&splits[d])).sum::<f64>();
     let energy_j = sum(&|s| s.measured_j);
     TimePoint {
-        t_s: start_ns as f64 / 1e9,
+        t_s: interval.start_ns as f64 / 1e9,
         duration_s: dt,
         energy_j,
         power_w: per_second(energy_j, dt),
         attributed_energy_j: sum(&|s| s.attributed_j()),
         other_energy_j: sum(&|s| s.other_j),
         idle_energy_j: sum(&|s| s.idle_j),
+        energy_known: top
+            .iter()
+            .all(|&d| interval.energy_state(d).unknown_ns == 0),
         domains: rec
             .domains
             .iter()
             .zip(splits)
-            .map(|(spec, s)| {
+            .enumerate()
+            .map(|(d, (spec, s))| {
+                let state = interval.energy_state(d);
+                let known_s = state.known_ns(interval.duration_ns) as f64 / 1e9;
                 (
                     spec.name.clone(),
                     TimeDomain {
                         energy_j: s.measured_j,
-                        power_w: per_second(s.measured_j, dt),
+                        power_w: per_second(s.measured_j, known_s),
+                        energy_known: state.unknown_ns == 0,
+                        glitches: state.glitches().map(|g| g.name()).collect(),
+                        energy_spread: state.spread_ns > 0,
                     },
                 )
             })
@@ -621,7 +700,7 @@ fn process_entries(
     entries
 }
 
-fn meta(rec: &Recording, baselines: &[IdleBaseline]) -> Meta {
+fn meta(rec: &Recording, baselines: &[IdleBaseline], ledger: &Ledger) -> Meta {
     let starved = starved_intervals(rec);
     let (command, pids) = match &rec.mode {
         Mode::Wrap { command } => (Some(command.clone()), None),
@@ -717,7 +796,7 @@ fn meta(rec: &Recording, baselines: &[IdleBaseline]) -> Meta {
         source_selection: rec.selection_reason.clone(),
         domain_topology,
         idle_baseline,
-        measurement_quality: quality(rec, baselines),
+        measurement_quality: quality(rec, baselines, ledger),
         profiler: ProfilerEntry {
             cpu_time_s: rec.profiler.cpu_time_s,
             max_rss_bytes: rec.profiler.max_rss_bytes,
@@ -754,7 +833,7 @@ fn starved_intervals(rec: &Recording) -> Starved {
     starved
 }
 
-fn quality(rec: &Recording, baselines: &[IdleBaseline]) -> Quality {
+fn quality(rec: &Recording, baselines: &[IdleBaseline], ledger: &Ledger) -> Quality {
     let mut notes = Vec::new();
     let estimated = rec
         .sources
@@ -832,12 +911,22 @@ fn quality(rec: &Recording, baselines: &[IdleBaseline]) -> Quality {
         degraded |= note.degraded;
         notes.push(note.text.clone());
     }
+    // Energy that is not known, or known only in total (the notes above say why).
+    if ledger
+        .domains
+        .iter()
+        .any(|l| l.unknown_ns > 0 || l.unknown_count > 0 || l.spread_ns > 0)
+    {
+        degraded = true;
+    }
     if rec.recorder.merges > 0 {
         notes.push(format!(
             "long run: stored intervals were merged {} time(s) to bound memory (each stored \
-             interval now spans about {} ms)",
+             interval now spans about {})",
             rec.recorder.merges,
-            rec.interval.as_millis() << rec.recorder.merges
+            crate::sources::human_duration(
+                (rec.interval.as_nanos() as u64).saturating_mul(1 << rec.recorder.merges.min(40))
+            )
         ));
     }
     if rec.recorder.intervals().is_empty() {
@@ -852,7 +941,7 @@ fn quality(rec: &Recording, baselines: &[IdleBaseline]) -> Quality {
             starved.count,
             rec.recorder.intervals().len(),
             rec.interval.as_millis(),
-            human_duration(starved.longest_s)
+            crate::sources::human_duration((starved.longest_s * 1e9) as u64)
         ));
     }
     if rec.carried_past_end_ns > 0 {
@@ -860,7 +949,7 @@ fn quality(rec: &Recording, baselines: &[IdleBaseline]) -> Quality {
         notes.push(format!(
             "{} of the targets' CPU time read at the end of the run fitted in no interval (each \
              holds at most its length per CPU) and is not charged",
-            human_duration(rec.carried_past_end_ns as f64 / 1e9)
+            crate::sources::human_duration(rec.carried_past_end_ns)
         ));
     }
     Quality {
@@ -872,26 +961,6 @@ fn quality(rec: &Recording, baselines: &[IdleBaseline]) -> Quality {
             "measured"
         },
         notes,
-    }
-}
-
-/// A duration for people: `350 ms`, `8.8 s`, `2 min 5 s`, `1 h 3 min`.
-pub fn human_duration(seconds: f64) -> String {
-    if !seconds.is_finite() || seconds < 0.0 {
-        return "an unknown time".into();
-    }
-    if seconds < 1e-3 {
-        format!("{:.0} µs", seconds * 1e6)
-    } else if seconds < 1.0 {
-        format!("{:.0} ms", seconds * 1e3)
-    } else if seconds < 60.0 {
-        format!("{seconds:.1} s")
-    } else if seconds < 3600.0 {
-        let whole = seconds.round() as u64;
-        format!("{} min {} s", whole / 60, whole % 60)
-    } else {
-        let minutes = (seconds / 60.0).round() as u64;
-        format!("{} h {} min", minutes / 60, minutes % 60)
     }
 }
 
@@ -915,4 +984,254 @@ fn run_id(started: SystemTime) -> String {
         nanos,
         u64::from_ne_bytes(random) ^ u64::from(std::process::id())
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::{
+        attribution::{CpuTime, EnergyState, Glitch, Slice},
+        host::HostInfo,
+        session::{ProfilerCost, SourceInfo, processes::ProcessRecord, recorder::Recorder},
+    };
+
+    const MS: u64 = 1_000_000;
+
+    fn package() -> DomainSpec {
+        DomainSpec {
+            name: "package-0".into(),
+            kind: DomainKind::Package,
+            parent: None,
+            coverage: Coverage::AllCpus,
+            provenance: Provenance::Measured,
+            source: "powercap",
+        }
+    }
+
+    /// A measured run of 100 ms intervals over two CPUs on which process 0 runs `busy_ms[i]`
+    /// of CPU 0 and, past 100 ms, the rest on CPU 1.
+    fn recording(intervals: Vec<Interval>, idle_watts: IdleWatts) -> Recording {
+        let mut recorder = Recorder::new(1_000_000);
+        let duration_ns = intervals.iter().map(|i| i.duration_ns).sum();
+        for interval in intervals {
+            recorder.push(interval);
+        }
+        Recording {
+            mode: Mode::Wrap {
+                command: vec!["work".into()],
+            },
+            host: HostInfo {
+                hostname: "test".into(),
+                kernel: "6.18".into(),
+                cpu_model: "test cpu".into(),
+                cpu_packages: vec![0, 0],
+            },
+            started_at: SystemTime::UNIX_EPOCH,
+            ended_at: SystemTime::UNIX_EPOCH,
+            run_start_ns: 0,
+            duration_ns,
+            interval: Duration::from_millis(100),
+            domains: vec![package()],
+            sources: vec![SourceInfo {
+                name: "powercap",
+                provenance: Provenance::Measured,
+                description: "test".into(),
+                domains: vec!["package-0".into()],
+            }],
+            selection_reason: "test".into(),
+            known_idle_w: vec![None],
+            idle_watts,
+            prior_slope_w_per_cpu: 5.0,
+            recorder,
+            processes: vec![ProcessRecord {
+                pid: 10,
+                ppid: Some(1),
+                comm: "work".into(),
+                cmdline: vec!["work".into()],
+                uid: Some(0),
+                first_seen_ns: 0,
+                start_ns: None,
+                ended_ns: None,
+                ending: None,
+                root: true,
+            }],
+            losses: Losses::default(),
+            source_errors: BTreeMap::new(),
+            stop_reason: "command exited".into(),
+            command_ending: None,
+            calibration_s: 0.0,
+            carried_past_end_ns: 0,
+            other_carried_past_end_ns: 0,
+            still_running: Vec::new(),
+            profiler: ProfilerCost::default(),
+            timeseries: true,
+            probes: Vec::new(),
+            source_notes: Vec::new(),
+            gpus: Vec::new(),
+            meter: None,
+            busy_slope_w: vec![None],
+            functions: None,
+        }
+    }
+
+    /// Interval `i`: process 0 busy `busy_ms` over two CPUs, at 10 W + 5 W per busy CPU.
+    fn interval(i: u64, busy_ms: u64) -> Interval {
+        let on_cpu0 = busy_ms.min(100);
+        let on_cpu1 = busy_ms - on_cpu0;
+        let mut slices = vec![Slice {
+            process: 0,
+            cpu: 0,
+            on_cpu_ns: on_cpu0 * MS,
+        }];
+        if on_cpu1 > 0 {
+            slices.push(Slice {
+                process: 0,
+                cpu: 1,
+                on_cpu_ns: on_cpu1 * MS,
+            });
+        }
+        Interval {
+            start_ns: i * 100 * MS,
+            duration_ns: 100 * MS,
+            cpus: vec![
+                CpuTime {
+                    idle_ns: (100 - on_cpu0) * MS,
+                    other_ns: 0,
+                },
+                CpuTime {
+                    idle_ns: (100 - on_cpu1) * MS,
+                    other_ns: 0,
+                },
+            ],
+            slices,
+            energy_j: vec![(10.0 + 5.0 * busy_ms as f64 / 100.0) * 0.1],
+            ..Interval::default()
+        }
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9 * (1.0 + a.abs().max(b.abs()))
+    }
+
+    #[test]
+    fn unknown_energy_is_counted_shown_and_degrades_the_measurement() {
+        let mut intervals: Vec<Interval> = (0..10).map(|i| interval(i, 150)).collect();
+        intervals[4].energy_j[0] = 0.0;
+        intervals[4].energy_state = vec![EnergyState::unknown(100 * MS, Glitch::StepBack)];
+        let report = build(&recording(intervals, IdleWatts::Total(10.0)));
+        let d = &report.totals.domains["package-0"];
+        assert_eq!(d.unknown_energy_intervals_count, 1);
+        assert!(close(d.unknown_energy_duration_s, 0.1));
+        // Nine known intervals of 1.75 J; idle 10 W over their 0.9 s.
+        assert!(close(d.energy_j, 9.0 * 1.75), "{}", d.energy_j);
+        assert!(close(d.idle_energy_j, 9.0), "{}", d.idle_energy_j);
+        assert!(close(
+            d.attributed_energy_j + d.other_energy_j + d.idle_energy_j,
+            d.energy_j
+        ));
+        // Average power over the time whose energy is known.
+        assert!(close(d.avg_power_w, 17.5), "{}", d.avg_power_w);
+        assert_eq!(report.meta.measurement_quality.grade, "degraded");
+        let series = report.timeseries.as_ref().unwrap();
+        let point = &series[4].domains["package-0"];
+        assert!(!point.energy_known && point.energy_j == 0.0);
+        assert_eq!(point.glitches, ["step_back"]);
+        assert!(!series[4].energy_known && series[3].energy_known);
+        assert!(series[3].domains["package-0"].glitches.is_empty());
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(
+            json["timeseries"][4]["domains"]["package-0"]["glitches"],
+            serde_json::json!(["step_back"])
+        );
+        assert!(
+            json["timeseries"][3]["domains"]["package-0"]
+                .get("glitches")
+                .is_none()
+        );
+        assert_eq!(report.meta.schema_version, "1.2");
+    }
+
+    #[test]
+    fn energy_spread_after_failed_reads_stays_out_of_the_idle_fit() {
+        // 10 W + 5 W per busy CPU, the load varying; four reads in a row failed while two CPUs
+        // were busy, and the one after them (one CPU busy) brought their energy, spread by
+        // duration: 5 x 100 ms at the average power, which is not what those CPUs drew.
+        let busy = [
+            0, 50, 100, 150, 200, 200, 200, 200, 200, 100, 0, 50, 100, 150, 200, 20,
+        ];
+        let mut intervals: Vec<Interval> = busy
+            .iter()
+            .enumerate()
+            .map(|(i, &ms)| interval(i as u64, ms))
+            .collect();
+        let lump: f64 = intervals[5..10].iter().map(|i| i.energy_j[0]).sum();
+        for interval in &mut intervals[5..10] {
+            interval.energy_j[0] = lump / 5.0;
+            interval.energy_state = vec![EnergyState::spread(100 * MS)];
+        }
+        let report = build(&recording(intervals.clone(), IdleWatts::Estimate));
+        let baseline = &report.meta.idle_baseline[0];
+        assert_eq!(baseline.method, "regression");
+        assert_eq!(baseline.fit_points_count, Some(busy.len() - 5));
+        assert!((baseline.power_w - 10.0).abs() < 1e-6, "{baseline:?}");
+        assert_eq!(report.meta.measurement_quality.grade, "degraded");
+        let series = report.timeseries.as_ref().unwrap();
+        assert!(series[6].domains["package-0"].energy_spread);
+        assert!(series[6].domains["package-0"].energy_known);
+        // As it was before: 0 J in the failed reads and the whole lump in the next one, which
+        // wrecks the fit.
+        for interval in &mut intervals {
+            interval.energy_state.clear();
+        }
+        for interval in &mut intervals[5..9] {
+            interval.energy_j[0] = 0.0;
+        }
+        intervals[9].energy_j[0] = lump;
+        let unmarked = build(&recording(intervals, IdleWatts::Estimate));
+        assert!(
+            (unmarked.meta.idle_baseline[0].power_w - 10.0).abs() > 0.5,
+            "{:?}",
+            unmarked.meta.idle_baseline[0]
+        );
+    }
+
+    #[test]
+    fn a_figure_that_is_not_finite_is_named_and_never_printed() {
+        let mut intervals: Vec<Interval> = (0..3).map(|i| interval(i, 100)).collect();
+        intervals[1].energy_j[0] = f64::INFINITY;
+        let report = build(&recording(intervals, IdleWatts::Total(10.0)));
+        let quality = &report.meta.measurement_quality;
+        assert_eq!(quality.grade, "degraded");
+        let named: Vec<&String> = quality
+            .notes
+            .iter()
+            .filter(|n| n.starts_with(NOT_FINITE_NOTE))
+            .collect();
+        assert!(
+            named
+                .iter()
+                .any(|n| n.contains("totals.energy_j is infinite")),
+            "{:#?}",
+            quality.notes
+        );
+        let summary = crate::export::summary::render(&report);
+        for word in ["inf", "NaN"] {
+            assert!(
+                !summary
+                    .lines()
+                    .filter(|l| !l.trim_start().starts_with("- "))
+                    .any(|l| l.contains(word)),
+                "{summary}"
+            );
+        }
+        // A report of finite figures has no such note.
+        let fine = build(&recording(
+            (0..3).map(|i| interval(i, 100)).collect(),
+            IdleWatts::Total(10.0),
+        ));
+        assert!(finite::non_finite(&fine).is_empty());
+        assert_eq!(fine.meta.measurement_quality.grade, "measured");
+    }
 }

@@ -28,7 +28,7 @@ use self::{
     recorder::Recorder,
 };
 use crate::{
-    attribution::{Interval, ProcId, Slice},
+    attribution::{EnergyState, Glitch, Interval, ProcId, Slice},
     host::HostInfo,
     privileges,
     probes::{
@@ -37,8 +37,8 @@ use crate::{
         monotonic_ns,
     },
     sources::{
-        self, DomainSpec, EnergySource, Provenance, ReadContext, SourceNote, SourceOptions,
-        SourceProbe, gpu::GpuSummary, meter::MeterSummary,
+        self, DomainSpec, EnergySource, Provenance, ReadContext, Reading, SourceNote,
+        SourceOptions, SourceProbe, gpu::GpuSummary, meter::MeterSummary,
     },
 };
 
@@ -356,6 +356,7 @@ async fn run_async(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Ou
         table: ProcessTable::new(config.mode == Mode::System, &config.proc_root),
         sources: selection.sources,
         recorder: Recorder::new(recorder::DEFAULT_SLICE_BUDGET),
+        books: energy::Books::new(domains.len()),
         pending: Cleanup::default(),
         run_start_ns,
         source_errors: BTreeMap::new(),
@@ -591,14 +592,28 @@ async fn run_async(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Ou
         eprintln!("cg-trace: {stop_reason}");
     }
     let losses = sampler.probes.losses().unwrap_or_default();
-    // Sources that lag behind the run (a power meter's log) revise their figures now.
+    // Reads that failed and were never made good are unknown; sources that lag behind the run
+    // (a power meter's log) revise their figures now.
+    sampler.books.finish(sampler.recorder.all_mut());
     let mut source_notes = selection.notes;
-    source_notes.extend(energy::settle(
+    let (settle_notes, settle_error) = energy::settle(
         &mut sampler.sources,
         sampler.recorder.all_mut(),
-    ));
+        &mut sampler.books,
+    );
+    source_notes.extend(settle_notes);
     let reports = energy::collect(&sampler.sources);
     source_notes.extend(reports.notes);
+    source_notes.extend(sampler.books.notes(&domains));
+    let exit_code = match settle_error {
+        // A source that measured nothing of the run (a power log without a sample in it):
+        // bad input. The report still says what was measured.
+        Some(err) => {
+            eprintln!("cg-trace: error: {err}; its energy is unknown for the whole run");
+            2
+        }
+        None => exit_code,
+    };
     let function_recording = sampler.functions.take().map(|f| f.finish(&sampler.probes));
     let Sampler {
         recorder,
@@ -856,6 +871,8 @@ struct Sampler {
     table: ProcessTable,
     sources: Vec<Box<dyn EnergySource>>,
     recorder: Recorder,
+    /// Energy that is not known or arrives late, per domain (see [`energy::Books`]).
+    books: energy::Books,
     /// Cleanup owed after the next snapshot (see [`Sampler::sample`]).
     pending: Cleanup,
     run_start_ns: u64,
@@ -978,7 +995,7 @@ impl Sampler {
             return;
         };
         let busy = interval.busy_ns_per_cpu();
-        interval.energy_j = self.read_sources(&ReadContext {
+        (interval.energy_j, interval.energy_state) = self.read_sources(&ReadContext {
             duration_ns: interval.duration_ns,
             busy_ns_per_cpu: &busy,
             wall_start_ns: interval.wall_start_ns,
@@ -1046,28 +1063,54 @@ impl Sampler {
             cpus,
             slices,
             energy_j: Vec::new(),
+            energy_state: Vec::new(),
             wall_start_ns: self.wall.wall_ns(activity.start_ns),
             gpus: Vec::new(),
         }
     }
 
-    fn read_sources(&mut self, ctx: &ReadContext<'_>) -> Vec<f64> {
+    /// Reads every source over `ctx`: per domain, the interval's known joules and how much of
+    /// them is known ([`energy::Books`] may revise the intervals stored so far).
+    fn read_sources(&mut self, ctx: &ReadContext<'_>) -> (Vec<f64>, Vec<EnergyState>) {
         let mut energy = Vec::new();
+        let mut states = Vec::new();
         for source in &mut self.sources {
-            match source.read(ctx) {
-                Ok(values) => energy.extend(values),
+            let width = source.domains().len();
+            let readings = match source.read(ctx) {
+                Ok(readings) if readings.len() == width => readings,
+                Ok(readings) => {
+                    tracing::warn!(
+                        "{}: {} readings for {width} domains",
+                        source.name(),
+                        readings.len()
+                    );
+                    vec![Reading::unknown(Glitch::Invalid); width]
+                }
                 Err(err) => {
-                    // Cumulative counters keep their last good value, so the energy of this
-                    // interval shows up in the next successful read instead of being lost.
                     *self
                         .source_errors
                         .entry(format!("{}: {err}", source.name()))
                         .or_default() += 1;
-                    energy.extend(std::iter::repeat_n(0.0, source.domains().len()));
+                    // Cumulative counters keep their last good value, so the energy of this
+                    // interval shows up in the next successful read, which is spread back.
+                    let missed = if source.failed_read_carries_over() {
+                        Reading::Pending
+                    } else {
+                        Reading::unknown(Glitch::ReadFailed)
+                    };
+                    vec![missed; width]
                 }
+            };
+            for reading in readings {
+                let d = energy.len();
+                let (joules, state) =
+                    self.books
+                        .book(d, reading, ctx.duration_ns, self.recorder.all_mut().rev());
+                energy.push(joules);
+                states.push(state);
             }
         }
-        energy
+        (energy, states)
     }
 
     /// Deletes kernel entries of threads that no longer exist (their exit event was lost).

@@ -53,8 +53,10 @@ impl Recorder {
     }
 
     /// Every stored interval, calibration first, for sources that revise their figures once
-    /// the run is over (a power meter's log that the logger completes after the last read).
-    pub fn all_mut(&mut self) -> impl Iterator<Item = &mut Interval> {
+    /// the run is over (a power meter's log that the logger completes after the last read),
+    /// and for the books of energy that arrives late or turns out unknown (newest first,
+    /// reversed).
+    pub fn all_mut(&mut self) -> impl DoubleEndedIterator<Item = &mut Interval> {
         self.calibration.iter_mut().chain(self.intervals.iter_mut())
     }
 
@@ -97,6 +99,9 @@ pub fn merge(a: &Interval, b: &Interval) -> Interval {
     let energy_j = (0..domain_count)
         .map(|d| a.energy_j.get(d).unwrap_or(&0.0) + b.energy_j.get(d).unwrap_or(&0.0))
         .collect();
+    let energy_state = (0..domain_count)
+        .map(|d| a.energy_state(d).merge(&b.energy_state(d)))
+        .collect();
     let gpu_count = a.gpus.len().max(b.gpus.len());
     let gpus = (0..gpu_count)
         .map(|g| {
@@ -124,6 +129,7 @@ pub fn merge(a: &Interval, b: &Interval) -> Interval {
             })
             .collect(),
         energy_j,
+        energy_state,
     }
 }
 

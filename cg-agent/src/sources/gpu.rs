@@ -19,10 +19,11 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::{
-    DomainKind, DomainSpec, EnergySource, GpuActivity, Provenance, ReadContext, SourceError,
-    SourceNote, SourceSummary, counter::WrappingCounter,
+    DomainKind, DomainSpec, EnergySource, GpuActivity, Provenance, ReadContext, Reading,
+    SourceError, SourceNote, SourceSummary,
+    counter::{self, CheckedCounter},
 };
-use crate::attribution::Coverage;
+use crate::attribution::{Coverage, Glitch};
 
 /// Polls are at most this frequent (NVML refreshes every 20-100 ms): shorter intervals see
 /// their GPU energy in the next poll.
@@ -110,7 +111,8 @@ pub trait GpuBackend {
 /// How a GPU's energy is obtained.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum EnergyMethod {
-    Counter(WrappingCounter),
+    /// NVML's total-energy counter (mJ), judged against [`counter::max_power_w`].
+    Counter(CheckedCounter),
     /// Trapezoidal integration of power readings; the last power read.
     Power(Option<f64>),
 }
@@ -211,6 +213,10 @@ struct Device {
     busy_fraction: f64,
     shares: Vec<(u32, f64)>,
     lost: bool,
+    /// Seconds since the energy counter was last read successfully.
+    since_energy_s: f64,
+    /// Counter readings that were not plausible (see [`crate::sources::counter`]).
+    glitches: BTreeMap<&'static str, u64>,
     // Telemetry.
     power_w_s: f64,
     power_s: f64,
@@ -271,8 +277,9 @@ impl<B: GpuBackend> GpuSource<B> {
             let first = backend.poll(index, true, 0);
             let energy = match first.energy_mj {
                 Ok(mj) => {
-                    let mut counter = WrappingCounter::new(u64::MAX);
-                    counter.advance(mj);
+                    let mut counter =
+                        CheckedCounter::new(u64::MAX, 1e-3, counter::max_power_w(DomainKind::Gpu));
+                    counter.reset(mj);
                     EnergyMethod::Counter(counter)
                 }
                 Err(_) => EnergyMethod::Power(first.power_mw.ok().map(|mw| f64::from(mw) / 1e3)),
@@ -290,6 +297,8 @@ impl<B: GpuBackend> GpuSource<B> {
                 busy_fraction: 0.0,
                 shares: Vec::new(),
                 lost: false,
+                since_energy_s: 0.0,
+                glitches: BTreeMap::new(),
                 power_w_s: 0.0,
                 power_s: 0.0,
                 max_power_w: None,
@@ -331,11 +340,11 @@ impl<B: GpuBackend> GpuSource<B> {
         })
     }
 
-    /// Polls one GPU; returns its energy since the previous poll.
-    fn poll_device(&mut self, n: usize, dt_s: f64, processes: bool) -> f64 {
+    /// Polls one GPU; returns its energy since the previous poll (`dt_s` ago).
+    fn poll_device(&mut self, n: usize, dt_s: f64, processes: bool) -> Reading {
         let device = &mut self.devices[n];
         if device.lost {
-            return 0.0;
+            return Reading::unknown(Glitch::Unavailable);
         }
         let poll = self
             .backend
@@ -347,7 +356,16 @@ impl<B: GpuBackend> GpuSource<B> {
             }
             *device.errors.entry(format!("{what}: {err}")).or_default() += 1;
         };
+        let max_power_w = counter::max_power_w(DomainKind::Gpu);
         let power_w = match &poll.power_mw {
+            Ok(mw) if f64::from(*mw) / 1e3 > max_power_w => {
+                let err = GpuError::Other(format!(
+                    "power reading of {} W is above the {max_power_w:.0} W a GPU can draw",
+                    f64::from(*mw) / 1e3
+                ));
+                count_error("power", &err, device);
+                None
+            }
             Ok(mw) => Some(f64::from(*mw) / 1e3),
             Err(GpuError::NotSupported) => None,
             Err(err) => {
@@ -360,20 +378,34 @@ impl<B: GpuBackend> GpuSource<B> {
             device.power_s += dt_s;
             device.max_power_w = Some(device.max_power_w.map_or(w, |m: f64| m.max(w)));
         }
-        let energy_j = match (&mut device.energy, &poll.energy_mj) {
-            (EnergyMethod::Counter(counter), Ok(mj)) => counter.advance(*mj) as f64 / 1e3,
+        device.since_energy_s += dt_s;
+        let energy = match (&mut device.energy, &poll.energy_mj) {
+            (EnergyMethod::Counter(counter), Ok(mj)) => {
+                let since_ns = (device.since_energy_s * 1e9) as u64;
+                device.since_energy_s = 0.0;
+                // A zero-length poll (the session's first read) only moves the origin.
+                match counter.advance(*mj, since_ns) {
+                    Ok(j) => Reading::Joules(j),
+                    Err((glitch, _)) => {
+                        *device.glitches.entry(glitch.describe()).or_default() += 1;
+                        Reading::unknown(glitch)
+                    }
+                }
+            }
             (EnergyMethod::Counter(_), Err(GpuError::NotSupported)) => {
                 device.switched_to_power = true;
                 device.energy = EnergyMethod::Power(power_w);
-                power_w.unwrap_or(0.0) * dt_s
+                device.since_energy_s = 0.0;
+                Reading::Joules(power_w.unwrap_or(0.0) * dt_s)
             }
             (EnergyMethod::Counter(_), Err(err)) => {
                 // The counter keeps its last value: this energy shows up in the next good read.
                 let err = err.clone();
                 count_error("energy", &err, device);
-                0.0
+                Reading::Pending
             }
             (EnergyMethod::Power(last), _) => {
+                device.since_energy_s = 0.0;
                 let joules = match (*last, power_w) {
                     (Some(a), Some(b)) => (a + b) / 2.0 * dt_s,
                     (Some(a), None) | (None, Some(a)) => a * dt_s,
@@ -382,7 +414,7 @@ impl<B: GpuBackend> GpuSource<B> {
                 if power_w.is_some() {
                     *last = power_w;
                 }
-                joules
+                Reading::Joules(joules)
             }
         };
         match &poll.temperature_c {
@@ -447,8 +479,9 @@ impl<B: GpuBackend> GpuSource<B> {
         if device.lost {
             device.busy_fraction = 0.0;
             device.shares.clear();
+            return Reading::unknown(Glitch::Unavailable);
         }
-        energy_j
+        energy
     }
 }
 
@@ -465,7 +498,7 @@ impl<B: GpuBackend> EnergySource for GpuSource<B> {
         &self.domains
     }
 
-    fn read(&mut self, ctx: &ReadContext<'_>) -> Result<Vec<f64>, SourceError> {
+    fn read(&mut self, ctx: &ReadContext<'_>) -> Result<Vec<Reading>, SourceError> {
         if ctx.duration_ns == 0 {
             // A zero-length read sets the starting point (the session's first read, after
             // the probes loaded): what the GPUs used since opening is not the run's.
@@ -474,13 +507,13 @@ impl<B: GpuBackend> EnergySource for GpuSource<B> {
             }
             self.since_poll_ns = 0;
             self.since_process_poll_ns = 0;
-            return Ok(vec![0.0; self.devices.len()]);
+            return Ok(vec![Reading::Joules(0.0); self.devices.len()]);
         }
         self.since_poll_ns += ctx.duration_ns;
         self.since_process_poll_ns += ctx.duration_ns;
         if self.since_poll_ns < MIN_POLL_NS {
             // Faster than NVML refreshes: this interval's energy arrives with the next poll.
-            return Ok(vec![0.0; self.devices.len()]);
+            return Ok(vec![Reading::Joules(0.0); self.devices.len()]);
         }
         let dt_s = self.since_poll_ns as f64 / 1e9;
         self.since_poll_ns = 0;
@@ -565,6 +598,11 @@ impl<B: GpuBackend> EnergySource for GpuSource<B> {
             for (error, count) in &d.errors {
                 notes.push(SourceNote::degraded(format!(
                     "{label}: {count} NVML read(s) failed: {error}"
+                )));
+            }
+            for (glitch, count) in &d.glitches {
+                notes.push(SourceNote::info(format!(
+                    "{label}: {count} energy counter reading(s) not plausible: {glitch}"
                 )));
             }
             if d.even_split_polls > 0 {
@@ -689,6 +727,13 @@ mod tests {
         }
     }
 
+    fn joules(readings: &[Reading]) -> Vec<f64> {
+        readings
+            .iter()
+            .map(|r| r.joules().unwrap_or_else(|| panic!("{readings:?}")))
+            .collect()
+    }
+
     fn open(script: &Script) -> GpuSource<Script> {
         GpuSource::open(script.clone(), Path::new("libnvidia-ml.so.1")).unwrap()
     }
@@ -712,7 +757,7 @@ mod tests {
         let mut gpu = open(&script);
         assert_eq!(gpu.domains()[0].name, "gpu0");
         assert_eq!(gpu.domains()[0].coverage, Coverage::Gpu(0));
-        let j = gpu.read(&ctx(100)).unwrap();
+        let j = joules(&gpu.read(&ctx(100)).unwrap());
         assert!((j[0] - 12.0).abs() < 1e-9, "{j:?}");
         let activity = gpu.gpu_activity();
         assert!((activity[0].busy_fraction - 0.9).abs() < 1e-9);
@@ -743,9 +788,9 @@ mod tests {
         ]));
         let mut gpu = open(&script);
         // (100 W + 200 W) / 2 over 0.5 s.
-        let j = gpu.read(&ctx(500)).unwrap();
+        let j = joules(&gpu.read(&ctx(500)).unwrap());
         assert!((j[0] - 75.0).abs() < 1e-9, "{j:?}");
-        let j = gpu.read(&ctx(500)).unwrap();
+        let j = joules(&gpu.read(&ctx(500)).unwrap());
         assert!((j[0] - 100.0).abs() < 1e-9, "{j:?}");
         let summary = gpu.summary();
         assert_eq!(summary.gpus[0].energy_method, "power integration");
@@ -773,7 +818,7 @@ mod tests {
         let mut gpu = open(&script);
         let mut total = 0.0;
         for _ in 0..10 {
-            total += gpu.read(&ctx(1)).unwrap()[0];
+            total += joules(&gpu.read(&ctx(1)).unwrap())[0];
         }
         // Ten 1 ms reads: one poll, at the 10th.
         assert_eq!(script.asked.borrow().len(), 2);
@@ -793,8 +838,9 @@ mod tests {
             poll(Ok(6_000), 1, 0),
         ]));
         let mut gpu = open(&script);
-        assert_eq!(gpu.read(&ctx(0)).unwrap(), vec![0.0]);
-        assert_eq!(gpu.read(&ctx(100)).unwrap(), vec![1.0]);
+        assert_eq!(joules(&gpu.read(&ctx(0)).unwrap()), vec![0.0]);
+        assert_eq!(joules(&gpu.read(&ctx(100)).unwrap()), vec![1.0]);
+        assert!(gpu.summary().notes.is_empty(), "{:?}", gpu.summary().notes);
     }
 
     #[test]
@@ -812,8 +858,12 @@ mod tests {
             VecDeque::from([poll(Ok(0), 1, 0), poll(Ok(2_000), 1, 10)]),
         ]);
         let mut gpu = open(&script);
-        assert_eq!(gpu.read(&ctx(100)).unwrap(), vec![1.0, 2.0]);
-        assert_eq!(gpu.read(&ctx(100)).unwrap(), vec![0.0, 0.0]);
+        assert_eq!(joules(&gpu.read(&ctx(100)).unwrap()), vec![1.0, 2.0]);
+        // From then on the lost GPU's energy is unknown, not 0 J.
+        assert_eq!(
+            gpu.read(&ctx(100)).unwrap(),
+            vec![Reading::unknown(Glitch::Unavailable), Reading::Joules(0.0)]
+        );
         let polls_before = script.asked.borrow().len();
         gpu.read(&ctx(100)).unwrap();
         // The lost GPU is not asked again; the other one is.
@@ -844,8 +894,9 @@ mod tests {
             poll(Ok(3_000), 1, 0),
         ]));
         let mut gpu = open(&script);
-        assert_eq!(gpu.read(&ctx(100)).unwrap(), vec![0.0]);
-        assert_eq!(gpu.read(&ctx(100)).unwrap(), vec![3.0]);
+        // The session spreads the next good reading over the intervals it covers.
+        assert_eq!(gpu.read(&ctx(100)).unwrap(), vec![Reading::Pending]);
+        assert_eq!(joules(&gpu.read(&ctx(100)).unwrap()), vec![3.0]);
         let summary = gpu.summary();
         assert_eq!(summary.gpus[0].status, "degraded");
         assert!(
@@ -853,6 +904,55 @@ mod tests {
                 .notes
                 .iter()
                 .any(|n| n.text.contains("Unknown Error"))
+        );
+    }
+
+    #[test]
+    fn an_implausible_counter_reading_is_unknown_energy() {
+        let script = Script {
+            identities: vec![identity("A")],
+            ..Script::default()
+        };
+        script.polls.borrow_mut().push(VecDeque::from([
+            poll(Ok(1_000_000), 1, 0),
+            // Back by 1 J: as a wraparound of a 64-bit mJ counter, far beyond any GPU.
+            poll(Ok(999_000), 1, 0),
+            poll(Ok(1_029_000), 1, 0),
+            // +1000 J in 100 ms: 10 kW.
+            poll(Ok(2_029_000), 1, 0),
+            poll(Ok(2_059_000), 1, 0),
+            // A power reading of 4 MW is not one.
+            GpuPoll {
+                power_mw: Ok(4_000_000_000),
+                ..poll(Ok(2_089_000), 1, 0)
+            },
+        ]));
+        let mut gpu = open(&script);
+        assert_eq!(
+            gpu.read(&ctx(100)).unwrap(),
+            vec![Reading::unknown(Glitch::StepBack)]
+        );
+        assert_eq!(joules(&gpu.read(&ctx(100)).unwrap()), vec![30.0]);
+        assert_eq!(
+            gpu.read(&ctx(100)).unwrap(),
+            vec![Reading::unknown(Glitch::Jump)]
+        );
+        assert_eq!(joules(&gpu.read(&ctx(100)).unwrap()), vec![30.0]);
+        assert_eq!(joules(&gpu.read(&ctx(100)).unwrap()), vec![30.0]);
+        let summary = gpu.summary();
+        assert_eq!(
+            summary.gpus[0].max_power_w,
+            Some(0.001),
+            "{:?}",
+            summary.gpus[0]
+        );
+        assert!(
+            summary
+                .notes
+                .iter()
+                .any(|n| n.text.contains("above the 3000 W")),
+            "{:?}",
+            summary.notes
         );
     }
 

@@ -13,7 +13,9 @@
 //! ```
 //!
 //! Times without an offset are local wall-clock times, read in cg-trace's time zone (`TZ`).
-//! The file is followed while the logger appends to it (a partial last line is kept until its
+//! A UTF-8 byte-order mark and CRLF line ends (a log written on Windows) are accepted. A power
+//! that is negative, not finite or above [`MAX_POWER_W`] is not a reading: the row is an error
+//! naming the file and line. The file is followed while the logger appends to it (a partial last line is kept until its
 //! newline arrives). Energy over an interval is the integral of the power between the samples,
 //! linearly interpolated (the trapezoidal rule), over the interval's wall-clock bounds; before
 //! the first sample and after the last one, the nearest sample's power is held. A logger
@@ -21,7 +23,8 @@
 //! provisional: at the end of the run cg-trace waits (at most a few sample periods) for the
 //! log to pass the end of the run and recomputes every interval ([`EnergySource::settle`]).
 //! Gaps longer than [`GAP_PERIODS`] sample periods, and a log that does not cover the run, are
-//! reported in the quality notes.
+//! reported in the quality notes; a log with no sample within the run (or one sample period of
+//! it) measured nothing, and is an error.
 
 use std::{
     fs::File,
@@ -34,15 +37,18 @@ use std::{
 use serde::Serialize;
 
 use super::{
-    DomainKind, DomainSpec, EnergySource, Provenance, ReadContext, SourceError, SourceNote,
-    SourceSummary, WallSpan,
+    DomainKind, DomainSpec, EnergySource, Provenance, ReadContext, Reading, SourceError,
+    SourceNote, SourceSummary, WallSpan, human_duration,
 };
-use crate::attribution::Coverage;
+use crate::attribution::{Coverage, Glitch};
 
 /// A gap between two samples longer than this many median sample periods is reported.
 pub const GAP_PERIODS: f64 = 3.0;
 /// The longest cg-trace waits at the end of a run for the logger to catch up.
 pub const DEFAULT_SETTLE_WAIT: Duration = Duration::from_secs(5);
+/// The most power a wall meter on one machine can report, in watts: anything above is not a
+/// reading (the largest single servers draw about 10 kW).
+pub const MAX_POWER_W: f64 = 1e6;
 
 /// One line of the log: power at a wall-clock time.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -208,7 +214,11 @@ impl MeterSource {
         while let Some(newline) = self.partial.iter().position(|&b| b == b'\n') {
             let line: Vec<u8> = self.partial.drain(..=newline).collect();
             self.lines += 1;
-            let text = String::from_utf8_lossy(&line[..line.len() - 1]).into_owned();
+            let mut text = String::from_utf8_lossy(&line[..line.len() - 1]).into_owned();
+            if self.lines == 1 && text.starts_with('\u{feff}') {
+                // A byte-order mark, as Windows tools write: not part of the first field.
+                text.drain(..'\u{feff}'.len_utf8());
+            }
             // A bad row is reported (once) but does not stop the rows after it.
             if let Err(reason) = self.parse_line(&text)
                 && first_error.is_none()
@@ -267,6 +277,13 @@ impl MeterSource {
                     fields[layout.power]
                 )
             })?;
+        if power_w > MAX_POWER_W {
+            return Err(format!(
+                "power {:?} W is above {MAX_POWER_W:.0} W (1 MW): not a reading of a machine's \
+                 power (wrong column or unit?)",
+                fields[layout.power]
+            ));
+        }
         match self.samples.last() {
             Some(last) if t_ns < last.t_ns => Err(format!(
                 "time {:?} is earlier than the previous row's",
@@ -288,29 +305,69 @@ impl MeterSource {
         });
     }
 
+    /// Why the log says nothing about the run `[start, end]`: no sample within it or one
+    /// sample period of it (`None`: it covers at least part of the run).
+    fn missed_run(&self, start: i64, end: i64) -> Option<String> {
+        let period = median_period_ns(&self.samples).unwrap_or(1_000_000_000) as i64;
+        let (Some(first), Some(last)) = (self.samples.first(), self.samples.last()) else {
+            return Some(
+                "no sample at all: is the logger running and writing to this file?".into(),
+            );
+        };
+        let near = self.samples.iter().any(|s| {
+            s.t_ns >= start.saturating_sub(period) && s.t_ns <= end.saturating_add(period)
+        });
+        if near {
+            return None;
+        }
+        Some(if last.t_ns < start {
+            format!(
+                "no sample within the run or one sample period ({}) of it: the last sample \
+                 ({}) is {} before the run started (the logger stopped, or writes elsewhere)",
+                human_duration(period as u64),
+                rfc3339_ns(last.t_ns),
+                human_duration((start - last.t_ns) as u64)
+            )
+        } else if first.t_ns > end {
+            format!(
+                "no sample within the run or one sample period ({}) of it: the first sample \
+                 ({}) is {} after the run ended (is the logger's clock ahead of this machine's?)",
+                human_duration(period as u64),
+                rfc3339_ns(first.t_ns),
+                human_duration((first.t_ns - end) as u64)
+            )
+        } else {
+            format!(
+                "no sample within the run or one sample period ({}) of it: the log has a gap \
+                 over the whole run",
+                human_duration(period as u64)
+            )
+        })
+    }
+
     /// Notes on how well the log covered `[start, end]`.
     fn coverage_notes(&self, start: i64, end: i64) -> Vec<SourceNote> {
         let mut notes = Vec::new();
         let name = self.path.display();
         let (Some(first), Some(last)) = (self.samples.first(), self.samples.last()) else {
             notes.push(SourceNote::degraded(format!(
-                "power log {name} has no samples: the meter's energy is 0"
+                "power log {name} has no samples"
             )));
             return notes;
         };
         let period = median_period_ns(&self.samples).unwrap_or(1_000_000_000) as f64;
         if first.t_ns as f64 > start as f64 + period {
             notes.push(SourceNote::degraded(format!(
-                "power log {name} starts {:.1} s after the run started: the first sample's power \
+                "power log {name} starts {} after the run started: the first sample's power \
                  was assumed before it",
-                (first.t_ns - start) as f64 / 1e9
+                human_duration((first.t_ns - start) as u64)
             )));
         }
         if (last.t_ns as f64) < end as f64 - period {
             notes.push(SourceNote::degraded(format!(
-                "power log {name} ends {:.1} s before the run ended: the last sample's power was \
+                "power log {name} ends {} before the run ended: the last sample's power was \
                  assumed after it",
-                (end - last.t_ns) as f64 / 1e9
+                human_duration((end - last.t_ns) as u64)
             )));
         }
         let gaps = gaps(&self.samples, start, end);
@@ -318,13 +375,15 @@ impl MeterSource {
             let listed: Vec<String> = gaps
                 .iter()
                 .take(5)
-                .map(|(at, len)| format!("{:.1} s after {}", *len as f64 / 1e9, rfc3339_ns(*at)))
+                .map(|(at, len)| {
+                    format!("{} after {}", human_duration(*len as u64), rfc3339_ns(*at))
+                })
                 .collect();
             notes.push(SourceNote::degraded(format!(
-                "power log {name} has {} gap(s) longer than {GAP_PERIODS} sample periods ({:.2} s) \
+                "power log {name} has {} gap(s) longer than {GAP_PERIODS} sample periods ({}) \
                  during the run, bridged by linear interpolation: {}{}",
                 gaps.len(),
-                period / 1e9,
+                human_duration((period * GAP_PERIODS) as u64),
                 listed.join(", "),
                 if gaps.len() > 5 { ", ..." } else { "" }
             )));
@@ -346,7 +405,7 @@ impl EnergySource for MeterSource {
         &self.domains
     }
 
-    fn read(&mut self, ctx: &ReadContext<'_>) -> Result<Vec<f64>, SourceError> {
+    fn read(&mut self, ctx: &ReadContext<'_>) -> Result<Vec<Reading>, SourceError> {
         let (start, end) = (ctx.wall_start_ns as i64, ctx.wall_end_ns as i64);
         if ctx.duration_ns > 0 {
             self.widen_window(start, end);
@@ -354,8 +413,17 @@ impl EnergySource for MeterSource {
         let polled = self.poll();
         // Provisional: the logger has not written the samples of this interval yet. `settle`
         // recomputes it once the log has caught up.
-        let energy = vec![integrate_j(&self.samples, start, end)];
-        polled.map(|()| energy)
+        let energy = if self.samples.is_empty() {
+            Reading::unknown(Glitch::Unavailable)
+        } else {
+            Reading::Joules(integrate_j(&self.samples, start, end))
+        };
+        polled.map(|()| vec![energy])
+    }
+
+    fn failed_read_carries_over(&self) -> bool {
+        // Each read integrates its own interval; `settle` recomputes them all at the end.
+        false
     }
 
     fn settle(&mut self, spans: &[WallSpan]) -> Option<Result<Vec<Vec<f64>>, SourceError>> {
@@ -382,6 +450,9 @@ impl EnergySource for MeterSource {
             self.notes.push(SourceNote::degraded(err.to_string()));
         }
         self.widen_window(start, end);
+        if let Some(reason) = self.missed_run(start, end) {
+            return Some(Err(self.error(None, reason)));
+        }
         self.notes.extend(self.coverage_notes(start, end));
         Some(Ok(spans
             .iter()
@@ -841,7 +912,7 @@ mod tests {
         append(&path, "00\n1770200125,300\n");
         let j = m.read(&ctx(T0 * S, (T0 + 2) * S)).unwrap();
         assert_eq!(m.samples().len(), 3);
-        assert!(close(j[0], 100.0 + 200.0), "{j:?}");
+        assert!(close(j[0].joules().unwrap(), 100.0 + 200.0), "{j:?}");
     }
 
     #[test]
@@ -850,7 +921,7 @@ mod tests {
         let mut m = MeterSource::open(&path, Duration::ZERO).unwrap();
         // Live, the interval [T0+1, T0+2] only knows the sample at T0: 100 J provisional.
         let live = m.read(&ctx((T0 + 1) * S, (T0 + 2) * S)).unwrap();
-        assert!(close(live[0], 100.0));
+        assert!(close(live[0].joules().unwrap(), 100.0));
         append(&path, "1770200124,300\n1770200125,300\n");
         let spans = [
             WallSpan {
@@ -936,13 +1007,111 @@ mod tests {
             "{notes:?}"
         );
         assert!(
-            notes.iter().any(|n| n.contains("ends 10.0 s before")),
+            notes.iter().any(|n| n.contains("ends 10 s before")),
             "{notes:?}"
         );
         let meter = summary.meter.unwrap();
         assert_eq!(meter.gaps.len(), 1);
         assert_eq!(meter.median_period_s, Some(1.0));
         assert_eq!(meter.samples_count, 6);
+    }
+
+    #[test]
+    fn powers_that_are_not_readings_are_rejected_with_file_and_line() {
+        for bad in ["1e300", "1.7e308", "1000001", "-5", "inf", "NaN", "-0.5"] {
+            let (_dir, path) = log(&format!("time,watts\n1770200123,100\n1770200124,{bad}\n"));
+            let err = MeterSource::open(&path, Duration::ZERO)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("power.csv:3") && err.contains(bad),
+                "{bad}: {err}"
+            );
+        }
+        let (_dir, path) = log("time,watts\n1770200123,1e300\n");
+        let err = MeterSource::open(&path, Duration::ZERO)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("above 1000000 W"), "{err}");
+        // A large but possible machine is fine.
+        let (_dir, path) = log("time,watts\n1770200123,999999\n");
+        assert_eq!(
+            MeterSource::open(&path, Duration::ZERO)
+                .unwrap()
+                .samples()
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn a_byte_order_mark_and_crlf_line_ends_are_accepted() {
+        let (_dir, path) = log("\u{feff}time,watts\r\n1770200123,100\r\n1770200124,110.5\r\n");
+        let m = MeterSource::open(&path, Duration::ZERO).unwrap();
+        assert_eq!(m.layout.unwrap().format, LogFormat::TimeWatts);
+        assert_eq!(
+            m.samples(),
+            [
+                Sample {
+                    t_ns: T0 * S,
+                    power_w: 100.0
+                },
+                Sample {
+                    t_ns: (T0 + 1) * S,
+                    power_w: 110.5
+                }
+            ]
+        );
+        // Without a header, the mark sits before the first time.
+        let text = format!(
+            "\u{feff}{},0,1,2,244.0\r\n{},1,1,2,245.0\r\n",
+            local(T0),
+            local(T0 + 1)
+        );
+        let (_dir, path) = log(&text);
+        let m = MeterSource::open(&path, Duration::ZERO).unwrap();
+        assert_eq!(m.layout.unwrap().format, LogFormat::PmSum);
+        assert_eq!(m.samples()[0].t_ns, T0 * S);
+        // Only at the very start: elsewhere it is a malformed row.
+        let (_dir, path) = log("time,watts\n\u{feff}1770200123,100\n");
+        assert!(MeterSource::open(&path, Duration::ZERO).is_err());
+    }
+
+    #[test]
+    fn a_log_without_a_sample_in_the_run_is_an_error_not_measured_energy() {
+        // Samples every second, ending 100 s before the run.
+        let mut text = String::from("time,watts\n");
+        for t in 0..4 {
+            text.push_str(&format!("{},100\n", T0 + t));
+        }
+        let (_dir, path) = log(&text);
+        let mut m = MeterSource::open(&path, Duration::ZERO).unwrap();
+        let spans = [WallSpan {
+            start_ns: ((T0 + 103) * S) as u64,
+            end_ns: ((T0 + 110) * S) as u64,
+        }];
+        let err = m.settle(&spans).unwrap().unwrap_err().to_string();
+        assert!(
+            err.contains("power.csv")
+                && err.contains("no sample within the run")
+                && err.contains("1 min 40 s before the run started"),
+            "{err}"
+        );
+        // The run between two samples of a slow logger is covered.
+        let spans = [WallSpan {
+            start_ns: (T0 * S + S / 4) as u64,
+            end_ns: (T0 * S + S / 2) as u64,
+        }];
+        assert!(m.settle(&spans).unwrap().is_ok());
+        // An empty log: unknown while the run goes on, an error at the end.
+        let (_dir, path) = log("time,watts\n");
+        let mut m = MeterSource::open(&path, Duration::ZERO).unwrap();
+        assert_eq!(
+            m.read(&ctx(T0 * S, (T0 + 1) * S)).unwrap(),
+            vec![Reading::unknown(Glitch::Unavailable)]
+        );
+        let err = m.settle(&spans).unwrap().unwrap_err().to_string();
+        assert!(err.contains("no sample at all"), "{err}");
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! Energy sources: each reads one kind of energy counter (or estimates one) and yields the
 //! joules each of its domains used since the previous read. Every source takes its root path,
 //! opener or library path as a constructor argument, so tests run the real reading code on
-//! generated trees, pipes and stand-in libraries; counter wraparound is handled once, in
-//! [`counter`]. [`select`] decides which sources a run uses and why.
+//! generated trees, pipes and stand-in libraries; counter wraparound and the plausibility of
+//! every reading are handled once, in [`counter`]. A read yields a [`Reading`] per domain:
+//! joules, energy that a later read will bring (the read failed), or energy that is not known
+//! (the counter glitched). [`select`] decides which sources a run uses and why.
 //!
 //! | source | module | domains | provenance |
 //! |---|---|---|---|
@@ -25,7 +27,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::attribution::Coverage;
+use crate::attribution::{Coverage, Glitch};
 
 /// Whether a figure was measured by hardware or estimated by a model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -153,6 +155,89 @@ pub struct SourceSummary {
     pub meter: Option<meter::MeterSummary>,
 }
 
+/// One domain's energy since the previous read.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Reading {
+    /// Joules (measured or estimated, as the source is).
+    Joules(f64),
+    /// The read failed; a cumulative counter keeps its last value, so this energy shows up in
+    /// a later reading, which the session spreads over the intervals it covers.
+    Pending,
+    /// Not known: the counter did something hardware does not do (see [`Glitch`]).
+    Unknown(Unknown),
+}
+
+/// Energy that is not known, and which reads it covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Unknown {
+    pub glitch: Glitch,
+    /// Reads just before this one, each reported as 0 J at the time, that the same glitch
+    /// covers (a counter is found frozen only after a few intervals), and their total length.
+    pub earlier_count: u32,
+    pub earlier_ns: u64,
+}
+
+impl Reading {
+    /// This interval's energy is unknown because of `glitch`.
+    pub fn unknown(glitch: Glitch) -> Self {
+        Reading::Unknown(Unknown {
+            glitch,
+            earlier_count: 0,
+            earlier_ns: 0,
+        })
+    }
+
+    /// The joules, when known.
+    pub fn joules(&self) -> Option<f64> {
+        match self {
+            Reading::Joules(j) => Some(*j),
+            _ => None,
+        }
+    }
+}
+
+/// CPUs busy on average during the interval among those `coverage` names.
+pub fn busy_cpus(ctx: &ReadContext<'_>, coverage: &Coverage) -> f64 {
+    if ctx.duration_ns == 0 {
+        return 0.0;
+    }
+    let busy_ns: u64 = ctx
+        .busy_ns_per_cpu
+        .iter()
+        .enumerate()
+        .filter(|(cpu, _)| coverage.covers(*cpu as u32))
+        .map(|(_, ns)| ns)
+        .sum();
+    busy_ns as f64 / ctx.duration_ns as f64
+}
+
+/// A duration in the units a person reads: `350 ms`, `4.2 s`, `2 min 5 s`, `1 h 3 min`.
+pub fn human_duration(ns: u64) -> String {
+    const MS: u64 = 1_000_000;
+    const S: u64 = 1_000 * MS;
+    match ns {
+        0 => "0 s".into(),
+        n if n < MS => format!("{} µs", n.div_ceil(1_000)),
+        n if n < 10 * S => {
+            let ms = (n + MS / 2) / MS;
+            if ms < 1_000 {
+                format!("{ms} ms")
+            } else {
+                format!("{:.1} s", ms as f64 / 1e3)
+            }
+        }
+        n if n < 60 * S => format!("{} s", (n + S / 2) / S),
+        n if n < 3_600 * S => {
+            let s = (n + S / 2) / S;
+            format!("{} min {} s", s / 60, s % 60)
+        }
+        n => {
+            let min = (n + 30 * S) / (60 * S);
+            format!("{} h {} min", min / 60, min % 60)
+        }
+    }
+}
+
 /// A reader of energy counters.
 pub trait EnergySource {
     /// Short name used in reports: `powercap`, `model`, ...
@@ -160,8 +245,15 @@ pub trait EnergySource {
     fn provenance(&self) -> Provenance;
     /// The domains, in the order [`EnergySource::read`] returns them.
     fn domains(&self) -> &[DomainSpec];
-    /// Joules per domain since the previous call (since the source was opened, for the first).
-    fn read(&mut self, ctx: &ReadContext<'_>) -> Result<Vec<f64>, SourceError>;
+    /// Energy per domain since the previous call (since the source was opened, for the
+    /// first); a call with `ctx.duration_ns == 0` only sets the starting point. An error means
+    /// nothing was read (no counter moved its origin).
+    fn read(&mut self, ctx: &ReadContext<'_>) -> Result<Vec<Reading>, SourceError>;
+    /// Whether the energy of a failed [`EnergySource::read`] shows up in a later one (a
+    /// cumulative counter), or is lost (a power log, which [`EnergySource::settle`] revises).
+    fn failed_read_carries_over(&self) -> bool {
+        true
+    }
     /// One line on what this source is reading and how (shown in the report and summary).
     fn describe(&self) -> String;
     /// Idle power per domain when the source knows it exactly (a model does); measured
@@ -348,3 +440,34 @@ pub struct Selection {
 }
 
 pub use select::{probe_all, select};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_a_person_says_them() {
+        const MS: u64 = 1_000_000;
+        assert_eq!(human_duration(0), "0 s");
+        assert_eq!(human_duration(1_500), "2 µs");
+        assert_eq!(human_duration(350 * MS), "350 ms");
+        assert_eq!(human_duration(4_240 * MS), "4.2 s");
+        assert_eq!(human_duration(42_400 * MS), "42 s");
+        assert_eq!(human_duration(125_000 * MS), "2 min 5 s");
+        assert_eq!(human_duration(3_780_000 * MS), "1 h 3 min");
+    }
+
+    #[test]
+    fn busy_cpus_counts_only_the_covered_ones() {
+        let busy = [50, 100, 25];
+        let ctx = ReadContext {
+            duration_ns: 100,
+            busy_ns_per_cpu: &busy,
+            wall_start_ns: 0,
+            wall_end_ns: 100,
+        };
+        assert!((busy_cpus(&ctx, &Coverage::AllCpus) - 1.75).abs() < 1e-12);
+        assert!((busy_cpus(&ctx, &Coverage::Cpus(vec![1, 2])) - 1.25).abs() < 1e-12);
+        assert_eq!(busy_cpus(&ctx, &Coverage::Gpu(0)), 0.0);
+    }
+}

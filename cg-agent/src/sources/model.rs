@@ -15,7 +15,7 @@
 //! package power per hardware thread; pass `--model-watts IDLE:MAX` (whole machine, watts)
 //! when you know better.
 
-use super::{DomainKind, DomainSpec, EnergySource, Provenance, ReadContext, SourceError};
+use super::{DomainKind, DomainSpec, EnergySource, Provenance, ReadContext, Reading, SourceError};
 use crate::{attribution::Coverage, host::HostInfo};
 
 /// The model's parameters for the whole machine.
@@ -123,7 +123,7 @@ impl EnergySource for ModelSource {
         &self.domains
     }
 
-    fn read(&mut self, ctx: &ReadContext<'_>) -> Result<Vec<f64>, SourceError> {
+    fn read(&mut self, ctx: &ReadContext<'_>) -> Result<Vec<Reading>, SourceError> {
         let dt_s = ctx.duration_ns as f64 / 1e9;
         let capacity_ns = ctx.duration_ns as f64 * self.cpu_count as f64;
         let busy_ns: u64 = ctx.busy_ns_per_cpu.iter().sum();
@@ -135,7 +135,7 @@ impl EnergySource for ModelSource {
             0.0
         };
         let power_w = self.params.idle_w + (self.params.max_w - self.params.idle_w) * utilisation;
-        Ok(vec![power_w * dt_s])
+        Ok(vec![Reading::Joules(power_w * dt_s)])
     }
 
     fn known_idle_w(&self) -> Option<Vec<f64>> {
@@ -174,7 +174,7 @@ mod tests {
                 wall_end_ns: 500_000_000,
             })
             .unwrap();
-        assert!((idle[0] - 5.0).abs() < 1e-12);
+        assert_eq!(idle, vec![Reading::Joules(5.0)]);
         // One of two CPUs busy for the whole 0.5 s: 10 + 20 * 0.5 = 20 W -> 10 J.
         let half = m
             .read(&ReadContext {
@@ -184,7 +184,7 @@ mod tests {
                 wall_end_ns: 1_000_000_000,
             })
             .unwrap();
-        assert!((half[0] - 10.0).abs() < 1e-12);
+        assert_eq!(half, vec![Reading::Joules(10.0)]);
         assert!((m.params().watts_per_busy_cpu(2) - 10.0).abs() < 1e-12);
     }
 

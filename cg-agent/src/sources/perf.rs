@@ -30,11 +30,14 @@ use std::{
 };
 
 use super::{
-    DomainKind, DomainSpec, EnergySource, Provenance, ReadContext, SourceError,
-    counter::WrappingCounter,
+    DomainKind, DomainSpec, EnergySource, Provenance, ReadContext, Reading, SourceError,
+    SourceNote, SourceSummary, busy_cpus,
+    counter::{self, CheckedCounter, FreezeWatch},
+    human_duration,
+    powercap::human_power,
 };
 use crate::{
-    attribution::Coverage,
+    attribution::{Coverage, Glitch},
     host::{HostInfo, parse_cpu_list},
 };
 
@@ -196,8 +199,8 @@ struct PlannedDomain {
 struct OpenCounter {
     what: String,
     reader: Box<dyn CounterReader>,
-    counter: WrappingCounter,
-    scale_j: f64,
+    /// Counts, judged against the domain's power bound.
+    counter: CheckedCounter,
 }
 
 /// RAPL through perf events.
@@ -206,6 +209,11 @@ pub struct PerfSource {
     domains: Vec<DomainSpec>,
     /// Per domain, the counters it sums.
     counters: Vec<Vec<OpenCounter>>,
+    /// Per domain: whether its counter is frozen (`None` for uncore, whose energy does not
+    /// follow the CPUs).
+    freeze: Vec<Option<FreezeWatch>>,
+    /// The first glitch of each kind per domain, described, for the report's notes.
+    first_glitches: Vec<(usize, Glitch, String)>,
 }
 
 impl std::fmt::Debug for PerfSource {
@@ -239,13 +247,13 @@ impl PerfSource {
                     what: what.clone(),
                     reason: format!("first read failed: {err}"),
                 })?;
-                let mut counter = WrappingCounter::new(u64::MAX);
-                counter.advance(first);
+                let mut counter =
+                    CheckedCounter::new(u64::MAX, *scale_j, counter::max_power_w(domain.spec.kind));
+                counter.reset(first);
                 opened.push(OpenCounter {
                     what,
                     reader,
                     counter,
-                    scale_j: *scale_j,
                 });
             }
             domains.push(domain.spec);
@@ -253,8 +261,13 @@ impl PerfSource {
         }
         Ok(PerfSource {
             root: root.to_path_buf(),
+            freeze: domains
+                .iter()
+                .map(|d| (d.kind != DomainKind::Uncore).then(FreezeWatch::default))
+                .collect(),
             domains,
             counters,
+            first_glitches: Vec::new(),
         })
     }
 }
@@ -272,23 +285,101 @@ impl EnergySource for PerfSource {
         &self.domains
     }
 
-    fn read(&mut self, _ctx: &ReadContext<'_>) -> Result<Vec<f64>, SourceError> {
-        let mut energy = Vec::with_capacity(self.counters.len());
+    fn read(&mut self, ctx: &ReadContext<'_>) -> Result<Vec<Reading>, SourceError> {
+        // Every count first: a failed read leaves every counter where it was, so the next
+        // good read brings this interval's energy for all of them.
+        let mut counts = Vec::with_capacity(self.counters.len());
         for counters in &mut self.counters {
-            let mut joules = 0.0;
+            let mut domain = Vec::with_capacity(counters.len());
             for c in counters.iter_mut() {
-                let count = c
-                    .reader
-                    .read_count()
-                    .map_err(|err| SourceError::PerfFailed {
-                        what: c.what.clone(),
-                        reason: format!("read failed: {err}"),
-                    })?;
-                joules += c.counter.advance(count) as f64 * c.scale_j;
+                domain.push(
+                    c.reader
+                        .read_count()
+                        .map_err(|err| SourceError::PerfFailed {
+                            what: c.what.clone(),
+                            reason: format!("read failed: {err}"),
+                        })?,
+                );
             }
-            energy.push(joules);
+            counts.push(domain);
         }
-        Ok(energy)
+        let mut readings = Vec::with_capacity(self.counters.len());
+        for (d, (counters, counts)) in self.counters.iter_mut().zip(counts).enumerate() {
+            let mut joules = 0.0;
+            let mut glitch = None;
+            for (c, count) in counters.iter_mut().zip(counts) {
+                match c.counter.advance(count, ctx.duration_ns) {
+                    Ok(j) => joules += j,
+                    Err((g, judged)) => {
+                        if !self
+                            .first_glitches
+                            .iter()
+                            .any(|(x, y, _)| (*x, *y) == (d, g))
+                        {
+                            let implied_w = judged.joules / (ctx.duration_ns.max(1) as f64 / 1e9);
+                            self.first_glitches.push((
+                                d,
+                                g,
+                                format!(
+                                    "perf {}: {} went from {} to {} counts in {} (as an advance: \
+                                     {:.0} J, {}; at most {:.0} W is plausible)",
+                                    self.domains[d].name,
+                                    c.what,
+                                    judged.previous,
+                                    judged.value,
+                                    human_duration(ctx.duration_ns),
+                                    judged.joules,
+                                    human_power(implied_w),
+                                    c.counter.max_power_w()
+                                ),
+                            ));
+                        }
+                        glitch.get_or_insert(g);
+                    }
+                }
+            }
+            let freeze = &mut self.freeze[d];
+            readings.push(match (glitch, freeze.as_mut()) {
+                (Some(g), f) => {
+                    if let Some(f) = f {
+                        f.interrupt();
+                    }
+                    Reading::unknown(g)
+                }
+                (None, Some(f)) => {
+                    let reading =
+                        f.observe(joules, ctx.duration_ns, busy_cpus(ctx, &self.domains[d].coverage));
+                    if let Reading::Unknown(u) = reading
+                        && !self.first_glitches.iter().any(|(x, y, _)| (*x, *y) == (d, u.glitch))
+                    {
+                        self.first_glitches.push((
+                            d,
+                            u.glitch,
+                            format!(
+                                "perf {}: its counters stopped while its CPUs were busy (found frozen \
+                                 after {})",
+                                self.domains[d].name,
+                                human_duration(u.earlier_ns + ctx.duration_ns)
+                            ),
+                        ));
+                    }
+                    reading
+                }
+                (None, None) => Reading::Joules(joules),
+            });
+        }
+        Ok(readings)
+    }
+
+    fn summary(&self) -> SourceSummary {
+        SourceSummary {
+            notes: self
+                .first_glitches
+                .iter()
+                .map(|(_, _, text)| SourceNote::info(format!("first glitch: {text}")))
+                .collect(),
+            ..SourceSummary::default()
+        }
     }
 
     fn describe(&self) -> String {
@@ -631,6 +722,13 @@ mod tests {
         }
     }
 
+    fn joules(readings: &[Reading]) -> Vec<f64> {
+        readings
+            .iter()
+            .map(|r| r.joules().unwrap_or_else(|| panic!("{readings:?}")))
+            .collect()
+    }
+
     fn ctx() -> ReadContext<'static> {
         ReadContext {
             duration_ns: 100_000_000,
@@ -758,10 +856,10 @@ mod tests {
         let mut source = PerfSource::open(dir.path(), &host(&[0, 0]), &opener).unwrap();
         // 2.5 J worth of counts since the first reading of 1000.
         pipes.feed(|_| 1000 + 5 * COUNTS_PER_J / 2);
-        let j = source.read(&ctx()).unwrap();
+        let j = joules(&source.read(&ctx()).unwrap());
         assert!((j[0] - 2.5).abs() < 1e-9, "{j:?}");
         pipes.feed(|_| 1000 + 3 * COUNTS_PER_J);
-        let j = source.read(&ctx()).unwrap();
+        let j = joules(&source.read(&ctx()).unwrap());
         assert!((j[0] - 0.5).abs() < 1e-9, "{j:?}");
     }
 
@@ -785,8 +883,156 @@ mod tests {
             .unwrap()
             .write_all(&COUNTS_PER_J.to_ne_bytes())
             .unwrap();
-        let j = source.read(&ctx()).unwrap()[0];
+        let j = joules(&source.read(&ctx()).unwrap())[0];
         assert!((j - 2.0).abs() < 1e-6, "{j}");
+    }
+
+    /// A 100 ms interval during which CPUs 0 and 1 (package 0) were busy.
+    fn busy_ctx() -> ReadContext<'static> {
+        static BUSY: [u64; 2] = [100_000_000, 100_000_000];
+        ReadContext {
+            busy_ns_per_cpu: &BUSY,
+            ..ctx()
+        }
+    }
+
+    #[test]
+    fn a_step_back_of_a_64_bit_counter_is_unknown_energy_and_the_run_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        pmu(
+            dir.path(),
+            "power",
+            9,
+            "0",
+            &[("energy-pkg", 2), ("energy-ram", 3)],
+        );
+        let pipes = Pipes::default();
+        let opener = pipes.opener();
+        let mut source = PerfSource::open(dir.path(), &host(&[0, 0]), &opener).unwrap();
+        pipes.feed(|_| 1000 + 10 * COUNTS_PER_J);
+        assert_eq!(joules(&source.read(&busy_ctx()).unwrap()), vec![10.0, 10.0]);
+        // The package counter steps back by 1 J (as a wraparound: 2^64 counts, 4 GJ); DRAM
+        // moves on.
+        pipes.feed(|r| match r.event.as_str() {
+            "energy-pkg" => 1000 + 9 * COUNTS_PER_J,
+            _ => 1000 + 11 * COUNTS_PER_J,
+        });
+        let r = source.read(&busy_ctx()).unwrap();
+        assert_eq!(
+            r,
+            vec![Reading::unknown(Glitch::StepBack), Reading::Joules(1.0)]
+        );
+        pipes.feed(|r| match r.event.as_str() {
+            "energy-pkg" => 1000 + 11 * COUNTS_PER_J,
+            _ => 1000 + 12 * COUNTS_PER_J,
+        });
+        assert_eq!(joules(&source.read(&busy_ctx()).unwrap()), vec![2.0, 1.0]);
+        let notes = source.summary().notes;
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.text.contains("package-0") && n.text.contains("from")),
+            "{notes:?}"
+        );
+    }
+
+    #[test]
+    fn a_jump_beyond_what_a_package_can_draw_is_unknown_energy() {
+        let dir = tempfile::tempdir().unwrap();
+        pmu(dir.path(), "power", 9, "0", &[("energy-pkg", 2)]);
+        let pipes = Pipes::default();
+        let opener = pipes.opener();
+        let mut source = PerfSource::open(dir.path(), &host(&[0, 0]), &opener).unwrap();
+        // +1000 J in 100 ms: 10 kW.
+        pipes.feed(|_| 1000 + 1000 * COUNTS_PER_J);
+        assert_eq!(
+            source.read(&busy_ctx()).unwrap(),
+            vec![Reading::unknown(Glitch::Jump)]
+        );
+        pipes.feed(|_| 1000 + 1001 * COUNTS_PER_J);
+        assert_eq!(joules(&source.read(&busy_ctx()).unwrap()), vec![1.0]);
+    }
+
+    #[test]
+    fn counters_that_stop_while_their_cpus_are_busy_are_frozen() {
+        let dir = tempfile::tempdir().unwrap();
+        pmu(
+            dir.path(),
+            "power",
+            9,
+            "0",
+            &[("energy-pkg", 2), ("energy-gpu", 4)],
+        );
+        let pipes = Pipes::default();
+        let opener = pipes.opener();
+        let mut source = PerfSource::open(dir.path(), &host(&[0, 0]), &opener).unwrap();
+        for _ in 0..2 {
+            pipes.feed(|_| 1000);
+            assert_eq!(joules(&source.read(&busy_ctx()).unwrap()), vec![0.0, 0.0]);
+        }
+        pipes.feed(|_| 1000);
+        let r = source.read(&busy_ctx()).unwrap();
+        assert_eq!(
+            r[0],
+            Reading::Unknown(crate::sources::Unknown {
+                glitch: Glitch::Frozen,
+                earlier_count: 2,
+                earlier_ns: 200_000_000,
+            })
+        );
+        // An idle integrated GPU (uncore) does not move with the CPUs: 0 J is fine there.
+        assert_eq!(r[1], Reading::Joules(0.0));
+    }
+
+    #[test]
+    fn a_failed_read_moves_no_counter_so_the_next_one_brings_the_energy() {
+        let dir = tempfile::tempdir().unwrap();
+        pmu(
+            dir.path(),
+            "power",
+            9,
+            "0",
+            &[("energy-pkg", 2), ("energy-ram", 3)],
+        );
+        // The package counter answers; the DRAM one fails once (its pipe is empty).
+        let writers: Rc<RefCell<Vec<(String, PipeWriter)>>> = Rc::default();
+        let w = writers.clone();
+        let opener = move |request: &CounterRequest| {
+            let (reader, mut writer) = io::pipe()?;
+            writer.write_all(&0u64.to_ne_bytes())?;
+            w.borrow_mut().push((request.event.clone(), writer));
+            Ok(Box::new(FailOnEmpty(reader)) as Box<dyn CounterReader>)
+        };
+        let mut source = PerfSource::open(dir.path(), &host(&[0, 0]), &opener).unwrap();
+        let feed = |event: &str, count: u64| {
+            for (e, writer) in writers.borrow_mut().iter_mut() {
+                if e == event {
+                    writer.write_all(&count.to_ne_bytes()).unwrap();
+                }
+            }
+        };
+        feed("energy-pkg", 2 * COUNTS_PER_J);
+        let err = source.read(&busy_ctx()).unwrap_err();
+        assert!(err.to_string().contains("energy-ram"), "{err}");
+        feed("energy-pkg", 3 * COUNTS_PER_J);
+        feed("energy-ram", COUNTS_PER_J);
+        assert_eq!(joules(&source.read(&busy_ctx()).unwrap()), vec![3.0, 1.0]);
+    }
+
+    /// A pipe reader that fails instead of blocking when nothing was written.
+    struct FailOnEmpty(io::PipeReader);
+
+    impl CounterReader for FailOnEmpty {
+        fn read_count(&mut self) -> io::Result<u64> {
+            use std::os::fd::AsRawFd;
+            let mut available: libc::c_int = 0;
+            // SAFETY: FIONREAD writes the number of readable bytes into `available`.
+            unsafe { libc::ioctl(self.0.as_raw_fd(), libc::FIONREAD, &mut available) };
+            if available < 8 {
+                return Err(io::Error::new(io::ErrorKind::WouldBlock, "no count"));
+            }
+            StreamCounter(&mut self.0).read_count()
+        }
     }
 
     #[test]
@@ -815,7 +1061,7 @@ mod tests {
             (_, 0) => 1000 + COUNTS_PER_J,
             _ => 1000 + COUNTS_PER_J / 2,
         });
-        let j = source.read(&ctx()).unwrap();
+        let j = joules(&source.read(&ctx()).unwrap());
         assert!(
             (j[0] - 3.0).abs() < 1e-9 && (j[1] - 1.5).abs() < 1e-9,
             "{j:?}"
@@ -854,7 +1100,7 @@ mod tests {
         let mut source = PerfSource::open(&sysfs, &host(&[0]), &opener).unwrap();
         write("energy-pkg", 4 * COUNTS_PER_J);
         write("energy-ram", COUNTS_PER_J);
-        assert_eq!(source.read(&ctx()).unwrap(), vec![4.0, 1.0]);
+        assert_eq!(joules(&source.read(&ctx()).unwrap()), vec![4.0, 1.0]);
     }
 
     #[test]

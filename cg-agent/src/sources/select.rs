@@ -15,8 +15,9 @@
 //!   would add an estimate beside a measurement, so `--source model` with a meter is refused.
 
 use super::{
-    DomainSpec, EnergySource, GpuActivity, ProbeDomain, Provenance, ReadContext, Selection,
-    SourceChoice, SourceError, SourceNote, SourceOptions, SourceProbe, SourceSummary, WallSpan,
+    DomainSpec, EnergySource, GpuActivity, ProbeDomain, Provenance, ReadContext, Reading,
+    Selection, SourceChoice, SourceError, SourceNote, SourceOptions, SourceProbe, SourceSummary,
+    WallSpan,
     meter::{self, MeterSource},
     model::ModelSource,
     nvml,
@@ -372,8 +373,11 @@ impl EnergySource for Nested {
     fn domains(&self) -> &[DomainSpec] {
         &self.domains
     }
-    fn read(&mut self, ctx: &ReadContext<'_>) -> Result<Vec<f64>, SourceError> {
+    fn read(&mut self, ctx: &ReadContext<'_>) -> Result<Vec<Reading>, SourceError> {
         self.inner.read(ctx)
+    }
+    fn failed_read_carries_over(&self) -> bool {
+        self.inner.failed_read_carries_over()
     }
     fn describe(&self) -> String {
         self.inner.describe()
