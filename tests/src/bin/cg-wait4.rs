@@ -43,7 +43,9 @@ fn main() {
         .append(true)
         .open(&log)
         .expect("opening the log");
-    writeln!(file, "{pid} {cpu_s:.6}").expect("writing the log");
+    // One write per line: several cg-wait4 (make -j) append to the same log at once.
+    file.write_all(format!("{pid} {cpu_s:.6}\n").as_bytes())
+        .expect("writing the log");
     let code = if libc::WIFEXITED(status) {
         libc::WEXITSTATUS(status)
     } else {
