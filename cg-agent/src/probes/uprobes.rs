@@ -11,9 +11,13 @@ use aya::{
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
     },
 };
-use cg_common::profiling::{FuncCounters, FuncKey, FuncStats, FuncThread, names};
+use std::{os::fd::OwnedFd, path::Path};
 
-use super::{ProbeError, Probes};
+use cg_common::profiling::{
+    COOKIE_ENTRY_ONLY, FuncCounters, FuncKey, FuncStats, FuncThread, names,
+};
+
+use super::{ProbeError, Probes, uprobe_multi::MultiPrograms};
 use crate::functions::resolve::ResolvedFunction;
 
 /// The maps of the function probes.
@@ -21,6 +25,10 @@ pub(super) struct FunctionMaps {
     threads: HashMap<MapData, u32, FuncThread>,
     stats: HashMap<MapData, FuncKey, FuncStats>,
     counters: PerCpuArray<MapData, FuncCounters>,
+    /// The programs for uprobe_multi links, when the kernel could load them.
+    multi: Option<MultiPrograms>,
+    /// The uprobe_multi links made (closing them detaches).
+    links: Vec<OwnedFd>,
 }
 
 const ENTRY: &str = "func_entry";
@@ -31,7 +39,7 @@ fn map_error(name: &'static str) -> impl Fn(aya::maps::MapError) -> ProbeError {
 }
 
 impl FunctionMaps {
-    pub(super) fn take(ebpf: &mut Ebpf) -> Result<Self, ProbeError> {
+    pub(super) fn take(ebpf: &mut Ebpf, multi: Option<MultiPrograms>) -> Result<Self, ProbeError> {
         let mut take = |name: &'static str| ebpf.take_map(name).ok_or(ProbeError::MissingMap(name));
         Ok(FunctionMaps {
             threads: HashMap::try_from(take(names::FUNC_THREADS)?)
@@ -40,13 +48,175 @@ impl FunctionMaps {
                 .map_err(map_error(names::FUNC_STATS))?,
             counters: PerCpuArray::try_from(take(names::FUNC_COUNTERS)?)
                 .map_err(map_error(names::FUNC_COUNTERS))?,
+            multi,
+            links: Vec::new(),
         })
     }
 }
 
-/// Loads the entry and return programs (once) and attaches both to every function.
-pub(super) fn attach(ebpf: &mut Ebpf, functions: &[ResolvedFunction]) -> Result<(), ProbeError> {
-    for (program, _) in [(ENTRY, true), (RETURN, false)] {
+/// Functions per uprobe_multi link: attaching checks for a stop request between links, and
+/// each link costs about one RCU grace period to take down.
+const FUNCTIONS_PER_LINK: usize = 256;
+
+/// How the function probes were attached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttachPath {
+    /// uprobe_multi links: many functions per link (Linux 6.6 and later).
+    Multi,
+    /// One perf event and link per probe (aya's path; older kernels). Slow to take down.
+    PerfEvent,
+}
+
+/// How attaching ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attached {
+    /// Every function is probed.
+    All(AttachPath),
+    /// `keep_going` said stop after this many functions; what was attached stays attached
+    /// until the probes are dropped.
+    Stopped { functions: usize },
+}
+
+/// Loads the programs for uprobe_multi links, or says (in the log) why not; call before any
+/// map is taken from `ebpf`.
+pub(super) fn load_multi(ebpf: &Ebpf) -> Option<MultiPrograms> {
+    match MultiPrograms::load(ebpf, super::EBPF_OBJECT, ENTRY, RETURN) {
+        Ok(programs) => Some(programs),
+        Err(why) => {
+            tracing::info!(
+                "function probes: no uprobe_multi links ({why}); one perf event per probe"
+            );
+            None
+        }
+    }
+}
+
+/// Attaches the entry and return programs to every function. `keep_going(done, total)` is
+/// asked after each step (functions attached so far); false stops attaching.
+pub(super) fn attach(
+    ebpf: &mut Ebpf,
+    maps: &mut FunctionMaps,
+    functions: &[ResolvedFunction],
+    keep_going: &mut dyn FnMut(usize, usize) -> bool,
+) -> Result<Attached, ProbeError> {
+    if let Some(multi) = maps.multi.as_ref() {
+        match attach_multi(multi, &mut maps.links, functions, keep_going)? {
+            Some(attached) => return Ok(attached),
+            None => {
+                tracing::info!(
+                    "function probes: the kernel refused uprobe_multi links; one perf event per probe"
+                );
+                maps.links.clear();
+            }
+        }
+    }
+    attach_perf_events(ebpf, functions, keep_going)
+}
+
+/// The uprobe_multi path; `None` when the kernel does not offer such links.
+fn attach_multi(
+    multi: &MultiPrograms,
+    links: &mut Vec<OwnedFd>,
+    functions: &[ResolvedFunction],
+    keep_going: &mut dyn FnMut(usize, usize) -> bool,
+) -> Result<Option<Attached>, ProbeError> {
+    let total = functions.len();
+    let mut done = 0usize;
+    let mut modules: Vec<(&Path, Vec<&ResolvedFunction>)> = Vec::new();
+    for function in functions {
+        match modules
+            .iter_mut()
+            .find(|(m, _)| *m == function.module.as_path())
+        {
+            Some((_, list)) => list.push(function),
+            None => modules.push((function.module.as_path(), vec![function])),
+        }
+    }
+    for (module, list) in &modules {
+        for chunk in list.chunks(FUNCTIONS_PER_LINK) {
+            if !keep_going(done, total) {
+                return Ok(Some(Attached::Stopped { functions: done }));
+            }
+            for (program, return_probe) in [(ENTRY, false), (RETURN, true)] {
+                let probed: Vec<&ResolvedFunction> = chunk
+                    .iter()
+                    .copied()
+                    .filter(|f| !return_probe || f.entry_only.is_none())
+                    .collect();
+                if probed.is_empty() {
+                    continue;
+                }
+                let offsets: Vec<u64> = probed.iter().map(|f| f.offset).collect();
+                let cookies: Vec<u64> = probed.iter().map(|f| cookie(f)).collect();
+                match multi.attach(module, &offsets, &cookies, return_probe) {
+                    Ok(link) => links.push(link),
+                    Err(err) if links.is_empty() && unsupported(&err) => return Ok(None),
+                    Err(err) => {
+                        return Err(culprit(multi, module, &probed, return_probe, program, err));
+                    }
+                }
+            }
+            done += chunk.len();
+        }
+    }
+    keep_going(done, total);
+    Ok(Some(Attached::All(AttachPath::Multi)))
+}
+
+/// A probe's BPF cookie: the function's id, and whether it has an entry probe only.
+fn cookie(function: &ResolvedFunction) -> u64 {
+    let flag = if function.entry_only.is_some() {
+        COOKIE_ENTRY_ONLY
+    } else {
+        0
+    };
+    u64::from(function.id) | flag
+}
+
+/// Whether a link error means "no uprobe_multi here" rather than "not this function".
+fn unsupported(err: &std::io::Error) -> bool {
+    // Kernels before 6.6 answer EINVAL to the unknown attach type; without CONFIG_UPROBES,
+    // EOPNOTSUPP. (ENOTSUPP, 524, is a function whose first instruction cannot be probed.)
+    matches!(
+        err.raw_os_error(),
+        Some(libc::EINVAL | libc::EOPNOTSUPP | libc::ENOSYS)
+    )
+}
+
+/// A link of many functions failed: the first function that cannot be probed alone, named.
+fn culprit(
+    multi: &MultiPrograms,
+    module: &Path,
+    chunk: &[&ResolvedFunction],
+    return_probe: bool,
+    program: &'static str,
+    err: std::io::Error,
+) -> ProbeError {
+    let named = |function: &ResolvedFunction, source| ProbeError::AttachLink {
+        program,
+        function: format!("{} in {}", function.name, function.module.display()),
+        source,
+    };
+    for function in chunk {
+        if let Err(source) = multi.attach(module, &[function.offset], &[0], return_probe) {
+            return named(function, source);
+        }
+    }
+    ProbeError::AttachLink {
+        program,
+        function: format!("{} functions in {}", chunk.len(), module.display()),
+        source: err,
+    }
+}
+
+/// aya's path: one perf event and link per probe.
+fn attach_perf_events(
+    ebpf: &mut Ebpf,
+    functions: &[ResolvedFunction],
+    keep_going: &mut dyn FnMut(usize, usize) -> bool,
+) -> Result<Attached, ProbeError> {
+    let total = functions.len();
+    for program in [ENTRY, RETURN] {
         let prog: &mut UProbe = ebpf
             .program_mut(program)
             .ok_or(ProbeError::MissingProgram(program))?
@@ -54,10 +224,23 @@ pub(super) fn attach(ebpf: &mut Ebpf, functions: &[ResolvedFunction]) -> Result<
             .map_err(|source| ProbeError::Attach { program, source })?;
         prog.load()
             .map_err(|source| ProbeError::Attach { program, source })?;
-        for function in functions {
+    }
+    for (done, function) in functions.iter().enumerate() {
+        if !keep_going(done, total) {
+            return Ok(Attached::Stopped { functions: done });
+        }
+        for program in [ENTRY, RETURN] {
+            if program == RETURN && function.entry_only.is_some() {
+                continue;
+            }
+            let prog: &mut UProbe = ebpf
+                .program_mut(program)
+                .ok_or(ProbeError::MissingProgram(program))?
+                .try_into()
+                .map_err(|source| ProbeError::Attach { program, source })?;
             let point = UProbeAttachPoint {
                 location: UProbeAttachLocation::AbsoluteOffset(function.offset),
-                cookie: Some(u64::from(function.id)),
+                cookie: Some(cookie(function)),
             };
             prog.attach(point, &function.module, UProbeScope::AllProcesses)
                 .map_err(|source| ProbeError::AttachFunction {
@@ -67,7 +250,8 @@ pub(super) fn attach(ebpf: &mut Ebpf, functions: &[ResolvedFunction]) -> Result<
                 })?;
         }
     }
-    Ok(())
+    keep_going(total, total);
+    Ok(Attached::All(AttachPath::PerfEvent))
 }
 
 impl Probes {

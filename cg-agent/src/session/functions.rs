@@ -227,7 +227,7 @@ impl FunctionSession {
     ) -> Result<Self, ProbeError> {
         if !functions.is_empty() {
             raise_open_files_limit(functions.len() * 2 + 256);
-            probes.attach_functions(&functions)?;
+            probes.attach_functions(&functions, &mut |_, _| true)?;
         }
         if options.profile {
             probes.attach_sampler(options.sample_hz)?;
