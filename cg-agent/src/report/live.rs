@@ -370,6 +370,7 @@ impl LiveModel {
                     source: if probed { "uprobe" } else { "sampling" },
                     line,
                     partial: None,
+                    entry_only: None,
                     provenance,
                 })
             })

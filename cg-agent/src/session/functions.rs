@@ -30,6 +30,7 @@ use crate::{
         maps::ProcMaps,
         python::{self, Detection, PyFunction},
         resolve::{self, LookupScope, ResolvedFunction},
+        returns::EntryOnly,
         symbolize::{Frame, FrameKind, Symbolizer, file_name, is_stack_root},
     },
     probes::{Lifecycle, ProbeError, Probes, activity::Activity},
@@ -45,6 +46,8 @@ pub struct ProbedFunction {
     pub module: PathBuf,
     pub offset: u64,
     pub first_instruction: FirstInstruction,
+    /// Why it had an entry probe only (calls counted, no time); `None`: entry and return.
+    pub entry_only: Option<EntryOnly>,
     pub spec: String,
     /// Highest calls per second seen in one interval, over all processes.
     pub max_calls_per_s: f64,
@@ -727,6 +730,7 @@ impl FunctionSession {
                     module: f.module.clone(),
                     offset: f.offset,
                     first_instruction: f.first_instruction,
+                    entry_only: f.entry_only,
                     spec: f.spec.clone(),
                     max_calls_per_s,
                 })
