@@ -93,6 +93,17 @@ pub enum ProbeError {
         #[source]
         source: std::io::Error,
     },
+    /// A signal stopped the attaching of the function probes: nothing was traced.
+    #[error(
+        "interrupted by {} while attaching the function probes ({attached} of {total} \
+         functions attached, now detached): nothing was traced and no report written",
+        signal_name(*signal)
+    )]
+    Interrupted {
+        signal: i32,
+        attached: usize,
+        total: usize,
+    },
     #[error("the eBPF object has no map {0}")]
     MissingMap(&'static str),
     #[error("reading eBPF map {name}: {source}")]
@@ -101,6 +112,15 @@ pub enum ProbeError {
         #[source]
         source: std::io::Error,
     },
+}
+
+fn signal_name(signal: i32) -> String {
+    match signal {
+        libc::SIGINT => "SIGINT".into(),
+        libc::SIGTERM => "SIGTERM".into(),
+        libc::SIGHUP => "SIGHUP".into(),
+        other => format!("signal {other}"),
+    }
 }
 
 fn permission_hint(err: &aya::EbpfError) -> &'static str {

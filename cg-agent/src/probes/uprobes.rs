@@ -8,7 +8,7 @@ use aya::{
     maps::{HashMap, MapData, PerCpuArray},
     programs::{
         UProbe,
-        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLink, UProbeScope},
     },
 };
 use std::{os::fd::OwnedFd, path::Path};
@@ -29,6 +29,48 @@ pub(super) struct FunctionMaps {
     multi: Option<MultiPrograms>,
     /// The uprobe_multi links made (closing them detaches).
     links: Vec<OwnedFd>,
+    /// aya's links, one per probe (the fallback path).
+    perf_links: Vec<UProbeLink>,
+}
+
+/// Environment variable for benchmarks: `1` makes the function probes take aya's one perf
+/// event per probe path even where uprobe_multi links work (to compare the two).
+pub const BENCH_PERF_UPROBES_ENV: &str = "CG_TRACE_BENCH_PERF_UPROBES";
+
+/// Threads that detach links at once: the kernel waits for RCU grace periods per link,
+/// and concurrent waits share them.
+const DETACH_THREADS: usize = 32;
+
+impl Drop for FunctionMaps {
+    /// Detaches every function probe, many links at once.
+    fn drop(&mut self) {
+        let mut groups: Vec<(Vec<OwnedFd>, Vec<UProbeLink>)> = Vec::new();
+        groups.resize_with(DETACH_THREADS, Default::default);
+        let count = self.links.len() + self.perf_links.len();
+        if count == 0 {
+            return;
+        }
+        for (i, link) in self.links.drain(..).enumerate() {
+            groups[i % DETACH_THREADS].0.push(link);
+        }
+        for (i, link) in self.perf_links.drain(..).enumerate() {
+            groups[i % DETACH_THREADS].1.push(link);
+        }
+        let started = std::time::Instant::now();
+        std::thread::scope(|scope| {
+            for group in groups
+                .into_iter()
+                .filter(|g| !g.0.is_empty() || !g.1.is_empty())
+            {
+                // Without a thread to spare, the closure (and the links) drop right here.
+                let _ = std::thread::Builder::new().spawn_scoped(scope, move || drop(group));
+            }
+        });
+        tracing::info!(
+            "detached {count} function probe links in {:.1} ms",
+            started.elapsed().as_secs_f64() * 1e3
+        );
+    }
 }
 
 const ENTRY: &str = "func_entry";
@@ -50,6 +92,7 @@ impl FunctionMaps {
                 .map_err(map_error(names::FUNC_COUNTERS))?,
             multi,
             links: Vec::new(),
+            perf_links: Vec::new(),
         })
     }
 }
@@ -99,7 +142,8 @@ pub(super) fn attach(
     functions: &[ResolvedFunction],
     keep_going: &mut dyn FnMut(usize, usize) -> bool,
 ) -> Result<Attached, ProbeError> {
-    if let Some(multi) = maps.multi.as_ref() {
+    let perf_only = std::env::var_os(BENCH_PERF_UPROBES_ENV).is_some_and(|v| v == "1");
+    if let Some(multi) = maps.multi.as_ref().filter(|_| !perf_only) {
         match attach_multi(multi, &mut maps.links, functions, keep_going)? {
             Some(attached) => return Ok(attached),
             None => {
@@ -110,7 +154,7 @@ pub(super) fn attach(
             }
         }
     }
-    attach_perf_events(ebpf, functions, keep_going)
+    attach_perf_events(ebpf, &mut maps.perf_links, functions, keep_going)
 }
 
 /// The uprobe_multi path; `None` when the kernel does not offer such links.
@@ -212,6 +256,7 @@ fn culprit(
 /// aya's path: one perf event and link per probe.
 fn attach_perf_events(
     ebpf: &mut Ebpf,
+    links: &mut Vec<UProbeLink>,
     functions: &[ResolvedFunction],
     keep_going: &mut dyn FnMut(usize, usize) -> bool,
 ) -> Result<Attached, ProbeError> {
@@ -242,12 +287,15 @@ fn attach_perf_events(
                 location: UProbeAttachLocation::AbsoluteOffset(function.offset),
                 cookie: Some(cookie(function)),
             };
-            prog.attach(point, &function.module, UProbeScope::AllProcesses)
-                .map_err(|source| ProbeError::AttachFunction {
-                    program,
-                    function: format!("{} in {}", function.name, function.module.display()),
-                    source,
-                })?;
+            let error = |source| ProbeError::AttachFunction {
+                program,
+                function: format!("{} in {}", function.name, function.module.display()),
+                source,
+            };
+            let id = prog
+                .attach(point, &function.module, UProbeScope::AllProcesses)
+                .map_err(error)?;
+            links.push(prog.take_link(id).map_err(error)?);
         }
     }
     keep_going(total, total);

@@ -876,6 +876,7 @@ mod tests {
             address: 0x1000,
             offset: 0x1000,
             first_instruction: FirstInstruction::Emulated,
+            entry_only: None,
             spec: "compress".into(),
         }];
         let frames = ["main", "compress"].map(|symbol| Frame {

@@ -12,7 +12,9 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
+    io::{IsTerminal as _, Write as _},
     path::{Path, PathBuf},
+    sync::atomic::{AtomicI32, Ordering},
     time::Instant,
 };
 
@@ -33,7 +35,7 @@ use crate::{
         returns::EntryOnly,
         symbolize::{Frame, FrameKind, Symbolizer, file_name, is_stack_root},
     },
-    probes::{Lifecycle, ProbeError, Probes, activity::Activity},
+    probes::{Lifecycle, ProbeError, Probes, activity::Activity, uprobes::Attached},
 };
 
 /// Stored function-data entries past which adjacent intervals are merged in pairs.
@@ -230,7 +232,7 @@ impl FunctionSession {
     ) -> Result<Self, ProbeError> {
         if !functions.is_empty() {
             raise_open_files_limit(functions.len() * 2 + 256);
-            probes.attach_functions(&functions, &mut |_, _| true)?;
+            attach_functions(probes, &functions)?;
         }
         if options.profile {
             probes.attach_sampler(options.sample_hz)?;
@@ -814,6 +816,101 @@ impl FunctionSession {
             out.push(symbolizer.intern(Frame::unknown("[no stack]")));
         }
         (out, complete)
+    }
+}
+
+/// Attaches the probes to every function: with a progress line on a terminal when it takes
+/// a while, and stopping between steps at SIGINT, SIGTERM or SIGHUP (then what was attached
+/// is detached when `probes` is dropped, and the error says nothing was traced).
+fn attach_functions(probes: &mut Probes, functions: &[ResolvedFunction]) -> Result<(), ProbeError> {
+    let stop = StopOnSignal::install();
+    let terminal = std::io::stderr().is_terminal();
+    let started = Instant::now();
+    let mut shown = false;
+    tracing::info!("attaching probes to {} functions", functions.len());
+    let attached = probes.attach_functions(functions, &mut |done, total| {
+        if terminal && (shown || started.elapsed() > PROGRESS_AFTER) {
+            shown = true;
+            let _ = write!(
+                std::io::stderr(),
+                "\rcg-trace: attaching probes: {done}/{total} functions"
+            );
+        }
+        stop.signal().is_none()
+    });
+    if shown {
+        let _ = write!(std::io::stderr(), "\r\x1b[2K");
+    }
+    let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
+    match attached? {
+        Attached::All(path) => {
+            tracing::info!(
+                "attached probes to {} functions in {elapsed_ms:.1} ms ({path:?})",
+                functions.len()
+            );
+            Ok(())
+        }
+        Attached::Stopped { functions: done } => {
+            let signal = stop.signal().unwrap_or(libc::SIGINT);
+            if signal == libc::SIGHUP {
+                super::leave_a_dead_terminal();
+            }
+            Err(ProbeError::Interrupted {
+                signal,
+                attached: done,
+                total: functions.len(),
+            })
+        }
+    }
+}
+
+/// Attaching shows its progress once it has taken this long.
+const PROGRESS_AFTER: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// The first of SIGINT, SIGTERM and SIGHUP since [`StopOnSignal::install`]; 0: none.
+static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+/// Notes SIGINT, SIGTERM and SIGHUP while installed, beside the session's own handlers
+/// (which cannot run while attaching blocks the session's thread, and still see the
+/// signal afterwards).
+struct StopOnSignal {
+    ids: Vec<signal_hook_registry::SigId>,
+}
+
+impl StopOnSignal {
+    fn install() -> Self {
+        STOP_SIGNAL.store(0, Ordering::SeqCst);
+        let ids = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP]
+            .into_iter()
+            .filter_map(|signal| {
+                // SAFETY: the action only stores into an atomic: async-signal-safe.
+                unsafe {
+                    signal_hook_registry::register(signal, move || {
+                        let _ = STOP_SIGNAL.compare_exchange(
+                            0,
+                            signal,
+                            Ordering::SeqCst,
+                            Ordering::SeqCst,
+                        );
+                    })
+                }
+                .ok()
+            })
+            .collect();
+        StopOnSignal { ids }
+    }
+
+    fn signal(&self) -> Option<i32> {
+        let signal = STOP_SIGNAL.load(Ordering::SeqCst);
+        (signal != 0).then_some(signal)
+    }
+}
+
+impl Drop for StopOnSignal {
+    fn drop(&mut self) {
+        for id in self.ids.drain(..) {
+            signal_hook_registry::unregister(id);
+        }
     }
 }
 
