@@ -227,29 +227,54 @@ fn unsupported(err: &std::io::Error) -> bool {
     )
 }
 
-/// A link of many functions failed: the first function that cannot be probed alone, named.
+/// A link of many functions failed: the function that cannot be probed, found by halving
+/// the set (each try makes and drops a link), named in the error.
 fn culprit(
     multi: &MultiPrograms,
     module: &Path,
-    chunk: &[&ResolvedFunction],
+    functions: &[&ResolvedFunction],
     return_probe: bool,
     program: &'static str,
     err: std::io::Error,
 ) -> ProbeError {
-    let named = |function: &ResolvedFunction, source| ProbeError::AttachLink {
-        program,
-        function: format!("{} in {}", function.name, function.module.display()),
-        source,
+    let fails = |set: &[&ResolvedFunction]| {
+        let offsets: Vec<u64> = set.iter().map(|f| f.offset).collect();
+        multi
+            .attach(module, &offsets, &vec![0; set.len()], return_probe)
+            .err()
     };
-    for function in chunk {
-        if let Err(source) = multi.attach(module, &[function.offset], &[0], return_probe) {
-            return named(function, source);
+    let mut suspects = functions;
+    let mut source = err;
+    while suspects.len() > 1 {
+        let (left, right) = suspects.split_at(suspects.len() / 2);
+        match fails(left) {
+            Some(e) => {
+                suspects = left;
+                source = e;
+            }
+            None => suspects = right,
         }
+    }
+    let function = match suspects.first() {
+        Some(f) => {
+            if let Some(e) = fails(suspects) {
+                source = e;
+            }
+            format!("{} in {}", f.name, f.module.display())
+        }
+        None => module.display().to_string(),
+    };
+    if source.raw_os_error() == Some(524) {
+        // ENOTSUPP: the kernel's uprobes refuse the function's first instruction.
+        source = std::io::Error::other(
+            "the kernel cannot put a uprobe on this function's first instruction \
+             (ENOTSUPP); leave it out of the --func glob",
+        );
     }
     ProbeError::AttachLink {
         program,
-        function: format!("{} functions in {}", chunk.len(), module.display()),
-        source: err,
+        function,
+        source,
     }
 }
 

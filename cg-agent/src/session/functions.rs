@@ -946,3 +946,24 @@ fn raise_open_files_limit(needed: usize) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_signal_while_attaching_is_noted_and_only_while_installed() {
+        let stop = StopOnSignal::install();
+        assert_eq!(stop.signal(), None);
+        // SAFETY: raising a signal that the installed handler catches.
+        unsafe { libc::raise(libc::SIGTERM) };
+        assert_eq!(stop.signal(), Some(libc::SIGTERM));
+        // The first signal is the one reported.
+        // SAFETY: as above.
+        unsafe { libc::raise(libc::SIGINT) };
+        assert_eq!(stop.signal(), Some(libc::SIGTERM));
+        drop(stop);
+        let again = StopOnSignal::install();
+        assert_eq!(again.signal(), None, "a new attach starts clean");
+    }
+}
