@@ -16,7 +16,11 @@
 //!   resolver, the signal return trampoline). Machine code does not show these: a short list
 //!   of names ([`ENTRY_ONLY_NAMES`]) does.
 //!
-//! Those get an entry probe only: their calls are counted, with no time.
+//! Those get an entry probe only. One that never returns (or the entry point) still pushes
+//! its frame at entry, so its time counts while it runs, as it would with a return probe
+//! that never fires (the call never completes: `partial`). The others return, so a frame
+//! without a return probe would never be popped: their calls are counted at entry, with no
+//! time ([`EntryOnly::counts_entries`]).
 
 use super::elf::{ElfInfo, Symbol};
 
@@ -37,6 +41,12 @@ pub enum EntryOnly {
 }
 
 impl EntryOnly {
+    /// Whether its calls are counted at entry with no time (it returns, but no return probe
+    /// would pop its frame); otherwise its frame is pushed at entry and timed while it runs.
+    pub fn counts_entries(self) -> bool {
+        !matches!(self, EntryOnly::EntryPoint | EntryOnly::NoReturn)
+    }
+
     pub fn describe(self) -> &'static str {
         match self {
             EntryOnly::EntryPoint => {

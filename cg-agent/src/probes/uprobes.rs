@@ -207,9 +207,10 @@ fn attach_multi(
     Ok(Some(Attached::All(AttachPath::Multi)))
 }
 
-/// A probe's BPF cookie: the function's id, and whether it has an entry probe only.
+/// A probe's BPF cookie: the function's id, and whether its calls are counted at entry
+/// with no time (see [`crate::functions::returns`]).
 fn cookie(function: &ResolvedFunction) -> u64 {
-    let flag = if function.entry_only.is_some() {
+    let flag = if function.entry_only.is_some_and(|e| e.counts_entries()) {
         COOKIE_ENTRY_ONLY
     } else {
         0

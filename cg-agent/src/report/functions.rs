@@ -208,9 +208,11 @@ pub fn build(
                 .map(|(why, names)| format!("{why}: {}", shorten_list(names, 5)))
                 .collect();
             notes.push(format!(
-                "{} function(s) probed at entry only, because a return probe (which replaces \
-                 the return address on the stack) would harm the program; their calls count \
-                 entries (entry_only: true), with no time or energy. {}",
+                "{} function(s) probed at entry only (entry_only: true), because a return \
+                 probe (which replaces the return address on the stack) would harm the \
+                 program: one that never returns is timed from its entry while it runs (its \
+                 calls never complete: partial), the others count their calls at entry, with \
+                 no time or energy. {}",
                 entry_only.values().map(Vec::len).sum::<usize>(),
                 groups.join("; ")
             ));
