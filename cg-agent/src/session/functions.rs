@@ -827,10 +827,18 @@ fn attach_functions(probes: &mut Probes, functions: &[ResolvedFunction]) -> Resu
     let terminal = std::io::stderr().is_terminal();
     let started = Instant::now();
     let mut shown = false;
+    let mut last_shown = started;
     tracing::info!("attaching probes to {} functions", functions.len());
     let attached = probes.attach_functions(functions, &mut |done, total| {
-        if terminal && (shown || started.elapsed() > PROGRESS_AFTER) {
+        let now = Instant::now();
+        let due = if shown {
+            now - last_shown >= PROGRESS_EVERY
+        } else {
+            now - started >= PROGRESS_AFTER
+        };
+        if terminal && due {
             shown = true;
+            last_shown = now;
             let _ = write!(
                 std::io::stderr(),
                 "\rcg-trace: attaching probes: {done}/{total} functions"
@@ -864,8 +872,9 @@ fn attach_functions(probes: &mut Probes, functions: &[ResolvedFunction]) -> Resu
     }
 }
 
-/// Attaching shows its progress once it has taken this long.
+/// Attaching shows its progress once it has taken this long, then renews it this often.
 const PROGRESS_AFTER: std::time::Duration = std::time::Duration::from_millis(250);
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The first of SIGINT, SIGTERM and SIGHUP since [`StopOnSignal::install`]; 0: none.
 static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
