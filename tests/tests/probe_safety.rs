@@ -188,3 +188,41 @@ fn sigint_while_attaching_stops_before_anything_is_traced() {
     assert!(!report.exists(), "a report was written");
     assert_eq!(stdout, "", "the command ran");
 }
+
+/// The path older kernels take (one perf event per probe, no uprobe_multi) probes the same
+/// way: entry only where needed, exact counts, the program unchanged.
+#[test]
+fn the_one_perf_event_per_probe_path_is_just_as_safe() {
+    require_root();
+    let program = env!("CG_PRINTS_ARGC");
+    let (stdout, code) = alone(program, &["a", "b"]);
+    let dir = tempfile::tempdir().unwrap();
+    let report_path = dir.path().join("report.json");
+    let output = Command::new(bin("cg-trace"))
+        .args(["-q", "--source", "model", "--func", "*", "-o"])
+        .arg(&report_path)
+        .args(["--", program, "a", "b"])
+        .env("CG_TRACE_BENCH_PERF_UPROBES", "1")
+        .env("CG_TRACE_LOG", "cg_agent=info")
+        .output()
+        .expect("running cg-trace");
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        (
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            output.status.code()
+        ),
+        (stdout, code),
+        "{said}"
+    );
+    assert!(
+        said.contains("(PerfEvent)"),
+        "not the perf-event path:\n{said}"
+    );
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(&report_path).expect("a report")).unwrap();
+    assert_adds_up(&report);
+    let list = probed(&report);
+    assert_eq!(probed_named(&list, "_start")["return_probe"], false);
+    assert_eq!(function_entry(&report, "main")["calls"], 1);
+}
