@@ -106,6 +106,17 @@ pub const ENTRY_ONLY_NAMES: &[(&str, EntryOnly)] = &[
     ("__backtrace", EntryOnly::Unwinder),
 ];
 
+/// Whether a file throws C++ exceptions: it links the C++ runtime, or holds its throw
+/// function (a static build). An exception unwinding through a function that has a return
+/// probe pending meets the kernel's trampoline instead of a return address and terminates
+/// the program; nothing on the probe side can prevent that, so cg-trace says so.
+pub fn throws_exceptions(elf: &ElfInfo) -> bool {
+    elf.needed
+        .iter()
+        .any(|n| n.starts_with("libstdc++") || n.starts_with("libc++."))
+        || elf.functions.iter().any(|f| f.raw == "__cxa_throw")
+}
+
 /// Most bytes of one function decoded (a longer one is judged on its first part).
 const MAX_CODE_BYTES: usize = 1 << 20;
 
@@ -220,6 +231,19 @@ mod tests {
             ],
             0x1000
         ));
+    }
+
+    #[test]
+    fn files_linking_the_cpp_runtime_throw_exceptions() {
+        let exe = std::env::current_exe().unwrap();
+        let mut elf = ElfInfo::open(&exe).unwrap();
+        assert!(
+            !throws_exceptions(&elf),
+            "a Rust test binary: {:?}",
+            elf.needed
+        );
+        elf.needed.push("libstdc++.so.6".into());
+        assert!(throws_exceptions(&elf));
     }
 
     #[test]

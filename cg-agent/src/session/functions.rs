@@ -32,7 +32,7 @@ use crate::{
         maps::ProcMaps,
         python::{self, Detection, PyFunction},
         resolve::{self, LookupScope, ResolvedFunction},
-        returns::EntryOnly,
+        returns::{self, EntryOnly},
         symbolize::{Frame, FrameKind, Symbolizer, file_name, is_stack_root},
     },
     probes::{Lifecycle, ProbeError, Probes, activity::Activity, uprobes::Attached},
@@ -145,7 +145,34 @@ pub fn resolve_specs(
             options.specs[0].pattern
         )));
     }
-    resolve::resolve(&options.specs, &scope, options.func_limit)
+    let functions = resolve::resolve(&options.specs, &scope, options.func_limit)?;
+    warn_about_exceptions(&functions);
+    Ok(functions)
+}
+
+/// Says on stderr which probed files throw C++ exceptions: one that unwinds through a
+/// probed function still running terminates the program (see [`crate::functions::returns`]).
+fn warn_about_exceptions(functions: &[ResolvedFunction]) {
+    let mut modules: Vec<&Path> = functions
+        .iter()
+        .filter(|f| f.entry_only.is_none())
+        .map(|f| f.module.as_path())
+        .collect();
+    modules.sort();
+    modules.dedup();
+    for module in modules {
+        if let Ok(elf) = crate::functions::elf::ElfInfo::open(module)
+            && returns::throws_exceptions(&elf)
+        {
+            eprintln!(
+                "cg-trace: warning: {} uses C++ exceptions: one that passes through a probed \
+                 function still running terminates the program (a return probe replaces the \
+                 return address that the unwinder follows); probe functions that exceptions \
+                 do not cross",
+                module.display()
+            );
+        }
+    }
 }
 
 /// A sampled stack before naming: the process (and which program image: a new exec is a
