@@ -51,6 +51,11 @@ pub const FUNC_MAX_STATS: u32 = 32_768;
 /// `FuncFrame::flags`: no enclosing frame of the same function (inclusive time counts here).
 pub const FRAME_OUTERMOST: u32 = 1;
 
+/// Bit of a function probe's BPF cookie (whose low 32 bits are the function id): the function
+/// has an entry probe only, and returns (a return probe would harm it: it uses its own return
+/// address, or unwinds), so no frame is pushed: its calls are counted at entry, with no time.
+pub const COOKIE_ENTRY_ONLY: u64 = 1 << 32;
+
 /// One active call of a probed function.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -24,8 +24,8 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext},
 };
 use cg_common::profiling::{
-    FRAME_OUTERMOST, FUNC_MAX_DEPTH, FUNC_MAX_STATS, FUNC_MAX_THREADS, FuncCounters, FuncFrame,
-    FuncKey, FuncStats, FuncThread,
+    COOKIE_ENTRY_ONLY, FRAME_OUTERMOST, FUNC_MAX_DEPTH, FUNC_MAX_STATS, FUNC_MAX_THREADS,
+    FuncCounters, FuncFrame, FuncKey, FuncStats, FuncThread,
 };
 
 use crate::{CPU_STATE, TASK_RUNTIME_OFFSET, global, is_target};
@@ -126,6 +126,20 @@ fn thread_frames(tgid: u32, tid: u32) -> Option<*mut FuncThread> {
     Some(thread)
 }
 
+/// The totals of one (thread, function), created on first use.
+#[inline(always)]
+fn stats_of(key: FuncKey) -> Option<*mut FuncStats> {
+    if let Some(stats) = FUNC_STATS.get_ptr_mut(key) {
+        return Some(stats);
+    }
+    let _ = FUNC_STATS.insert(key, FuncStats::default(), u64::from(BPF_NOEXIST));
+    let stats = FUNC_STATS.get_ptr_mut(key);
+    if stats.is_none() {
+        count(|c| c.map_full += 1);
+    }
+    stats
+}
+
 #[uprobe]
 pub fn func_entry(ctx: ProbeContext) -> u32 {
     match try_func_entry(&ctx) {
@@ -153,7 +167,21 @@ fn try_func_entry(ctx: &ProbeContext) -> Result<u32, u32> {
         }
     };
     // SAFETY: the context is the program's own.
-    let func = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
+    let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+    let func = cookie as u32;
+    if cookie & COOKIE_ENTRY_ONLY != 0 {
+        // No return probe will pop a frame: count the call, time nothing.
+        if let Some(stats) = stats_of(FuncKey {
+            tgid,
+            tid,
+            func,
+            _pad: 0,
+        }) {
+            // SAFETY: only this thread writes its own totals.
+            unsafe { (*stats).calls += 1 };
+        }
+        return Ok(0);
+    }
     // SAFETY: only this thread writes its own entry.
     unsafe {
         let depth = (*thread).depth as usize;
@@ -258,18 +286,8 @@ fn try_func_return(ctx: &RetProbeContext) -> Result<u32, u32> {
             func,
             _pad: 0,
         };
-        let stats = match FUNC_STATS.get_ptr_mut(key) {
-            Some(stats) => stats,
-            None => {
-                let _ = FUNC_STATS.insert(key, FuncStats::default(), u64::from(BPF_NOEXIST));
-                match FUNC_STATS.get_ptr_mut(key) {
-                    Some(stats) => stats,
-                    None => {
-                        count(|c| c.map_full += 1);
-                        return Ok(0);
-                    }
-                }
-            }
+        let Some(stats) = stats_of(key) else {
+            return Ok(0);
         };
         (*stats).calls += 1;
         (*stats).self_ns += self_ns;

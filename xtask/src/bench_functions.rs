@@ -9,6 +9,11 @@
 //! 2. Sampling at 99 Hz on a CPU-bound loop: without cg-trace, profiled (`cg-trace --profile
 //!    --sample-hz 99 -- LOOP`), and under `cg-trace --all --profile`. Target: <= 1 % slowdown.
 //! 3. Symbolizing 100k samples (distinct stacks, the worst case). Target: <= 1 s.
+//! 4. Attaching and detaching the probes of 1,000 functions (`cg-many`, built by
+//!    tests/build.rs): uprobe_multi links (the default where the kernel has them), and the
+//!    old path of one perf event per probe (`CG_TRACE_BENCH_PERF_UPROBES=1`) on 100 of them,
+//!    whose detach costs ~0.1 s per probe here (minutes for 1,000). Figures from cg-trace's
+//!    own log (`CG_TRACE_LOG=cg_agent=info`). Target: seconds, not minutes.
 
 use std::{
     path::Path,
@@ -184,8 +189,87 @@ pub fn run(args: &[String]) -> Result<()> {
         "  {}   (target <= 1 s)",
         String::from_utf8_lossy(&output.stdout).trim()
     );
+    println!();
+
+    // 4. Attach and detach.
+    let many = newest_build_output("cg-many")?;
+    let (mut attach_ms, mut detach_ms) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let (a, d) = attach_detach_ms(&cg_trace, &many, "cg_many_*", false)?;
+        attach_ms.push(a);
+        detach_ms.push(d);
+    }
+    // cg_many_100 to cg_many_199.
+    let (perf_attach_ms, perf_detach_ms) =
+        attach_detach_ms(&cg_trace, &many, "cg_many_1[0-9][0-9]", true)?;
+    println!("attaching and detaching function probes (entry + return), from cg-trace's log");
+    println!(
+        "  1,000 functions, uprobe_multi links:    attach {:>8.1} ms   detach {:>8.1} ms   (medians of {rounds})",
+        median(attach_ms),
+        median(detach_ms)
+    );
+    println!(
+        "  100 functions, one perf event a probe:  attach {perf_attach_ms:>8.1} ms   detach {perf_detach_ms:>8.1} ms   (the old path; x10 for 1,000: ~{:.0} s, estimated)",
+        (perf_attach_ms + perf_detach_ms) * 10.0 / 1e3
+    );
     let _ = std::fs::remove_dir_all(&out);
     Ok(())
+}
+
+/// Runs `cg-trace --func PATTERN -- PROGRAM` and reads how long attaching and detaching its
+/// function probes took from its log.
+fn attach_detach_ms(
+    cg_trace: &Path,
+    program: &Path,
+    pattern: &str,
+    perf_events: bool,
+) -> Result<(f64, f64)> {
+    let mut cmd = Command::new(cg_trace);
+    cmd.args(["-q", "--source", "model", "--func", pattern, "--"])
+        .arg(program)
+        .env("CG_TRACE_LOG", "cg_agent=info")
+        .stdout(Stdio::null());
+    if perf_events {
+        cmd.env("CG_TRACE_BENCH_PERF_UPROBES", "1");
+    }
+    let output = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    let log = String::from_utf8_lossy(&output.stderr);
+    let after = |marker: &str| -> Option<f64> {
+        let line = log.lines().find(|l| l.contains(marker))?;
+        let rest = &line[line.find(marker)? + marker.len()..];
+        rest.split_whitespace().next()?.parse().ok()
+    };
+    let attach = log
+        .lines()
+        .find(|l| l.contains("attached probes to"))
+        .and_then(|l| {
+            let rest = &l[l.find(" in ")? + 4..];
+            rest.split_whitespace().next()?.parse().ok()
+        });
+    let detach = after("function probe links in ");
+    match (attach, detach) {
+        (Some(a), Some(d)) => Ok((a, d)),
+        _ => bail!("{cmd:?} logged no attach or detach time:\n{log}"),
+    }
+}
+
+/// The newest file named `name` among the build scripts' outputs of the release build
+/// (tests/build.rs builds the C workloads there).
+fn newest_build_output(name: &str) -> Result<std::path::PathBuf> {
+    let build = root().join("target/release/build");
+    let mut best: Option<(std::time::SystemTime, std::path::PathBuf)> = None;
+    for entry in
+        std::fs::read_dir(&build).with_context(|| format!("reading {}", build.display()))?
+    {
+        let path = entry?.path().join("out").join(name);
+        if let Ok(modified) = path.metadata().and_then(|m| m.modified())
+            && best.as_ref().is_none_or(|(t, _)| modified > *t)
+        {
+            best = Some((modified, path));
+        }
+    }
+    best.map(|(_, p)| p)
+        .with_context(|| format!("no {name} under {}: build the workspace", build.display()))
 }
 
 fn calls_per_s(cmd: &mut Command) -> Result<f64> {

@@ -34,7 +34,9 @@ pub fn render(report: &Report) -> String {
             Some(line) => format!("{}:{line}", tail(&f.module, 12)),
             None => f.module.clone(),
         };
-        let partial = if f.partial == Some(true) {
+        let partial = if f.entry_only == Some(true) {
+            " (entry only)"
+        } else if f.partial == Some(true) {
             " (partial)"
         } else {
             ""

@@ -47,6 +47,10 @@ pub struct ElfInfo {
     pub path: PathBuf,
     /// Position-independent (a shared library or PIE): loaded at a bias.
     pub relocatable: bool,
+    /// `e_machine` (`EM_X86_64`, ...).
+    pub machine: u16,
+    /// `e_entry`: the program's entry point (0 when it has none).
+    pub entry: u64,
     pub segments: Vec<Segment>,
     /// Function symbols sorted by address, one per (address, name).
     pub functions: Vec<Symbol>,
@@ -89,6 +93,8 @@ impl ElfInfo {
         let endian = file.endian();
         let header = file.elf_header();
         let relocatable = header.e_type(endian) == ET_DYN;
+        let machine = header.e_machine(endian);
+        let entry = header.e_entry(endian);
         let segments: Vec<Segment> = file
             .elf_program_headers()
             .iter()
@@ -189,6 +195,8 @@ impl ElfInfo {
         Ok(ElfInfo {
             path: path.to_path_buf(),
             relocatable,
+            machine,
+            entry,
             segments,
             functions,
             data,
@@ -242,6 +250,13 @@ impl ElfInfo {
         }
         let next = self.functions.get(index).map_or(u64::MAX, |f| f.address);
         (vaddr < next).then_some(first)
+    }
+
+    /// Up to `len` bytes of the file image `image` (as read for [`ElfInfo::parse`]) at virtual
+    /// address `vaddr`, within one segment; `None` when the address is not in the file.
+    pub fn code<'a>(&self, image: &'a [u8], vaddr: u64, len: u64) -> Option<&'a [u8]> {
+        let (start, len) = file_range(&self.segments, vaddr, len)?;
+        image.get(start..start.checked_add(len)?)
     }
 
     /// A data symbol's address and initial bytes, when asked for at open.

@@ -1,5 +1,6 @@
 //! Function-level profiling, the user-space half: which functions `--func` names
-//! ([`spec`], [`resolve`], from ELF symbols read by [`elf`]), where CPython keeps its frames
+//! ([`spec`], [`resolve`], from ELF symbols read by [`elf`]; [`returns`] says which of them
+//! may carry a return probe), where CPython keeps its frames
 //! ([`python`]), and how addresses become names ([`symbolize`], with [`maps`] of the
 //! traced processes). The kernel half is in `probes::uprobes` and `probes::sampler`; the
 //! session drives both (`session::functions`) and attribution turns them into energy
@@ -9,6 +10,7 @@ pub mod elf;
 pub mod maps;
 pub mod python;
 pub mod resolve;
+pub mod returns;
 pub mod spec;
 pub mod symbolize;
 

@@ -11,6 +11,7 @@ use super::{
     FunctionError,
     elf::{ElfInfo, FirstInstruction},
     maps::ProcMaps,
+    returns::{self, EntryOnly},
     spec::{FuncSpec, closest, glob_match, is_glob},
 };
 
@@ -39,6 +40,9 @@ pub struct ResolvedFunction {
     /// File offset: where the uprobe goes.
     pub offset: u64,
     pub first_instruction: FirstInstruction,
+    /// Why it gets an entry probe only (a return probe would harm the program); `None`:
+    /// entry and return probes.
+    pub entry_only: Option<EntryOnly>,
     /// The `--func` argument that selected it.
     pub spec: String,
 }
@@ -53,6 +57,8 @@ pub fn resolve(
     let mut out: Vec<ResolvedFunction> = Vec::new();
     let mut seen: BTreeSet<(PathBuf, u64)> = BTreeSet::new();
     let mut elf_cache: Vec<ElfInfo> = Vec::new();
+    // The file images of objects with matches, for decoding the functions' code.
+    let mut images: Vec<(PathBuf, Vec<u8>)> = Vec::new();
     let libraries = loaded_libraries(scope);
     for spec in specs {
         let objects = objects_for(spec, scope, &libraries)?;
@@ -83,6 +89,18 @@ pub fn resolve(
                 } else {
                     FirstInstruction::SingleStepped
                 };
+                if !images.iter().any(|(p, _)| p == object) {
+                    let image = std::fs::read(object).map_err(|e| FunctionError::Elf {
+                        path: object.clone(),
+                        reason: e.to_string(),
+                    })?;
+                    images.push((object.clone(), image));
+                }
+                let image = images
+                    .iter()
+                    .find(|(p, _)| p == object)
+                    .map_or(&[][..], |(_, image)| image.as_slice());
+                let entry_only = returns::entry_only(elf, image, index);
                 out.push(ResolvedFunction {
                     id: out.len() as u32,
                     name: symbol.name.clone(),
@@ -91,6 +109,7 @@ pub fn resolve(
                     address: symbol.address,
                     offset,
                     first_instruction,
+                    entry_only,
                     spec: spec.text.clone(),
                 });
             }

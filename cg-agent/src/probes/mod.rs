@@ -7,6 +7,7 @@ pub mod activity;
 mod batch;
 pub mod btf;
 pub mod sampler;
+mod uprobe_multi;
 pub mod uprobes;
 
 use std::{
@@ -90,6 +91,24 @@ pub enum ProbeError {
         #[source]
         source: aya::programs::ProgramError,
     },
+    #[error("attaching {program} to {function}: {source}")]
+    AttachLink {
+        program: &'static str,
+        function: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A signal stopped the attaching of the function probes: nothing was traced.
+    #[error(
+        "interrupted by {} while attaching the function probes ({attached} of {total} \
+         functions attached, now detached): nothing was traced and no report written",
+        signal_name(*signal)
+    )]
+    Interrupted {
+        signal: i32,
+        attached: usize,
+        total: usize,
+    },
     #[error("the eBPF object has no map {0}")]
     MissingMap(&'static str),
     #[error("reading eBPF map {name}: {source}")]
@@ -98,6 +117,15 @@ pub enum ProbeError {
         #[source]
         source: std::io::Error,
     },
+}
+
+fn signal_name(signal: i32) -> String {
+    match signal {
+        libc::SIGINT => "SIGINT".into(),
+        libc::SIGTERM => "SIGTERM".into(),
+        libc::SIGHUP => "SIGHUP".into(),
+        other => format!("signal {other}"),
+    }
 }
 
 /// An error's message followed by those of its causes that it does not already include,
@@ -308,6 +336,12 @@ impl Probes {
             .load(EBPF_OBJECT)
             .map_err(ProbeError::Load)?;
 
+        // (Before any map is taken: these programs share every map.)
+        let multi = config
+            .functions
+            .uprobes
+            .then(|| uprobes::load_multi(&ebpf))
+            .flatten();
         let mut take = |name: &'static str| ebpf.take_map(name).ok_or(ProbeError::MissingMap(name));
         let map_err = |name| move |source| ProbeError::Map { name, source };
         let on_cpu =
@@ -326,7 +360,7 @@ impl Probes {
         let functions = config
             .functions
             .uprobes
-            .then(|| uprobes::FunctionMaps::take(&mut ebpf))
+            .then(|| uprobes::FunctionMaps::take(&mut ebpf, multi))
             .transpose()?;
         let sampler = config
             .functions
@@ -374,15 +408,21 @@ impl Probes {
     }
 
     /// Attaches the entry and return probes to every function (`--func`); the probes must
-    /// have been loaded with [`FunctionProbeConfig::uprobes`].
+    /// have been loaded with [`FunctionProbeConfig::uprobes`]. `keep_going(done, total)` is
+    /// asked between steps; false stops attaching (what was attached stays until drop).
     pub fn attach_functions(
         &mut self,
         functions: &[crate::functions::resolve::ResolvedFunction],
-    ) -> Result<(), ProbeError> {
+        keep_going: &mut dyn FnMut(usize, usize) -> bool,
+    ) -> Result<uprobes::Attached, ProbeError> {
         let started = Instant::now();
-        uprobes::attach(&mut self._ebpf, functions)?;
+        let maps = self
+            .functions
+            .as_mut()
+            .ok_or(ProbeError::MissingMap(profiling::names::FUNC_STATS))?;
+        let attached = uprobes::attach(&mut self._ebpf, maps, functions, keep_going)?;
         self.attach_time += started.elapsed();
-        Ok(())
+        Ok(attached)
     }
 
     /// Starts the stack sampler at `hz` samples per second per CPU (`--profile`); the probes

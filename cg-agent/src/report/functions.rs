@@ -13,7 +13,7 @@ use crate::{
         ProcId,
         functions::{IntervalSpend, attribute_calls, attribute_samples},
     },
-    functions::{elf::FirstInstruction, symbolize::file_name},
+    functions::{elf::FirstInstruction, returns::EntryOnly, symbolize::file_name},
     session::Recording,
     sources::Provenance,
 };
@@ -68,6 +68,12 @@ pub struct ProbedEntry {
     pub file_offset: u64,
     /// `emulated` or `single_stepped`: how the kernel runs the displaced instruction.
     pub first_instruction: FirstInstruction,
+    /// Whether it had a return probe too (false: calls counted at entry, no time).
+    pub return_probe: bool,
+    /// Why not: `entry_point`, `no_return`, `uses_return_address`, `unwinder`,
+    /// `no_return_address`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entry_only_reason: Option<EntryOnly>,
     /// Estimated cost of one call's entry + return probes (development VM figures).
     pub estimated_probe_pair_cost_us: f64,
     /// Highest rate seen in one interval (measured).
@@ -169,6 +175,7 @@ pub fn build(
                 source: "uprobe",
                 line: None,
                 partial: Some(data.partial.contains(&(process, func))),
+                entry_only: Some(probed.entry_only.is_some()),
                 provenance,
             });
         }
@@ -186,6 +193,30 @@ pub fn build(
                 data.partial.len()
             ));
         }
+        let mut entry_only: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
+        for p in &data.probed {
+            if let Some(why) = p.entry_only {
+                entry_only
+                    .entry(why.describe())
+                    .or_default()
+                    .push(p.name.clone());
+            }
+        }
+        if !entry_only.is_empty() {
+            let groups: Vec<String> = entry_only
+                .iter()
+                .map(|(why, names)| format!("{why}: {}", shorten_list(names, 5)))
+                .collect();
+            notes.push(format!(
+                "{} function(s) probed at entry only (entry_only: true), because a return \
+                 probe (which replaces the return address on the stack) would harm the \
+                 program: one that never returns is timed from its entry while it runs (its \
+                 calls never complete: partial), the others count their calls at entry, with \
+                 no time or energy. {}",
+                entry_only.values().map(Vec::len).sum::<usize>(),
+                groups.join("; ")
+            ));
+        }
         let counters = data.uprobe_counters.unwrap_or_default();
         UprobeStats {
             functions: data
@@ -196,6 +227,8 @@ pub fn build(
                     module: p.module.display().to_string(),
                     file_offset: p.offset,
                     first_instruction: p.first_instruction,
+                    return_probe: p.entry_only.is_none(),
+                    entry_only_reason: p.entry_only,
                     estimated_probe_pair_cost_us: p.first_instruction.estimated_pair_cost_us(),
                     max_calls_per_s: p.max_calls_per_s,
                 })
@@ -231,6 +264,7 @@ pub fn build(
                 source: "sampling",
                 line: f.line,
                 partial: None,
+                entry_only: None,
                 provenance,
             });
         }
@@ -256,6 +290,7 @@ pub fn build(
                     source: "sampling",
                     line: None,
                     partial: None,
+                    entry_only: None,
                     provenance,
                 });
                 let comm = rec
@@ -381,4 +416,13 @@ pub fn build(
         functions: listed,
         stacks,
     }
+}
+
+/// The first `n` items joined, and how many more.
+fn shorten_list(items: &[String], n: usize) -> String {
+    let mut text = items.iter().take(n).cloned().collect::<Vec<_>>().join(", ");
+    if items.len() > n {
+        text.push_str(&format!(" and {} more", items.len() - n));
+    }
+    text
 }

@@ -372,6 +372,7 @@ impl LiveModel {
                     source: if probed { "uprobe" } else { "sampling" },
                     line,
                     partial: None,
+                    entry_only: None,
                     provenance,
                 })
             })
@@ -878,6 +879,7 @@ mod tests {
             address: 0x1000,
             offset: 0x1000,
             first_instruction: FirstInstruction::Emulated,
+            entry_only: None,
             spec: "compress".into(),
         }];
         let frames = ["main", "compress"].map(|symbol| Frame {

@@ -218,6 +218,10 @@ pub struct FunctionEntry {
     /// to the last read).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub partial: Option<bool>,
+    /// Probed functions with an entry probe only (a return probe would harm them): `calls`
+    /// counts entries, and there is no time or energy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entry_only: Option<bool>,
     /// The energy source's: function energy is a share of it.
     pub provenance: Provenance,
 }

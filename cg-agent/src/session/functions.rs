@@ -12,7 +12,9 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
+    io::{IsTerminal as _, Write as _},
     path::{Path, PathBuf},
+    sync::atomic::{AtomicI32, Ordering},
     time::Instant,
 };
 
@@ -30,9 +32,10 @@ use crate::{
         maps::ProcMaps,
         python::{self, Detection, PyFunction},
         resolve::{self, LookupScope, ResolvedFunction},
+        returns::{self, EntryOnly},
         symbolize::{Frame, FrameKind, ProcessUids, Symbolizer, file_name, is_stack_root},
     },
-    probes::{Lifecycle, ProbeError, Probes, activity::Activity},
+    probes::{Lifecycle, ProbeError, Probes, activity::Activity, uprobes::Attached},
 };
 
 /// Stored function-data entries past which adjacent intervals are merged in pairs.
@@ -45,6 +48,8 @@ pub struct ProbedFunction {
     pub module: PathBuf,
     pub offset: u64,
     pub first_instruction: FirstInstruction,
+    /// Why it had an entry probe only (calls counted, no time); `None`: entry and return.
+    pub entry_only: Option<EntryOnly>,
     pub spec: String,
     /// Highest calls per second seen in one interval, over all processes.
     pub max_calls_per_s: f64,
@@ -142,7 +147,34 @@ pub fn resolve_specs(
             options.specs[0].pattern
         )));
     }
-    resolve::resolve(&options.specs, &scope, options.func_limit)
+    let functions = resolve::resolve(&options.specs, &scope, options.func_limit)?;
+    warn_about_exceptions(&functions);
+    Ok(functions)
+}
+
+/// Says on stderr which probed files throw C++ exceptions: one that unwinds through a
+/// probed function still running terminates the program (see [`crate::functions::returns`]).
+fn warn_about_exceptions(functions: &[ResolvedFunction]) {
+    let mut modules: Vec<&Path> = functions
+        .iter()
+        .filter(|f| f.entry_only.is_none())
+        .map(|f| f.module.as_path())
+        .collect();
+    modules.sort();
+    modules.dedup();
+    for module in modules {
+        if let Ok(elf) = crate::functions::elf::ElfInfo::open(module)
+            && returns::throws_exceptions(&elf)
+        {
+            eprintln!(
+                "cg-trace: warning: {} uses C++ exceptions: one that passes through a probed \
+                 function still running terminates the program (a return probe replaces the \
+                 return address that the unwinder follows); probe functions that exceptions \
+                 do not cross",
+                module.display()
+            );
+        }
+    }
 }
 
 /// A sampled stack before naming: the process (and which program image: a new exec is a
@@ -231,7 +263,7 @@ impl FunctionSession {
     ) -> Result<Self, ProbeError> {
         if !functions.is_empty() {
             raise_open_files_limit(functions.len() * 2 + 256);
-            probes.attach_functions(&functions)?;
+            attach_functions(probes, &functions)?;
         }
         if options.profile {
             probes.attach_sampler(options.sample_hz)?;
@@ -737,6 +769,7 @@ impl FunctionSession {
                     module: f.module.clone(),
                     offset: f.offset,
                     first_instruction: f.first_instruction,
+                    entry_only: f.entry_only,
                     spec: f.spec.clone(),
                     max_calls_per_s,
                 })
@@ -826,6 +859,110 @@ impl FunctionSession {
     }
 }
 
+/// Attaches the probes to every function: with a progress line on a terminal when it takes
+/// a while, and stopping between steps at SIGINT, SIGTERM or SIGHUP (then what was attached
+/// is detached when `probes` is dropped, and the error says nothing was traced).
+fn attach_functions(probes: &mut Probes, functions: &[ResolvedFunction]) -> Result<(), ProbeError> {
+    let stop = StopOnSignal::install();
+    let terminal = std::io::stderr().is_terminal();
+    let started = Instant::now();
+    let mut shown = false;
+    let mut last_shown = started;
+    tracing::info!("attaching probes to {} functions", functions.len());
+    let attached = probes.attach_functions(functions, &mut |done, total| {
+        let now = Instant::now();
+        let due = if shown {
+            now - last_shown >= PROGRESS_EVERY
+        } else {
+            now - started >= PROGRESS_AFTER
+        };
+        if terminal && due {
+            shown = true;
+            last_shown = now;
+            let _ = write!(
+                std::io::stderr(),
+                "\rcg-trace: attaching probes: {done}/{total} functions"
+            );
+        }
+        stop.signal().is_none()
+    });
+    if shown {
+        let _ = write!(std::io::stderr(), "\r\x1b[2K");
+    }
+    let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
+    match attached? {
+        Attached::All(path) => {
+            tracing::info!(
+                "attached probes to {} functions in {elapsed_ms:.1} ms ({path:?})",
+                functions.len()
+            );
+            Ok(())
+        }
+        Attached::Stopped { functions: done } => {
+            let signal = stop.signal().unwrap_or(libc::SIGINT);
+            if signal == libc::SIGHUP {
+                super::leave_a_dead_terminal();
+            }
+            Err(ProbeError::Interrupted {
+                signal,
+                attached: done,
+                total: functions.len(),
+            })
+        }
+    }
+}
+
+/// Attaching shows its progress once it has taken this long, then renews it this often.
+const PROGRESS_AFTER: std::time::Duration = std::time::Duration::from_millis(250);
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The first of SIGINT, SIGTERM and SIGHUP since [`StopOnSignal::install`]; 0: none.
+static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+/// Notes SIGINT, SIGTERM and SIGHUP while installed, beside the session's own handlers
+/// (which cannot run while attaching blocks the session's thread, and still see the
+/// signal afterwards).
+struct StopOnSignal {
+    ids: Vec<signal_hook_registry::SigId>,
+}
+
+impl StopOnSignal {
+    fn install() -> Self {
+        STOP_SIGNAL.store(0, Ordering::SeqCst);
+        let ids = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP]
+            .into_iter()
+            .filter_map(|signal| {
+                // SAFETY: the action only stores into an atomic: async-signal-safe.
+                unsafe {
+                    signal_hook_registry::register(signal, move || {
+                        let _ = STOP_SIGNAL.compare_exchange(
+                            0,
+                            signal,
+                            Ordering::SeqCst,
+                            Ordering::SeqCst,
+                        );
+                    })
+                }
+                .ok()
+            })
+            .collect();
+        StopOnSignal { ids }
+    }
+
+    fn signal(&self) -> Option<i32> {
+        let signal = STOP_SIGNAL.load(Ordering::SeqCst);
+        (signal != 0).then_some(signal)
+    }
+}
+
+impl Drop for StopOnSignal {
+    fn drop(&mut self) {
+        for id in self.ids.drain(..) {
+            signal_hook_registry::unregister(id);
+        }
+    }
+}
+
 /// A thread's CPU time now (the kernel's `sum_exec_runtime`, brought up to date on read).
 fn thread_cpu_ns(proc_root: &Path, tgid: u32, tid: u32) -> Option<u64> {
     let path = proc_root.join(format!("{tgid}/task/{tid}/schedstat"));
@@ -856,5 +993,26 @@ fn raise_open_files_limit(needed: usize) {
                 .min(needed.max(limit.rlim_cur as usize) as u64);
             libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_signal_while_attaching_is_noted_and_only_while_installed() {
+        let stop = StopOnSignal::install();
+        assert_eq!(stop.signal(), None);
+        // SAFETY: raising a signal that the installed handler catches.
+        unsafe { libc::raise(libc::SIGTERM) };
+        assert_eq!(stop.signal(), Some(libc::SIGTERM));
+        // The first signal is the one reported.
+        // SAFETY: as above.
+        unsafe { libc::raise(libc::SIGINT) };
+        assert_eq!(stop.signal(), Some(libc::SIGTERM));
+        drop(stop);
+        let again = StopOnSignal::install();
+        assert_eq!(again.signal(), None, "a new attach starts clean");
     }
 }

@@ -130,6 +130,8 @@ impl RunError {
                 std::io::ErrorKind::NotFound => 127,
                 _ => 126,
             },
+            // Stopped while attaching function probes: as if killed by that signal.
+            RunError::Probe(ProbeError::Interrupted { signal, .. }) => 128 + signal,
             RunError::Probe(_) | RunError::Signals(_) => 1,
         }
     }

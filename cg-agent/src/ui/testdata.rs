@@ -224,6 +224,7 @@ fn function(pid: u32, symbol: &str, energy_j: f64, calls: u64) -> FunctionEntry 
         source: "uprobe",
         line: None,
         partial: Some(false),
+        entry_only: None,
         provenance: Provenance::Estimated,
     }
 }
