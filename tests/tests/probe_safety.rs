@@ -45,6 +45,16 @@ fn unchanged_under(flags: &[&str], program: &str, args: &[&str]) -> Value {
     report
 }
 
+/// Whether the running kernel is at least `major.minor`.
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut parts = release
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|p| p.parse::<u32>().ok());
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (major, minor)
+}
+
 /// The report's probed functions (`meta.function_profiling.uprobes.functions`).
 fn probed(report: &Value) -> Vec<Value> {
     report
@@ -110,6 +120,14 @@ fn probing_every_function_of_a_rust_binary_leaves_it_unchanged() {
     );
     let list = probed(&report);
     assert!(list.len() > 300, "only {} functions probed", list.len());
+    // On Linux 6.6 and later the probes go on in uprobe_multi links: taking a thousand
+    // functions' probes down one perf event at a time would take minutes.
+    if kernel_at_least(6, 6) {
+        assert_eq!(
+            report["meta"]["function_profiling"]["uprobes"]["attach_method"],
+            "uprobe_multi"
+        );
+    }
     // Panics never return: entry only; a function that returns keeps both probes.
     assert_eq!(
         probed_named(&list, "core::panicking::panic_fmt")["entry_only_reason"],
@@ -221,6 +239,10 @@ fn the_one_perf_event_per_probe_path_is_just_as_safe() {
     );
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(&report_path).expect("a report")).unwrap();
+    assert_eq!(
+        report["meta"]["function_profiling"]["uprobes"]["attach_method"],
+        "perf_event"
+    );
     assert_adds_up(&report);
     let list = probed(&report);
     assert_eq!(probed_named(&list, "_start")["return_probe"], false);

@@ -99,7 +99,9 @@ fn map_fd(map: &Map) -> Option<RawFd> {
         | Map::Queue(d)
         | Map::Stack(d)
         | Map::BloomFilter(d)
-        | Map::LpmTrie(d) => d,
+        | Map::LpmTrie(d)
+        // Task storage (THREAD_MARKS), which aya 0.14 has no type for.
+        | Map::Unsupported(d) => d,
         _ => return None,
     };
     Some(data.fd().as_fd().as_raw_fd())

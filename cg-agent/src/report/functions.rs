@@ -41,6 +41,10 @@ pub struct FunctionProfiling {
 #[derive(Clone, Debug, Serialize)]
 pub struct UprobeStats {
     pub functions: Vec<ProbedEntry>,
+    /// `uprobe_multi` (many functions per link: attaching and detaching 1,000 functions
+    /// takes milliseconds) or `perf_event` (one perf event per probe: each takes about a
+    /// tenth of a second to detach).
+    pub attach_method: &'static str,
     /// Entry probe hits of every process on the machine (measured): what the probes cost
     /// (non-target processes calling a probed function pay the trap too).
     pub probe_hits_count: u64,
@@ -218,7 +222,20 @@ pub fn build(
             ));
         }
         let counters = data.uprobe_counters.unwrap_or_default();
+        let attach_method = match data.attach_path {
+            Some(crate::probes::uprobes::AttachPath::PerfEvent) => {
+                notes.push(
+                    "function probes were attached one perf event per probe (this kernel \
+                     offered no uprobe_multi links, Linux 6.6 and later): taking them down \
+                     costs the kernel about a tenth of a second each"
+                        .to_string(),
+                );
+                "perf_event"
+            }
+            _ => "uprobe_multi",
+        };
         UprobeStats {
+            attach_method,
             functions: data
                 .probed
                 .iter()

@@ -35,7 +35,11 @@ use crate::{
         returns::{self, EntryOnly},
         symbolize::{Frame, FrameKind, ProcessUids, Symbolizer, file_name, is_stack_root},
     },
-    probes::{Lifecycle, ProbeError, Probes, activity::Activity, uprobes::Attached},
+    probes::{
+        Lifecycle, ProbeError, Probes,
+        activity::Activity,
+        uprobes::{AttachPath, Attached},
+    },
 };
 
 /// Stored function-data entries past which adjacent intervals are merged in pairs.
@@ -98,6 +102,8 @@ pub struct FunctionRecording {
     /// (process, function) pairs still running at the end.
     pub partial: BTreeSet<(ProcId, u32)>,
     pub uprobe_counters: Option<FuncCounters>,
+    /// How the function probes were attached.
+    pub attach_path: Option<AttachPath>,
     pub sampler: Option<SamplerSummary>,
     /// How many times stored intervals were merged in pairs.
     pub merges: u32,
@@ -198,6 +204,7 @@ struct PythonState {
 pub struct FunctionSession {
     options: FunctionOptions,
     functions: Vec<ResolvedFunction>,
+    attach_path: Option<AttachPath>,
     proc_root: PathBuf,
     // Probed functions.
     previous: HashMap<FuncKey, FuncStats>,
@@ -261,15 +268,18 @@ impl FunctionSession {
         probes: &mut Probes,
         proc_root: &Path,
     ) -> Result<Self, ProbeError> {
-        if !functions.is_empty() {
+        let attach_path = if functions.is_empty() {
+            None
+        } else {
             raise_open_files_limit(functions.len() * 2 + 256);
-            attach_functions(probes, &functions)?;
-        }
+            Some(attach_functions(probes, &functions)?)
+        };
         if options.profile {
             probes.attach_sampler(options.sample_hz)?;
         }
         Ok(FunctionSession {
             options: options.clone(),
+            attach_path,
             max_rate: vec![0.0; functions.len()],
             functions,
             proc_root: proc_root.to_path_buf(),
@@ -776,6 +786,7 @@ impl FunctionSession {
                 .collect(),
             partial: self.active,
             uprobe_counters,
+            attach_path: self.attach_path,
             sampler,
             merges: self.merges,
             top: self.options.top,
@@ -862,7 +873,10 @@ impl FunctionSession {
 /// Attaches the probes to every function: with a progress line on a terminal when it takes
 /// a while, and stopping between steps at SIGINT, SIGTERM or SIGHUP (then what was attached
 /// is detached when `probes` is dropped, and the error says nothing was traced).
-fn attach_functions(probes: &mut Probes, functions: &[ResolvedFunction]) -> Result<(), ProbeError> {
+fn attach_functions(
+    probes: &mut Probes,
+    functions: &[ResolvedFunction],
+) -> Result<AttachPath, ProbeError> {
     let stop = StopOnSignal::install();
     let terminal = std::io::stderr().is_terminal();
     let started = Instant::now();
@@ -896,7 +910,7 @@ fn attach_functions(probes: &mut Probes, functions: &[ResolvedFunction]) -> Resu
                 "attached probes to {} functions in {elapsed_ms:.1} ms ({path:?})",
                 functions.len()
             );
-            Ok(())
+            Ok(path)
         }
         Attached::Stopped { functions: done } => {
             let signal = stop.signal().unwrap_or(libc::SIGINT);
