@@ -358,7 +358,7 @@ fn sampled_energy_follows_the_work_and_adds_up_with_folded_stacks_and_a_flamegra
     );
     let sampling = &report["meta"]["function_profiling"]["sampling"];
     assert!(num(sampling, "/samples_count") > 100.0, "{sampling:#}");
-    assert_eq!(sampling["sample_hz"], 997);
+    assert_eq!(sampling["sample_hz"], 4999);
 
     // Folded stacks: integers in microjoules adding up to the process's energy.
     let lines = parse_folded(&std::fs::read_to_string(&folded).expect("folded file"));
