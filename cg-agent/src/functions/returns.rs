@@ -106,15 +106,21 @@ pub const ENTRY_ONLY_NAMES: &[(&str, EntryOnly)] = &[
     ("__backtrace", EntryOnly::Unwinder),
 ];
 
-/// Whether a file throws C++ exceptions: it links the C++ runtime, or holds its throw
-/// function (a static build). An exception unwinding through a function that has a return
+/// Whether a file unwinds its stack through its callers' frames: C++ exceptions (it links
+/// the C++ runtime, or holds its throw function: a static build) or Rust panics (it holds
+/// the panic runtime's `rust_panic`, or links libgcc_s, which provides the unwinder to C
+/// code that otherwise never needs it). An unwind through a function that has a return
 /// probe pending meets the kernel's trampoline instead of a return address and terminates
 /// the program; nothing on the probe side can prevent that, so cg-trace says so.
-pub fn throws_exceptions(elf: &ElfInfo) -> bool {
-    elf.needed
-        .iter()
-        .any(|n| n.starts_with("libstdc++") || n.starts_with("libc++."))
-        || elf.functions.iter().any(|f| f.raw == "__cxa_throw")
+pub fn unwinds(elf: &ElfInfo) -> bool {
+    elf.needed.iter().any(|n| {
+        n.starts_with("libstdc++") || n.starts_with("libc++.") || n.starts_with("libgcc_s.")
+    }) || elf.functions.iter().any(|f| {
+        matches!(
+            f.raw.as_str(),
+            "__cxa_throw" | "rust_panic" | "__rust_start_panic" | "_Unwind_RaiseException"
+        )
+    })
 }
 
 /// Most bytes of one function decoded (a longer one is judged on its first part).
@@ -234,16 +240,22 @@ mod tests {
     }
 
     #[test]
-    fn files_linking_the_cpp_runtime_throw_exceptions() {
+    fn files_whose_exceptions_or_panics_unwind_are_known() {
+        // This test binary is Rust built with panic=unwind.
         let exe = std::env::current_exe().unwrap();
         let mut elf = ElfInfo::open(&exe).unwrap();
-        assert!(
-            !throws_exceptions(&elf),
-            "a Rust test binary: {:?}",
-            elf.needed
-        );
+        assert!(unwinds(&elf), "a Rust test binary: {:?}", elf.needed);
+        // A C file that links neither runtime nor unwinder does not.
+        elf.functions.retain(|f| {
+            !matches!(
+                f.raw.as_str(),
+                "rust_panic" | "__rust_start_panic" | "_Unwind_RaiseException"
+            )
+        });
+        elf.needed.retain(|n| !n.starts_with("libgcc_s."));
+        assert!(!unwinds(&elf), "{:?}", elf.needed);
         elf.needed.push("libstdc++.so.6".into());
-        assert!(throws_exceptions(&elf));
+        assert!(unwinds(&elf));
     }
 
     #[test]

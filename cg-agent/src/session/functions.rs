@@ -158,8 +158,9 @@ pub fn resolve_specs(
     Ok(functions)
 }
 
-/// Says on stderr which probed files throw C++ exceptions: one that unwinds through a
-/// probed function still running terminates the program (see [`crate::functions::returns`]).
+/// Says on stderr which probed files unwind their stacks (C++ exceptions, Rust panics): an
+/// unwind through a probed function still running terminates the program (see
+/// [`crate::functions::returns`]).
 fn warn_about_exceptions(functions: &[ResolvedFunction]) {
     let mut modules: Vec<&Path> = functions
         .iter()
@@ -170,13 +171,13 @@ fn warn_about_exceptions(functions: &[ResolvedFunction]) {
     modules.dedup();
     for module in modules {
         if let Ok(elf) = crate::functions::elf::ElfInfo::open(module)
-            && returns::throws_exceptions(&elf)
+            && returns::unwinds(&elf)
         {
             eprintln!(
-                "cg-trace: warning: {} uses C++ exceptions: one that passes through a probed \
-                 function still running terminates the program (a return probe replaces the \
-                 return address that the unwinder follows); probe functions that exceptions \
-                 do not cross",
+                "cg-trace: warning: {} unwinds its stack for C++ exceptions or Rust panics: an \
+                 exception or a panic that passes through a probed function still running \
+                 terminates the program (a return probe replaces the return address that the \
+                 unwinder follows); probe functions that exceptions and panics do not cross",
                 module.display()
             );
         }
