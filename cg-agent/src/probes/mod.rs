@@ -87,6 +87,11 @@ pub enum ProbeError {
     },
     #[error("the eBPF object has no map {0}")]
     MissingMap(&'static str),
+    #[error(
+        "this cg-trace was built without its eBPF programs (cargo feature `ebpf` off): \
+         rebuild it with the default features"
+    )]
+    NoObject,
     #[error("reading eBPF map {name}: {source}")]
     Read {
         name: &'static str,
@@ -193,7 +198,11 @@ const UPROBE_MAPS_AND_SAMPLER_MAPS: [&str; 9] = [
     SAMPLER_MAPS[5],
 ];
 
+#[cfg(feature = "ebpf")]
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/cg-ebpf"));
+/// Built without the `ebpf` feature (the fuzz targets): no programs, [`Probes::load`] says so.
+#[cfg(not(feature = "ebpf"))]
+static EBPF_OBJECT: &[u8] = &[];
 
 /// The lifecycle programs, attached before sched_switch so no process slips through.
 const LIFECYCLE: [(&str, &str); 3] = [
@@ -205,6 +214,9 @@ const LIFECYCLE: [(&str, &str); 3] = [
 impl Probes {
     /// Loads the programs, marks the initial targets, and attaches.
     pub fn load(config: &ProbeConfig) -> Result<Self, ProbeError> {
+        if EBPF_OBJECT.is_empty() {
+            return Err(ProbeError::NoObject);
+        }
         let started = Instant::now();
         let kernel_btf = btf::Btf::from_sys_fs()?;
         let pid_offset = kernel_btf.member_offset("task_struct", "pid")?;
