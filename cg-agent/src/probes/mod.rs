@@ -551,8 +551,13 @@ fn switch_every_cpu() {
 fn running_since(state: &CpuState) -> Option<u64> {
     let path = format!("/proc/{}/task/{}/schedstat", state.tgid, state.tid);
     let text = std::fs::read_to_string(path).ok()?;
-    let runtime_ns: u64 = text.split_whitespace().next()?.parse().ok()?;
+    let runtime_ns = parse_schedstat_runtime_ns(&text)?;
     Some(runtime_ns.saturating_sub(state.start_runtime_ns))
+}
+
+/// `/proc/PID/task/TID/schedstat` (`run_ns wait_ns timeslices`): the task's `sum_exec_runtime`.
+pub fn parse_schedstat_runtime_ns(text: &str) -> Option<u64> {
+    text.split_whitespace().next()?.parse().ok()
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: the clock `bpf_ktime_get_ns` uses.
