@@ -299,7 +299,8 @@ impl ProcessTable {
 /// `/proc/PID/stat`'s command name and parent pid (`pid (comm) state ppid ...`: comm may
 /// hold spaces and parentheses); `None` when the line has no `(comm)`.
 pub fn parse_stat(stat: &str) -> Option<(String, Option<u32>)> {
-    let (open, close) = (stat.find('(')?, stat.rfind(')')?);
+    let open = stat.find('(')?;
+    let close = stat.rfind(')').filter(|&close| close > open)?;
     let comm = stat[open + 1..close].to_string();
     let ppid = stat[close + 1..]
         .split_whitespace()
@@ -320,6 +321,17 @@ pub fn parse_cmdline(cmdline: &[u8]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by the `proc_files` fuzz target: a `)` before the first `(` panicked.
+    #[test]
+    fn a_stat_line_with_the_parentheses_the_wrong_way_round_is_refused() {
+        let stat = include_str!("../../../fuzz/regressions/proc_files/stat-close-paren-first");
+        assert_eq!(parse_stat(stat), None);
+        assert_eq!(
+            parse_stat("7 (a) b) S 1 7"),
+            Some(("a) b".to_string(), Some(1)))
+        );
+    }
 
     fn fake_proc(pid: u32, stat: &str, cmdline: &[u8]) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
