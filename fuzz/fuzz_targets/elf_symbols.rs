@@ -27,9 +27,17 @@ fuzz_target!(|data: &[u8]| {
         );
     }
     let mut addresses = vec![0, u64::MAX];
-    for (i, (f, prologue)) in elf.functions.iter().zip(&elf.prologues).take(512).enumerate() {
+    for (i, (f, prologue)) in elf
+        .functions
+        .iter()
+        .zip(&elf.prologues)
+        .take(512)
+        .enumerate()
+    {
         assert!(f.address != 0 && !f.raw.is_empty());
-        let found = elf.function_at(f.address).expect("a function at its own address");
+        let found = elf
+            .function_at(f.address)
+            .expect("a function at its own address");
         assert_eq!(found.address, f.address);
         let code = trimmed(prologue);
         if i < 16 && !code.is_empty() {

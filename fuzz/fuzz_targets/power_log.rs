@@ -36,10 +36,10 @@ fuzz_target!(|data: &[u8]| {
     let Some((&cut, log)) = data.split_first() else {
         return;
     };
-    if let Ok(text) = std::str::from_utf8(log) {
-        if let Ok(t_ns) = parse_time(text) {
-            assert!((0..=LAST_NS).contains(&t_ns), "time {text:?} -> {t_ns} ns");
-        }
+    if let Ok(text) = std::str::from_utf8(log)
+        && let Ok(t_ns) = parse_time(text)
+    {
+        assert!((0..=LAST_NS).contains(&t_ns), "time {text:?} -> {t_ns} ns");
     }
     let dir = cg_trace_fuzz::fresh_dir();
     let whole_path = dir.join("whole.csv");
@@ -51,7 +51,10 @@ fuzz_target!(|data: &[u8]| {
     let parts_path = dir.join("parts.csv");
     fs::write(&parts_path, &log[..cut]).unwrap();
     let parts = MeterSource::open(&parts_path, Duration::ZERO).and_then(|mut source| {
-        let mut file = fs::OpenOptions::new().append(true).open(&parts_path).unwrap();
+        let mut file = fs::OpenOptions::new()
+            .append(true)
+            .open(&parts_path)
+            .unwrap();
         file.write_all(&log[cut..]).unwrap();
         source.poll().map(|()| source)
     });
@@ -60,7 +63,11 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let parts = parts.unwrap_or_else(|err| panic!("whole log read, in two parts: {err}"));
-    assert_eq!(whole.samples(), parts.samples(), "two parts read differently");
+    assert_eq!(
+        whole.samples(),
+        parts.samples(),
+        "two parts read differently"
+    );
     let samples = whole.samples().to_vec();
     check_samples(&samples);
 
@@ -87,7 +94,9 @@ fuzz_target!(|data: &[u8]| {
     }
     // Energy of plausible powers (up to a gigawatt) is finite and not negative over any span.
     if samples.iter().all(|s| s.power_w <= 1e9) {
-        let energies = settled.expect("the meter settles").expect("settled energies");
+        let energies = settled
+            .expect("the meter settles")
+            .expect("settled energies");
         for e in energies.iter().flatten() {
             assert!(e.is_finite() && *e >= 0.0, "interval energy {e} J");
         }

@@ -20,7 +20,10 @@ fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
 
     if let Some((comm, _ppid)) = parse_stat(&text) {
-        assert!(comm.len() + 2 <= text.len(), "comm {comm:?} longer than the line");
+        assert!(
+            comm.len() + 2 <= text.len(),
+            "comm {comm:?} longer than the line"
+        );
     }
     let _ = parse_schedstat_runtime_ns(&text);
     for (_uid, name) in parse_passwd(&text) {

@@ -136,9 +136,8 @@ fn write_all(root: &Path, files: &[(PathBuf, Vec<u8>)]) {
 fn relative_path(bytes: &[u8]) -> Option<PathBuf> {
     use std::os::unix::ffi::OsStrExt;
     let components: Vec<&[u8]> = bytes.split(|&b| b == b'/').collect();
-    let plain = |c: &&[u8]| {
-        !c.is_empty() && *c != b"." && *c != b".." && !c.contains(&0) && c.len() <= 64
-    };
+    let plain =
+        |c: &&[u8]| !c.is_empty() && *c != b"." && *c != b".." && !c.contains(&0) && c.len() <= 64;
     if components.len() > 4 || !components.iter().all(plain) {
         return None;
     }
