@@ -71,20 +71,27 @@ impl HostInfo {
     }
 }
 
-/// Parses a kernel CPU list such as `0-3,8,10-11`.
+/// The most CPUs a CPU list may name, and the bound on their ids: far above any kernel's
+/// `NR_CPUS` (8,192 at most today), low enough that a hostile list cannot make cg-trace
+/// allocate gigabytes.
+pub const MAX_CPUS: u32 = 65_536;
+
+/// Parses a kernel CPU list such as `0-3,8,10-11`; `None` when malformed or naming more
+/// than [`MAX_CPUS`] CPUs or an id beyond it.
 pub fn parse_cpu_list(list: &str) -> Option<Vec<u32>> {
     let mut cpus = Vec::new();
     for part in list.trim().split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b): (u32, u32) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
-                if b < a {
-                    return None;
-                }
-                cpus.extend(a..=b);
+        let (a, b): (u32, u32) = match part.split_once('-') {
+            Some((a, b)) => (a.trim().parse().ok()?, b.trim().parse().ok()?),
+            None => {
+                let cpu = part.trim().parse().ok()?;
+                (cpu, cpu)
             }
-            None => cpus.push(part.trim().parse().ok()?),
+        };
+        if b < a || b >= MAX_CPUS || cpus.len() + (b - a) as usize >= MAX_CPUS as usize {
+            return None;
         }
+        cpus.extend(a..=b);
     }
     Some(cpus)
 }
@@ -92,6 +99,23 @@ pub fn parse_cpu_list(list: &str) -> Option<Vec<u32>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by the `perf_tree` fuzz target: a PMU `cpumask` of `0-690622951` made cg-trace
+    /// allocate 2.7 GB.
+    #[test]
+    fn cpu_lists_longer_than_any_kernel_allows_are_refused() {
+        let tree = include_str!("../../fuzz/regressions/perf_tree/cpumask-690-million-cpus");
+        let mask = tree
+            .lines()
+            .find_map(|l| l.strip_prefix("power/cpumask="))
+            .unwrap();
+        assert_eq!(parse_cpu_list(mask), None);
+        assert_eq!(parse_cpu_list("0-65536"), None);
+        assert_eq!(parse_cpu_list("65536"), None);
+        assert_eq!(parse_cpu_list("0-40000,0-40000"), None);
+        assert_eq!(parse_cpu_list("65535").map(|c| c.len()), Some(1));
+        assert_eq!(parse_cpu_list("0-65535").map(|c| c.len()), Some(65_536));
+    }
 
     #[test]
     fn parses_cpu_lists() {

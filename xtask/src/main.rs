@@ -2,11 +2,15 @@
 //!
 //! - `setup`: installs what the build needs on a fresh machine: LLVM 22 dev files (apt),
 //!   nightly `rust-src`, bpf-linker built against LLVM 22, tmux, util-linux and sudo for tests, gcc
-//!   (the NVML stand-in and the C parts of a test workload), python3.11 for the Python tests.
+//!   (the NVML stand-in and the C parts of a test workload), python3.11 for the Python tests,
+//!   cargo-fuzz and g++ (libFuzzer) for the fuzz targets.
 //! - `build`: setup, then builds the workspace (`--release` for an optimised binary).
 //! - `run`: setup, release build, then runs `cg-trace` with the arguments after `--`.
 //! - `test`: setup, rustfmt check, clippy (user space, then the eBPF crate with its own
-//!   target), unit tests, then the end-to-end tests (root, real eBPF) one at a time.
+//!   target), unit tests, every fuzz target for a few seconds, then the end-to-end tests
+//!   (root, real eBPF) one at a time.
+//! - `fuzz [TARGET] [SECONDS]`: setup, then runs the fuzz targets in `fuzz/` (all, or one),
+//!   each for SECONDS (default 60), growing the corpus in `fuzz/corpus/`.
 //! - `bench`: release build, then the overhead benchmarks, the cost of polling the energy
 //!   sources, the live view's cost and function-level profiling's cost (probes, sampling,
 //!   symbolization); prints figures (`--overhead`, `--sources`, `--tui`, `--functions`: only
@@ -17,6 +21,7 @@ mod bench;
 mod bench_functions;
 mod bench_sources;
 mod bench_view;
+mod fuzz;
 mod gpu_check;
 
 use std::{
@@ -27,7 +32,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup | build [--release] | run -- CG-TRACE-ARGS... | test | bench [--quick] [--overhead | --sources | --tui | --functions] | gpu-check [-- CMD ARGS...]>";
+const USAGE: &str = "usage: cargo xtask <setup | build [--release] | run -- CG-TRACE-ARGS... | test | fuzz [TARGET] [SECONDS] | bench [--quick] [--overhead | --sources | --tui | --functions] | gpu-check [-- CMD ARGS...]>";
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -36,6 +41,7 @@ fn main() -> ExitCode {
         Some("build") => setup().and_then(|()| build(args.iter().any(|a| a == "--release"))),
         Some("run") => setup().and_then(|()| run(&args[1..])),
         Some("test") => setup().and_then(|()| test()),
+        Some("fuzz") => setup().and_then(|()| fuzz::run(&args[1..])),
         Some("bench") => setup().and_then(|()| bench::run(&args[1..])),
         Some("gpu-check") => setup().and_then(|()| gpu_check::run(&args[1..])),
         _ => {
@@ -116,6 +122,8 @@ const APT_PACKAGES: &[&str] = &[
     "python3.11",
     // The security tests run cg-trace through the real sudo (tests/tests/security.rs).
     "sudo",
+    // libfuzzer-sys builds libFuzzer (C++) for the fuzz targets.
+    "g++",
 ];
 
 fn setup() -> Result<()> {
@@ -180,6 +188,18 @@ fn setup() -> Result<()> {
                     "llvm-22",
                 ])
                 .env("LLVM_PREFIX", "/usr/lib/llvm-22"),
+        )?;
+    }
+
+    // cargo-fuzz runs the fuzz targets (fuzz/) with the nightly toolchain.
+    if !succeeds(Command::new("rustup").args(["run", "nightly", "cargo", "fuzz", "--version"])) {
+        eprintln!("xtask: building cargo-fuzz (about a minute)");
+        status(
+            Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into())).args([
+                "install",
+                "cargo-fuzz",
+                "--locked",
+            ]),
         )?;
     }
     Ok(())
@@ -262,6 +282,10 @@ fn test() -> Result<()> {
         "--exclude",
         "cg-tests",
     ]))?;
+    // The fuzz crate is a workspace of its own: formatted, linted, then every target runs
+    // for a few seconds from its seeds and past crashes.
+    fuzz::check()?;
+    fuzz::smoke()?;
     if !is_root() {
         bail!(
             "the end-to-end tests load eBPF programs and need root: run `sudo -E cargo xtask test`"

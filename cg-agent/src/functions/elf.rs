@@ -133,7 +133,7 @@ impl ElfInfo {
                         continue;
                     }
                     let value = file_range(&segments, symbol.address(), 16.min(symbol.size()))
-                        .and_then(|(start, len)| bytes.get(start..start + len))
+                        .and_then(|range| bytes.get(range))
                         .map(<[u8]>::to_vec)
                         .unwrap_or_default();
                     data.push((raw.to_string(), symbol.address(), value));
@@ -155,8 +155,8 @@ impl ElfInfo {
             .iter()
             .map(|f| {
                 let mut out = [0u8; 16];
-                if let Some(code) = file_range(&segments, f.address, 16)
-                    .and_then(|(start, len)| bytes.get(start..start + len))
+                if let Some(code) =
+                    file_range(&segments, f.address, 16).and_then(|range| bytes.get(range))
                 {
                     out[..code.len()].copy_from_slice(code);
                 }
@@ -210,20 +210,20 @@ impl ElfInfo {
     pub fn file_offset(&self, vaddr: u64) -> Option<u64> {
         self.segments
             .iter()
-            .find(|s| vaddr >= s.vaddr && vaddr < s.vaddr + s.filesz.max(1))
-            .map(|s| vaddr - s.vaddr + s.offset)
+            .find(|s| vaddr >= s.vaddr && vaddr - s.vaddr < s.filesz.max(1))
+            .and_then(|s| (vaddr - s.vaddr).checked_add(s.offset))
     }
 
     /// The virtual address of file offset `offset` (from `/proc/PID/maps`), in an
     /// executable segment first.
     pub fn vaddr_of_offset(&self, offset: u64) -> Option<u64> {
-        let within = |s: &&Segment| offset >= s.offset && offset < s.offset + s.filesz;
+        let within = |s: &&Segment| offset >= s.offset && offset - s.offset < s.filesz;
         self.segments
             .iter()
             .filter(|s| s.executable)
             .find(within)
             .or_else(|| self.segments.iter().find(within))
-            .map(|s| offset - s.offset + s.vaddr)
+            .and_then(|s| (offset - s.offset).checked_add(s.vaddr))
     }
 
     /// The function containing `vaddr`: the closest symbol at or below it, within its size
@@ -245,7 +245,7 @@ impl ElfInfo {
             // in order) whose size covers the address.
             return aliases
                 .iter()
-                .position(|f| vaddr < f.address + f.size.max(1))
+                .position(|f| vaddr - f.address < f.size.max(1))
                 .map(|i| first + i);
         }
         let next = self.functions.get(index).map_or(u64::MAX, |f| f.address);
@@ -255,8 +255,7 @@ impl ElfInfo {
     /// Up to `len` bytes of the file image `image` (as read for [`ElfInfo::parse`]) at virtual
     /// address `vaddr`, within one segment; `None` when the address is not in the file.
     pub fn code<'a>(&self, image: &'a [u8], vaddr: u64, len: u64) -> Option<&'a [u8]> {
-        let (start, len) = file_range(&self.segments, vaddr, len)?;
-        image.get(start..start.checked_add(len)?)
+        image.get(file_range(&self.segments, vaddr, len)?)
     }
 
     /// A data symbol's address and initial bytes, when asked for at open.
@@ -268,17 +267,16 @@ impl ElfInfo {
     }
 }
 
-/// The byte range of the file that holds `len` bytes at virtual address `vaddr`.
-fn file_range(segments: &[Segment], vaddr: u64, len: u64) -> Option<(usize, usize)> {
+/// The byte range of the file that holds `len` bytes at virtual address `vaddr` (fewer
+/// where the segment ends first).
+fn file_range(segments: &[Segment], vaddr: u64, len: u64) -> Option<std::ops::Range<usize>> {
     let segment = segments
         .iter()
-        .find(|s| vaddr >= s.vaddr && vaddr < s.vaddr + s.filesz)?;
-    let start = vaddr - segment.vaddr + segment.offset;
-    let available = segment.offset + segment.filesz - start;
-    Some((
-        usize::try_from(start).ok()?,
-        usize::try_from(len.min(available)).ok()?,
-    ))
+        .find(|s| vaddr >= s.vaddr && vaddr - s.vaddr < s.filesz)?;
+    let inside = vaddr - segment.vaddr;
+    let start = usize::try_from(inside.checked_add(segment.offset)?).ok()?;
+    let len = usize::try_from(len.min(segment.filesz - inside)).ok()?;
+    Some(start..start.checked_add(len)?)
 }
 
 /// A symbol name as people write it: Rust without the hash, C++ without parameters.
@@ -346,6 +344,33 @@ impl FirstInstruction {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by the `elf_symbols` fuzz target: a segment whose end passes 2^64 made every
+    /// address lookup overflow.
+    #[test]
+    fn segments_that_run_past_the_address_space_are_looked_up_without_overflow() {
+        let bytes =
+            include_bytes!("../../../fuzz/regressions/elf_symbols/segment-end-past-u64-max");
+        let elf = ElfInfo::parse(Path::new("fuzzed"), bytes, &["_PyRuntime"]).unwrap();
+        let segment = elf.segments[0];
+        assert!(segment.vaddr.checked_add(segment.filesz).is_none());
+        assert_eq!(elf.file_offset(segment.vaddr), Some(segment.offset));
+        assert_eq!(elf.vaddr_of_offset(segment.offset), Some(segment.vaddr));
+        // The last address is inside the segment, but its file offset would pass 2^64; the
+        // last file offset is inside too, and its address fits.
+        assert_eq!(elf.file_offset(u64::MAX), None);
+        assert_eq!(
+            elf.vaddr_of_offset(u64::MAX),
+            Some(u64::MAX - segment.offset + segment.vaddr)
+        );
+        for f in &elf.functions {
+            assert_eq!(
+                elf.function_at(f.address).map(|g| g.address),
+                Some(f.address)
+            );
+            let _ = elf.file_offset(f.address);
+        }
+    }
 
     #[test]
     fn demangles_rust_and_cpp_names_without_hashes_or_parameters() {

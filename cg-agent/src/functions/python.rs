@@ -165,12 +165,14 @@ pub fn read_code(proc_root: &Path, pid: u32, walker: &PyProcess, code: u64) -> O
         mem.read_exact_at(&mut b, address).ok()?;
         Some(u64::from_le_bytes(b))
     };
+    // The address comes from the target's memory: a field past 2^64 is not there.
+    let field = |offset: u32| code.checked_add(u64::from(offset));
     let mut line = [0u8; 4];
-    mem.read_exact_at(&mut line, code + u64::from(walker.code_firstlineno))
+    mem.read_exact_at(&mut line, field(walker.code_firstlineno)?)
         .ok()?;
     let text = |object: u64| -> Option<String> { read_str(&mem, walker, object) };
-    let qualname = text(u64_at(code + u64::from(walker.code_qualname))?)?;
-    let filename = text(u64_at(code + u64::from(walker.code_filename))?)?;
+    let qualname = text(u64_at(field(walker.code_qualname)?)?)?;
+    let filename = text(u64_at(field(walker.code_filename)?)?)?;
     Some(PyFunction {
         qualname,
         filename,
@@ -298,6 +300,27 @@ fn apply_debug_offsets(proc_root: &Path, pid: u32, walker: &mut PyProcess) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A code object at the top of the address space (the `python_process` fuzz target's
+    /// seed with its address set to 2^64 - 1): its field addresses overflowed.
+    #[test]
+    fn a_code_object_at_the_top_of_the_address_space_is_not_read() {
+        let input =
+            include_bytes!("../../../fuzz/regressions/python_process/code-object-at-u64-max");
+        let code = u64::from_le_bytes(input[9..17].try_into().unwrap());
+        let elf_len = usize::from(u16::from_le_bytes([input[17], input[18]]));
+        let mem = &input[19 + elf_len..];
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("4242")).unwrap();
+        let walker = table((3, 12)).unwrap();
+        std::fs::write(dir.path().join("4242/mem"), mem).unwrap();
+        assert_eq!(read_code(dir.path(), 4242, &walker, code), None);
+        // The seed's code object, at 0x400, reads.
+        assert_eq!(
+            read_code(dir.path(), 4242, &walker, 0x400).map(|f| (f.qualname, f.line)),
+            Some(("Worker.heavy".to_string(), 42))
+        );
+    }
 
     #[test]
     fn versions_from_file_names() {

@@ -185,7 +185,7 @@ impl PerfMap {
     pub fn find(&self, address: u64) -> Option<&str> {
         let index = self.entries.partition_point(|e| e.0 <= address);
         let (start, size, name) = self.entries.get(index.checked_sub(1)?)?;
-        (address < start.saturating_add(*size.max(&1))).then_some(name.as_str())
+        (address - start < *size.max(&1)).then_some(name.as_str())
     }
 }
 
@@ -597,6 +597,17 @@ mod tests {
         std::fs::copy(&secret, dir.path().join("perf-9.map")).unwrap();
         let id = symbolizer.native(9, None, 0x1010, false);
         assert_eq!(symbolizer.frame(id).symbol, "SECRET");
+    }
+
+    /// Found by the `jit_maps` fuzz target: an entry whose end passes 2^64 overflowed.
+    #[test]
+    fn a_perf_map_entry_that_runs_past_the_address_space_is_looked_up_without_overflow() {
+        let map = PerfMap::parse(include_str!(
+            "../../../fuzz/regressions/jit_maps/perf-map-entry-past-u64-max"
+        ));
+        assert_eq!(map.find(0xffffffff81002000), Some(""));
+        assert_eq!(map.find(u64::MAX), Some(""));
+        assert_eq!(map.find(0xffffffff81001fff), None);
     }
 
     #[test]

@@ -111,6 +111,11 @@ pub enum ProbeError {
     },
     #[error("the eBPF object has no map {0}")]
     MissingMap(&'static str),
+    #[error(
+        "this cg-trace was built without its eBPF programs (cargo feature `ebpf` off): \
+         rebuild it with the default features"
+    )]
+    NoObject,
     #[error("reading eBPF map {name}: {source}")]
     Read {
         name: &'static str,
@@ -260,7 +265,11 @@ const UPROBE_MAPS_AND_SAMPLER_MAPS: [&str; 9] = [
     SAMPLER_MAPS[5],
 ];
 
+#[cfg(feature = "ebpf")]
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/cg-ebpf"));
+/// Built without the `ebpf` feature (the fuzz targets): no programs, [`Probes::load`] says so.
+#[cfg(not(feature = "ebpf"))]
+static EBPF_OBJECT: &[u8] = &[];
 
 /// The lifecycle programs, attached before sched_switch so no process slips through.
 const LIFECYCLE: [(&str, &str); 3] = [
@@ -272,6 +281,9 @@ const LIFECYCLE: [(&str, &str); 3] = [
 impl Probes {
     /// Loads the programs, marks the initial targets, and attaches.
     pub fn load(config: &ProbeConfig) -> Result<Self, ProbeError> {
+        if EBPF_OBJECT.is_empty() {
+            return Err(ProbeError::NoObject);
+        }
         let started = Instant::now();
         let kernel_btf = btf::Btf::from_sys_fs()?;
         let pid_offset = kernel_btf.member_offset("task_struct", "pid")?;
@@ -651,8 +663,13 @@ fn switch_every_cpu() {
 fn running_since(state: &CpuState) -> Option<u64> {
     let path = format!("/proc/{}/task/{}/schedstat", state.tgid, state.tid);
     let text = std::fs::read_to_string(path).ok()?;
-    let runtime_ns: u64 = text.split_whitespace().next()?.parse().ok()?;
+    let runtime_ns = parse_schedstat_runtime_ns(&text)?;
     Some(runtime_ns.saturating_sub(state.start_runtime_ns))
+}
+
+/// `/proc/PID/task/TID/schedstat` (`run_ns wait_ns timeslices`): the task's `sum_exec_runtime`.
+pub fn parse_schedstat_runtime_ns(text: &str) -> Option<u64> {
+    text.split_whitespace().next()?.parse().ok()
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: the clock `bpf_ktime_get_ns` uses.

@@ -233,25 +233,16 @@ impl ProcessTable {
             use std::os::unix::fs::MetadataExt;
             record.uid = Some(meta.uid());
         }
-        if let Ok(stat) = fs::read_to_string(dir.join("stat")) {
-            // pid (comm) state ppid ...: comm may hold spaces and parentheses.
-            if let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) {
-                record.comm = stat[open + 1..close].to_string();
-                let ppid = stat[close + 1..]
-                    .split_whitespace()
-                    .nth(1)
-                    .and_then(|p| p.parse().ok());
-                if record.ppid.is_none() {
-                    record.ppid = ppid;
-                }
+        if let Ok(stat) = fs::read_to_string(dir.join("stat"))
+            && let Some((comm, ppid)) = parse_stat(&stat)
+        {
+            record.comm = comm;
+            if record.ppid.is_none() {
+                record.ppid = ppid;
             }
         }
         if let Ok(cmdline) = fs::read(dir.join("cmdline")) {
-            let args: Vec<String> = cmdline
-                .split(|&b| b == 0)
-                .filter(|a| !a.is_empty())
-                .map(|a| String::from_utf8_lossy(a).into_owned())
-                .collect();
+            let args = parse_cmdline(&cmdline);
             if !args.is_empty() {
                 record.cmdline = args;
             }
@@ -461,9 +452,42 @@ impl ProcessTable {
     }
 }
 
+/// `/proc/PID/stat`'s command name and parent pid (`pid (comm) state ppid ...`: comm may
+/// hold spaces and parentheses); `None` when the line has no `(comm)`.
+pub fn parse_stat(stat: &str) -> Option<(String, Option<u32>)> {
+    let open = stat.find('(')?;
+    let close = stat.rfind(')').filter(|&close| close > open)?;
+    let comm = stat[open + 1..close].to_string();
+    let ppid = stat[close + 1..]
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok());
+    Some((comm, ppid))
+}
+
+/// `/proc/PID/cmdline`: the arguments, NUL-separated (empty ones dropped).
+pub fn parse_cmdline(cmdline: &[u8]) -> Vec<String> {
+    cmdline
+        .split(|&b| b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by the `proc_files` fuzz target: a `)` before the first `(` panicked.
+    #[test]
+    fn a_stat_line_with_the_parentheses_the_wrong_way_round_is_refused() {
+        let stat = include_str!("../../../fuzz/regressions/proc_files/stat-close-paren-first");
+        assert_eq!(parse_stat(stat), None);
+        assert_eq!(
+            parse_stat("7 (a) b) S 1 7"),
+            Some(("a) b".to_string(), Some(1)))
+        );
+    }
 
     fn fake_proc(pid: u32, stat: &str, cmdline: &[u8]) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();

@@ -636,7 +636,11 @@ pub fn parse_time(text: &str) -> Result<i64, String> {
         }
         None => local_to_epoch(year, month, day, hour, minute, second)?,
     };
-    Ok(seconds * 1_000_000_000 + frac_ns)
+    seconds
+        .checked_mul(1_000_000_000)
+        .and_then(|ns| ns.checked_add(frac_ns))
+        .filter(|ns| *ns >= 0)
+        .ok_or_else(|| "out of range (times from 1970 to 2262 are read)".to_string())
 }
 
 /// `"25"` -> 250 ms in nanoseconds (digits past nanoseconds are dropped).
@@ -1138,5 +1142,22 @@ mod tests {
         assert!(parse_time("2026-02-04T10:15:23+1").is_err());
         assert_eq!(days_from_civil(1970, 1, 1), 0);
         assert_eq!(days_from_civil(2000, 3, 1), 11_017);
+    }
+
+    /// Found by the `power_log` fuzz target: a time after 2262 overflowed the nanoseconds.
+    #[test]
+    fn times_nanoseconds_cannot_hold_are_refused() {
+        // The fuzz input: a byte for the target, then the text.
+        let input = include_str!("../../../fuzz/regressions/power_log/year-6022");
+        let time = &input[1..];
+        assert!(parse_time(time).unwrap_err().contains("out of range"));
+        let (_dir, path) = log(&format!("time,watts\n{time},10\n"));
+        let err = MeterSource::open(&path, Duration::ZERO).unwrap_err();
+        assert!(err.to_string().contains("out of range"), "{err}");
+        assert!(parse_time("2262-04-12T00:00:00Z").is_err());
+        assert!(parse_time("1969-12-31T23:59:59Z").is_err());
+        assert!(parse_time("0000-01-01T00:00:00Z").is_err());
+        assert_eq!(parse_time("1970-01-01T00:00:00Z"), Ok(0));
+        assert!(parse_time("2262-04-11T00:00:00Z").is_ok());
     }
 }

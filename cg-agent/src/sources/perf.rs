@@ -171,6 +171,10 @@ impl CounterOpener for FileOpener {
     }
 }
 
+/// The largest `.scale` accepted, in joules per count: RAPL counts in 2^-32 J (15.3 µJ on
+/// older AMD parts); at 1 J a full 64-bit count is still a finite number of joules.
+const MAX_SCALE_J: f64 = 1.0;
+
 /// An event of a PMU as sysfs describes it.
 #[derive(Clone, Debug, PartialEq)]
 struct Event {
@@ -606,8 +610,13 @@ fn read_pmu(root: &Path, name: &'static str) -> Result<Option<Pmu>, SourceError>
         let scale_j: f64 = read_text(&scale_path)?
             .parse()
             .ok()
-            .filter(|s: &f64| s.is_finite() && *s > 0.0)
-            .ok_or_else(|| malformed(&scale_path, "expected a positive number of joules"))?;
+            .filter(|s: &f64| *s > 0.0 && *s <= MAX_SCALE_J)
+            .ok_or_else(|| {
+                malformed(
+                    &scale_path,
+                    "expected a positive number of joules per count, at most 1",
+                )
+            })?;
         let unit_path = events_dir.join(format!("{event}.unit"));
         if unit_path.exists() {
             let unit = read_text(&unit_path)?;
@@ -1175,6 +1184,36 @@ mod tests {
             &|d| fs::write(d.join("events/energy-pkg"), "umask=0x1\n").unwrap(),
             "format",
         );
+    }
+
+    /// The `perf_tree` fuzz target's property check: a `.scale` of 1e300 J per count made a
+    /// full-range count infinite joules.
+    #[test]
+    fn a_scale_no_rapl_counter_has_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let tree =
+            include_str!("../../../fuzz/regressions/perf_tree/scale-1e300-reads-infinite-joules");
+        for (path, value) in tree.lines().filter_map(|l| l.split_once('=')) {
+            if let Some(path) = path.strip_prefix("!") {
+                assert_eq!(path, "counts");
+                continue;
+            }
+            let path = dir.path().join(path);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, format!("{value}\n")).unwrap();
+        }
+        let counts = std::cell::Cell::new([0, u64::MAX].into_iter());
+        let opener = |_: &CounterRequest| -> io::Result<Box<dyn CounterReader>> {
+            let mut bytes: Vec<u8> = Vec::new();
+            for count in counts.take() {
+                bytes.extend(count.to_ne_bytes());
+            }
+            Ok(Box::new(StreamCounter(io::Cursor::new(bytes))))
+        };
+        let err = PerfSource::open(dir.path(), &host(&[0]), &opener)
+            .and_then(|mut source| source.read(&ctx()))
+            .unwrap_err();
+        assert!(err.to_string().contains("energy-pkg.scale"), "{err}");
     }
 
     #[test]
