@@ -219,6 +219,49 @@ pub fn busy_cpu_seconds() -> f64 {
     busy / hz
 }
 
+/// Samples the machine's busy CPUs (from `/proc/stat`) at a fixed period in the background
+/// until [`BusySampler::finish`].
+pub struct BusySampler {
+    samples: Arc<std::sync::Mutex<Vec<f64>>>,
+    _ticker: Ticker,
+}
+
+/// Busy CPUs per sampling period.
+pub struct BusyLevels(Vec<f64>);
+
+impl BusySampler {
+    pub fn start(period: Duration) -> Self {
+        let samples = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = samples.clone();
+        let ticker = Ticker::start(period, move |dt_s, busy_s| {
+            if dt_s > 0.0 {
+                sink.lock().unwrap().push(busy_s / dt_s);
+            }
+        });
+        BusySampler {
+            samples,
+            _ticker: ticker,
+        }
+    }
+
+    pub fn finish(self) -> BusyLevels {
+        let samples = self.samples.lock().unwrap().clone();
+        BusyLevels(samples)
+    }
+}
+
+impl BusyLevels {
+    /// The standard deviation of the busy level, in CPUs (0 with fewer than 2 samples).
+    pub fn spread_cpus(&self) -> f64 {
+        let n = self.0.len() as f64;
+        if n < 2.0 {
+            return 0.0;
+        }
+        let mean = self.0.iter().sum::<f64>() / n;
+        (self.0.iter().map(|b| (b - mean).powi(2)).sum::<f64>() / n).sqrt()
+    }
+}
+
 /// CPU seconds the kernel has accounted to the main thread of `pid` (its `sum_exec_runtime`,
 /// from `/proc/PID/schedstat`): the ground truth tests compare cg-trace with.
 pub fn task_cpu_s(pid: u32) -> Option<f64> {

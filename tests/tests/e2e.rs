@@ -167,6 +167,8 @@ fn idle_fit_over_calibration_and_run_recovers_the_baseline() {
     );
     let root = rapl.root().display().to_string();
     let burn = burn();
+    // How busy the machine is, every 100 ms, by the kernel's own count, while cg-trace runs.
+    let busy = cg_tests::BusySampler::start(Duration::from_millis(100));
     let run = cg_trace(&[
         "--powercap-root",
         &root,
@@ -177,13 +179,26 @@ fn idle_fit_over_calibration_and_run_recovers_the_baseline() {
         "--children",
         "1200,600",
     ]);
+    let spread_cpus = busy.finish().spread_cpus();
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
     let report = run.report();
     assert_adds_up(report);
     assert!(num(report, "/meta/calibration_s") >= 0.8);
     let idle = report["meta"]["idle_baseline"].as_array().unwrap();
     let package_idle = idle.iter().find(|b| b["domain"] == "package-0").unwrap();
-    assert_eq!(package_idle["method"], "regression", "{package_idle}");
+    if package_idle["method"] == "prior" && spread_cpus < 0.3 {
+        // Other processes kept the machine's busy level steady (as on a machine shared with
+        // builds): no fit is possible, and cg-trace must say so rather than pretend.
+        eprintln!("busy level spread {spread_cpus:.2} CPUs: checked the fallback, not the fit");
+        let notes = report["meta"]["measurement_quality"]["notes"].to_string();
+        assert!(notes.contains("too steady"), "{notes}");
+        assert_eq!(report["meta"]["measurement_quality"]["grade"], "degraded");
+        return;
+    }
+    assert_eq!(
+        package_idle["method"], "regression",
+        "{package_idle} (busy level spread {spread_cpus:.2} CPUs)"
+    );
     let idle_w = num(package_idle, "/power_w");
     assert!(
         (idle_w - 6.0).abs() < 1.5,
@@ -822,6 +837,29 @@ fn pid_in(path: &std::path::Path) -> u32 {
     }
 }
 
+/// Starts `cg-trace --source model -q --interval MS -o DIR/r.json -- sh -c SCRIPT`.
+fn trace_script(dir: &std::path::Path, interval_ms: &str, script: &str) -> std::process::Child {
+    Command::new(bin("cg-trace"))
+        .args(["--source", "model", "-q", "--interval", interval_ms, "-o"])
+        .arg(dir.join("r.json"))
+        .args(["--", "sh", "-c", script])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for a run [`trace_script`] started; checks that it succeeded; its report.
+fn traced_report(tracer: std::process::Child, dir: &std::path::Path) -> Value {
+    let output = tracer.wait_with_output().unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(&std::fs::read_to_string(dir.join("r.json")).unwrap()).unwrap()
+}
+
 fn records_of(report: &Value, pid: u32) -> Vec<Value> {
     report["processes"]
         .as_array()
@@ -848,32 +886,18 @@ fn a_non_target_that_reuses_a_targets_pid_is_not_charged_to_it() {
             pid = pidfile.display(),
             done = done.display()
         );
-        let out = dir.path().join("r.json");
-        let tracer = Command::new(bin("cg-trace"))
-            .args(["--source", "model", "-q", "--interval", "500", "-o"])
-            .arg(&out)
-            .args(["--", "sh", "-c", &script])
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+        let tracer = trace_script(dir.path(), "500", &script);
         let reused = pid_in(&pidfile);
         pid_in(&done);
         next_pid_will_be(reused);
         let intruder = Background::spawn(burn().as_ref(), &["--self", "1000"]);
         let got = intruder.pid();
-        let status = tracer.wait_with_output().unwrap();
+        let report = traced_report(tracer, dir.path());
         drop(intruder);
-        assert_eq!(
-            status.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&status.stderr)
-        );
         if got != reused {
             eprintln!("attempt {attempt}: pid {reused} went to another process first");
             continue;
         }
-        let report: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
         assert_adds_up(&report);
         let records = records_of(&report, reused);
         assert_eq!(records.len(), 1, "{records:#?}");
@@ -913,26 +937,12 @@ fn a_descendant_that_reuses_a_pid_within_an_interval_is_a_process_of_its_own() {
             done = done.display(),
             go = go.display()
         );
-        let out = dir.path().join("r.json");
-        let tracer = Command::new(bin("cg-trace"))
-            .args(["--source", "model", "-q", "--interval", "2000", "-o"])
-            .arg(&out)
-            .args(["--", "sh", "-c", &script])
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+        let tracer = trace_script(dir.path(), "2000", &script);
         let reused = pid_in(&pidfile);
         pid_in(&done);
         next_pid_will_be(reused);
         std::fs::write(&go, "go\n").unwrap();
-        let status = tracer.wait_with_output().unwrap();
-        assert_eq!(
-            status.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&status.stderr)
-        );
-        let report: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        let report = traced_report(tracer, dir.path());
         assert_adds_up(&report);
         let records = records_of(&report, reused);
         if records.len() < 2 {

@@ -109,6 +109,17 @@ fn overhead(quick: bool) -> Result<()> {
     );
     println!();
 
+    // 1a. What the kernel itself counts for cg-trace's programs at this rate.
+    match program_cost(&pingpong, config.workload_s) {
+        Ok(Some((runs, ns))) => println!(
+            "  sched_switch program (kernel BPF statistics): {ns:.0} ns per switch over {runs} \
+             switches"
+        ),
+        Ok(None) => println!("  sched_switch program: the kernel gave no BPF statistics"),
+        Err(err) => println!("  sched_switch program: not measured ({err:#})"),
+    }
+    println!();
+
     // 1b. The same with the kernel's reference tool, when installed.
     let perf_ok = Command::new("perf")
         .args(["bench", "sched", "pipe", "-l", "1000"])
@@ -225,6 +236,47 @@ fn ab(config: &Config, out: &Path, name: &str, workload: impl Fn() -> Result<f64
         traced: median(traced),
         reports,
     })
+}
+
+/// With the kernel's BPF statistics on (`kernel.bpf_stats_enabled`, restored after), runs
+/// the ping-pong under `cg-trace --all` and reads cg-trace's programs' run counts and times
+/// from its descriptors' fdinfo: (runs, ns per run) of the most-run program, sched_switch.
+fn program_cost(pingpong: &Path, seconds: f64) -> Result<Option<(u64, f64)>> {
+    const SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
+    let before = fs::read_to_string(SYSCTL).context("reading kernel.bpf_stats_enabled")?;
+    fs::write(SYSCTL, "1").context("enabling kernel.bpf_stats_enabled")?;
+    let out = tempdir()?;
+    let result = (|| -> Result<Option<(u64, f64)>> {
+        let mut tracer = start_tracer(&out.join("stats.json"), None, false)?;
+        measure(
+            Command::new(pingpong).arg(seconds.to_string()),
+            "round_trips_per_s",
+        )?;
+        let mut best: Option<(u64, u64)> = None;
+        for entry in fs::read_dir(format!("/proc/{}/fdinfo", tracer.id()))? {
+            let Ok(text) = fs::read_to_string(entry?.path()) else {
+                continue;
+            };
+            let field = |name: &str| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+            };
+            if let (Some(runs), Some(ns)) = (field("run_cnt:"), field("run_time_ns:"))
+                && best.is_none_or(|(r, _)| runs > r)
+            {
+                best = Some((runs, ns));
+            }
+        }
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) };
+        tracer.wait()?;
+        Ok(best
+            .filter(|(runs, _)| *runs > 0)
+            .map(|(runs, ns)| (runs, ns as f64 / runs as f64)))
+    })();
+    let _ = fs::write(SYSCTL, before.trim());
+    result
 }
 
 fn start_tracer(report: &Path, duration_s: Option<f64>, noop: bool) -> Result<Child> {
