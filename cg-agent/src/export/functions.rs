@@ -95,6 +95,15 @@ pub fn render(report: &Report) -> String {
             "samples: {} at {} Hz (measured), {} stacks; sampled {:.3} J, unsampled {:.3} J",
             s.samples_count, s.sample_hz, s.stacks_count, s.sampled_energy_j, s.unsampled_energy_j
         );
+        let _ = writeln!(
+            out,
+            "  lost (measured): {} kernel stacks, {} user stacks, {} whole samples ({:.2} per \
+             100 samples)",
+            s.lost_kernel_stacks_count,
+            s.lost_user_stacks_count,
+            s.lost_samples_count,
+            s.lost_stacks_pct
+        );
         for p in &s.python {
             let _ = writeln!(
                 out,

@@ -90,9 +90,27 @@ pub struct SamplingStats {
     pub sample_hz: u64,
     /// Samples of targets (measured).
     pub samples_count: u64,
+    /// Samples lost whole: the ring buffer that carries them was full (the agent read it
+    /// late) (measured).
     pub lost_samples_count: u64,
+    /// Samples whose kernel stack the kernel could not walk (measured): they keep their
+    /// user frames.
+    pub lost_kernel_stacks_count: u64,
+    /// Samples whose user stack the kernel could not walk (measured): they keep their
+    /// kernel frames, or show as `[no stack]`.
     pub lost_user_stacks_count: u64,
+    /// Stacks lost per 100 samples: kernel and user stacks lost, and samples lost whole
+    /// (a sample that lost both its stacks counts twice).
+    pub lost_stacks_pct: f64,
+    /// Always 0 since schema 1.3: Python frames travel in their sample's record.
     pub lost_python_count: u64,
+    /// The sampling program's mean kernel run time per run (every sample, of targets or
+    /// not), measured by the kernel's BPF statistics; only when they were on
+    /// (`kernel.bpf_stats_enabled`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bpf_ns_per_run: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bpf_runs_count: Option<u64>,
     /// Energy of targets carried by samples.
     pub sampled_energy_j: f64,
     /// Energy of targets that ran but were never sampled (the `[unsampled]` entries).
@@ -364,6 +382,17 @@ pub fn build(
                  -fno-omit-frame-pointer or -C force-frame-pointers=yes"
             ));
         }
+        let lost_pct = lost_stacks_pct(summary);
+        if lost_pct > 0.0 {
+            notes.push(format!(
+                "{lost_pct:.2} stacks lost per 100 samples (measured: {} kernel and {} user \
+                 stacks the kernel could not walk, {} samples lost whole because the agent \
+                 read the sample ring late, e.g. on a starved machine); a sample that lost a \
+                 stack keeps its energy with its process (under [no stack] when no frame is \
+                 left)",
+                summary.lost_kernel_stacks, summary.lost_user_stacks, summary.lost_samples
+            ));
+        }
         notes.extend(summary.notes.iter().cloned());
         for p in summary.python.iter().filter(|p| !p.frames) {
             notes.push(format!(
@@ -376,8 +405,12 @@ pub fn build(
             sample_hz: summary.sample_hz,
             samples_count: summary.samples,
             lost_samples_count: summary.lost_samples,
+            lost_kernel_stacks_count: summary.lost_kernel_stacks,
             lost_user_stacks_count: summary.lost_user_stacks,
-            lost_python_count: summary.lost_python,
+            lost_stacks_pct: lost_stacks_pct(summary),
+            lost_python_count: 0,
+            bpf_ns_per_run: summary.run_ns_per_run.filter(|v| v.is_finite()),
+            bpf_runs_count: summary.runs,
             sampled_energy_j: sampled_j,
             unsampled_energy_j: unsampled_j,
             stacks_count: summary.stacks_count,
@@ -432,6 +465,16 @@ pub fn build(
         }),
         functions: listed,
         stacks,
+    }
+}
+
+/// Stacks lost (kernel, user, and samples lost whole) per 100 samples (0 without samples).
+fn lost_stacks_pct(summary: &crate::session::functions::SamplerSummary) -> f64 {
+    let lost = summary.lost_kernel_stacks + summary.lost_user_stacks + summary.lost_samples;
+    if summary.samples == 0 {
+        0.0
+    } else {
+        (100.0 * lost as f64 / summary.samples as f64).min(100.0)
     }
 }
 

@@ -18,7 +18,7 @@ use std::{
     time::Instant,
 };
 
-use cg_common::profiling::{FRAME_OUTERMOST, FuncCounters, FuncKey, FuncStats, SampleKey};
+use cg_common::profiling::{FRAME_OUTERMOST, FuncCounters, FuncKey, FuncStats};
 
 use super::{Mode, processes::ProcessTable};
 use crate::{
@@ -38,6 +38,7 @@ use crate::{
     probes::{
         Lifecycle, ProbeError, Probes,
         activity::Activity,
+        sampler::Sample,
         uprobes::{AttachPath, Attached},
     },
 };
@@ -74,9 +75,15 @@ pub struct SamplerSummary {
     pub sample_hz: u64,
     /// Samples of targets taken (measured).
     pub samples: u64,
+    /// Samples lost whole (the sample ring was full: the agent read it late).
     pub lost_samples: u64,
+    /// Samples whose kernel / user stack the kernel could not walk: measured.
+    pub lost_kernel_stacks: u64,
     pub lost_user_stacks: u64,
-    pub lost_python: u64,
+    /// The sampling program's mean kernel run time per run, and its runs, when the
+    /// kernel's BPF statistics were on (measured).
+    pub run_ns_per_run: Option<f64>,
+    pub runs: Option<u64>,
     pub python: Vec<PythonSeen>,
     /// Share of native-only samples whose user stack did not reach the program's entry
     /// point (truncated: no frame pointers), in percent.
@@ -220,6 +227,8 @@ pub struct FunctionSession {
     raw_index: HashMap<RawStack, u32>,
     stack_cache: HashMap<i32, Vec<u64>>,
     python_stacks: HashMap<u64, Vec<u64>>,
+    /// Python stacks read from the kernel but not yet learnt (by key: code objects).
+    python_read: HashMap<u64, Vec<u64>>,
     python_codes: HashMap<(u32, u32, u64), PyFunction>,
     generation: HashMap<u32, u32>,
     maps: HashMap<(u32, u32), ProcMaps>,
@@ -294,6 +303,7 @@ impl FunctionSession {
             raw_index: HashMap::new(),
             stack_cache: HashMap::new(),
             python_stacks: HashMap::new(),
+            python_read: HashMap::new(),
             python_codes: HashMap::new(),
             generation: HashMap::new(),
             maps: HashMap::new(),
@@ -566,15 +576,17 @@ impl FunctionSession {
         table: &mut ProcessTable,
         now_ns: u64,
     ) -> Vec<SampleCount> {
-        let entries = match probes.take_samples() {
-            Ok(entries) => entries,
+        let batch = match probes.take_samples() {
+            Ok(batch) => batch,
             Err(err) => {
                 tracing::warn!("reading samples: {err}");
                 return Vec::new();
             }
         };
-        let mut out = Vec::with_capacity(entries.len());
-        for (key, count) in entries {
+        self.stack_cache.extend(batch.stacks);
+        self.python_read.extend(batch.python);
+        let mut out = Vec::with_capacity(batch.samples.len());
+        for (key, count) in batch.samples {
             let pid = key.tgid;
             let generation = self.generation.get(&pid).copied().unwrap_or(0);
             self.ensure_python(probes, pid, generation);
@@ -588,7 +600,7 @@ impl FunctionSession {
             let stack = match self.raw_index.get(&raw) {
                 Some(&index) => index,
                 None => {
-                    self.learn(probes, &key, generation);
+                    self.learn(&key, generation);
                     let index = self.raw.len() as u32;
                     self.raw.push(raw);
                     self.raw_index.insert(raw, index);
@@ -607,15 +619,9 @@ impl FunctionSession {
 
     /// Reads what naming a new stack will need while the process still exists: its
     /// addresses, its memory map, its Python code objects.
-    fn learn(&mut self, probes: &Probes, key: &SampleKey, generation: u32) {
+    fn learn(&mut self, key: &Sample, generation: u32) {
         let pid = key.tgid;
-        for id in [key.user_stack, key.kernel_stack] {
-            if id >= 0 && !self.stack_cache.contains_key(&id) {
-                let addresses = probes.stack(id).unwrap_or_default();
-                self.stack_cache.insert(id, addresses);
-            }
-        }
-        if key.user_stack >= 0 {
+        if key.user_stack >= 0 && self.stack_cache.contains_key(&key.user_stack) {
             let addresses = &self.stack_cache[&key.user_stack];
             let stale = match self.maps.get(&(pid, generation)) {
                 None => true,
@@ -631,10 +637,7 @@ impl FunctionSession {
             }
         }
         if key.py_stack != 0 && !self.python_stacks.contains_key(&key.py_stack) {
-            let codes = probes
-                .python_stack(key.py_stack)
-                .map(|(codes, _)| codes)
-                .unwrap_or_default();
+            let codes = self.python_read.remove(&key.py_stack).unwrap_or_default();
             let walker = match self.python.get(&(pid, generation)) {
                 Some(PythonState {
                     detection: Detection::Python(p),
@@ -734,6 +737,7 @@ impl FunctionSession {
         let symbolize_ms = started.elapsed().as_secs_f64() * 1e3;
         let sampler = self.options.profile.then(|| {
             let counters = probes.sampler_counters().unwrap_or_default();
+            let run_time = probes.sampler_run_time();
             let mut python: Vec<PythonSeen> = self
                 .python
                 .iter()
@@ -756,8 +760,10 @@ impl FunctionSession {
                 sample_hz: self.options.sample_hz,
                 samples: counters.samples,
                 lost_samples: counters.lost_samples,
+                lost_kernel_stacks: counters.lost_kernel_stacks,
                 lost_user_stacks: counters.lost_user_stacks,
-                lost_python: counters.lost_py,
+                run_ns_per_run: run_time.map(|(t, n)| t.as_nanos() as f64 / n as f64),
+                runs: run_time.map(|(_, n)| n),
                 python,
                 incomplete_stacks_pct: (native_samples > 0)
                     .then(|| 100.0 * incomplete_samples as f64 / native_samples as f64),

@@ -312,6 +312,8 @@ async fn run_async(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Ou
             uprobes: !probed.is_empty(),
             noop_uprobes: config.functions.bench_empty_probes,
             sampling: config.functions.profile,
+            sample_hz: config.functions.sample_hz,
+            interval: config.interval,
         },
     };
     if config.noop_probes {
