@@ -1,14 +1,21 @@
 //! End-to-end tests of what issue 10 asks of function profiles beyond naming: no sample loses
-//! its stack (and what is lost is counted, kernel and user apart). Root, real eBPF, real processes; energy
+//! its stack (and what is lost is counted, kernel and user apart), and per-function totals
+//! over all processes that hold whatever `--top-functions` cuts. Root, real eBPF, real processes; energy
 //! from the built-in model. Run serially (`--test-threads=1`).
 
-use std::path::Path;
+use std::{collections::BTreeMap, path::Path};
 
-use cg_tests::{assert_adds_up, cg_trace, num, require_root};
+use cg_tests::{assert_adds_up, bin, cg_trace, num, require_root};
 use serde_json::Value;
 
 fn functions(report: &Value) -> &Vec<Value> {
     report["functions"].as_array().expect("functions")
+}
+
+fn totals(report: &Value) -> &Vec<Value> {
+    report["function_totals"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no function_totals: {:#}", report["meta"]))
 }
 
 /// Samples of the per-process entries whose frame is `[no stack]` (a sample left without
@@ -92,5 +99,104 @@ fn samples_at_999_hz_keep_their_stacks_and_any_loss_is_counted() {
     assert!(
         stderr.contains("lost (measured):") && stderr.contains("kernel stacks"),
         "{stderr}"
+    );
+}
+
+#[test]
+fn function_totals_sum_every_process_including_those_cut_from_the_list() {
+    require_root();
+    // 100 short processes making 7 calls each: the default --top-functions (50) lists 50 of
+    // them; the total is still 700.
+    let funcs = bin("cg-funcs").display().to_string();
+    let script = format!("for i in $(seq 100); do {funcs} --calls 7 --units 1 || exit 1; done");
+    let spec = format!("{funcs}:cg_work_a");
+    let run = cg_trace(&[
+        "--source", "model", "--func", &spec, "--", "sh", "-c", &script,
+    ]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let report = run.report();
+    assert_adds_up(report);
+    let listed: Vec<&Value> = functions(report)
+        .iter()
+        .filter(|f| f["symbol"] == "cg_work_a")
+        .collect();
+    assert_eq!(listed.len(), 50, "the default cut");
+    assert!(listed.iter().all(|f| f["calls"] == 7));
+    let profiling = &report["meta"]["function_profiling"];
+    assert_eq!(profiling["functions_count"], 100, "{profiling:#}");
+    let total = totals(report)
+        .iter()
+        .find(|t| t["symbol"] == "cg_work_a")
+        .unwrap_or_else(|| panic!("no total for cg_work_a: {:#}", report["function_totals"]));
+    assert_eq!(total["calls"], 700, "{total:#}");
+    assert_eq!(total["processes_count"], 100, "{total:#}");
+    assert_eq!(total["source"], "uprobe");
+    // Energy: each listed entry is 1/100 of the total, give or take the processes' spread.
+    let listed_j: f64 = listed.iter().map(|f| num(f, "/energy_j")).sum();
+    assert!(listed_j < num(total, "/energy_j"), "{total:#}");
+    assert!(
+        run.stderr().contains("FUNCTIONS, ALL PROCESSES"),
+        "{}",
+        run.stderr()
+    );
+
+    // Sampled functions: with nothing cut, each total is the sum of its entries.
+    let run = cg_trace(&[
+        "--source",
+        "model",
+        "-q",
+        "--profile",
+        "--sample-hz",
+        "999",
+        "--top-functions",
+        "100000",
+        "--",
+        "sh",
+        "-c",
+        &format!("for i in 1 2 3; do {funcs} --calls 20 --units 10 || exit 1; done"),
+    ]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let report = run.report();
+    let key = |v: &Value| {
+        (
+            v["symbol"].as_str().unwrap_or_default().to_string(),
+            v["module"].as_str().unwrap_or_default().to_string(),
+            v["line"].as_u64(),
+        )
+    };
+    let mut sums: BTreeMap<_, (u64, f64, f64, u64)> = BTreeMap::new();
+    for f in functions(report) {
+        let s = sums.entry(key(f)).or_default();
+        s.0 += f["samples"].as_u64().unwrap_or(0);
+        s.1 += num(f, "/energy_j");
+        s.2 += num(f, "/self_energy_j");
+        s.3 += 1;
+    }
+    assert_eq!(
+        totals(report).len(),
+        sums.len(),
+        "{:#}",
+        report["function_totals"]
+    );
+    for t in totals(report) {
+        let s = sums[&key(t)];
+        assert_eq!(t["samples"].as_u64().unwrap_or(0), s.0, "{t:#}");
+        assert!(
+            (num(t, "/energy_j") - s.1).abs() <= 1e-9 * s.1.max(1.0),
+            "{t:#}"
+        );
+        assert!(
+            (num(t, "/self_energy_j") - s.2).abs() <= 1e-9 * s.2.max(1.0),
+            "{t:#}"
+        );
+        assert_eq!(t["processes_count"].as_u64(), Some(s.3), "{t:#}");
+    }
+    // A function that several processes ran is one total.
+    assert!(
+        totals(report)
+            .iter()
+            .any(|t| t["processes_count"].as_u64() >= Some(2)),
+        "{:#}",
+        report["function_totals"]
     );
 }

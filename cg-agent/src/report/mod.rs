@@ -42,6 +42,8 @@ pub struct Report {
     pub meta: Meta,
     pub processes: Vec<ProcessEntry>,
     pub functions: Vec<FunctionEntry>,
+    /// Per function over all processes (`functions` is per process).
+    pub function_totals: Vec<functions::FunctionTotal>,
     pub totals: Totals,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeseries: Option<Vec<TimePoint>>,
@@ -419,6 +421,7 @@ pub fn build(rec: &Recording) -> Report {
         },
         processes,
         functions: built.functions,
+        function_totals: built.totals,
         totals,
         timeseries: rec.timeseries.then_some(timeseries),
         stacks: built.stacks,
