@@ -1,11 +1,12 @@
 //! End-to-end tests of what issue 10 asks of function profiles beyond naming: no sample loses
-//! its stack (and what is lost is counted, kernel and user apart), and per-function totals
-//! over all processes that hold whatever `--top-functions` cuts. Root, real eBPF, real processes; energy
+//! its stack (and what is lost is counted, kernel and user apart), per-function totals over
+//! all processes that hold whatever `--top-functions` cuts, and `--func` on a library that
+//! the program loads with `dlopen` after the start. Root, real eBPF, real processes; energy
 //! from the built-in model. Run serially (`--test-threads=1`).
 
 use std::{collections::BTreeMap, path::Path};
 
-use cg_tests::{assert_adds_up, bin, cg_trace, num, require_root};
+use cg_tests::{assert_adds_up, bin, cg_trace, cg_trace_with_env, num, require_root};
 use serde_json::Value;
 
 fn functions(report: &Value) -> &Vec<Value> {
@@ -199,4 +200,153 @@ fn function_totals_sum_every_process_including_those_cut_from_the_list() {
         "{:#}",
         report["function_totals"]
     );
+}
+
+/// Runs cgdlopen, which loads libcgdl.so with dlopen after `delay_ms` and calls cgdl_work
+/// 500 times once the probe is in, under `--func 'libcgdl*:cgdl_*'`.
+fn dlopen_run(env: &[(&str, &str)]) -> cg_tests::Run {
+    cg_trace_with_env(
+        &[
+            "--source",
+            "model",
+            "--func",
+            "libcgdl*:cgdl_*",
+            "--",
+            env!("CG_DLOPEN"),
+            env!("CG_DL_LIB"),
+            "300",
+            "500",
+        ],
+        env,
+    )
+}
+
+#[test]
+fn a_library_loaded_with_dlopen_after_the_start_is_probed_when_mapped() {
+    require_root();
+    for (env, method) in [
+        (&[][..], "uprobe_multi"),
+        (&[("CG_TRACE_BENCH_PERF_UPROBES", "1")][..], "perf_event"),
+    ] {
+        let run = dlopen_run(env);
+        assert_eq!(run.code(), Some(0), "{method}: {}", run.stderr());
+        assert!(
+            run.stdout().contains("probed=1 calls=500"),
+            "{method}: the workload saw no probe: {}",
+            run.stdout()
+        );
+        let report = run.report();
+        assert_adds_up(report);
+        let entry = functions(report)
+            .iter()
+            .find(|f| f["symbol"] == "cgdl_work")
+            .unwrap_or_else(|| panic!("{method}: cgdl_work not probed: {:#}", report["meta"]));
+        // Every call came after the probe was in (the workload waited for it): exact.
+        assert_eq!(entry["calls"], 500, "{method}: {entry:#}");
+        assert_eq!(entry["module"], "libcgdl.so");
+        let profiling = &report["meta"]["function_profiling"];
+        assert_eq!(profiling["uprobes"]["attach_method"], method);
+        let notes = profiling["notes"].to_string();
+        assert!(
+            notes.contains("libcgdl.so probed from") && notes.contains("not counted"),
+            "{method}: {notes}"
+        );
+        assert!(
+            run.stderr()
+                .contains("is probed when a traced process maps one")
+                || run
+                    .stderr()
+                    .contains("probed when a traced process maps one"),
+            "{method}: {}",
+            run.stderr()
+        );
+    }
+}
+
+#[test]
+fn a_library_in_the_search_path_that_the_program_loads_later_is_probed_from_the_start() {
+    require_root();
+    // pyenv's CPython 3.12 loads libz with its zlib extension module (dlopen); Debian's 3.11
+    // links it. Either way every compress() is one deflateEnd.
+    let pythons: Vec<&str> = [
+        "/root/.pyenv/versions/3.12.1/bin/python3.12",
+        "/usr/bin/python3.11",
+    ]
+    .into_iter()
+    .filter(|p| Path::new(p).exists())
+    .collect();
+    let libz = ["/lib/x86_64-linux-gnu/libz.so.1", "/usr/lib64/libz.so.1"]
+        .iter()
+        .any(|p| Path::new(p).exists());
+    if pythons.is_empty() || !libz {
+        eprintln!("skipped: no CPython or no libz here");
+        return;
+    }
+    for python in pythons {
+        let run = cg_trace(&[
+            "--source",
+            "model",
+            "-q",
+            "--func",
+            "libz.so*:deflateEnd",
+            "--",
+            python,
+            "-c",
+            "import zlib\nfor i in range(25): zlib.compress(bytes(100000), 6)",
+        ]);
+        assert_eq!(run.code(), Some(0), "{python}: {}", run.stderr());
+        let report = run.report();
+        let entry = functions(report)
+            .iter()
+            .find(|f| f["symbol"] == "deflateEnd")
+            .unwrap_or_else(|| panic!("{python}: deflateEnd not probed: {:#}", report["meta"]));
+        assert_eq!(entry["calls"], 25, "{python}: {entry:#}");
+        assert!(
+            entry["module"].as_str().unwrap().starts_with("libz.so"),
+            "{entry:#}"
+        );
+    }
+}
+
+#[test]
+fn a_library_named_nowhere_waits_in_vain_with_a_warning_or_exits_2_for_the_whole_machine() {
+    require_root();
+    let funcs = bin("cg-funcs").display().to_string();
+    // Wrap mode: the command might load it later; at the end, a warning says it never did.
+    let run = cg_trace(&[
+        "--source",
+        "model",
+        "-q",
+        "--func",
+        "libnope.so:f",
+        "--",
+        &funcs,
+        "--calls",
+        "1",
+    ]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let stderr = run.stderr();
+    assert!(
+        stderr.contains("no traced process mapped a library named \"libnope.so\""),
+        "{stderr}"
+    );
+    let notes = run.report()["meta"]["function_profiling"]["notes"].to_string();
+    assert!(notes.contains("libnope.so"), "{notes}");
+    // The whole machine: nothing to wait on; the message gives the path form.
+    let run = cg_trace(&[
+        "--source",
+        "model",
+        "--all",
+        "--duration",
+        "1",
+        "--func",
+        "libnope.so:f",
+    ]);
+    assert_eq!(run.code(), Some(2), "{}", run.stderr());
+    let stderr = run.stderr();
+    assert!(
+        stderr.contains("libnope.so") && stderr.contains("--func /path/to/libnope.so:f"),
+        "{stderr}"
+    );
+    assert!(run.report.is_none());
 }

@@ -527,6 +527,7 @@ pub fn build(
                 .collect(),
         }
     });
+    notes.extend(data.notes.iter().cloned());
     if data.merges > 0 {
         notes.push(format!(
             "long run: function data was merged {} time(s) to bound memory",
