@@ -130,32 +130,29 @@ impl SamplerMaps {
             stats: None,
         })
     }
+}
 
-    /// The run-long id of a stack the kernel wrote (`bytes` of `addresses` in use, or an
-    /// errno), and its addresses when it is new.
-    fn stack_id(
-        &mut self,
-        bytes: i32,
-        addresses: &[u64; STACK_MAX_DEPTH],
-        new: &mut Vec<(StackId, Vec<u64>)>,
-    ) -> StackId {
-        if bytes < 0 {
-            return LOST_STACK;
-        }
-        let len = (bytes as usize / 8).min(STACK_MAX_DEPTH);
-        if len == 0 {
-            return NO_STACK;
-        }
-        let addresses = &addresses[..len];
-        let next = self.stack_ids.len() as StackId;
-        *self
-            .stack_ids
-            .entry(stack_key(addresses))
-            .or_insert_with(|| {
-                new.push((next, addresses.to_vec()));
-                next
-            })
+/// The run-long id of a stack the kernel wrote (`bytes` of `addresses` in use, or an
+/// errno), and its addresses in `new` when it is new.
+fn stack_id(
+    ids: &mut StdHashMap<u64, StackId>,
+    bytes: i32,
+    addresses: &[u64; STACK_MAX_DEPTH],
+    new: &mut Vec<(StackId, Vec<u64>)>,
+) -> StackId {
+    if bytes < 0 {
+        return LOST_STACK;
     }
+    let len = (bytes as usize / 8).min(STACK_MAX_DEPTH);
+    if len == 0 {
+        return NO_STACK;
+    }
+    let addresses = &addresses[..len];
+    let next = ids.len() as StackId;
+    *ids.entry(stack_key(addresses)).or_insert_with(|| {
+        new.push((next, addresses.to_vec()));
+        next
+    })
 }
 
 /// Loads the sampling program and attaches it to every online CPU at `hz` samples/s.
@@ -203,29 +200,43 @@ impl Probes {
         let Some(maps) = self.sampler.as_mut() else {
             return Ok(SampleBatch::default());
         };
+        let SamplerMaps {
+            ring,
+            stack_ids,
+            python_known,
+            malformed,
+            ..
+        } = maps;
         let mut batch = SampleBatch::default();
         let mut counts: StdHashMap<Sample, u64> = StdHashMap::new();
-        let mut records: Vec<SampleRecord> = Vec::new();
-        while let Some(item) = maps.ring.next() {
+        while let Some(item) = ring.next() {
             if item.len() < std::mem::size_of::<SampleRecord>() {
-                maps.malformed += 1;
+                *malformed += 1;
                 continue;
             }
-            // SAFETY: the kernel wrote a whole SampleRecord (length checked above); the ring
-            // gives no alignment guarantee for this type, hence read_unaligned.
-            records.push(unsafe { std::ptr::read_unaligned(item.as_ptr() as *const SampleRecord) });
-        }
-        for record in &records {
-            let kernel_stack =
-                maps.stack_id(record.kernel_bytes, &record.kernel, &mut batch.stacks);
-            let user_stack = maps.stack_id(record.user_bytes, &record.user, &mut batch.stacks);
+            // SAFETY: the kernel wrote a whole SampleRecord (length checked above); read
+            // unaligned, as nothing promises this type's alignment.
+            let record: SampleRecord =
+                unsafe { std::ptr::read_unaligned(item.as_ptr() as *const SampleRecord) };
+            let kernel_stack = stack_id(
+                stack_ids,
+                record.kernel_bytes,
+                &record.kernel,
+                &mut batch.stacks,
+            );
+            let user_stack = stack_id(
+                stack_ids,
+                record.user_bytes,
+                &record.user,
+                &mut batch.stacks,
+            );
             let py_len = (record.py_len as usize).min(PY_MAX_FRAMES);
             let py_stack = if py_len == 0 {
                 0
             } else {
                 let codes = &record.py_codes[..py_len];
                 let key = stack_key(codes);
-                if maps.python_known.insert(key) {
+                if python_known.insert(key) {
                     batch.python.push((key, codes.to_vec()));
                 }
                 key
@@ -270,21 +281,24 @@ impl Probes {
         }
     }
 
-    /// The sampler's counters, summed over CPUs.
+    /// The sampler's counters, summed over CPUs (with the records found malformed here).
     pub fn sampler_counters(&self) -> Result<SamplerCounters, ProbeError> {
         let maps = self.sampler_maps()?;
         let values = maps
             .counters
             .get(&0, 0)
             .map_err(map_error(names::SAMPLER_COUNTERS))?;
-        Ok(values
-            .iter()
-            .fold(SamplerCounters::default(), |a, c| SamplerCounters {
-                samples: a.samples + c.samples,
-                lost_samples: a.lost_samples + c.lost_samples,
-                lost_kernel_stacks: a.lost_kernel_stacks + c.lost_kernel_stacks,
-                lost_user_stacks: a.lost_user_stacks + c.lost_user_stacks,
-            }))
+        // A record too short to read (none expected) is a sample lost.
+        let start = SamplerCounters {
+            lost_samples: maps.malformed,
+            ..SamplerCounters::default()
+        };
+        Ok(values.iter().fold(start, |a, c| SamplerCounters {
+            samples: a.samples + c.samples,
+            lost_samples: a.lost_samples + c.lost_samples,
+            lost_kernel_stacks: a.lost_kernel_stacks + c.lost_kernel_stacks,
+            lost_user_stacks: a.lost_user_stacks + c.lost_user_stacks,
+        }))
     }
 }
 
