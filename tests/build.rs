@@ -5,8 +5,10 @@
 //! OUT_DIR. Only cg-funcs links them (its `#[link]` attributes). Also three C programs of
 //! the probe-safety tests and benchmarks, whose paths the tests get at compile time
 //! (`CG_PRINTS_ARGC`, `CG_SETJMP`, `CG_MANY`): `prints-argc`, `cgsetjmp` (static) and
-//! `cg-many` (1,000 tiny functions, generated here). Needs a C compiler (`cargo xtask setup`
-//! installs gcc).
+//! `cg-many` (1,000 tiny functions, generated here); and for the late-attach tests
+//! `cgdlopen` (`CG_DLOPEN`), which loads `libcgdl.so` (`CG_DL_LIB`, in a directory of its own,
+//! outside any library search path) with dlopen() during the run. Needs a C compiler
+//! (`cargo xtask setup` installs gcc).
 use std::{env, path::PathBuf};
 
 fn main() {
@@ -17,6 +19,8 @@ fn main() {
         "c/cglib.c",
         "c/prints-argc.c",
         "c/cgsetjmp.c",
+        "c/cgdl.c",
+        "c/cgdlopen.c",
     ] {
         println!("cargo:rerun-if-changed={file}");
     }
@@ -45,24 +49,30 @@ fn main() {
     }
     cet.compile("cgfuncs_cet");
 
-    let library = out.join("libcgfuncs_lib.so");
-    let status = cc::Build::new()
-        .opt_level(0)
-        .get_compiler()
-        .to_command()
-        .args(["-shared", "-fPIC", "-O0", "-fcf-protection=none"])
-        .args(common)
-        .arg("-o")
-        .arg(&library)
-        .arg("c/cglib.c")
-        .status();
-    match status {
-        Ok(s) if s.success() => {}
-        other => panic!(
-            "building {}: {other:?} (is a C compiler installed?)",
-            library.display()
-        ),
-    }
+    let shared = |library: &PathBuf, source: &str| {
+        let status = cc::Build::new()
+            .opt_level(0)
+            .get_compiler()
+            .to_command()
+            .args(["-shared", "-fPIC", "-O0", "-fcf-protection=none"])
+            .args(common)
+            .arg("-o")
+            .arg(library)
+            .arg(source)
+            .status();
+        match status {
+            Ok(s) if s.success() => {}
+            other => panic!(
+                "building {}: {other:?} (is a C compiler installed?)",
+                library.display()
+            ),
+        }
+    };
+    shared(&out.join("libcgfuncs_lib.so"), "c/cglib.c");
+    let dl_dir = out.join("dl");
+    std::fs::create_dir_all(&dl_dir).expect("creating OUT_DIR/dl");
+    let dl_lib = dl_dir.join("libcgdl.so");
+    shared(&dl_lib, "c/cgdl.c");
     let compiler = cc::Build::new().opt_level(1).get_compiler();
     let program = |name: &str, source: &PathBuf, extra: &[&str]| {
         let path = out.join(name);
@@ -87,10 +97,13 @@ fn main() {
     let many_source = out.join("cg-many.c");
     std::fs::write(&many_source, many_functions(1000)).expect("writing cg-many.c");
     let many = program("cg-many", &many_source, &[]);
+    let dlopen = program("cgdlopen", &PathBuf::from("c/cgdlopen.c"), &["-ldl"]);
     for (variable, path) in [
         ("CG_PRINTS_ARGC", prints_argc),
         ("CG_SETJMP", setjmp),
         ("CG_MANY", many),
+        ("CG_DLOPEN", dlopen),
+        ("CG_DL_LIB", dl_lib),
     ] {
         println!("cargo:rustc-env={variable}={}", path.display());
     }

@@ -14,20 +14,13 @@ pub mod names {
     pub const FUNC_STATS: &str = "FUNC_STATS";
     /// Per-CPU array of one [`FuncCounters`](super::FuncCounters).
     pub const FUNC_COUNTERS: &str = "FUNC_COUNTERS";
-    /// Stack trace map shared by kernel and user stacks of samples.
-    pub const STACKS: &str = "STACKS";
-    /// Two hashes [`SampleKey`](super::SampleKey) -> count; the kernel writes the one
-    /// [`SAMPLE_SELECT`] names while user space reads and clears the other.
-    pub const SAMPLES_A: &str = "SAMPLES_A";
-    pub const SAMPLES_B: &str = "SAMPLES_B";
-    /// Array of one `u32`: 0 -> the kernel counts into `SAMPLES_A`, 1 -> `SAMPLES_B`.
-    pub const SAMPLE_SELECT: &str = "SAMPLE_SELECT";
+    /// Ring buffer of [`SampleRecord`](super::SampleRecord)s: one per sample of a target,
+    /// with its stacks; submitted without waking the agent, which drains it every interval.
+    pub const SAMPLE_RING: &str = "SAMPLE_RING";
     /// Per-CPU array of one [`SamplerCounters`](super::SamplerCounters).
     pub const SAMPLER_COUNTERS: &str = "SAMPLER_COUNTERS";
     /// Hash: tgid -> [`PyProcess`](super::PyProcess), the CPython processes to walk.
     pub const PY_PROCS: &str = "PY_PROCS";
-    /// Hash: stack hash -> [`PyStack`](super::PyStack).
-    pub const PY_STACKS: &str = "PY_STACKS";
 }
 
 /// Globals of the function-level programs.
@@ -142,25 +135,37 @@ pub struct FuncCounters {
 }
 const _: () = assert!(size_of::<FuncCounters>() == 64);
 
-/// Stack trace slots (each holds up to 127 addresses).
-pub const STACKS_MAX: u32 = 16_384;
-/// Distinct (thread, stack) pairs per sampling window (one interval).
-pub const SAMPLES_MAX: u32 = 16_384;
+/// Bytes of the sample ring buffer when the agent does not size it to the sample rate (it
+/// does, at load).
+pub const SAMPLE_RING_BYTES: u32 = 1 << 20;
+/// Addresses kept per stack (perf's default `kernel.perf_event_max_stack`); deeper stacks
+/// keep their innermost frames.
+pub const STACK_MAX_DEPTH: usize = 127;
 
-/// One aggregated sample: a thread and its stacks.
+/// One sample of a target thread, as the kernel hands it over: the thread, and its kernel,
+/// user and Python stacks, innermost first. The kernel writes the stacks straight into the
+/// ring buffer, so nothing is hashed, compared or copied per sample; the agent keys stacks by
+/// content. Fixed size, so that the program reserves it in one step.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SampleKey {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SampleRecord {
     pub tgid: u32,
     pub tid: u32,
-    /// Id in [`names::STACKS`]; negative: no kernel stack (the sample hit user mode).
-    pub kernel_stack: i32,
-    /// Id in [`names::STACKS`]; negative: not captured.
-    pub user_stack: i32,
-    /// Key in [`names::PY_STACKS`]; 0: no Python frames.
-    pub py_stack: u64,
+    /// Bytes of `kernel` in use; 0: no kernel stack (the sample hit user mode); negative:
+    /// the kernel could not walk it (an errno).
+    pub kernel_bytes: i32,
+    /// Bytes of `user` in use; 0: no user stack (a kernel thread); negative: an errno.
+    pub user_bytes: i32,
+    /// Python frames in `py_codes` (0: not a CPython process the walker knows, or none).
+    pub py_len: u32,
+    /// 1 when the Python walk stopped at [`PY_MAX_FRAMES`] with frames left.
+    pub py_truncated: u32,
+    /// Code object addresses of the Python frames (0: a frame with no code of its own).
+    pub py_codes: [u64; PY_MAX_FRAMES],
+    pub kernel: [u64; STACK_MAX_DEPTH],
+    pub user: [u64; STACK_MAX_DEPTH],
 }
-const _: () = assert!(size_of::<SampleKey>() == 24);
+const _: () = assert!(size_of::<SampleRecord>() == 24 + 8 * PY_MAX_FRAMES + 16 * STACK_MAX_DEPTH);
 
 /// Sampler counters, per CPU.
 #[repr(C)]
@@ -168,12 +173,13 @@ const _: () = assert!(size_of::<SampleKey>() == 24);
 pub struct SamplerCounters {
     /// Samples of targets taken.
     pub samples: u64,
-    /// Samples whose (thread, stack) could not be stored (sample map full).
+    /// Samples lost whole: the ring buffer was full (the agent read it late).
     pub lost_samples: u64,
-    /// User stacks that could not be stored (stack map full or bucket taken).
+    /// Kernel stacks the kernel could not walk (`bpf_get_stack` failed): the sample keeps
+    /// its user frames.
+    pub lost_kernel_stacks: u64,
+    /// User stacks the kernel could not walk.
     pub lost_user_stacks: u64,
-    /// Python stacks that could not be stored.
-    pub lost_py: u64,
 }
 const _: () = assert!(size_of::<SamplerCounters>() == 32);
 
@@ -223,18 +229,6 @@ pub struct PyProcess {
 }
 const _: () = assert!(size_of::<PyProcess>() == 64);
 
-/// Python frames of one sample: code object addresses, innermost first (0: a frame with
-/// no code of its own, skipped).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PyStack {
-    pub len: u32,
-    /// 1 when the walk stopped at [`PY_MAX_FRAMES`] with frames left.
-    pub truncated: u32,
-    pub codes: [u64; PY_MAX_FRAMES],
-}
-const _: () = assert!(size_of::<PyStack>() == 8 + 8 * PY_MAX_FRAMES);
-
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY: all of these are `repr(C)`, `Copy`, and have no padding or invalid bit patterns.
@@ -243,8 +237,6 @@ mod pod {
     unsafe impl aya::Pod for super::FuncKey {}
     unsafe impl aya::Pod for super::FuncStats {}
     unsafe impl aya::Pod for super::FuncCounters {}
-    unsafe impl aya::Pod for super::SampleKey {}
     unsafe impl aya::Pod for super::SamplerCounters {}
     unsafe impl aya::Pod for super::PyProcess {}
-    unsafe impl aya::Pod for super::PyStack {}
 }

@@ -1,9 +1,16 @@
 //! The stack sampler (`--profile`): a perf-event program on each CPU's software CPU clock.
-//! For a target thread it captures the kernel and user stacks (`STACKS`, by id), and for a
-//! CPython process (listed in `PY_PROCS` by the agent) the Python frames, read from the
-//! interpreter's own structures; it counts the sample in a hash keyed by thread and stacks,
-//! so nothing crosses into user space per sample. The agent reads and clears the hash every
-//! interval, flipping `SAMPLE_SELECT` to the other of two hashes first.
+//! For a target thread it reserves a record in `SAMPLE_RING` and writes into it the kernel
+//! and user stacks (`bpf_get_stack`) and, for a CPython process (listed in `PY_PROCS` by the
+//! agent), the Python frames read from the interpreter's own structures; then submits it
+//! without waking anyone. The agent drains the ring every interval and keys the stacks by
+//! content.
+//!
+//! Why a ring and not maps aggregated in the kernel: almost every sample has a stack of its
+//! own (the interrupted address is its innermost frame), so a map keyed by stack aggregates
+//! little and fills: the kernel's stack-trace map (a slot per hash bucket, never freed)
+//! refused 2-17 % of stacks over a few seconds at 999 Hz, and a content-keyed hash costs a
+//! hash of every address and two map updates per sample. The ring costs a reservation per
+//! sample, loses a sample only when the agent reads late (counted), and never a stack alone.
 //!
 //! The CPython walker: `_PyRuntime.interpreters.head` -> `threads.head` -> the thread state
 //! whose `native_thread_id` is the sampled thread (cached per thread) -> its current frame
@@ -14,30 +21,22 @@
 //! counter and checks the walk in linear time.
 
 use aya_ebpf::{
-    bindings::{BPF_F_USER_STACK, BPF_NOEXIST},
-    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user},
+    EbpfContext as _,
+    bindings::{BPF_F_USER_STACK, BPF_RB_NO_WAKEUP},
+    helpers::{bpf_get_current_pid_tgid, bpf_get_stack, bpf_probe_read_user},
     macros::{map, perf_event},
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, StackTrace},
-    programs::{PerfEventContext, tracing::StackIdContext},
+    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
+    programs::PerfEventContext,
 };
 use cg_common::profiling::{
-    PY_MAX_FRAMES, PY_MAX_THREADS, PY_NO_CFRAME, PY_OWNED_BY_CSTACK, PyProcess, PyStack,
-    SAMPLES_MAX, STACKS_MAX, SampleKey, SamplerCounters,
+    PY_MAX_FRAMES, PY_MAX_THREADS, PY_NO_CFRAME, PY_OWNED_BY_CSTACK, PyProcess, SAMPLE_RING_BYTES,
+    STACK_MAX_DEPTH, SampleRecord, SamplerCounters,
 };
 
 use crate::is_target;
 
 #[map]
-static STACKS: StackTrace = StackTrace::with_max_entries(STACKS_MAX, 0);
-
-#[map]
-static SAMPLES_A: HashMap<SampleKey, u64> = HashMap::with_max_entries(SAMPLES_MAX, 0);
-
-#[map]
-static SAMPLES_B: HashMap<SampleKey, u64> = HashMap::with_max_entries(SAMPLES_MAX, 0);
-
-#[map]
-static SAMPLE_SELECT: Array<u32> = Array::with_max_entries(1, 0);
+static SAMPLE_RING: RingBuf = RingBuf::with_byte_size(SAMPLE_RING_BYTES, 0);
 
 #[map]
 static SAMPLER_COUNTERS: PerCpuArray<SamplerCounters> = PerCpuArray::with_max_entries(1, 0);
@@ -45,16 +44,9 @@ static SAMPLER_COUNTERS: PerCpuArray<SamplerCounters> = PerCpuArray::with_max_en
 #[map]
 static PY_PROCS: HashMap<u32, PyProcess> = HashMap::with_max_entries(1024, 0);
 
-#[map]
-static PY_STACKS: HashMap<u64, PyStack> = HashMap::with_max_entries(16_384, 0);
-
 /// Thread id -> its `PyThreadState` address (checked on every use).
 #[map]
 static PY_TSTATES: LruHashMap<u32, u64> = LruHashMap::with_max_entries(4_096, 0);
-
-/// Scratch space: a stack is too large for the eBPF stack.
-#[map]
-static PY_STACK_SCRATCH: PerCpuArray<PyStack> = PerCpuArray::with_max_entries(1, 0);
 
 #[inline(always)]
 fn count(update: impl FnOnce(&mut SamplerCounters)) {
@@ -78,39 +70,49 @@ fn try_sample_stack(ctx: &PerfEventContext) -> Result<u32, u32> {
         return Ok(0);
     }
     count(|c| c.samples += 1);
-    let kernel_stack = ctx.get_stackid(&STACKS, 0).map_or(-1, |id| id as i32);
-    let user_stack = match ctx.get_stackid(&STACKS, u64::from(BPF_F_USER_STACK)) {
-        Ok(id) => id as i32,
-        Err(_) => {
-            count(|c| c.lost_user_stacks += 1);
-            -1
-        }
-    };
-    let py_stack = match PY_PROCS.get_ptr(tgid) {
-        // SAFETY: a map value, copied.
-        Some(process) => python_stack(tid, &unsafe { *process }).unwrap_or(0),
-        None => 0,
-    };
-    let key = SampleKey {
-        tgid,
-        tid,
-        kernel_stack,
-        user_stack,
-        py_stack,
-    };
-    let samples = match SAMPLE_SELECT.get(0) {
-        Some(&1) => &SAMPLES_B,
-        _ => &SAMPLES_A,
-    };
-    // The key holds the thread, which runs on one CPU at a time: no other CPU updates it.
-    if let Some(n) = samples.get_ptr_mut(key) {
-        // SAFETY: a map value that only this thread's samples touch.
-        unsafe { *n += 1 };
-        return Ok(0);
-    }
-    if samples.insert(key, 1, u64::from(BPF_NOEXIST)).is_err() {
+    let Some(mut entry) = SAMPLE_RING.reserve::<SampleRecord>(0) else {
         count(|c| c.lost_samples += 1);
+        return Ok(0);
+    };
+    let record = entry.as_mut_ptr();
+    // SAFETY: `record` is the reserved, writable ring memory of one SampleRecord, ours
+    // until submitted. Every length field is written before the submit below; the arrays
+    // are read only as far as their lengths say (the rest holds older records' bytes).
+    unsafe {
+        (*record).tgid = tgid;
+        (*record).tid = tid;
+        let kernel = bpf_get_stack(
+            ctx.as_ptr(),
+            (*record).kernel.as_mut_ptr() as *mut core::ffi::c_void,
+            (STACK_MAX_DEPTH * 8) as u32,
+            0,
+        );
+        (*record).kernel_bytes = kernel as i32;
+        if kernel < 0 {
+            count(|c| c.lost_kernel_stacks += 1);
+        }
+        let user = bpf_get_stack(
+            ctx.as_ptr(),
+            (*record).user.as_mut_ptr() as *mut core::ffi::c_void,
+            (STACK_MAX_DEPTH * 8) as u32,
+            u64::from(BPF_F_USER_STACK),
+        );
+        (*record).user_bytes = user as i32;
+        if user < 0 {
+            count(|c| c.lost_user_stacks += 1);
+        }
+        (*record).py_len = 0;
+        (*record).py_truncated = 0;
+        if let Some(process) = PY_PROCS.get_ptr(tgid) {
+            // A map value, copied.
+            let process = *process;
+            if let Some((len, truncated)) = python_stack(tid, &process, &mut (*record).py_codes) {
+                (*record).py_len = len;
+                (*record).py_truncated = truncated;
+            }
+        }
     }
+    entry.submit(u64::from(BPF_RB_NO_WAKEUP));
     Ok(0)
 }
 
@@ -148,17 +150,20 @@ fn thread_state(tid: u32, process: &PyProcess) -> Option<u64> {
     None
 }
 
-/// Walks the thread's Python frames into `PY_STACKS`; returns the stack's key (0: none).
+/// Walks the thread's Python frames into `codes`, innermost first; returns how many and
+/// whether the walk stopped with frames left.
 #[inline(always)]
-fn python_stack(tid: u32, process: &PyProcess) -> Option<u64> {
+fn python_stack(
+    tid: u32,
+    process: &PyProcess,
+    codes: &mut [u64; PY_MAX_FRAMES],
+) -> Option<(u32, u32)> {
     let tstate = thread_state(tid, process)?;
     let mut frame: u64 = read(tstate + u64::from(process.tstate_frame))?;
     if process.cframe_frame != PY_NO_CFRAME && frame != 0 {
         frame = read(frame + u64::from(process.cframe_frame))?;
     }
-    let stack = PY_STACK_SCRATCH.get_ptr_mut(0)?;
     let mut len = 0u32;
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for i in 0..PY_MAX_FRAMES {
         if frame == 0 {
             break;
@@ -166,34 +171,11 @@ fn python_stack(tid: u32, process: &PyProcess) -> Option<u64> {
         let code: u64 = read(frame + u64::from(process.frame_code)).unwrap_or(0);
         let owner: u8 = read(frame + u64::from(process.frame_owner)).unwrap_or(0);
         let code = if owner == PY_OWNED_BY_CSTACK { 0 } else { code };
-        // SAFETY: this CPU's scratch slot; `i` is below the array's length.
-        unsafe {
-            if let Some(slot) = (*stack).codes.get_mut(i) {
-                *slot = code;
-            }
+        if let Some(slot) = codes.get_mut(i) {
+            *slot = code;
         }
         len = i as u32 + 1;
-        hash = (hash ^ code).wrapping_mul(0x0000_0100_0000_01b3);
         frame = read(frame + u64::from(process.frame_previous)).unwrap_or(0);
     }
-    if len == 0 {
-        return None;
-    }
-    // SAFETY: as above.
-    unsafe {
-        (*stack).len = len;
-        (*stack).truncated = u32::from(frame != 0);
-    }
-    let key = hash | 1;
-    // SAFETY: a map value pointer, valid for the duration of the program. Passed by
-    // reference: the value is too large to copy onto the eBPF stack.
-    let stack: &PyStack = unsafe { &*stack };
-    if PY_STACKS.get_ptr(key).is_none()
-        && PY_STACKS
-            .insert(key, stack, u64::from(BPF_NOEXIST))
-            .is_err()
-    {
-        count(|c| c.lost_py += 1);
-    }
-    Some(key)
+    (len > 0).then_some((len, u32::from(frame != 0)))
 }

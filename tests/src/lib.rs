@@ -83,6 +83,11 @@ impl Run {
 
 /// Runs cg-trace with `args`, writing its report into a temp dir (`-o` is added).
 pub fn cg_trace(args: &[&str]) -> Run {
+    cg_trace_with_env(args, &[])
+}
+
+/// [`cg_trace`] with these environment variables set for cg-trace.
+pub fn cg_trace_with_env(args: &[&str], env: &[(&str, &str)]) -> Run {
     let dir = tempfile::tempdir().expect("tempdir");
     let report_path = dir.path().join("report.json");
     let (before, after) = match args.iter().position(|a| *a == "--") {
@@ -90,6 +95,7 @@ pub fn cg_trace(args: &[&str]) -> Run {
         None => (args, &[][..]),
     };
     let output = Command::new(bin("cg-trace"))
+        .envs(env.iter().copied())
         .args(before)
         .arg("-o")
         .arg(&report_path)

@@ -268,9 +268,8 @@ fn func_specs_that_match_nothing_or_too_much_exit_2_with_help() {
     assert_eq!(run.code(), Some(2), "{}", run.stderr());
     assert!(run.stderr().contains("--func-limit"), "{}", run.stderr());
 
-    let run = cg_trace(&["--source", "model", "--func", "libnope.so:f", "--", &funcs]);
-    assert_eq!(run.code(), Some(2), "{}", run.stderr());
-    assert!(run.stderr().contains("libnope.so"), "{}", run.stderr());
+    // (A library found nowhere is no error in wrap mode: the command may load it later;
+    // tests/tests/stacks.rs checks both sides.)
 
     let run = cg_trace(&["--source", "model", "--flamegraph", "x.png", "--", &funcs]);
     assert_eq!(run.code(), Some(2), "{}", run.stderr());

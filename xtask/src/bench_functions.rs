@@ -14,6 +14,12 @@
 //!    old path of one perf event per probe (`CG_TRACE_BENCH_PERF_UPROBES=1`) on 100 of them,
 //!    whose detach costs ~0.1 s per probe here (minutes for 1,000). Figures from cg-trace's
 //!    own log (`CG_TRACE_LOG=cg_agent=info`). Target: seconds, not minutes.
+//! 5. The sampler at 999 Hz on programs with a new stack at nearly every sample (CPython
+//!    json/re, xz -9, gzip -9, make -j2 of C files): stacks lost per 100 samples (target
+//!    < 0.1) and the sampling program's kernel time, from the kernel's BPF statistics
+//!    (`CG_TRACE_BENCH_BPF_STATS=1`): per run, and per sample of a target (runs on other
+//!    tasks cost what a run of `sleep` measures, taken off). Only this part:
+//!    `cargo xtask bench --functions --sampler`.
 
 use std::{
     path::Path,
@@ -33,6 +39,9 @@ pub fn run(args: &[String]) -> Result<()> {
     status(cargo().args(["build", "--release"]))?;
     let release = root().join("target/release");
     let cg_trace = release.join("cg-trace");
+    if args.iter().any(|a| a == "--sampler") {
+        return sampler(&cg_trace, if quick { 1 } else { 3 });
+    }
     let funcs = release.join("cg-funcs");
     let spin = release.join("cg-spin");
     let out = std::env::temp_dir().join(format!("cg-trace-bench-functions-{}", std::process::id()));
@@ -213,6 +222,176 @@ pub fn run(args: &[String]) -> Result<()> {
         (perf_attach_ms + perf_detach_ms) * 10.0 / 1e3
     );
     let _ = std::fs::remove_dir_all(&out);
+    println!();
+    sampler(&cg_trace, if quick { 1 } else { 3 })
+}
+
+/// Part 5: stack loss and the sampler's kernel cost at 999 Hz, `rounds` runs a workload.
+fn sampler(cg_trace: &Path, rounds: usize) -> Result<()> {
+    let out = std::env::temp_dir().join(format!("cg-trace-bench-sampler-{}", std::process::id()));
+    std::fs::create_dir_all(&out)?;
+    let input = out.join("input.txt");
+    std::fs::write(&input, text_input(12 << 20))?;
+    let sources = out.join("c");
+    write_c_project(&sources, 16)?;
+    let input = input.display().to_string();
+    let script = root().join("tests/py/stacks.py").display().to_string();
+    let make_dir = sources.display().to_string();
+    let gzip_loop = format!("for i in 1 2 3; do gzip -9 -c {input} >/dev/null; done");
+    let workloads: Vec<(&str, Vec<&str>)> = vec![
+        (
+            "CPython json/re",
+            vec!["/usr/bin/python3.11", &script, "60"],
+        ),
+        ("xz -9 (12 MB)", vec!["xz", "-9", "-T1", "-c", &input]),
+        ("gzip -9 (12 MB, x3)", vec!["sh", "-c", &gzip_loop]),
+        (
+            "make -j2 (16 C files)",
+            vec!["make", "-s", "-B", "-j2", "-C", &make_dir],
+        ),
+    ];
+    // A run on another task's sample (or an idle CPU's) only checks whether it is a target.
+    let idle = profile(cg_trace, &out, &["sleep", "2"])?;
+    let other_ns = idle.ns_per_run;
+    println!(
+        "sampler at 999 Hz: stacks lost and kernel time per sample (BPF statistics, {rounds} run(s) each, medians)"
+    );
+    println!(
+        "  a run on another task (sleep 2): {other_ns:>6.0} ns (measured, {} runs)",
+        idle.runs
+    );
+    println!(
+        "  {:<24} {:>8} {:>14} {:>12} {:>16}",
+        "workload", "samples", "lost/100 smp", "ns per run", "ns per sample"
+    );
+    for (name, command) in &workloads {
+        let mut figures = Vec::new();
+        for _ in 0..rounds {
+            figures.push(profile(cg_trace, &out, command)?);
+        }
+        let samples = median(figures.iter().map(|f| f.samples).collect());
+        let lost = median(figures.iter().map(|f| f.lost_pct).collect());
+        let per_run = median(figures.iter().map(|f| f.ns_per_run).collect());
+        let per_sample = median(
+            figures
+                .iter()
+                .map(|f| {
+                    (f.ns_per_run * f.runs - (f.runs - f.samples).max(0.0) * other_ns)
+                        / f.samples.max(1.0)
+                })
+                .collect(),
+        );
+        println!(
+            "  {name:<24} {samples:>8.0} {lost:>14.3} {per_run:>12.0} {per_sample:>16.0}   (target < 0.1 lost per 100 samples)"
+        );
+    }
+    println!(
+        "  (ns per sample: a target's sample, estimated from the measured run time less the other runs)"
+    );
+    let _ = std::fs::remove_dir_all(&out);
+    Ok(())
+}
+
+/// What one profiled run gave.
+struct SamplerFigures {
+    samples: f64,
+    lost_pct: f64,
+    ns_per_run: f64,
+    runs: f64,
+}
+
+/// Runs `command` under `cg-trace --profile --sample-hz 999` with the kernel's BPF
+/// statistics on, and reads the sampler's figures from the report.
+fn profile(cg_trace: &Path, out: &Path, command: &[&str]) -> Result<SamplerFigures> {
+    let report = out.join("sampler.json");
+    let status = Command::new(cg_trace)
+        .args([
+            "-q",
+            "--source",
+            "model",
+            "--profile",
+            "--sample-hz",
+            "999",
+            "-o",
+        ])
+        .arg(&report)
+        .arg("--")
+        .args(command)
+        .env("CG_TRACE_BENCH_BPF_STATS", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .with_context(|| format!("running cg-trace on {command:?}"))?;
+    if !status.success() {
+        bail!("cg-trace --profile -- {command:?} failed ({status})");
+    }
+    let json = read_json(&report)?;
+    let sampling = json
+        .pointer("/meta/function_profiling/sampling")
+        .with_context(|| format!("no sampling figures for {command:?}"))?;
+    let number = |key: &str| -> Result<f64> {
+        sampling
+            .get(key)
+            .and_then(Value::as_f64)
+            .with_context(|| format!("{command:?}: no {key} (are BPF statistics available?)"))
+    };
+    Ok(SamplerFigures {
+        samples: number("samples_count")?,
+        lost_pct: number("lost_stacks_pct")?,
+        ns_per_run: number("bpf_ns_per_run")?,
+        runs: number("bpf_runs_count")?,
+    })
+}
+
+/// `bytes` of text that compresses like prose: words from a fixed list in a
+/// pseudo-random order.
+fn text_input(bytes: usize) -> Vec<u8> {
+    const WORDS: [&str; 16] = [
+        "energy", "profile", "kernel", "sample", "stack", "frame", "joule", "watt", "process",
+        "thread", "interval", "counter", "domain", "idle", "report", "function",
+    ];
+    let mut out = Vec::with_capacity(bytes + 16);
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    while out.len() < bytes {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(WORDS[(x % 16) as usize].as_bytes());
+        out.push(if x.is_multiple_of(11) { b'\n' } else { b' ' });
+        if x.is_multiple_of(5) {
+            out.extend_from_slice((x % 100_000).to_string().as_bytes());
+            out.push(b' ');
+        }
+    }
+    out.truncate(bytes);
+    out
+}
+
+/// A directory of `files` C files (120 small functions each) and a Makefile that compiles
+/// them with gcc -O2.
+fn write_c_project(dir: &Path, files: usize) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    for n in 0..files {
+        let mut text = String::from("#include <string.h>\n");
+        for f in 0..120 {
+            text.push_str(&format!(
+                "static int g{f}(int *a, int n) {{ int s = 0; for (int i = 0; i < n; i++) {{ \
+                 s += a[i] * {} ^ (s >> 3); if (s % {} == 0) s += strlen(\"x{f}\"); }} return s; }}\n",
+                f + n,
+                f + 7
+            ));
+        }
+        text.push_str(&format!("int file{n}(int *a, int n) {{ int s = 0;\n"));
+        for f in 0..120 {
+            text.push_str(&format!("  s += g{f}(a, n);\n"));
+        }
+        text.push_str("  return s;\n}\n");
+        std::fs::write(dir.join(format!("f{n}.c")), text)?;
+    }
+    std::fs::write(
+        dir.join("Makefile"),
+        "OBJS = $(patsubst %.c,%.o,$(wildcard *.c))\nall: $(OBJS)\n%.o: %.c\n\tgcc -O2 -c $< -o $@\n",
+    )?;
     Ok(())
 }
 

@@ -13,8 +13,9 @@
 //!   each for SECONDS (default 60), growing the corpus in `fuzz/corpus/`.
 //! - `bench`: release build, then the overhead benchmarks, the cost of polling the energy
 //!   sources, the live view's cost and function-level profiling's cost (probes, sampling,
-//!   symbolization); prints figures (`--overhead`, `--sources`, `--tui`, `--functions`: only
-//!   those).
+//!   symbolization, stack loss and the sampler's kernel time); prints figures (`--overhead`,
+//!   `--sources`, `--tui`, `--functions`: only those; `--functions --sampler`: only the
+//!   sampler's loss and kernel time).
 //! - `gpu-check`: on a machine with an NVIDIA GPU, cg-trace's GPU energy next to nvidia-smi's.
 
 mod bench;
@@ -32,7 +33,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup | build [--release] | run -- CG-TRACE-ARGS... | test | fuzz [TARGET] [SECONDS] | bench [--quick] [--overhead | --sources | --tui | --functions] | gpu-check [-- CMD ARGS...]>";
+const USAGE: &str = "usage: cargo xtask <setup | build [--release] | run -- CG-TRACE-ARGS... | test | fuzz [TARGET] [SECONDS] | bench [--quick] [--overhead | --sources | --tui | --functions [--sampler]] | gpu-check [-- CMD ARGS...]>";
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -120,6 +121,10 @@ const APT_PACKAGES: &[&str] = &[
     "libc6-dev",
     // The Python end-to-end tests (CPython 3.11).
     "python3.11",
+    // Workloads of the sampler benchmark (`bench --functions --sampler`).
+    "xz-utils",
+    "gzip",
+    "make",
     // The security tests run cg-trace through the real sudo (tests/tests/security.rs).
     "sudo",
     // libfuzzer-sys builds libFuzzer (C++) for the fuzz targets.

@@ -1,5 +1,6 @@
 //! The functions section of the summary on stderr: the heaviest functions by energy, with
-//! calls or samples, on-CPU time, inclusive and self energy, and what the probes cost.
+//! calls or samples, on-CPU time, inclusive and self energy, per process and (when several
+//! processes ran them) over all processes, and what the probes cost.
 
 use std::fmt::Write as _;
 
@@ -7,6 +8,8 @@ use crate::report::Report;
 
 /// Rows of the summary's function table (the report lists `--top-functions`).
 const MAX_ROWS: usize = 20;
+/// Rows of the table of functions over all processes.
+const MAX_TOTAL_ROWS: usize = 10;
 
 /// Renders the section; empty when the run did no function-level profiling.
 pub fn render(report: &Report) -> String {
@@ -62,6 +65,7 @@ pub fn render(report: &Report) -> String {
             profiling.functions_count
         );
     }
+    render_totals(&mut out, report);
     if let Some(u) = &profiling.uprobes {
         let _ = writeln!(
             out,
@@ -95,6 +99,15 @@ pub fn render(report: &Report) -> String {
             "samples: {} at {} Hz (measured), {} stacks; sampled {:.3} J, unsampled {:.3} J",
             s.samples_count, s.sample_hz, s.stacks_count, s.sampled_energy_j, s.unsampled_energy_j
         );
+        let _ = writeln!(
+            out,
+            "  lost (measured): {} kernel stacks, {} user stacks, {} whole samples ({:.2} per \
+             100 samples)",
+            s.lost_kernel_stacks_count,
+            s.lost_user_stacks_count,
+            s.lost_samples_count,
+            s.lost_stacks_pct
+        );
         for p in &s.python {
             let _ = writeln!(
                 out,
@@ -113,6 +126,53 @@ pub fn render(report: &Report) -> String {
         let _ = writeln!(out, "  - {note}");
     }
     out
+}
+
+/// The functions over all processes, when some function ran in several.
+fn render_totals(out: &mut String, report: &Report) {
+    if !report.function_totals.iter().any(|t| t.processes_count > 1) {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nFUNCTIONS, ALL PROCESSES (sums of every process's figures, including those not listed)"
+    );
+    let _ = writeln!(
+        out,
+        "{:>8}  {:<34} {:<16} {:>10} {:>9} {:>11} {:>10}",
+        "PROCS", "FUNCTION", "MODULE", "CALLS/SMPL", "CPU [s]", "ENERGY [J]", "SELF [J]"
+    );
+    for t in report.function_totals.iter().take(MAX_TOTAL_ROWS) {
+        let count = match (t.calls, t.samples) {
+            (Some(calls), _) => format!("{calls}"),
+            (None, Some(samples)) => format!("{samples} smp"),
+            _ => String::new(),
+        };
+        let module = match t.line {
+            Some(line) => format!("{}:{line}", tail(&t.module, 12)),
+            None => t.module.clone(),
+        };
+        let _ = writeln!(
+            out,
+            "{:>8}  {:<34} {:<16} {:>10} {:>9.3} {:>11.3} {:>10.3}",
+            t.processes_count,
+            shorten(&t.symbol, 34),
+            shorten(&module, 16),
+            count,
+            t.cpu_time_s,
+            t.energy_j,
+            t.self_energy_j
+        );
+    }
+    if let Some(profiling) = &report.meta.function_profiling
+        && profiling.function_totals_count > MAX_TOTAL_ROWS
+    {
+        let _ = writeln!(
+            out,
+            "{:>8}  … {} functions in all (`function_totals` in the report)",
+            "", profiling.function_totals_count
+        );
+    }
 }
 
 fn shorten(text: &str, width: usize) -> String {

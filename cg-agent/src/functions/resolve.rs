@@ -1,6 +1,10 @@
 //! Turns `--func` SPECs into the functions to probe: finds the binary or library each SPEC
-//! names (the traced executable, a path, or a library it loads), reads its symbols, matches
-//! the glob, and computes each function's file offset (uprobes attach by file and offset).
+//! names (the traced executable, a path, a library it loads, else a library of that name in
+//! the library search path), reads its symbols, matches the glob, and computes each
+//! function's file offset (uprobes attach by file and offset, in every process that maps
+//! the file, whenever it maps it). A library name found nowhere may wait for a traced process
+//! to map a matching file (a library loaded with `dlopen` from elsewhere): the session then
+//! resolves the SPEC in that file ([`resolve_in_file`]) and attaches as the run goes.
 
 use std::{
     collections::BTreeSet,
@@ -23,6 +27,21 @@ pub struct LookupScope {
     /// Running processes whose mapped libraries count as "loaded" (attach mode).
     pub pids: Vec<u32>,
     pub proc_root: PathBuf,
+    /// A library name or glob found nowhere waits for a traced process to map a matching
+    /// file ([`Resolution::pending`]) rather than being an error (wrap and attach modes).
+    pub defer_unloaded: bool,
+}
+
+/// What [`resolve`] found.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Resolution {
+    /// The functions to probe from the start.
+    pub functions: Vec<ResolvedFunction>,
+    /// SPECs whose library is neither loaded by the target nor in the library search path:
+    /// they wait for a traced process to map a matching file.
+    pub pending: Vec<FuncSpec>,
+    /// What the lookup did beyond the usual, for the user (stderr).
+    pub notes: Vec<String>,
 }
 
 /// A function to probe.
@@ -48,22 +67,49 @@ pub struct ResolvedFunction {
 }
 
 /// Resolves every SPEC; fails on a SPEC that matches nothing (naming the closest symbols)
-/// and when more than `limit` functions match in all.
+/// and when more than `limit` functions match in all. A SPEC whose library is found nowhere
+/// is pending when the scope defers them, else an error that says to give the path.
 pub fn resolve(
     specs: &[FuncSpec],
     scope: &LookupScope,
     limit: usize,
-) -> Result<Vec<ResolvedFunction>, FunctionError> {
+) -> Result<Resolution, FunctionError> {
     let mut out: Vec<ResolvedFunction> = Vec::new();
+    let mut resolution = Resolution::default();
     let mut seen: BTreeSet<(PathBuf, u64)> = BTreeSet::new();
     let mut elf_cache: Vec<ElfInfo> = Vec::new();
-    // The file images of objects with matches, for decoding the functions' code.
-    let mut images: Vec<(PathBuf, Vec<u8>)> = Vec::new();
     let libraries = loaded_libraries(scope);
     for spec in specs {
         let objects = objects_for(spec, scope, &libraries)?;
+        if objects.paths.is_empty() {
+            resolution.notes.push(format!(
+                "--func {:?}: no library named {:?} is loaded by the target or in the library \
+                 search path yet: its functions are probed when a traced process maps one \
+                 (calls before that are not counted; naming the file, --func \
+                 /path/to/LIBRARY:{}, probes it from the start)",
+                spec.text,
+                spec.object.as_deref().unwrap_or_default(),
+                spec.pattern
+            ));
+            resolution.pending.push(spec.clone());
+            continue;
+        }
+        if objects.from_search_path {
+            resolution.notes.push(format!(
+                "--func {:?}: the target does not link {:?}; probing {} from the library \
+                 search path (in whichever process loads it)",
+                spec.text,
+                spec.object.as_deref().unwrap_or_default(),
+                objects
+                    .paths
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
         let mut matched = 0usize;
-        for object in &objects {
+        for object in &objects.paths {
             let elf = match elf_cache.iter().position(|e| &e.path == object) {
                 Some(i) => &elf_cache[i],
                 None => {
@@ -71,53 +117,12 @@ pub fn resolve(
                     elf_cache.last().expect("just pushed")
                 }
             };
-            for (index, symbol) in elf.functions.iter().enumerate() {
-                if !glob_match(&spec.pattern, &symbol.name)
-                    && !glob_match(&spec.pattern, &symbol.raw)
-                {
-                    continue;
-                }
-                matched += 1;
-                if !seen.insert((object.clone(), symbol.address)) {
-                    continue; // an alias of a function already taken
-                }
-                let Some(offset) = elf.file_offset(symbol.address) else {
-                    continue;
-                };
-                let first_instruction = if cfg!(target_arch = "x86_64") {
-                    FirstInstruction::of_x86_64(&elf.prologues[index])
-                } else {
-                    FirstInstruction::SingleStepped
-                };
-                if !images.iter().any(|(p, _)| p == object) {
-                    let image = std::fs::read(object).map_err(|e| FunctionError::Elf {
-                        path: object.clone(),
-                        reason: e.to_string(),
-                    })?;
-                    images.push((object.clone(), image));
-                }
-                let image = images
-                    .iter()
-                    .find(|(p, _)| p == object)
-                    .map_or(&[][..], |(_, image)| image.as_slice());
-                let entry_only = returns::entry_only(elf, image, index);
-                out.push(ResolvedFunction {
-                    id: out.len() as u32,
-                    name: symbol.name.clone(),
-                    raw: symbol.raw.clone(),
-                    module: object.clone(),
-                    address: symbol.address,
-                    offset,
-                    first_instruction,
-                    entry_only,
-                    spec: spec.text.clone(),
-                });
-            }
+            matched += match_in(spec, elf, &mut seen, &mut out)?;
         }
         if matched == 0 {
             let names = elf_cache
                 .iter()
-                .filter(|e| objects.contains(&e.path))
+                .filter(|e| objects.paths.contains(&e.path))
                 .flat_map(|e| e.functions.iter().map(|f| f.name.as_str()));
             let near = closest(&spec.pattern, names, 6);
             return Err(FunctionError::Usage(format!(
@@ -125,6 +130,7 @@ pub fn resolve(
                 spec.text,
                 spec.pattern,
                 objects
+                    .paths
                     .iter()
                     .map(|o| o.display().to_string())
                     .collect::<Vec<_>>()
@@ -145,7 +151,90 @@ pub fn resolve(
             )));
         }
     }
+    resolution.functions = out;
+    Ok(resolution)
+}
+
+/// The functions of `elf` that `spec`'s glob matches, appended to `out` with ids following
+/// on (aliases of a function in `seen` are left out; `seen` gets the new ones). Returns how
+/// many symbols matched, aliases included.
+fn match_in(
+    spec: &FuncSpec,
+    elf: &ElfInfo,
+    seen: &mut BTreeSet<(PathBuf, u64)>,
+    out: &mut Vec<ResolvedFunction>,
+) -> Result<usize, FunctionError> {
+    let object = &elf.path;
+    let mut matched = 0usize;
+    // The file's image, for decoding the functions' code, once something matches.
+    let mut image: Option<Vec<u8>> = None;
+    for (index, symbol) in elf.functions.iter().enumerate() {
+        if !glob_match(&spec.pattern, &symbol.name) && !glob_match(&spec.pattern, &symbol.raw) {
+            continue;
+        }
+        matched += 1;
+        if !seen.insert((object.clone(), symbol.address)) {
+            continue; // an alias of a function already taken
+        }
+        let Some(offset) = elf.file_offset(symbol.address) else {
+            continue;
+        };
+        let first_instruction = if cfg!(target_arch = "x86_64") {
+            FirstInstruction::of_x86_64(&elf.prologues[index])
+        } else {
+            FirstInstruction::SingleStepped
+        };
+        if image.is_none() {
+            image = Some(std::fs::read(object).map_err(|e| FunctionError::Elf {
+                path: object.clone(),
+                reason: e.to_string(),
+            })?);
+        }
+        let entry_only = returns::entry_only(elf, image.as_deref().unwrap_or_default(), index);
+        out.push(ResolvedFunction {
+            id: out.len() as u32,
+            name: symbol.name.clone(),
+            raw: symbol.raw.clone(),
+            module: object.clone(),
+            address: symbol.address,
+            offset,
+            first_instruction,
+            entry_only,
+            spec: spec.text.clone(),
+        });
+    }
+    Ok(matched)
+}
+
+/// The functions of the file `path` that a pending SPEC's glob matches (a library a traced
+/// process mapped during the run), with ids from `first_id` on; `probed` holds the
+/// (file, address) of the functions probed already, which are left out.
+pub fn resolve_in_file(
+    spec: &FuncSpec,
+    path: &Path,
+    first_id: u32,
+    probed: &mut BTreeSet<(PathBuf, u64)>,
+) -> Result<Vec<ResolvedFunction>, FunctionError> {
+    let path = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    let elf = ElfInfo::open(&path)?;
+    let mut out = Vec::new();
+    match_in(spec, &elf, probed, &mut out)?;
+    for (i, function) in out.iter_mut().enumerate() {
+        function.id = first_id.saturating_add(i as u32);
+    }
     Ok(out)
+}
+
+/// Whether a SPEC's object part (a name, or a glob) designates a file of this name:
+/// `libz.so*` matches as a glob; `libz.so` finds `libz.so.1`, `libc` finds `libc.so.6`.
+pub fn object_matches(object: &str, file_name: &str) -> bool {
+    if is_glob(object) {
+        glob_match(object, file_name)
+    } else {
+        file_name == object
+            || file_name.starts_with(&format!("{object}."))
+            || file_name.starts_with(&format!("{object}-"))
+    }
 }
 
 /// How many functions the SPECs after `current` would add (for the refusal message).
@@ -165,7 +254,7 @@ fn count_rest(
         let Ok(objects) = objects_for(spec, scope, libraries) else {
             continue;
         };
-        for object in objects {
+        for object in objects.paths {
             if !cache.iter().any(|e| e.path == object)
                 && let Ok(elf) = ElfInfo::open(&object)
             {
@@ -186,19 +275,36 @@ fn count_rest(
 }
 
 /// The files a SPEC's object part designates.
+#[derive(Debug, Default)]
+struct Objects {
+    /// Empty: found nowhere, and the scope defers such SPECs.
+    paths: Vec<PathBuf>,
+    /// Found in the library search path, not among the target's libraries.
+    from_search_path: bool,
+}
+
+/// The files a SPEC's object part designates.
 fn objects_for(
     spec: &FuncSpec,
     scope: &LookupScope,
     libraries: &[PathBuf],
-) -> Result<Vec<PathBuf>, FunctionError> {
+) -> Result<Objects, FunctionError> {
+    let found = |paths| Objects {
+        paths,
+        from_search_path: false,
+    };
     let Some(object) = &spec.object else {
-        return scope.executable.clone().map(|e| vec![e]).ok_or_else(|| {
-            FunctionError::Usage(format!(
-                "--func {:?}: no executable to look in (with --all, name the binary: \
+        return scope
+            .executable
+            .clone()
+            .map(|e| found(vec![e]))
+            .ok_or_else(|| {
+                FunctionError::Usage(format!(
+                    "--func {:?}: no executable to look in (with --all, name the binary: \
                  --func /path/to/binary:{})",
-                spec.text, spec.pattern
-            ))
-        });
+                    spec.text, spec.pattern
+                ))
+            });
     };
     if object.contains('/') {
         let path = PathBuf::from(object);
@@ -209,7 +315,7 @@ fn objects_for(
                 path.display()
             )));
         }
-        return Ok(vec![path.canonicalize().unwrap_or(path)]);
+        return Ok(found(vec![path.canonicalize().unwrap_or(path)]));
     }
     let candidates: Vec<&PathBuf> = scope.executable.iter().chain(libraries).collect();
     let base = |p: &PathBuf| {
@@ -217,37 +323,99 @@ fn objects_for(
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default()
     };
-    let mut found: Vec<PathBuf> = candidates
+    let mut loaded: Vec<PathBuf> = candidates
         .iter()
-        .filter(|p| {
-            let name = base(p);
-            if is_glob(object) {
-                glob_match(object, &name)
-            } else {
-                // `libz.so` finds `libz.so.1`, `libc` finds `libc.so.6`.
-                name == *object
-                    || name.starts_with(&format!("{object}."))
-                    || name.starts_with(&format!("{object}-"))
-            }
-        })
+        .filter(|p| object_matches(object, &base(p)))
         .map(|p| (*p).clone())
         .collect();
-    found.dedup();
-    if found.is_empty() {
-        let known: Vec<String> = candidates.iter().map(|p| base(p)).collect();
-        return Err(FunctionError::Usage(format!(
-            "--func {:?}: no binary or library named {object:?} among those the target loads{}; \
-             give a path instead (e.g. --func /usr/lib/x86_64-linux-gnu/{object}:{})",
-            spec.text,
-            if known.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", known.join(", "))
-            },
-            spec.pattern
-        )));
+    loaded.dedup();
+    if !loaded.is_empty() {
+        return Ok(found(loaded));
     }
-    Ok(found)
+    let searched = in_search_path(object, scope.executable.as_deref());
+    if !searched.is_empty() {
+        return Ok(Objects {
+            paths: searched,
+            from_search_path: true,
+        });
+    }
+    if scope.defer_unloaded {
+        return Ok(Objects::default());
+    }
+    let known: Vec<String> = candidates.iter().map(|p| base(p)).collect();
+    Err(FunctionError::Usage(format!(
+        "--func {:?}: no binary or library named {object:?} among those the target loads{} \
+         or in the library search path (LD_LIBRARY_PATH, /etc/ld.so.conf, /lib, /usr/lib); \
+         give the file's path instead: --func /path/to/{}:{}",
+        spec.text,
+        if known.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", known.join(", "))
+        },
+        if is_glob(object) { "LIBRARY" } else { object },
+        spec.pattern
+    )))
+}
+
+/// Most files a library name or glob may designate in the library search path.
+const MAX_SEARCH_MATCHES: usize = 16;
+
+/// The ELF files in the library search path (the executable's RUNPATH, then as the dynamic
+/// loader looks: [`search_dirs`]) whose name `object` designates, canonical and without
+/// repeats (`libz.so`, `libz.so.1` and `libz.so.1.2.13` are one file).
+fn in_search_path(object: &str, executable: Option<&Path>) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = executable
+        .and_then(|exe| ElfInfo::open(exe).ok())
+        .map(|elf| elf.runpath.clone())
+        .unwrap_or_default();
+    dirs.extend(search_dirs());
+    in_dirs(object, dirs)
+}
+
+/// The ELF files in `dirs` whose name `object` designates, canonical, without repeats.
+fn in_dirs(object: &str, dirs: Vec<PathBuf>) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    let mut seen_dirs: Vec<PathBuf> = Vec::new();
+    for dir in dirs {
+        let dir = dir.canonicalize().unwrap_or(dir);
+        if seen_dirs.contains(&dir) {
+            continue;
+        }
+        seen_dirs.push(dir.clone());
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        let mut names: Vec<PathBuf> = entries
+            .flatten()
+            .filter(|e| object_matches(object, &e.file_name().to_string_lossy()))
+            .map(|e| e.path())
+            .collect();
+        names.sort();
+        for path in names {
+            let Ok(path) = path.canonicalize() else {
+                continue;
+            };
+            if path.is_file() && is_elf(&path) && !out.contains(&path) {
+                out.push(path);
+                if out.len() >= MAX_SEARCH_MATCHES {
+                    return out;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Whether a file starts with the ELF magic (a linker script `libc.so` or an archive does
+/// not).
+fn is_elf(path: &Path) -> bool {
+    use std::io::Read as _;
+    let mut magic = [0u8; 4];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok()
+        && magic == *b"\x7fELF"
 }
 
 /// The shared libraries the target loads: mapped by the attached processes, or the
@@ -364,13 +532,14 @@ mod tests {
             executable: std::env::current_exe().ok(),
             pids: Vec::new(),
             proc_root: "/proc".into(),
+            defer_unloaded: false,
         }
     }
 
     #[test]
     fn resolves_globs_in_the_executable_with_offsets() {
         let specs = [FuncSpec::parse("main").unwrap()];
-        let found = resolve(&specs, &this_test_binary(), 10).unwrap();
+        let found = resolve(&specs, &this_test_binary(), 10).unwrap().functions;
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].raw, "main");
         assert!(found[0].offset > 0);
@@ -401,13 +570,87 @@ mod tests {
     #[test]
     fn finds_libraries_the_executable_loads() {
         let specs = [FuncSpec::parse("libc:malloc").unwrap()];
-        let found = resolve(&specs, &this_test_binary(), 10).unwrap();
+        let found = resolve(&specs, &this_test_binary(), 10).unwrap().functions;
         assert!(
             found[0].module.to_string_lossy().contains("libc.so"),
             "{:?}",
             found[0].module
         );
+    }
+
+    #[test]
+    fn a_library_found_nowhere_waits_or_is_refused_with_the_path_form() {
+        let specs = [FuncSpec::parse("libnothing*:f").unwrap()];
+        let err = resolve(&specs, &this_test_binary(), 10)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--func /path/to/LIBRARY:f"), "{err}");
         let specs = [FuncSpec::parse("libnothing:f").unwrap()];
-        assert!(resolve(&specs, &this_test_binary(), 10).is_err());
+        let err = resolve(&specs, &this_test_binary(), 10)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--func /path/to/libnothing:f"), "{err}");
+        let scope = LookupScope {
+            defer_unloaded: true,
+            ..this_test_binary()
+        };
+        let specs = [
+            FuncSpec::parse("libnothing:f").unwrap(),
+            FuncSpec::parse("main").unwrap(),
+        ];
+        let found = resolve(&specs, &scope, 10).unwrap();
+        assert_eq!(found.pending, specs[..1]);
+        assert_eq!(found.functions.len(), 1, "the other SPEC still resolves");
+        assert!(found.notes[0].contains("when a traced process maps one"));
+    }
+
+    #[test]
+    fn library_names_and_globs_match_file_names_as_the_loader_names_them() {
+        assert!(object_matches("libz.so*", "libz.so.1.2.13"));
+        assert!(object_matches("libz.so", "libz.so.1"));
+        assert!(object_matches("libc", "libc.so.6"));
+        assert!(object_matches("libpython3.12", "libpython3.12.so.1.0"));
+        assert!(object_matches("libfoo", "libfoo-2.0.so"));
+        assert!(!object_matches("libz", "libzstd.so.1"));
+        assert!(!object_matches("libz.so*", "libzstd.so.1"));
+    }
+
+    #[test]
+    fn the_search_path_gives_each_elf_file_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let elf = dir.path().join("libcgtest.so.1.0");
+        std::fs::copy(std::env::current_exe().unwrap(), &elf).unwrap();
+        std::os::unix::fs::symlink("libcgtest.so.1.0", dir.path().join("libcgtest.so.1")).unwrap();
+        std::os::unix::fs::symlink("libcgtest.so.1.0", dir.path().join("libcgtest.so")).unwrap();
+        // A linker script and an archive are not libraries to probe.
+        std::fs::write(dir.path().join("libcgtest.a"), b"!<arch>\n").unwrap();
+        std::fs::write(
+            dir.path().join("libcgtest.so.2"),
+            b"GROUP ( libcgtest.so.1 )",
+        )
+        .unwrap();
+        let found = in_dirs(
+            "libcgtest*",
+            vec![dir.path().to_path_buf(), dir.path().into()],
+        );
+        assert_eq!(found, [elf.canonicalize().unwrap()]);
+        assert!(in_dirs("libother*", vec![dir.path().to_path_buf()]).is_empty());
+    }
+
+    #[test]
+    fn functions_of_a_file_mapped_later_follow_on_and_are_taken_once() {
+        let spec = FuncSpec::parse("main").unwrap();
+        let exe = std::env::current_exe().unwrap();
+        let mut probed = BTreeSet::new();
+        let found = resolve_in_file(&spec, &exe, 7, &mut probed).unwrap();
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].id, 7);
+        assert_eq!(found[0].raw, "main");
+        assert!(
+            resolve_in_file(&spec, &exe, 8, &mut probed)
+                .unwrap()
+                .is_empty(),
+            "already probed"
+        );
     }
 }

@@ -52,6 +52,10 @@ pub struct FunctionProbeConfig {
     pub noop_uprobes: bool,
     /// The stack sampler (`--profile`).
     pub sampling: bool,
+    /// Its samples per second per CPU, and how often its maps are read: they are sized
+    /// for that.
+    pub sample_hz: u64,
+    pub interval: Duration,
 }
 
 /// Errors loading or reading the probes. Their messages carry the whole chain of causes,
@@ -245,24 +249,14 @@ const UPROBE_MAPS: [&str; 3] = [
     profiling::names::FUNC_STATS,
     "FUNC_ZERO",
 ];
-const SAMPLER_MAPS: [&str; 6] = [
-    profiling::names::STACKS,
-    profiling::names::SAMPLES_A,
-    profiling::names::SAMPLES_B,
-    profiling::names::PY_PROCS,
-    profiling::names::PY_STACKS,
-    "PY_TSTATES",
-];
-const UPROBE_MAPS_AND_SAMPLER_MAPS: [&str; 9] = [
+/// (The sampler's ring buffer is shrunk apart: to a page, its smallest size.)
+const SAMPLER_MAPS: [&str; 2] = [profiling::names::PY_PROCS, "PY_TSTATES"];
+const UPROBE_MAPS_AND_SAMPLER_MAPS: [&str; 5] = [
     UPROBE_MAPS[0],
     UPROBE_MAPS[1],
     UPROBE_MAPS[2],
     SAMPLER_MAPS[0],
     SAMPLER_MAPS[1],
-    SAMPLER_MAPS[2],
-    SAMPLER_MAPS[3],
-    SAMPLER_MAPS[4],
-    SAMPLER_MAPS[5],
 ];
 
 #[cfg(feature = "ebpf")]
@@ -322,6 +316,13 @@ impl Probes {
         for name in unused {
             loader.map_max_entries(name, 1);
         }
+        let ring_bytes = if config.functions.sampling {
+            let cpus = aya::util::nr_cpus().unwrap_or(1);
+            sampler::ring_bytes(config.functions.sample_hz, cpus, config.functions.interval)
+        } else {
+            page_size()
+        };
+        loader.map_max_entries(profiling::names::SAMPLE_RING, ring_bytes);
         let mut ebpf = loader
             .btf(None)
             // THREAD_MARKS is task storage, which only the programs use (aya 0.14 has no
@@ -441,7 +442,11 @@ impl Probes {
     /// must have been loaded with [`FunctionProbeConfig::sampling`].
     pub fn attach_sampler(&mut self, hz: u64) -> Result<(), ProbeError> {
         let started = Instant::now();
-        sampler::attach(&mut self._ebpf, hz)?;
+        let maps = self
+            .sampler
+            .as_mut()
+            .ok_or(ProbeError::MissingMap(profiling::names::SAMPLE_RING))?;
+        sampler::attach(&mut self._ebpf, maps, hz)?;
         self.attach_time += started.elapsed();
         Ok(())
     }
@@ -670,6 +675,13 @@ fn running_since(state: &CpuState) -> Option<u64> {
 /// `/proc/PID/task/TID/schedstat` (`run_ns wait_ns timeslices`): the task's `sum_exec_runtime`.
 pub fn parse_schedstat_runtime_ns(text: &str) -> Option<u64> {
     text.split_whitespace().next()?.parse().ok()
+}
+
+/// The memory page size (a ring buffer's smallest size).
+fn page_size() -> u32 {
+    // SAFETY: sysconf has no preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u32::try_from(size).unwrap_or(4096).max(4096)
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: the clock `bpf_ktime_get_ns` uses.

@@ -1,33 +1,114 @@
 //! The stack sampler (`--profile`): attaches cg-ebpf's perf-event program to each online
-//! CPU's software CPU clock at the requested frequency, and reads back what it aggregated:
-//! samples per (thread, stacks) since the last read, the stacks' addresses, and the Python
-//! frames the CPython walker recorded. Nothing about energy here.
+//! CPU's software CPU clock at the requested frequency, and reads back what it recorded: one
+//! record per sample of a target, with its kernel, user and Python stacks, from a ring buffer
+//! that is drained every interval ([`Probes::take_samples`]; [`ring_bytes`] sizes it to the
+//! sample rate). Here samples are counted per (thread, stacks), and each distinct stack gets
+//! an id for the whole run ([`StackId`], keyed by content), its addresses handed over once.
+//! Nothing about energy here.
+
+use std::{
+    collections::{HashMap as StdHashMap, HashSet},
+    os::fd::OwnedFd,
+    time::Duration,
+};
 
 use aya::{
     Ebpf,
-    maps::{Array, HashMap, MapData, PerCpuArray, StackTraceMap},
+    maps::{HashMap, MapData, PerCpuArray, RingBuf},
     programs::{
         PerfEvent,
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
     },
 };
-use cg_common::profiling::{PyProcess, PyStack, SampleKey, SamplerCounters, names};
+use cg_common::profiling::{
+    PY_MAX_FRAMES, PyProcess, STACK_MAX_DEPTH, SampleRecord, SamplerCounters, names,
+};
 
 use super::{ProbeError, Probes};
 
 const PROGRAM: &str = "sample_stack";
 
-/// The sampler's maps.
+/// A native stack's id for the whole run (`>= 0`), or [`NO_STACK`] / [`LOST_STACK`].
+pub type StackId = i32;
+/// No stack: a kernel stack of a sample in user mode, a user stack of a thread without one.
+pub const NO_STACK: StackId = -1;
+/// A stack the kernel could not walk (counted in the sampler's counters).
+pub const LOST_STACK: StackId = -2;
+
+/// One aggregated sample, its stacks by run-long ids.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Sample {
+    pub tgid: u32,
+    pub tid: u32,
+    pub kernel_stack: StackId,
+    pub user_stack: StackId,
+    /// Key of the Python stack (its content hash, never 0); 0: no Python frames.
+    pub py_stack: u64,
+}
+
+/// What one read of the sampler gives.
+#[derive(Debug, Default)]
+pub struct SampleBatch {
+    /// Samples since the last read, with their counts.
+    pub samples: Vec<(Sample, u64)>,
+    /// Native stacks met for the first time: their ids and addresses, innermost first.
+    pub stacks: Vec<(StackId, Vec<u64>)>,
+    /// Python stacks met for the first time: their keys and code object addresses,
+    /// innermost first.
+    pub python: Vec<(u64, Vec<u64>)>,
+}
+
+/// Bytes of the sample ring for `hz` samples per second on each of `cpus` CPUs read every
+/// `interval`: room for what the kernel records between two reads, with room for reads that
+/// come late (four intervals, at least half a second), a power of two between 1 and 64 MiB.
+/// A record takes 2.4 KB (stacks of up to 127 frames each).
+pub fn ring_bytes(hz: u64, cpus: usize, interval: Duration) -> u32 {
+    const MIN: u32 = 1 << 20;
+    const MAX: u32 = 64 << 20;
+    let window_s = (interval.as_secs_f64() * 4.0).max(0.5);
+    let record = (std::mem::size_of::<SampleRecord>() + 8) as f64;
+    let bytes = hz as f64 * cpus.max(1) as f64 * window_s * record;
+    let bytes = if bytes.is_finite() {
+        bytes.ceil()
+    } else {
+        f64::MAX
+    };
+    (bytes.min(f64::from(MAX)) as u32)
+        .next_power_of_two()
+        .clamp(MIN, MAX)
+}
+
+/// The content key of a stack: a 64-bit hash of its addresses, never 0 (two distinct stacks
+/// of a run share a key with odds of about n^2 / 2^65: 3e-10 for 100,000 stacks).
+pub fn stack_key(addresses: &[u64]) -> u64 {
+    let mut hash: u64 = 0x243f_6a88_85a3_08d3 ^ addresses.len() as u64;
+    for &address in addresses {
+        hash = (hash ^ address).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        hash ^= hash >> 29;
+    }
+    hash = hash.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    (hash ^ (hash >> 31)) | 1
+}
+
+/// The sampler's maps, and the stacks met so far.
 pub(super) struct SamplerMaps {
-    stacks: StackTraceMap<MapData>,
-    samples: [HashMap<MapData, SampleKey, u64>; 2],
-    select: Array<MapData, u32>,
-    /// Which of `samples` the kernel writes now.
-    active: u32,
+    ring: RingBuf<MapData>,
     counters: PerCpuArray<MapData, SamplerCounters>,
     py_procs: HashMap<MapData, u32, PyProcess>,
-    py_stacks: HashMap<MapData, u64, PyStack>,
+    /// Run-long ids of the native stacks met, by content key.
+    stack_ids: StdHashMap<u64, StackId>,
+    /// Python stacks met, by content key.
+    python_known: HashSet<u64>,
+    /// Records too short to be samples (none expected).
+    malformed: u64,
+    /// Keeps the kernel's BPF run-time statistics on (benchmarks, [`BPF_STATS_ENV`]).
+    stats: Option<OwnedFd>,
 }
+
+/// Environment variable for benchmarks: `1` turns the kernel's BPF run-time statistics on
+/// for the run (they cost every BPF program on the machine two clock reads per run), so
+/// that the report gives the sampler's cost per sample.
+pub const BPF_STATS_ENV: &str = "CG_TRACE_BENCH_BPF_STATS";
 
 fn map_error(name: &'static str) -> impl Fn(aya::maps::MapError) -> ProbeError {
     move |source| ProbeError::Map { name, source }
@@ -37,27 +118,51 @@ impl SamplerMaps {
     pub(super) fn take(ebpf: &mut Ebpf) -> Result<Self, ProbeError> {
         let mut take = |name: &'static str| ebpf.take_map(name).ok_or(ProbeError::MissingMap(name));
         Ok(SamplerMaps {
-            stacks: StackTraceMap::try_from(take(names::STACKS)?)
-                .map_err(map_error(names::STACKS))?,
-            samples: [
-                HashMap::try_from(take(names::SAMPLES_A)?).map_err(map_error(names::SAMPLES_A))?,
-                HashMap::try_from(take(names::SAMPLES_B)?).map_err(map_error(names::SAMPLES_B))?,
-            ],
-            select: Array::try_from(take(names::SAMPLE_SELECT)?)
-                .map_err(map_error(names::SAMPLE_SELECT))?,
-            active: 0,
+            ring: RingBuf::try_from(take(names::SAMPLE_RING)?)
+                .map_err(map_error(names::SAMPLE_RING))?,
             counters: PerCpuArray::try_from(take(names::SAMPLER_COUNTERS)?)
                 .map_err(map_error(names::SAMPLER_COUNTERS))?,
             py_procs: HashMap::try_from(take(names::PY_PROCS)?)
                 .map_err(map_error(names::PY_PROCS))?,
-            py_stacks: HashMap::try_from(take(names::PY_STACKS)?)
-                .map_err(map_error(names::PY_STACKS))?,
+            stack_ids: StdHashMap::new(),
+            python_known: HashSet::new(),
+            malformed: 0,
+            stats: None,
         })
     }
 }
 
+/// The run-long id of a stack the kernel wrote (`bytes` of `addresses` in use, or an
+/// errno), and its addresses in `new` when it is new.
+fn stack_id(
+    ids: &mut StdHashMap<u64, StackId>,
+    bytes: i32,
+    addresses: &[u64; STACK_MAX_DEPTH],
+    new: &mut Vec<(StackId, Vec<u64>)>,
+) -> StackId {
+    if bytes < 0 {
+        return LOST_STACK;
+    }
+    let len = (bytes as usize / 8).min(STACK_MAX_DEPTH);
+    if len == 0 {
+        return NO_STACK;
+    }
+    let addresses = &addresses[..len];
+    let next = ids.len() as StackId;
+    *ids.entry(stack_key(addresses)).or_insert_with(|| {
+        new.push((next, addresses.to_vec()));
+        next
+    })
+}
+
 /// Loads the sampling program and attaches it to every online CPU at `hz` samples/s.
-pub(super) fn attach(ebpf: &mut Ebpf, hz: u64) -> Result<(), ProbeError> {
+pub(super) fn attach(ebpf: &mut Ebpf, maps: &mut SamplerMaps, hz: u64) -> Result<(), ProbeError> {
+    if std::env::var_os(BPF_STATS_ENV).is_some_and(|v| v == "1") {
+        match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
+            Ok(fd) => maps.stats = Some(fd),
+            Err(err) => tracing::warn!("BPF run-time statistics: {err}"),
+        }
+    }
     let program = PROGRAM;
     let prog: &mut PerfEvent = ebpf
         .program_mut(program)
@@ -86,47 +191,77 @@ impl Probes {
     fn sampler_maps(&self) -> Result<&SamplerMaps, ProbeError> {
         self.sampler
             .as_ref()
-            .ok_or(ProbeError::MissingMap(names::SAMPLES_A))
+            .ok_or(ProbeError::MissingMap(names::SAMPLE_RING))
     }
 
-    /// Takes the samples counted since the last call: makes the kernel count into the other
-    /// map, then reads and clears this one.
-    pub fn take_samples(&mut self) -> Result<Vec<(SampleKey, u64)>, ProbeError> {
+    /// Takes the samples recorded since the last call, counted per (thread, stacks), with
+    /// the stacks met for the first time.
+    pub fn take_samples(&mut self) -> Result<SampleBatch, ProbeError> {
         let Some(maps) = self.sampler.as_mut() else {
-            return Ok(Vec::new());
+            return Ok(SampleBatch::default());
         };
-        let reading = maps.active as usize;
-        let next = 1 - maps.active;
-        maps.select
-            .set(0, next, 0)
-            .map_err(map_error(names::SAMPLE_SELECT))?;
-        maps.active = next;
-        let name = [names::SAMPLES_A, names::SAMPLES_B][reading];
-        let map = &mut maps.samples[reading];
-        let entries: Vec<(SampleKey, u64)> = map
-            .iter()
-            .collect::<Result<_, _>>()
-            .map_err(map_error(name))?;
-        for (key, _) in &entries {
-            let _ = map.remove(key);
+        let SamplerMaps {
+            ring,
+            stack_ids,
+            python_known,
+            malformed,
+            ..
+        } = maps;
+        let mut batch = SampleBatch::default();
+        let mut counts: StdHashMap<Sample, u64> = StdHashMap::new();
+        while let Some(item) = ring.next() {
+            if item.len() < std::mem::size_of::<SampleRecord>() {
+                *malformed += 1;
+                continue;
+            }
+            // SAFETY: the kernel wrote a whole SampleRecord (length checked above); read
+            // unaligned, as nothing promises this type's alignment.
+            let record: SampleRecord =
+                unsafe { std::ptr::read_unaligned(item.as_ptr() as *const SampleRecord) };
+            let kernel_stack = stack_id(
+                stack_ids,
+                record.kernel_bytes,
+                &record.kernel,
+                &mut batch.stacks,
+            );
+            let user_stack = stack_id(
+                stack_ids,
+                record.user_bytes,
+                &record.user,
+                &mut batch.stacks,
+            );
+            let py_len = (record.py_len as usize).min(PY_MAX_FRAMES);
+            let py_stack = if py_len == 0 {
+                0
+            } else {
+                let codes = &record.py_codes[..py_len];
+                let key = stack_key(codes);
+                if python_known.insert(key) {
+                    batch.python.push((key, codes.to_vec()));
+                }
+                key
+            };
+            let sample = Sample {
+                tgid: record.tgid,
+                tid: record.tid,
+                kernel_stack,
+                user_stack,
+                py_stack,
+            };
+            *counts.entry(sample).or_default() += 1;
         }
-        Ok(entries)
+        batch.samples = counts.into_iter().collect();
+        batch.samples.sort_unstable_by_key(|(s, _)| *s);
+        Ok(batch)
     }
 
-    /// The addresses of stack `id`, innermost first.
-    pub fn stack(&self, id: i32) -> Option<Vec<u64>> {
-        let maps = self.sampler_maps().ok()?;
-        let id = u32::try_from(id).ok()?;
-        let trace = maps.stacks.get(&id, 0).ok()?;
-        Some(trace.frames().iter().map(|f| f.ip).collect())
-    }
-
-    /// The code objects of Python stack `key`, innermost first, and whether the walk was cut.
-    pub fn python_stack(&self, key: u64) -> Option<(Vec<u64>, bool)> {
-        let maps = self.sampler_maps().ok()?;
-        let stack = maps.py_stacks.get(&key, 0).ok()?;
-        let len = (stack.len as usize).min(stack.codes.len());
-        Some((stack.codes[..len].to_vec(), stack.truncated != 0))
+    /// The sampling program's kernel run time and runs so far, when the kernel's BPF
+    /// run-time statistics are on (`kernel.bpf_stats_enabled`, or [`BPF_STATS_ENV`]).
+    pub fn sampler_run_time(&self) -> Option<(Duration, u64)> {
+        self.sampler.as_ref()?;
+        let prog: &PerfEvent = self._ebpf.program(PROGRAM)?.try_into().ok()?;
+        let info = prog.info().ok()?;
+        (info.run_count() > 0).then(|| (info.run_time(), info.run_count()))
     }
 
     /// Makes the sampler walk the Python frames of process `tgid`.
@@ -146,20 +281,57 @@ impl Probes {
         }
     }
 
-    /// The sampler's counters, summed over CPUs.
+    /// The sampler's counters, summed over CPUs (with the records found malformed here).
     pub fn sampler_counters(&self) -> Result<SamplerCounters, ProbeError> {
         let maps = self.sampler_maps()?;
         let values = maps
             .counters
             .get(&0, 0)
             .map_err(map_error(names::SAMPLER_COUNTERS))?;
-        Ok(values
-            .iter()
-            .fold(SamplerCounters::default(), |a, c| SamplerCounters {
-                samples: a.samples + c.samples,
-                lost_samples: a.lost_samples + c.lost_samples,
-                lost_user_stacks: a.lost_user_stacks + c.lost_user_stacks,
-                lost_py: a.lost_py + c.lost_py,
-            }))
+        // A record too short to read (none expected) is a sample lost.
+        let start = SamplerCounters {
+            lost_samples: maps.malformed,
+            ..SamplerCounters::default()
+        };
+        Ok(values.iter().fold(start, |a, c| SamplerCounters {
+            samples: a.samples + c.samples,
+            lost_samples: a.lost_samples + c.lost_samples,
+            lost_kernel_stacks: a.lost_kernel_stacks + c.lost_kernel_stacks,
+            lost_user_stacks: a.lost_user_stacks + c.lost_user_stacks,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ring_is_sized_to_the_sample_rate_within_bounds() {
+        let interval = Duration::from_millis(100);
+        // The default rate on a small machine: the floor.
+        assert_eq!(ring_bytes(99, 2, interval), 1 << 20);
+        // 999 Hz on 2 CPUs: 999 x 2 x 0.5 s x 2,384 bytes, rounded up to a power of two.
+        assert_eq!(ring_bytes(999, 2, interval), 4 << 20);
+        // Longer intervals: four of them.
+        assert_eq!(ring_bytes(999, 2, Duration::from_secs(1)), 32 << 20);
+        // The ceiling, whatever the input.
+        assert_eq!(ring_bytes(u64::MAX, usize::MAX, interval), 64 << 20);
+        assert_eq!(ring_bytes(0, 0, Duration::ZERO), 1 << 20);
+    }
+
+    #[test]
+    fn stack_keys_tell_stacks_apart_and_are_never_zero() {
+        let a = stack_key(&[0x401000, 0x402000]);
+        assert_eq!(a, stack_key(&[0x401000, 0x402000]));
+        assert_ne!(a, stack_key(&[0x402000, 0x401000]), "order matters");
+        assert_ne!(a, stack_key(&[0x401000, 0x402000, 0]), "length matters");
+        assert_ne!(a, stack_key(&[0x401001, 0x402000]));
+        assert_ne!(stack_key(&[]), 0);
+        // 100,000 stacks that differ in their innermost address by one byte: no two alike.
+        let keys: HashSet<u64> = (0..100_000u64)
+            .map(|i| stack_key(&[0x7f00_0000_0000 + i, 0x401000, 0x402000]))
+            .collect();
+        assert_eq!(keys.len(), 100_000);
     }
 }

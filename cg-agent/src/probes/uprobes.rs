@@ -8,7 +8,9 @@
 //! milliseconds to attach and about 0.1 s to detach 1,000 functions here), else aya's one
 //! perf event per probe (about 0.1 s per probe to detach: minutes for 1,000 functions).
 //! Either way it asks between steps whether to go on, and dropping [`FunctionMaps`]
-//! detaches everything, many links at once.
+//! detaches everything, many links at once. Attaching may happen again during the run (the
+//! functions of a library loaded after the start): the new links join the others, on the
+//! path the first attach took.
 
 use std::{os::fd::OwnedFd, path::Path};
 
@@ -158,7 +160,8 @@ pub(super) fn attach(
                 tracing::info!(
                     "function probes: the kernel refused uprobe_multi links; one perf event per probe"
                 );
-                maps.links.clear();
+                // Later attaches (libraries loaded during the run) go the same way.
+                maps.multi = None;
             }
         }
     }
@@ -301,8 +304,11 @@ fn attach_perf_events(
             .ok_or(ProbeError::MissingProgram(program))?
             .try_into()
             .map_err(|source| ProbeError::Attach { program, source })?;
-        prog.load()
-            .map_err(|source| ProbeError::Attach { program, source })?;
+        // Loaded once: functions of a library mapped during the run are attached later.
+        if prog.fd().is_err() {
+            prog.load()
+                .map_err(|source| ProbeError::Attach { program, source })?;
+        }
     }
     for (done, function) in functions.iter().enumerate() {
         if !keep_going(done, total) {

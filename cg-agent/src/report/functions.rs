@@ -1,7 +1,9 @@
 //! The function part of the report: runs function-level attribution
 //! ([`crate::attribution::functions`]) over the recording's function data with each
-//! process's energy per interval, and builds the `functions` list, `meta.function_profiling`
-//! and the energy per stack that folded stacks and flamegraphs are drawn from.
+//! process's energy per interval, and builds the `functions` list (per process), the
+//! `function_totals` list (per function, over all processes, summed before the
+//! `--top-functions` cut), `meta.function_profiling` and the energy per stack that folded
+//! stacks and flamegraphs are drawn from.
 
 use std::collections::BTreeMap;
 
@@ -25,6 +27,9 @@ pub struct FunctionProfiling {
     pub functions_count: usize,
     /// Entries in the report's `functions` list.
     pub functions_listed_count: usize,
+    /// Functions over all processes, before and after the `--top-functions` cut.
+    pub function_totals_count: usize,
+    pub function_totals_listed_count: usize,
     /// `measured` or `estimated`: function energy is a share of the source's energy.
     pub provenance: Provenance,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -90,9 +95,27 @@ pub struct SamplingStats {
     pub sample_hz: u64,
     /// Samples of targets (measured).
     pub samples_count: u64,
+    /// Samples lost whole: the ring buffer that carries them was full (the agent read it
+    /// late) (measured).
     pub lost_samples_count: u64,
+    /// Samples whose kernel stack the kernel could not walk (measured): they keep their
+    /// user frames.
+    pub lost_kernel_stacks_count: u64,
+    /// Samples whose user stack the kernel could not walk (measured): they keep their
+    /// kernel frames, or show as `[no stack]`.
     pub lost_user_stacks_count: u64,
+    /// Stacks lost per 100 samples: kernel and user stacks lost, and samples lost whole
+    /// (a sample that lost both its stacks counts twice).
+    pub lost_stacks_pct: f64,
+    /// Always 0 since schema 1.3: Python frames travel in their sample's record.
     pub lost_python_count: u64,
+    /// The sampling program's mean kernel run time per run (every sample, of targets or
+    /// not), measured by the kernel's BPF statistics; only when they were on
+    /// (`kernel.bpf_stats_enabled`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bpf_ns_per_run: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bpf_runs_count: Option<u64>,
     /// Energy of targets carried by samples.
     pub sampled_energy_j: f64,
     /// Energy of targets that ran but were never sampled (the `[unsampled]` entries).
@@ -127,9 +150,98 @@ pub struct StackEnergy {
 /// Label of the remainder of a process's energy that no sample carried.
 pub const UNSAMPLED: &str = "[unsampled]";
 
+/// One function over all the processes that ran it: the sum of its per-process entries
+/// (`function_totals[]`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FunctionTotal {
+    pub symbol: String,
+    pub module: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+    /// `uprobe` or `sampling`.
+    pub source: &'static str,
+    /// Processes with an entry for it.
+    pub processes_count: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calls: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub samples: Option<u64>,
+    pub cpu_time_s: f64,
+    pub energy_j: f64,
+    pub self_cpu_time_s: f64,
+    pub self_energy_j: f64,
+    /// Whether a call was still running at the end in some process.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partial: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entry_only: Option<bool>,
+    pub provenance: Provenance,
+}
+
+/// Sums per-process entries into per-function totals, most energy first; `key` tells
+/// which entries are the same function (a probed function's id, a frame's id).
+pub fn function_totals<'a, K: Ord>(
+    entries: impl IntoIterator<Item = (K, &'a FunctionEntry)>,
+) -> Vec<FunctionTotal> {
+    let mut totals: BTreeMap<K, FunctionTotal> = BTreeMap::new();
+    let add = |a: Option<u64>, b: Option<u64>| match (a, b) {
+        (None, None) => None,
+        (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
+    };
+    let or = |a: Option<bool>, b: Option<bool>| match (a, b) {
+        (None, None) => None,
+        (a, b) => Some(a.unwrap_or(false) || b.unwrap_or(false)),
+    };
+    for (key, e) in entries {
+        let total = totals.entry(key).or_insert_with(|| FunctionTotal {
+            symbol: e.symbol.clone(),
+            module: e.module.clone(),
+            line: e.line,
+            source: e.source,
+            processes_count: 0,
+            calls: None,
+            samples: None,
+            cpu_time_s: 0.0,
+            energy_j: 0.0,
+            self_cpu_time_s: 0.0,
+            self_energy_j: 0.0,
+            partial: None,
+            entry_only: None,
+            provenance: e.provenance,
+        });
+        total.processes_count += 1;
+        total.calls = add(total.calls, e.calls);
+        total.samples = add(total.samples, e.samples);
+        total.cpu_time_s += e.cpu_time_s;
+        total.energy_j += e.energy_j;
+        total.self_cpu_time_s += e.self_cpu_time_s;
+        total.self_energy_j += e.self_energy_j;
+        total.partial = or(total.partial, e.partial);
+        total.entry_only = or(total.entry_only, e.entry_only);
+    }
+    let mut out: Vec<FunctionTotal> = totals.into_values().collect();
+    out.sort_by(|a, b| {
+        b.energy_j
+            .total_cmp(&a.energy_j)
+            .then_with(|| a.symbol.cmp(&b.symbol))
+            .then_with(|| a.module.cmp(&b.module))
+    });
+    out
+}
+
+/// Which function an entry of the report is, for [`function_totals`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum TotalKey {
+    Probed(u32),
+    Sampled(u32),
+    Unsampled,
+}
+
 /// The function figures of a run.
 pub struct Built {
     pub functions: Vec<FunctionEntry>,
+    /// Per function over all processes, cut at `--top-functions` like `functions`.
+    pub totals: Vec<FunctionTotal>,
     pub profiling: Option<FunctionProfiling>,
     pub stacks: Vec<StackEnergy>,
 }
@@ -145,6 +257,7 @@ pub fn build(
     let Some(data) = rec.functions.as_ref() else {
         return Built {
             functions: Vec::new(),
+            totals: Vec::new(),
             profiling: None,
             stacks: Vec::new(),
         };
@@ -152,6 +265,8 @@ pub fn build(
     let provenance = Provenance::of_all(rec.sources.iter().map(|s| s.provenance));
     let pid = |id: ProcId| rec.processes.get(id as usize).map_or(0, |p| p.pid);
     let mut entries: Vec<FunctionEntry> = Vec::new();
+    // Which function each entry is, in step with `entries`.
+    let mut keys: Vec<TotalKey> = Vec::new();
     let mut method = Vec::new();
     let mut notes = Vec::new();
 
@@ -166,6 +281,7 @@ pub fn build(
             target_calls += totals.calls;
             estimated_cost_s +=
                 totals.calls as f64 * probed.first_instruction.estimated_pair_cost_us() / 1e6;
+            keys.push(TotalKey::Probed(func));
             entries.push(FunctionEntry {
                 symbol: probed.name.clone(),
                 module: file_name(&probed.module),
@@ -268,6 +384,7 @@ pub fn build(
             let Some(f) = data.frames.get(frame as usize) else {
                 continue;
             };
+            keys.push(TotalKey::Sampled(frame));
             entries.push(FunctionEntry {
                 symbol: f.symbol.clone(),
                 module: f.module.clone(),
@@ -294,6 +411,7 @@ pub fn build(
             sampled_j += carried.energy_j;
             unsampled_j += rest_j;
             if rest_j > 1e-9 {
+                keys.push(TotalKey::Unsampled);
                 entries.push(FunctionEntry {
                     symbol: UNSAMPLED.into(),
                     module: String::new(),
@@ -364,6 +482,17 @@ pub fn build(
                  -fno-omit-frame-pointer or -C force-frame-pointers=yes"
             ));
         }
+        let lost_pct = lost_stacks_pct(summary);
+        if lost_pct > 0.0 {
+            notes.push(format!(
+                "{lost_pct:.2} stacks lost per 100 samples (measured: {} kernel and {} user \
+                 stacks the kernel could not walk, {} samples lost whole because the agent \
+                 read the sample ring late, e.g. on a starved machine); a sample that lost a \
+                 stack keeps its energy with its process (under [no stack] when no frame is \
+                 left)",
+                summary.lost_kernel_stacks, summary.lost_user_stacks, summary.lost_samples
+            ));
+        }
         notes.extend(summary.notes.iter().cloned());
         for p in summary.python.iter().filter(|p| !p.frames) {
             notes.push(format!(
@@ -376,8 +505,12 @@ pub fn build(
             sample_hz: summary.sample_hz,
             samples_count: summary.samples,
             lost_samples_count: summary.lost_samples,
+            lost_kernel_stacks_count: summary.lost_kernel_stacks,
             lost_user_stacks_count: summary.lost_user_stacks,
-            lost_python_count: summary.lost_python,
+            lost_stacks_pct: lost_stacks_pct(summary),
+            lost_python_count: 0,
+            bpf_ns_per_run: summary.run_ns_per_run.filter(|v| v.is_finite()),
+            bpf_runs_count: summary.runs,
             sampled_energy_j: sampled_j,
             unsampled_energy_j: unsampled_j,
             stacks_count: summary.stacks_count,
@@ -394,6 +527,7 @@ pub fn build(
                 .collect(),
         }
     });
+    notes.extend(data.notes.iter().cloned());
     if data.merges > 0 {
         notes.push(format!(
             "long run: function data was merged {} time(s) to bound memory",
@@ -401,6 +535,14 @@ pub fn build(
         ));
     }
 
+    let totals = function_totals(keys.into_iter().zip(&entries));
+    let totals_count = totals.len();
+    let listed_totals: Vec<FunctionTotal> = totals
+        .into_iter()
+        .enumerate()
+        .filter(|(i, t)| *i < data.top || t.symbol == UNSAMPLED)
+        .map(|(_, t)| t)
+        .collect();
     let total = entries.len();
     entries.sort_by(|a, b| {
         b.energy_j
@@ -424,6 +566,8 @@ pub fn build(
         profiling: Some(FunctionProfiling {
             functions_count: total,
             functions_listed_count: listed.len(),
+            function_totals_count: totals_count,
+            function_totals_listed_count: listed_totals.len(),
             provenance,
             uprobes,
             sampling,
@@ -431,7 +575,18 @@ pub fn build(
             notes,
         }),
         functions: listed,
+        totals: listed_totals,
         stacks,
+    }
+}
+
+/// Stacks lost (kernel, user, and samples lost whole) per 100 samples (0 without samples).
+fn lost_stacks_pct(summary: &crate::session::functions::SamplerSummary) -> f64 {
+    let lost = summary.lost_kernel_stacks + summary.lost_user_stacks + summary.lost_samples;
+    if summary.samples == 0 {
+        0.0
+    } else {
+        (100.0 * lost as f64 / summary.samples as f64).min(100.0)
     }
 }
 
@@ -442,4 +597,65 @@ fn shorten_list(items: &[String], n: usize) -> String {
         text.push_str(&format!(" and {} more", items.len() - n));
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(pid: u32, symbol: &str, calls: Option<u64>, energy_j: f64) -> FunctionEntry {
+        FunctionEntry {
+            symbol: symbol.into(),
+            module: "app".into(),
+            pid,
+            calls,
+            samples: calls.is_none().then_some(3),
+            cpu_time_s: energy_j / 10.0,
+            energy_j,
+            self_cpu_time_s: energy_j / 20.0,
+            self_energy_j: energy_j / 2.0,
+            source: if calls.is_some() {
+                "uprobe"
+            } else {
+                "sampling"
+            },
+            line: None,
+            partial: calls.map(|_| pid == 2),
+            entry_only: calls.map(|_| false),
+            provenance: Provenance::Estimated,
+        }
+    }
+
+    #[test]
+    fn totals_sum_each_function_over_its_processes_most_energy_first() {
+        let entries = [
+            (0, entry(1, "f", Some(7), 1.0)),
+            (0, entry(2, "f", Some(7), 2.0)),
+            (0, entry(3, "f", Some(7), 4.0)),
+            // Same name, another function (another key): its own total.
+            (1, entry(1, "f", None, 8.0)),
+            (2, entry(1, "g", None, 0.5)),
+        ];
+        let totals = function_totals(entries.iter().map(|(k, e)| (*k, e)));
+        assert_eq!(totals.len(), 3);
+        let sampled = &totals[0];
+        assert_eq!(
+            (sampled.symbol.as_str(), sampled.samples, sampled.calls),
+            ("f", Some(3), None)
+        );
+        let probed = &totals[1];
+        assert_eq!(probed.calls, Some(21));
+        assert_eq!(probed.processes_count, 3);
+        assert_eq!(probed.energy_j, 7.0);
+        assert_eq!(probed.self_energy_j, 3.5);
+        assert!((probed.cpu_time_s - 0.7).abs() < 1e-12);
+        assert_eq!(
+            probed.partial,
+            Some(true),
+            "one process's call was still running"
+        );
+        assert_eq!(probed.entry_only, Some(false));
+        assert_eq!(totals[2].symbol, "g");
+        assert!(function_totals::<u32>(std::iter::empty()).is_empty());
+    }
 }

@@ -31,7 +31,11 @@ use crate::{
     sources::{DomainKind, DomainSpec, Provenance},
 };
 
-use super::{BaselineInputs, FunctionEntry, LostEvents, SourceEntry, interval_spend};
+use super::{
+    BaselineInputs, FunctionEntry, LostEvents, SourceEntry,
+    functions::{FunctionTotal, function_totals},
+    interval_spend,
+};
 
 /// How much power history the chart can show.
 pub const HISTORY_S: f64 = 300.0;
@@ -70,8 +74,10 @@ pub struct LiveReport {
     /// Processes alive, or exited less than [`EXITED_LINGER_NS`] ago (with `--all`, those that
     /// ran), in no particular order.
     pub processes: Vec<LiveProcess>,
-    /// Energy per function so far, when function-level attribution runs.
+    /// Energy per function and process so far, when function-level attribution runs.
     pub functions: Vec<FunctionEntry>,
+    /// The same per function over all processes, most energy first.
+    pub function_totals: Vec<FunctionTotal>,
     pub lost_events: LostEvents,
     /// Power over time, one series per top-level domain (and the targets' share, unless
     /// the whole machine is traced).
@@ -352,14 +358,15 @@ impl LiveModel {
         }
     }
 
-    fn function_entries(&self) -> Vec<FunctionEntry> {
+    /// Entries per process and function, each with the function it is.
+    fn function_entries(&self) -> Vec<(LiveFunctionKey, FunctionEntry)> {
         let provenance = Provenance::of_all(self.sources.iter().map(|s| s.provenance));
         self.functions
             .iter()
             .filter_map(|(&(process, key), t)| {
                 let (symbol, module, line) = self.function_names.get(&key)?.clone();
                 let probed = matches!(key, LiveFunctionKey::Probed(_));
-                Some(FunctionEntry {
+                let entry = FunctionEntry {
                     symbol,
                     module,
                     pid: self.processes.get(process as usize)?.pid,
@@ -374,7 +381,8 @@ impl LiveModel {
                     partial: None,
                     entry_only: None,
                     provenance,
-                })
+                };
+                Some((key, entry))
             })
             .collect()
     }
@@ -387,6 +395,7 @@ impl LiveModel {
     /// The figures so far; starts a new window for the "now" figures and adds a point to
     /// the power history.
     pub fn snapshot(&mut self) -> LiveReport {
+        let functions = self.function_entries();
         let window_s = self.window.duration_ns as f64 / 1e9;
         let elapsed_s = self.elapsed_ns as f64 / 1e9;
         // `+ 0.0` turns the -0.0 of an empty float sum into 0.0, so zeros sort as equals.
@@ -541,7 +550,8 @@ impl LiveModel {
             domains,
             totals,
             processes,
-            functions: self.function_entries(),
+            function_totals: function_totals(functions.iter().map(|(k, e)| (*k, e))),
+            functions: functions.into_iter().map(|(_, e)| e).collect(),
             lost_events: LostEvents::new(&self.losses, self.read_errors_count),
             history: self
                 .history_names
@@ -963,5 +973,15 @@ mod tests {
         assert!(close(sampled.self_energy_j, 0.8 * process_j));
         assert!(r.functions.iter().all(|f| f.pid == 10));
         assert_eq!(r.functions.len(), 3);
+        // One process: each function's total over processes is its entry; the probed and the
+        // sampled `compress` stay apart.
+        assert_eq!(r.function_totals.len(), 3);
+        let total = r
+            .function_totals
+            .iter()
+            .find(|t| t.source == "uprobe")
+            .unwrap();
+        assert_eq!((total.calls, total.processes_count), (Some(2), 1));
+        assert!(close(total.energy_j, probed.energy_j));
     }
 }

@@ -35,13 +35,15 @@ use crate::{
 
 /// Version of the report schema; the minor part is bumped when fields are added, the major
 /// part when a field changes meaning or disappears.
-pub const SCHEMA_VERSION: &str = "1.2";
+pub const SCHEMA_VERSION: &str = "1.3";
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
     pub meta: Meta,
     pub processes: Vec<ProcessEntry>,
     pub functions: Vec<FunctionEntry>,
+    /// Per function over all processes (`functions` is per process).
+    pub function_totals: Vec<functions::FunctionTotal>,
     pub totals: Totals,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeseries: Option<Vec<TimePoint>>,
@@ -419,6 +421,7 @@ pub fn build(rec: &Recording) -> Report {
         },
         processes,
         functions: built.functions,
+        function_totals: built.totals,
         totals,
         timeseries: rec.timeseries.then_some(timeseries),
         stacks: built.stacks,
@@ -1154,7 +1157,7 @@ mod tests {
                 .get("glitches")
                 .is_none()
         );
-        assert_eq!(report.meta.schema_version, "1.2");
+        assert_eq!(report.meta.schema_version, "1.3");
     }
 
     #[test]

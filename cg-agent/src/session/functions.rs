@@ -4,6 +4,11 @@
 //! by process, and keeps what symbolization needs while the processes still exist (their
 //! memory maps, the names of Python code objects). At the end it names every stack.
 //!
+//! A `--func` SPEC whose library was found nowhere at the start (one a program loads with
+//! `dlopen` from its own directory) waits: at each interval the files the live targets have
+//! mapped since are matched against it, and the functions of a matching file are probed
+//! then (by file and offset, so in every process that maps it).
+//!
 //! Probed functions: the kernel keeps cumulative per-thread totals of completed calls; calls
 //! still running are added from the threads' entry stacks and the threads' CPU clocks
 //! (`/proc/PID/task/TID/schedstat`), and a high-water mark keeps each function's reported
@@ -11,14 +16,14 @@
 //! the last read, and is marked partial.
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     io::{IsTerminal as _, Write as _},
     path::{Path, PathBuf},
     sync::atomic::{AtomicI32, Ordering},
     time::Instant,
 };
 
-use cg_common::profiling::{FRAME_OUTERMOST, FuncCounters, FuncKey, FuncStats, SampleKey};
+use cg_common::profiling::{FRAME_OUTERMOST, FuncCounters, FuncKey, FuncStats};
 
 use super::{Mode, processes::ProcessTable};
 use crate::{
@@ -31,13 +36,15 @@ use crate::{
         elf::FirstInstruction,
         maps::ProcMaps,
         python::{self, Detection, PyFunction},
-        resolve::{self, LookupScope, ResolvedFunction},
+        resolve::{self, LookupScope, Resolution, ResolvedFunction},
         returns::{self, EntryOnly},
+        spec::FuncSpec,
         symbolize::{Frame, FrameKind, ProcessUids, Symbolizer, file_name, is_stack_root},
     },
     probes::{
         Lifecycle, ProbeError, Probes,
         activity::Activity,
+        sampler::Sample,
         uprobes::{AttachPath, Attached},
     },
 };
@@ -74,9 +81,15 @@ pub struct SamplerSummary {
     pub sample_hz: u64,
     /// Samples of targets taken (measured).
     pub samples: u64,
+    /// Samples lost whole (the sample ring was full: the agent read it late).
     pub lost_samples: u64,
+    /// Samples whose kernel / user stack the kernel could not walk: measured.
+    pub lost_kernel_stacks: u64,
     pub lost_user_stacks: u64,
-    pub lost_python: u64,
+    /// The sampling program's mean kernel run time per run, and its runs, when the
+    /// kernel's BPF statistics were on (measured).
+    pub run_ns_per_run: Option<f64>,
+    pub runs: Option<u64>,
     pub python: Vec<PythonSeen>,
     /// Share of native-only samples whose user stack did not reach the program's entry
     /// point (truncated: no frame pointers), in percent.
@@ -109,6 +122,8 @@ pub struct FunctionRecording {
     pub merges: u32,
     /// `--top-functions`.
     pub top: usize,
+    /// Libraries probed during the run, and SPECs that waited for one in vain.
+    pub notes: Vec<String>,
 }
 
 /// The SPECs resolved for a mode (before anything is loaded, so bad input exits early).
@@ -116,15 +131,16 @@ pub fn resolve_specs(
     options: &FunctionOptions,
     mode: &Mode,
     proc_root: &Path,
-) -> Result<Vec<ResolvedFunction>, FunctionError> {
+) -> Result<Resolution, FunctionError> {
     if options.specs.is_empty() {
-        return Ok(Vec::new());
+        return Ok(Resolution::default());
     }
     let scope = match mode {
         Mode::Wrap { command } => LookupScope {
             executable: command.first().and_then(|c| resolve::which(c)),
             pids: Vec::new(),
             proc_root: proc_root.to_path_buf(),
+            defer_unloaded: true,
         },
         Mode::Attach { pids } => LookupScope {
             executable: pids
@@ -132,11 +148,14 @@ pub fn resolve_specs(
                 .and_then(|p| std::fs::read_link(proc_root.join(p.to_string()).join("exe")).ok()),
             pids: pids.clone(),
             proc_root: proc_root.to_path_buf(),
+            defer_unloaded: true,
         },
+        // The whole machine: a library nobody loads yet must be named by its path.
         Mode::System => LookupScope {
             executable: None,
             pids: Vec::new(),
             proc_root: proc_root.to_path_buf(),
+            defer_unloaded: false,
         },
     };
     if let (Mode::Wrap { command }, Some(exe)) = (mode, &scope.executable)
@@ -153,9 +172,12 @@ pub fn resolve_specs(
             options.specs[0].pattern
         )));
     }
-    let functions = resolve::resolve(&options.specs, &scope, options.func_limit)?;
-    warn_about_exceptions(&functions);
-    Ok(functions)
+    let resolution = resolve::resolve(&options.specs, &scope, options.func_limit)?;
+    for note in &resolution.notes {
+        eprintln!("cg-trace: {note}");
+    }
+    warn_about_exceptions(&resolution.functions);
+    Ok(resolution)
 }
 
 /// Says on stderr which probed files unwind their stacks (C++ exceptions, Rust panics): an
@@ -201,10 +223,32 @@ struct PythonState {
     attempts: u32,
 }
 
+/// `--func` SPECs waiting for a traced process to map a matching library.
+#[derive(Debug, Default)]
+struct PendingSpecs {
+    specs: Vec<FuncSpec>,
+    /// Per SPEC: whether some mapped file matched it.
+    matched: Vec<bool>,
+    /// Mapped files looked at already.
+    seen: HashSet<PathBuf>,
+    /// (file, address) of every function probed.
+    probed: BTreeSet<(PathBuf, u64)>,
+    /// What was attached during the run, or refused (for the report).
+    notes: Vec<String>,
+    /// Where the next look at the targets' maps starts (they are looked at in turns).
+    next: usize,
+}
+
+/// Processes whose maps are looked at per interval for pending SPECs: a read of
+/// `/proc/PID/maps` costs 0.05-0.15 ms, so at most about 1 % of a core at 100 ms intervals
+/// (with more live targets, each is looked at every few intervals).
+const PENDING_SCANS_PER_INTERVAL: usize = 8;
+
 /// Function-level state of a running session.
 pub struct FunctionSession {
     options: FunctionOptions,
     functions: Vec<ResolvedFunction>,
+    pending: PendingSpecs,
     attach_path: Option<AttachPath>,
     proc_root: PathBuf,
     // Probed functions.
@@ -221,6 +265,8 @@ pub struct FunctionSession {
     raw_index: HashMap<RawStack, u32>,
     stack_cache: HashMap<i32, Vec<u64>>,
     python_stacks: HashMap<u64, Vec<u64>>,
+    /// Python stacks read from the kernel but not yet learnt (by key: code objects).
+    python_read: HashMap<u64, Vec<u64>>,
     python_codes: HashMap<(u32, u32, u64), PyFunction>,
     generation: HashMap<u32, u32>,
     maps: HashMap<(u32, u32), ProcMaps>,
@@ -265,15 +311,25 @@ impl FunctionSession {
     /// Attaches the function probes and the sampler as the options ask.
     pub fn start(
         options: &FunctionOptions,
-        functions: Vec<ResolvedFunction>,
+        resolution: Resolution,
         probes: &mut Probes,
         proc_root: &Path,
     ) -> Result<Self, ProbeError> {
+        let functions = resolution.functions;
         let attach_path = if functions.is_empty() {
             None
         } else {
             raise_open_files_limit(functions.len() * 2 + 256);
             Some(attach_functions(probes, &functions)?)
+        };
+        let pending = PendingSpecs {
+            matched: vec![false; resolution.pending.len()],
+            specs: resolution.pending,
+            probed: functions
+                .iter()
+                .map(|f| (f.module.clone(), f.address))
+                .collect(),
+            ..PendingSpecs::default()
         };
         if options.profile {
             probes.attach_sampler(options.sample_hz)?;
@@ -283,6 +339,7 @@ impl FunctionSession {
             attach_path,
             max_rate: vec![0.0; functions.len()],
             functions,
+            pending,
             proc_root: proc_root.to_path_buf(),
             previous: HashMap::new(),
             completed: HashMap::new(),
@@ -295,6 +352,7 @@ impl FunctionSession {
             raw_index: HashMap::new(),
             stack_cache: HashMap::new(),
             python_stacks: HashMap::new(),
+            python_read: HashMap::new(),
             python_codes: HashMap::new(),
             generation: HashMap::new(),
             maps: HashMap::new(),
@@ -363,6 +421,10 @@ impl FunctionSession {
                 Lifecycle::Fork { .. } => {}
             }
         }
+        if !self.pending.specs.is_empty() {
+            let now_ns = activity.start_ns + activity.duration_ns;
+            self.attach_pending(probes, table, now_ns.saturating_sub(run_start_ns));
+        }
         let duration_s = activity.duration_ns as f64 / 1e9;
         let calls = if self.functions.is_empty() {
             Vec::new()
@@ -430,6 +492,132 @@ impl FunctionSession {
             }
             self.stored = self.intervals.iter().map(|i| i.len() + 1).sum();
             self.merges += 1;
+        }
+    }
+
+    /// Probes the functions of pending SPECs in the files the live targets mapped since the
+    /// last look (`since_start_ns`: when, for the notes).
+    fn attach_pending(&mut self, probes: &mut Probes, table: &ProcessTable, since_start_ns: u64) {
+        let mut pids: Vec<u32> = table
+            .records()
+            .iter()
+            .filter(|r| r.ended_ns.is_none())
+            .map(|r| r.pid)
+            .collect();
+        pids.sort_unstable();
+        pids.dedup();
+        if pids.is_empty() {
+            return;
+        }
+        let start = self.pending.next % pids.len();
+        let turn: Vec<u32> = pids
+            .iter()
+            .cycle()
+            .skip(start)
+            .take(pids.len().min(PENDING_SCANS_PER_INTERVAL))
+            .copied()
+            .collect();
+        self.pending.next = start + turn.len();
+        let mut found: Vec<ResolvedFunction> = Vec::new();
+        let mut files: Vec<(PathBuf, u32)> = Vec::new();
+        for pid in turn {
+            let Ok(maps) = ProcMaps::read(&self.proc_root, pid) else {
+                continue;
+            };
+            for file in maps.files() {
+                if !self.pending.seen.insert(file.as_ref().clone()) {
+                    continue;
+                }
+                let name = file_name(&file);
+                for (i, spec) in self.pending.specs.iter().enumerate() {
+                    let Some(object) = spec.object.as_deref() else {
+                        continue;
+                    };
+                    if !resolve::object_matches(object, &name) {
+                        continue;
+                    }
+                    self.pending.matched[i] = true;
+                    // The path as the process sees it, from this mount namespace if need be.
+                    let path = if file.is_file() {
+                        file.as_ref().clone()
+                    } else {
+                        self.proc_root
+                            .join(pid.to_string())
+                            .join("root")
+                            .join(file.strip_prefix("/").unwrap_or(&file))
+                    };
+                    let first_id = (self.functions.len() + found.len()) as u32;
+                    match resolve::resolve_in_file(spec, &path, first_id, &mut self.pending.probed)
+                    {
+                        Ok(more) if !more.is_empty() => {
+                            files.push((path.clone(), pid));
+                            found.extend(more);
+                        }
+                        Ok(_) => self.pending.notes.push(format!(
+                            "--func {:?}: {} (mapped by pid {pid}) has no function matching {:?}",
+                            spec.text,
+                            path.display(),
+                            spec.pattern
+                        )),
+                        Err(err) => self
+                            .pending
+                            .notes
+                            .push(format!("--func {:?}: {err}", spec.text)),
+                    }
+                }
+            }
+        }
+        if found.is_empty() {
+            return;
+        }
+        let total = self.functions.len() + found.len();
+        if total > self.options.func_limit {
+            self.pending.notes.push(format!(
+                "{} function(s) of {} were not probed: with them {total} functions would be \
+                 probed, over --func-limit {}",
+                found.len(),
+                files
+                    .iter()
+                    .map(|(p, _)| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                self.options.func_limit
+            ));
+            return;
+        }
+        raise_open_files_limit(total * 2 + 256);
+        let attached = probes.attach_functions(&found, &mut |_, _| true);
+        let when_s = since_start_ns as f64 / 1e9;
+        match attached {
+            Ok(Attached::All(path)) => {
+                self.attach_path.get_or_insert(path);
+                for (file, pid) in &files {
+                    let count = found.iter().filter(|f| &f.module == file).count();
+                    let text = format!(
+                        "{count} function(s) of {} probed from {when_s:.2} s into the run, when \
+                         pid {pid} had mapped it (library loaded after the start): their calls \
+                         before that are not counted",
+                        file.display()
+                    );
+                    tracing::info!("{text}");
+                    self.pending.notes.push(text);
+                }
+                self.max_rate.resize(total, 0.0);
+                self.functions.extend(found);
+            }
+            Ok(Attached::Stopped { .. }) => {}
+            Err(err) => {
+                let text = format!(
+                    "the functions of {} could not be probed: {err}",
+                    files
+                        .iter()
+                        .map(|(p, _)| p.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                eprintln!("cg-trace: warning: {text}");
+                self.pending.notes.push(text);
+            }
         }
     }
 
@@ -567,15 +755,17 @@ impl FunctionSession {
         table: &mut ProcessTable,
         now_ns: u64,
     ) -> Vec<SampleCount> {
-        let entries = match probes.take_samples() {
-            Ok(entries) => entries,
+        let batch = match probes.take_samples() {
+            Ok(batch) => batch,
             Err(err) => {
                 tracing::warn!("reading samples: {err}");
                 return Vec::new();
             }
         };
-        let mut out = Vec::with_capacity(entries.len());
-        for (key, count) in entries {
+        self.stack_cache.extend(batch.stacks);
+        self.python_read.extend(batch.python);
+        let mut out = Vec::with_capacity(batch.samples.len());
+        for (key, count) in batch.samples {
             let pid = key.tgid;
             let generation = self.generation.get(&pid).copied().unwrap_or(0);
             self.ensure_python(probes, pid, generation);
@@ -589,7 +779,7 @@ impl FunctionSession {
             let stack = match self.raw_index.get(&raw) {
                 Some(&index) => index,
                 None => {
-                    self.learn(probes, &key, generation);
+                    self.learn(&key, generation);
                     let index = self.raw.len() as u32;
                     self.raw.push(raw);
                     self.raw_index.insert(raw, index);
@@ -608,15 +798,9 @@ impl FunctionSession {
 
     /// Reads what naming a new stack will need while the process still exists: its
     /// addresses, its memory map, its Python code objects.
-    fn learn(&mut self, probes: &Probes, key: &SampleKey, generation: u32) {
+    fn learn(&mut self, key: &Sample, generation: u32) {
         let pid = key.tgid;
-        for id in [key.user_stack, key.kernel_stack] {
-            if id >= 0 && !self.stack_cache.contains_key(&id) {
-                let addresses = probes.stack(id).unwrap_or_default();
-                self.stack_cache.insert(id, addresses);
-            }
-        }
-        if key.user_stack >= 0 {
+        if key.user_stack >= 0 && self.stack_cache.contains_key(&key.user_stack) {
             let addresses = &self.stack_cache[&key.user_stack];
             let stale = match self.maps.get(&(pid, generation)) {
                 None => true,
@@ -632,10 +816,7 @@ impl FunctionSession {
             }
         }
         if key.py_stack != 0 && !self.python_stacks.contains_key(&key.py_stack) {
-            let codes = probes
-                .python_stack(key.py_stack)
-                .map(|(codes, _)| codes)
-                .unwrap_or_default();
+            let codes = self.python_read.remove(&key.py_stack).unwrap_or_default();
             let walker = match self.python.get(&(pid, generation)) {
                 Some(PythonState {
                     detection: Detection::Python(p),
@@ -735,6 +916,7 @@ impl FunctionSession {
         let symbolize_ms = started.elapsed().as_secs_f64() * 1e3;
         let sampler = self.options.profile.then(|| {
             let counters = probes.sampler_counters().unwrap_or_default();
+            let run_time = probes.sampler_run_time();
             let mut python: Vec<PythonSeen> = self
                 .python
                 .iter()
@@ -757,8 +939,10 @@ impl FunctionSession {
                 sample_hz: self.options.sample_hz,
                 samples: counters.samples,
                 lost_samples: counters.lost_samples,
+                lost_kernel_stacks: counters.lost_kernel_stacks,
                 lost_user_stacks: counters.lost_user_stacks,
-                lost_python: counters.lost_py,
+                run_ns_per_run: run_time.map(|(t, n)| t.as_nanos() as f64 / n as f64),
+                runs: run_time.map(|(_, n)| n),
                 python,
                 incomplete_stacks_pct: (native_samples > 0)
                     .then(|| 100.0 * incomplete_samples as f64 / native_samples as f64),
@@ -767,7 +951,21 @@ impl FunctionSession {
                 notes: jit_notes,
             }
         });
+        let mut notes = std::mem::take(&mut self.pending.notes);
+        for (spec, matched) in self.pending.specs.iter().zip(&self.pending.matched) {
+            if !matched {
+                let text = format!(
+                    "--func {:?}: no traced process mapped a library named {:?}: nothing was \
+                     probed for it (name the file by its path to probe it from the start)",
+                    spec.text,
+                    spec.object.as_deref().unwrap_or_default()
+                );
+                eprintln!("cg-trace: warning: {text}");
+                notes.push(text);
+            }
+        }
         FunctionRecording {
+            notes,
             intervals: self.intervals,
             frames,
             stacks,

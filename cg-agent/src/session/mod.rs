@@ -309,9 +309,11 @@ async fn run_async(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Ou
         },
         noop_switch: config.noop_probes,
         functions: FunctionProbeConfig {
-            uprobes: !probed.is_empty(),
+            uprobes: !probed.functions.is_empty() || !probed.pending.is_empty(),
             noop_uprobes: config.functions.bench_empty_probes,
             sampling: config.functions.profile,
+            sample_hz: config.functions.sample_hz,
+            interval: config.interval,
         },
     };
     if config.noop_probes {

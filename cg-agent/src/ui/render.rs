@@ -18,7 +18,10 @@ use ratatui::{
 
 use super::state::{App, SortKey};
 use crate::{
-    report::live::{HISTORY_S, LiveReport},
+    report::{
+        functions::FunctionTotal,
+        live::{HISTORY_S, LiveReport},
+    },
     sources::Provenance,
 };
 
@@ -64,12 +67,22 @@ impl Widget for &App {
             render_chart(report, chart_area, buf);
         }
         let functions = self.selected_functions();
-        if !functions.is_empty() && table_area.height >= 12 {
-            let pane = (functions.len() as u16 + 2).min(table_area.height * 2 / 5);
+        let totals = self.shown_function_totals();
+        let rows = if totals.is_empty() {
+            functions.len()
+        } else {
+            totals.len()
+        };
+        if rows > 0 && table_area.height >= 12 {
+            let pane = (rows as u16 + 2).min(table_area.height * 2 / 5);
             let [processes, functions_area] =
                 Layout::vertical([Constraint::Fill(1), Constraint::Length(pane)]).areas(table_area);
             render_table(self, report, processes, buf);
-            render_functions(self, report, functions_area, buf);
+            if totals.is_empty() {
+                render_functions(self, report, functions_area, buf);
+            } else {
+                render_function_totals(totals, report, functions_area, buf);
+            }
         } else {
             render_table(self, report, table_area, buf);
         }
@@ -555,6 +568,74 @@ fn render_functions(app: &App, r: &LiveReport, area: Rect, buf: &mut Buffer) {
     Widget::render(table, area, buf);
 }
 
+/// The function pane with `f`: each function over all processes.
+fn render_function_totals(totals: &[FunctionTotal], r: &LiveReport, area: Rect, buf: &mut Buffer) {
+    let counts = if totals.iter().any(|f| f.calls.is_some()) {
+        "CALLS"
+    } else {
+        "SAMPLES"
+    };
+    let title = format!(
+        " functions of all processes, summed ({}; f: the selected process) ",
+        totals.first().map_or("", |f| f.source)
+    );
+    let right = |s: String| Cell::from(Line::from(s).right_aligned());
+    let header = Row::new([
+        Cell::from("FUNCTION"),
+        Cell::from("MODULE"),
+        right("PROCS".into()),
+        right(counts.into()),
+        right("CPU s".into()),
+        right("ENERGY J".into()),
+        right("SELF J".into()),
+        right("AVG W".into()),
+    ])
+    .style(Style::new().black().on_cyan().bold());
+    let rows = totals.iter().map(|f| {
+        let count = f
+            .calls
+            .or(f.samples)
+            .map_or_else(|| "-".into(), |n| n.to_string());
+        let module = match f.line {
+            Some(line) => format!(
+                "{}:{line}",
+                f.module.rsplit('/').next().unwrap_or(&f.module)
+            ),
+            None => f.module.clone(),
+        };
+        Row::new([
+            Cell::from(f.symbol.clone()),
+            Cell::from(module),
+            right(f.processes_count.to_string()),
+            right(count),
+            right(format!("{:.2}", f.cpu_time_s)),
+            right(joules(f.energy_j)),
+            right(joules(f.self_energy_j)),
+            right(watts(if r.elapsed_s > 0.0 {
+                f.energy_j / r.elapsed_s
+            } else {
+                0.0
+            })),
+        ])
+    });
+    let table = Table::new(
+        rows,
+        [
+            Constraint::Fill(1),
+            Constraint::Length(14),
+            Constraint::Length(6),
+            Constraint::Length(9),
+            Constraint::Length(8),
+            Constraint::Length(9),
+            Constraint::Length(9),
+            Constraint::Length(8),
+        ],
+    )
+    .header(header)
+    .block(Block::new().borders(Borders::TOP).title(title));
+    Widget::render(table, area, buf);
+}
+
 fn render_footer(app: &App, area: Rect, buf: &mut Buffer) {
     let line = if app.stopping {
         Line::from(" stopping: waiting for the run to end…".yellow().bold())
@@ -607,6 +688,7 @@ const HELP: &[(&str, &str)] = &[
     ("?", "this help (any key closes it)"),
     ("space", "pause or resume the display"),
     ("/", "filter by name or pid (Enter keeps, Esc clears)"),
+    ("f", "functions: of the selected process, or of all"),
     ("t", "tree view: children under their parents"),
     (
         "Enter ← →",
@@ -747,6 +829,23 @@ mod tests {
         let mut a = app(testdata::report_with_functions(), None);
         keys(&mut a, &[KeyCode::Down]);
         insta::assert_snapshot!(screen(&a, 160, 48));
+    }
+
+    #[test]
+    fn function_pane_of_all_processes_sums_them_at_160x48() {
+        let mut a = app(testdata::report_with_functions(), None);
+        keys(&mut a, &[KeyCode::Char('f')]);
+        let text = screen(&a, 160, 48);
+        // checksum: 1,200 calls in one process and 300 in one no longer listed.
+        let line = text
+            .lines()
+            .find(|l| l.contains("checksum"))
+            .unwrap_or_else(|| panic!("no checksum line:\n{text}"));
+        assert!(line.contains(" 2 ") && line.contains("1500"), "{line}");
+        insta::assert_snapshot!(text);
+        // f again: back to the selected process.
+        keys(&mut a, &[KeyCode::Char('f')]);
+        assert!(!screen(&a, 160, 48).contains("all processes"));
     }
 
     #[test]

@@ -17,6 +17,7 @@ use crate::{
     attribution::ProcId,
     report::{
         FunctionEntry,
+        functions::FunctionTotal,
         live::{LiveProcess, LiveReport},
     },
 };
@@ -134,6 +135,8 @@ pub struct App {
     folded: HashSet<ProcId>,
     pub paused: bool,
     pub help: bool,
+    /// The function pane shows the functions over all processes, not the selected one's.
+    pub all_functions: bool,
     /// The run was asked to stop and is winding down.
     pub stopping: bool,
     users: Users,
@@ -161,6 +164,7 @@ impl App {
             folded: HashSet::new(),
             paused: false,
             help: false,
+            all_functions: false,
             stopping: false,
             users,
             user_names: Vec::new(),
@@ -226,6 +230,14 @@ impl App {
         functions
     }
 
+    /// Functions over all processes, most energy first, when the pane shows them (`f`).
+    pub fn shown_function_totals(&self) -> &[FunctionTotal] {
+        match &self.report {
+            Some(report) if self.all_functions => &report.function_totals,
+            _ => &[],
+        }
+    }
+
     /// What a key does.
     pub fn handle_key(&mut self, key: KeyEvent) -> Action {
         if key.kind == KeyEventKind::Release {
@@ -250,6 +262,7 @@ impl App {
             KeyCode::Char('?') | KeyCode::Char('h') | KeyCode::F(1) => self.help = true,
             KeyCode::Char(' ') => self.toggle_pause(),
             KeyCode::Char('/') => self.editing_filter = true,
+            KeyCode::Char('f') => self.all_functions = !self.all_functions,
             KeyCode::Esc if !self.filter.is_empty() => {
                 self.filter.clear();
                 self.rebuild();

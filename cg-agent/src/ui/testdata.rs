@@ -194,6 +194,7 @@ pub fn report() -> LiveReport {
         },
         processes,
         functions: Vec::new(),
+        function_totals: Vec::new(),
         lost_events: LostEvents::new(&Default::default(), 0),
         history,
     }
@@ -206,7 +207,12 @@ pub fn report_with_functions() -> LiveReport {
         function(1201, "checksum", 10.0, 1_200),
         function(1201, "compress_block", 30.0, 48),
         function(1200, "main", 1.0, 1),
+        // A process that exited and is no longer listed: only the totals show it.
+        function(1299, "checksum", 2.0, 300),
     ];
+    r.function_totals = crate::report::functions::function_totals(
+        r.functions.iter().map(|f| (f.symbol.clone(), f)),
+    );
     r
 }
 
