@@ -623,11 +623,8 @@ impl FunctionSession {
                     .iter()
                     .any(|&a| maps.find(a).is_none_or(|m| m.path.is_none())),
             };
-            if stale && let Ok(maps) = ProcMaps::read(&self.proc_root, pid) {
-                self.maps.insert((pid, generation), maps);
-                if let Some(uids) = ProcessUids::read(&self.proc_root, pid) {
-                    self.uids.insert(pid, uids);
-                }
+            if stale {
+                self.refresh_maps(pid, generation);
             }
         }
         if key.py_stack != 0 && !self.python_stacks.contains_key(&key.py_stack) {
@@ -658,6 +655,35 @@ impl FunctionSession {
                 walker.is_some()
             );
             self.python_stacks.insert(key.py_stack, codes);
+        }
+    }
+
+    /// Reads a process's memory map again (a new stack has an address outside the one kept):
+    /// the read completes the map kept for this program image and never replaces it with
+    /// less. A process that has exited but is not reaped yet reads as empty, and one that is
+    /// reaped not at all: the map kept (read while it ran) then names its samples.
+    fn refresh_maps(&mut self, pid: u32, generation: u32) {
+        let read = match ProcMaps::read(&self.proc_root, pid) {
+            Ok(read) => read,
+            Err(err) => {
+                tracing::debug!("pid {pid}: memory map not read again ({err}); the kept one stays");
+                return;
+            }
+        };
+        if !read.maps_files() {
+            tracing::debug!("pid {pid}: its memory map reads empty (exited); the kept one stays");
+            return;
+        }
+        match self.maps.entry((pid, generation)) {
+            std::collections::hash_map::Entry::Occupied(mut kept) => {
+                kept.get_mut().update(read);
+            }
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(read);
+            }
+        }
+        if let Some(uids) = ProcessUids::read(&self.proc_root, pid) {
+            self.uids.insert(pid, uids);
         }
     }
 
