@@ -68,6 +68,35 @@ pub struct ElfInfo {
     pub prologues: Vec<[u8; 16]>,
 }
 
+/// The largest ELF file read.
+pub const ELF_MAX_BYTES: u64 = 1 << 30;
+
+/// Reads a whole ELF file: only a regular file (opened without blocking, so a FIFO put in
+/// its place does not hang us), at most [`ELF_MAX_BYTES`].
+pub fn read_file(path: &Path) -> Result<Vec<u8>, FunctionError> {
+    use std::{io::Read as _, os::unix::fs::OpenOptionsExt as _};
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| elf_error(path, e))?;
+    let meta = file.metadata().map_err(|e| elf_error(path, e))?;
+    if !meta.file_type().is_file() {
+        return Err(elf_error(path, "not a regular file"));
+    }
+    if meta.len() > ELF_MAX_BYTES {
+        return Err(elf_error(
+            path,
+            format!("larger than {} MiB", ELF_MAX_BYTES >> 20),
+        ));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(ELF_MAX_BYTES)
+        .read_to_end(&mut bytes)
+        .map_err(|e| elf_error(path, e))?;
+    Ok(bytes)
+}
+
 fn elf_error(path: &Path, what: impl std::fmt::Display) -> FunctionError {
     FunctionError::Elf {
         path: path.to_path_buf(),
@@ -83,7 +112,7 @@ impl ElfInfo {
 
     /// Like [`ElfInfo::open`], also looking up the data symbols named in `data_symbols`.
     pub fn open_with(path: &Path, data_symbols: &[&str]) -> Result<Self, FunctionError> {
-        let bytes = fs::read(path).map_err(|e| elf_error(path, e))?;
+        let bytes = read_file(path)?;
         Self::parse(path, &bytes, data_symbols)
     }
 

@@ -85,7 +85,7 @@ pub struct SamplerSummary {
     pub symbolize_ms: f64,
     /// Distinct stacks named.
     pub stacks_count: usize,
-    /// Remarks of the naming (JIT maps refused).
+    /// Remarks of the naming (JIT maps, debug files, MiniDebugInfo refused).
     pub notes: Vec<String>,
 }
 
@@ -312,7 +312,7 @@ impl FunctionSession {
     /// [`FunctionSession::live`] can show functions while the run goes on.
     pub fn name_as_we_go(&mut self) {
         self.live = Some(LiveNaming {
-            symbolizer: Symbolizer::new(),
+            symbolizer: Symbolizer::with_debug_dirs(self.options.debug_dirs.clone()),
             ..LiveNaming::default()
         });
     }
@@ -722,7 +722,7 @@ impl FunctionSession {
             .then(|| probes.function_counters().ok())
             .flatten();
         let started = Instant::now();
-        let mut symbolizer = Symbolizer::new();
+        let mut symbolizer = Symbolizer::with_debug_dirs(self.options.debug_dirs.clone());
         let mut stacks: Vec<Vec<FrameId>> = Vec::new();
         let mut stack_ids: HashMap<Vec<FrameId>, u32> = HashMap::new();
         let mut remap: Vec<u32> = Vec::with_capacity(self.raw.len());
@@ -743,7 +743,7 @@ impl FunctionSession {
             };
             remap.push(id);
         }
-        let jit_notes = symbolizer.perf_map_notes().to_vec();
+        let jit_notes = symbolizer.notes().to_vec();
         let frames = symbolizer.into_frames();
         let (mut native_samples, mut incomplete_samples) = (0u64, 0u64);
         for interval in &mut self.intervals {
