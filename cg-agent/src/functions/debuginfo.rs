@@ -268,7 +268,7 @@ fn symbols_of<'data, R: object::ReadRef<'data>>(
         endian,
         table,
         strings,
-        &section_ends(&sections, endian),
+        &section_ends(sections, endian),
     ))
 }
 

@@ -152,7 +152,7 @@ impl ElfInfo {
             })
             .collect();
 
-        let section_ends = section_ends(&file.elf_section_table(), endian);
+        let section_ends = section_ends(file.elf_section_table(), endian);
         let mut functions: Vec<Symbol> = Vec::new();
         let mut data = Vec::new();
         for symbol in file.symbols().chain(file.dynamic_symbols()) {
@@ -344,7 +344,7 @@ pub fn section_ends<'data, R: object::ReadRef<'data>>(
     sections
         .iter()
         .map(|s| {
-            if u64::from(s.sh_flags(endian)) & u64::from(object::elf::SHF_ALLOC) == 0 {
+            if s.sh_flags(endian) & u64::from(object::elf::SHF_ALLOC) == 0 {
                 0
             } else {
                 s.sh_addr(endian).saturating_add(s.sh_size(endian))

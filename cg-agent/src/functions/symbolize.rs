@@ -255,6 +255,8 @@ pub struct Symbolizer {
     debug_dirs: DebugDirs,
     /// Where each file's symbols came from.
     sources: Vec<(PathBuf, SymbolSource)>,
+    /// Files that had frames no symbol covered.
+    unnamed_files: std::collections::BTreeSet<String>,
     /// The file looked up last (by the map's shared path): consecutive frames are mostly in
     /// one file.
     last: Option<(Arc<PathBuf>, Option<Arc<ElfInfo>>)>,
@@ -329,10 +331,34 @@ impl Symbolizer {
         self.perf_map_owners.insert(pid, uids);
     }
 
-    /// One line per JIT map, debug file or MiniDebugInfo that was refused, for the
-    /// report's notes.
-    pub fn notes(&self) -> &[String] {
-        &self.notes
+    /// One line per JIT map, debug file or MiniDebugInfo that was refused, and one naming
+    /// the files with frames no symbol covered whose only symbols were their exported ones,
+    /// for the report's notes.
+    pub fn notes(&self) -> Vec<String> {
+        let mut notes = self.notes.clone();
+        let stripped: Vec<String> = self
+            .sources
+            .iter()
+            .filter(|(_, source)| *source == SymbolSource::DynamicOnly)
+            .map(|(path, _)| file_name(path))
+            .filter(|name| self.unnamed_files.contains(name))
+            .collect();
+        if !stripped.is_empty() {
+            notes.push(format!(
+                "stripped, no debug file found (looked in {}): {}; their frames that no \
+                 exported symbol covers show as FILE+0xADDRESS (addr2line -e FILE resolves \
+                 them); install their debug packages (-dbgsym, -debuginfo) or give \
+                 --debug-dir",
+                self.debug_dirs
+                    .0
+                    .iter()
+                    .map(|d| d.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                stripped.join(", ")
+            ));
+        }
+        notes
     }
 
     /// Every frame interned so far, by id.
@@ -376,10 +402,12 @@ impl Symbolizer {
                     Some((Arc::as_ptr(elf) as usize, elf.function_index_at(vaddr)?))
                 });
                 let Some(key) = found else {
-                    return self.intern(Frame::unknown_at(
-                        &file_name(&path),
-                        vaddr.unwrap_or(offset),
-                    ));
+                    let module = file_name(&path);
+                    let frame = Frame::unknown_at(&module, vaddr.unwrap_or(offset));
+                    if !self.unnamed_files.contains(&module) {
+                        self.unnamed_files.insert(module);
+                    }
+                    return self.intern(frame);
                 };
                 if let Some(&id) = self.by_function.get(&key) {
                     return id;
@@ -416,6 +444,8 @@ impl Symbolizer {
                         line: None,
                         kind: FrameKind::Jit,
                     },
+                    // No map was ever read: the process exited before its first read.
+                    None if maps.is_none() => Frame::unknown("[no memory map]"),
                     None => Frame::unknown("[anon]"),
                 };
                 self.intern(frame)

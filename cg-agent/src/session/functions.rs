@@ -743,7 +743,7 @@ impl FunctionSession {
             };
             remap.push(id);
         }
-        let jit_notes = symbolizer.notes().to_vec();
+        let jit_notes = symbolizer.notes();
         let frames = symbolizer.into_frames();
         let (mut native_samples, mut incomplete_samples) = (0u64, 0u64);
         for interval in &mut self.intervals {
