@@ -290,3 +290,18 @@ fn stripped_binaries_are_named_from_the_default_debug_dir_a_debug_link_and_minid
     let report = profile(env!("CG_STRIP_MINI"), &["800"], &[], &folded);
     assert_named(&report, "MiniDebugInfo");
 }
+
+#[test]
+fn a_debug_dir_that_is_no_folder_exits_2_before_tracing() {
+    require_root();
+    for bad in ["/nonexistent/debug", "relative/debug", "/etc/hostname"] {
+        let run = cg_trace(&["--profile", "--debug-dir", bad, "--", "true"]);
+        assert_eq!(run.code(), Some(2), "{bad}: {}", run.stderr());
+        assert!(
+            run.stderr().contains("--debug-dir") && run.stderr().contains("debug files"),
+            "{bad}: {}",
+            run.stderr()
+        );
+        assert!(run.report.is_none(), "{bad}: a report was written");
+    }
+}
