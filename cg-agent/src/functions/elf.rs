@@ -294,7 +294,7 @@ impl ElfInfo {
         // (the last one of a file, `_fini` say, does not claim the data after it).
         let next = self.functions.get(index).map_or(u64::MAX, |f| f.address);
         let limit = aliases.iter().map(|f| f.limit).max().unwrap_or(start);
-        (vaddr < next.min(limit.max(start + 1))).then_some(first)
+        (vaddr < next.min(limit.max(start.saturating_add(1)))).then_some(first)
     }
 
     /// Whether the file has a symbol table of its own (`.symtab` with functions), beyond
@@ -514,6 +514,10 @@ mod tests {
         assert_eq!(at(0x1f0d), None, "past the end of .fini");
         assert_eq!(at(0x4010), None, "data is no function");
         assert_eq!(at(u64::MAX), None);
+        // At the top of the address space, without overflow.
+        let edge = with_functions(vec![symbol("edge", u64::MAX, 0, u64::MAX)]);
+        let _ = edge.function_at(u64::MAX);
+        assert_eq!(edge.function_at(u64::MAX - 1), None);
     }
 
     #[test]
