@@ -5,10 +5,16 @@
 //! OUT_DIR. Only cg-funcs links them (its `#[link]` attributes). Also three C programs of
 //! the probe-safety tests and benchmarks, whose paths the tests get at compile time
 //! (`CG_PRINTS_ARGC`, `CG_SETJMP`, `CG_MANY`): `prints-argc`, `cgsetjmp` (static) and
-//! `cg-many` (1,000 tiny functions, generated here); and for the late-attach tests
+//! `cg-many` (1,000 tiny functions, generated here); for the late-attach tests
 //! `cgdlopen` (`CG_DLOPEN`), which loads `libcgdl.so` (`CG_DL_LIB`, in a directory of its own,
-//! outside any library search path) with dlopen() during the run. Needs a C compiler
-//! (`cargo xtask setup` installs gcc).
+//! outside any library search path) with dlopen() during the run. The symbol tests' programs:
+//! `cg-exit` (`CG_EXIT`: short processes with an anonymous frame in every stack) and
+//! `cg-strip` stripped of its symbol table three ways, each with a build id of its own:
+//! with a separate debug file to be installed by build id (`CG_STRIP_BUILDID`, its debug file
+//! `CG_STRIP_BUILDID_DEBUG`, its id `CG_STRIP_BUILD_ID`), with a `.gnu_debuglink` to
+//! `.debug/cg-strip-link.debug` beside it (`CG_STRIP_LINK`), and with MiniDebugInfo
+//! (`CG_STRIP_MINI`). Needs a C compiler, binutils' `objcopy` and `xz` (`cargo xtask
+//! setup` installs gcc, which brings binutils; xz is part of every Debian system).
 use std::{env, path::PathBuf};
 
 fn main() {
@@ -21,6 +27,8 @@ fn main() {
         "c/cgsetjmp.c",
         "c/cgdl.c",
         "c/cgdlopen.c",
+        "c/cgexit.c",
+        "c/cgstrip.c",
     ] {
         println!("cargo:rerun-if-changed={file}");
     }
@@ -98,15 +106,32 @@ fn main() {
     std::fs::write(&many_source, many_functions(1000)).expect("writing cg-many.c");
     let many = program("cg-many", &many_source, &[]);
     let dlopen = program("cgdlopen", &PathBuf::from("c/cgdlopen.c"), &["-ldl"]);
+    let unoptimised = cc::Build::new().opt_level(0).get_compiler();
+    let exit = out.join("cg-exit");
+    run(unoptimised
+        .to_command()
+        .args(["-O0", "-fcf-protection=none"])
+        .args(common)
+        .arg("-o")
+        .arg(&exit)
+        .arg("c/cgexit.c"));
+    let strip = stripped_programs(&out, &unoptimised, &common);
     for (variable, path) in [
         ("CG_PRINTS_ARGC", prints_argc),
         ("CG_SETJMP", setjmp),
         ("CG_MANY", many),
         ("CG_DLOPEN", dlopen),
         ("CG_DL_LIB", dl_lib),
+        ("CG_EXIT", exit),
+        ("CG_STRIP_BUILDID", strip.build_id),
+        ("CG_STRIP_BUILDID_DEBUG", strip.build_id_debug),
+        ("CG_STRIP_LINK", strip.link),
+        ("CG_STRIP_MINI", strip.mini),
     ] {
         println!("cargo:rustc-env={variable}={}", path.display());
     }
+
+    println!("cargo:rustc-env=CG_STRIP_BUILD_ID={STRIP_BUILD_ID}");
 
     println!("cargo:rustc-link-search=native={}", out.display());
     println!(
@@ -131,4 +156,92 @@ fn many_functions(count: usize) -> String {
     }
     text.push_str("    printf(\"sum=%ld\\n\", sum);\n    return 0;\n}\n");
     text
+}
+
+/// Runs a build step; panics with what failed.
+fn run(command: &mut std::process::Command) {
+    match command.status() {
+        Ok(s) if s.success() => {}
+        other => {
+            panic!("{command:?}: {other:?} (are a C compiler, binutils' objcopy and xz installed?)")
+        }
+    }
+}
+
+/// The build id of the stripped program whose debug file the tests install by build id
+/// (each variant has its own, so that no test finds another's debug file).
+const STRIP_BUILD_ID: &str = "c67a5e0b1d000000000000000000000000000001";
+
+struct Stripped {
+    build_id: PathBuf,
+    build_id_debug: PathBuf,
+    link: PathBuf,
+    mini: PathBuf,
+}
+
+/// `cg-strip` three times, without a symbol table, its functions named elsewhere.
+fn stripped_programs(out: &std::path::Path, compiler: &cc::Tool, common: &[&str]) -> Stripped {
+    let dir = out.join("strip");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join(".debug")).expect("creating the strip folder");
+    let build = |name: &str, id: &str| {
+        let full = dir.join(format!("{name}.full"));
+        run(compiler
+            .to_command()
+            .args(["-O0", "-g", "-fcf-protection=none"])
+            .args(common)
+            .arg(format!("-Wl,--build-id=0x{id}"))
+            .arg("-o")
+            .arg(&full)
+            .arg("c/cgstrip.c"));
+        full
+    };
+    let objcopy = || std::process::Command::new("objcopy");
+    // 1. By build id: the debug file is installed by the test.
+    let full = build("cg-strip-buildid", STRIP_BUILD_ID);
+    let build_id_debug = dir.join("cg-strip-buildid.debug");
+    run(objcopy()
+        .arg("--only-keep-debug")
+        .arg(&full)
+        .arg(&build_id_debug));
+    let build_id = dir.join("cg-strip-buildid");
+    run(objcopy().arg("--strip-all").arg(&full).arg(&build_id));
+    // 2. By debug link, to .debug/ beside the program.
+    let full = build("cg-strip-link", "c67a5e0b1d000000000000000000000000000002");
+    let link_debug = dir.join(".debug").join("cg-strip-link.debug");
+    run(objcopy()
+        .arg("--only-keep-debug")
+        .arg(&full)
+        .arg(&link_debug));
+    let link = dir.join("cg-strip-link");
+    run(objcopy()
+        .arg("--strip-all")
+        .arg(format!("--add-gnu-debuglink={}", link_debug.display()))
+        .arg(&full)
+        .arg(&link));
+    // 3. MiniDebugInfo: the symbol table alone, xz-compressed, in .gnu_debugdata.
+    let full = build("cg-strip-mini", "c67a5e0b1d000000000000000000000000000003");
+    let symtab = dir.join("cg-strip-mini.symtab");
+    run(objcopy().arg("--only-keep-debug").arg(&full).arg(&symtab));
+    run(objcopy()
+        .args(["--strip-debug", "--remove-section=.comment"])
+        .arg(&symtab));
+    run(std::process::Command::new("xz")
+        .args(["-f", "-k"])
+        .arg(&symtab));
+    let mini = dir.join("cg-strip-mini");
+    run(objcopy()
+        .arg("--strip-all")
+        .arg(format!(
+            "--add-section=.gnu_debugdata={}.xz",
+            symtab.display()
+        ))
+        .arg(&full)
+        .arg(&mini));
+    Stripped {
+        build_id,
+        build_id_debug,
+        link,
+        mini,
+    }
 }

@@ -220,6 +220,7 @@ fn option_before_top(run: &RunArgs) -> Option<&'static str> {
         ),
         (run.functions.folded.is_some(), "--folded"),
         (run.functions.flamegraph.is_some(), "--flamegraph"),
+        (!run.functions.debug_dir.is_empty(), "--debug-dir"),
     ]
     .into_iter()
     .find_map(|(given, name)| given.then_some(name))
@@ -390,6 +391,15 @@ fn function_options(args: &FunctionArgs, invoker: &Invoker) -> Result<FunctionOp
     if args.func_limit == 0 {
         return Err("--func-limit 0: nothing could be probed; give a limit of at least 1".into());
     }
+    for dir in &args.debug_dir {
+        if !dir.is_absolute() || !dir.is_dir() {
+            return Err(format!(
+                "--debug-dir {}: not an existing directory given by its absolute path; \
+                 name the folder that holds the debug files (its .build-id/ tree)",
+                dir.display()
+            ));
+        }
+    }
     Ok(FunctionOptions {
         specs,
         func_limit: args.func_limit,
@@ -397,6 +407,11 @@ fn function_options(args: &FunctionArgs, invoker: &Invoker) -> Result<FunctionOp
         sample_hz: args.sample_hz,
         top: args.top_functions,
         bench_empty_probes: args.bench_empty_func,
+        debug_dirs: if args.debug_dir.is_empty() {
+            crate::functions::debuginfo::DebugDirs::default()
+        } else {
+            crate::functions::debuginfo::DebugDirs(args.debug_dir.clone())
+        },
     })
 }
 

@@ -218,6 +218,12 @@ pub struct FunctionArgs {
     #[arg(long, value_name = "FILE.svg")]
     pub flamegraph: Option<PathBuf>,
 
+    /// Where separate debug files of stripped binaries are looked up (repeatable, in order;
+    /// replaces the default /usr/lib/debug): DIR/.build-id/xx/rest.debug by build id, and
+    /// DIR/<the binary's folder>/<its .gnu_debuglink name>
+    #[arg(long = "debug-dir", value_name = "DIR")]
+    pub debug_dir: Vec<PathBuf>,
+
     /// For `cargo xtask bench`: function probes that return at once (the cost of an empty
     /// uprobe + uretprobe pair)
     #[arg(long, hide = true)]

@@ -25,6 +25,10 @@ pub struct Symbol {
     pub address: u64,
     /// Size in bytes (0 when the symbol table does not say).
     pub size: u64,
+    /// The end of the section that holds it (of its segment when the file has no section
+    /// headers): a symbol whose size is 0 covers addresses up to the next symbol, never past
+    /// this.
+    pub limit: u64,
     /// The name as stored (mangled).
     pub raw: String,
     /// Demangled, without Rust hashes or C++ parameter lists; `raw` when not mangled.
@@ -64,6 +68,35 @@ pub struct ElfInfo {
     pub prologues: Vec<[u8; 16]>,
 }
 
+/// The largest ELF file read.
+pub const ELF_MAX_BYTES: u64 = 1 << 30;
+
+/// Reads a whole ELF file: only a regular file (opened without blocking, so a FIFO put in
+/// its place does not hang us), at most [`ELF_MAX_BYTES`].
+pub fn read_file(path: &Path) -> Result<Vec<u8>, FunctionError> {
+    use std::{io::Read as _, os::unix::fs::OpenOptionsExt as _};
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| elf_error(path, e))?;
+    let meta = file.metadata().map_err(|e| elf_error(path, e))?;
+    if !meta.file_type().is_file() {
+        return Err(elf_error(path, "not a regular file"));
+    }
+    if meta.len() > ELF_MAX_BYTES {
+        return Err(elf_error(
+            path,
+            format!("larger than {} MiB", ELF_MAX_BYTES >> 20),
+        ));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(ELF_MAX_BYTES)
+        .read_to_end(&mut bytes)
+        .map_err(|e| elf_error(path, e))?;
+    Ok(bytes)
+}
+
 fn elf_error(path: &Path, what: impl std::fmt::Display) -> FunctionError {
     FunctionError::Elf {
         path: path.to_path_buf(),
@@ -79,12 +112,23 @@ impl ElfInfo {
 
     /// Like [`ElfInfo::open`], also looking up the data symbols named in `data_symbols`.
     pub fn open_with(path: &Path, data_symbols: &[&str]) -> Result<Self, FunctionError> {
-        let bytes = fs::read(path).map_err(|e| elf_error(path, e))?;
+        let bytes = read_file(path)?;
         Self::parse(path, &bytes, data_symbols)
     }
 
     /// Parses an ELF image already in memory.
     pub fn parse(path: &Path, bytes: &[u8], data_symbols: &[&str]) -> Result<Self, FunctionError> {
+        Self::parse_with(path, bytes, data_symbols, |_, _| Vec::new())
+    }
+
+    /// Like [`ElfInfo::parse`], adding the function symbols that `extra` finds elsewhere
+    /// (a separate debug file, MiniDebugInfo), given the parsed file and its bytes.
+    pub fn parse_with(
+        path: &Path,
+        bytes: &[u8],
+        data_symbols: &[&str],
+        extra: impl FnOnce(&ElfFile64<'_, Endianness>, &[u8]) -> Vec<Symbol>,
+    ) -> Result<Self, FunctionError> {
         if bytes.get(..4) != Some(b"\x7fELF") {
             return Err(elf_error(path, "not an ELF file"));
         }
@@ -108,6 +152,7 @@ impl ElfInfo {
             })
             .collect();
 
+        let section_ends = section_ends(file.elf_section_table(), endian);
         let mut functions: Vec<Symbol> = Vec::new();
         let mut data = Vec::new();
         for symbol in file.symbols().chain(file.dynamic_symbols()) {
@@ -122,6 +167,11 @@ impl ElfInfo {
                 SymbolKind::Text if symbol.address() != 0 => functions.push(Symbol {
                     address: symbol.address(),
                     size: symbol.size(),
+                    limit: symbol
+                        .section_index()
+                        .and_then(|i| section_ends.get(i.0).copied())
+                        .filter(|&end| end > symbol.address())
+                        .unwrap_or_else(|| segment_end(&segments, symbol.address())),
                     raw: raw.to_string(),
                     name: demangle(raw),
                 }),
@@ -141,16 +191,8 @@ impl ElfInfo {
                 _ => {}
             }
         }
-        // At one address, the name people use first: compiler-made aliases
-        // (`f.localalias`, `f.part.0`, `f.cold`) and longer names after.
-        functions.sort_by(|a, b| {
-            a.address
-                .cmp(&b.address)
-                .then_with(|| a.raw.contains('.').cmp(&b.raw.contains('.')))
-                .then_with(|| a.raw.len().cmp(&b.raw.len()))
-                .then_with(|| a.raw.cmp(&b.raw))
-        });
-        functions.dedup_by(|a, b| a.address == b.address && a.raw == b.raw);
+        functions.extend(extra(&file, bytes));
+        sort_functions(&mut functions);
         let prologues = functions
             .iter()
             .map(|f| {
@@ -248,8 +290,20 @@ impl ElfInfo {
                 .position(|f| vaddr - f.address < f.size.max(1))
                 .map(|i| first + i);
         }
+        // Only symbols without a size here: up to the next symbol, within their section
+        // (the last one of a file, `_fini` say, does not claim the data after it).
         let next = self.functions.get(index).map_or(u64::MAX, |f| f.address);
-        (vaddr < next).then_some(first)
+        let limit = aliases.iter().map(|f| f.limit).max().unwrap_or(start);
+        (vaddr < next.min(limit.max(start.saturating_add(1)))).then_some(first)
+    }
+
+    /// Whether the file has a symbol table of its own (`.symtab` with functions), beyond
+    /// the dynamic symbols every shared object exports.
+    pub fn has_symtab(bytes: &[u8]) -> bool {
+        ElfFile64::<Endianness>::parse(bytes).is_ok_and(|file| {
+            file.symbols()
+                .any(|s| s.kind() == SymbolKind::Text && s.is_definition())
+        })
     }
 
     /// Up to `len` bytes of the file image `image` (as read for [`ElfInfo::parse`]) at virtual
@@ -265,6 +319,45 @@ impl ElfInfo {
             .find(|(n, _, _)| n == name)
             .map(|(_, address, value)| (*address, value.as_slice()))
     }
+}
+
+/// At one address, the name people use first: compiler-made aliases (`f.localalias`,
+/// `f.part.0`, `f.cold`) and longer names after; one symbol per (address, name).
+pub fn sort_functions(functions: &mut Vec<Symbol>) {
+    functions.sort_by(|a, b| {
+        a.address
+            .cmp(&b.address)
+            .then_with(|| a.raw.contains('.').cmp(&b.raw.contains('.')))
+            .then_with(|| a.raw.len().cmp(&b.raw.len()))
+            .then_with(|| a.raw.cmp(&b.raw))
+    });
+    functions.dedup_by(|a, b| a.address == b.address && a.raw == b.raw);
+}
+
+/// The end address of each section, by section index (0 for sections not loaded).
+pub fn section_ends<'data, R: object::ReadRef<'data>>(
+    sections: &object::read::elf::SectionTable<'data, object::elf::FileHeader64<Endianness>, R>,
+    endian: Endianness,
+) -> Vec<u64> {
+    use object::read::elf::SectionHeader as _;
+    sections
+        .iter()
+        .map(|s| {
+            if s.sh_flags(endian) & u64::from(object::elf::SHF_ALLOC) == 0 {
+                0
+            } else {
+                s.sh_addr(endian).saturating_add(s.sh_size(endian))
+            }
+        })
+        .collect()
+}
+
+/// The end of the loadable segment holding `vaddr` (`vaddr + 1` when none does).
+pub fn segment_end(segments: &[Segment], vaddr: u64) -> u64 {
+    segments
+        .iter()
+        .find(|s| vaddr >= s.vaddr && vaddr < s.vaddr.saturating_add(s.memsz))
+        .map_or(vaddr.saturating_add(1), |s| s.vaddr.saturating_add(s.memsz))
 }
 
 /// The byte range of the file that holds `len` bytes at virtual address `vaddr` (fewer
@@ -400,6 +493,56 @@ mod tests {
             FirstInstruction::of_x86_64(&[0x48, 0x83, 0xec, 0x18]),
             FirstInstruction::SingleStepped
         );
+    }
+
+    fn symbol(name: &str, address: u64, size: u64, limit: u64) -> Symbol {
+        Symbol {
+            address,
+            size,
+            limit,
+            raw: name.into(),
+            name: name.into(),
+        }
+    }
+
+    fn with_functions(functions: Vec<Symbol>) -> ElfInfo {
+        ElfInfo {
+            path: PathBuf::from("/x"),
+            relocatable: true,
+            machine: 0,
+            entry: 0,
+            segments: Vec::new(),
+            prologues: vec![[0; 16]; functions.len()],
+            functions,
+            data: Vec::new(),
+            needed: Vec::new(),
+            runpath: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_zero_size_symbol_claims_nothing_past_its_section() {
+        // .text 0x1000-0x1f00 with `main` (sized) and `asm_loop` (no size), .fini
+        // 0x1f00-0x1f0d with `_fini` (no size, the file's last function symbol), data after.
+        let elf = with_functions(vec![
+            symbol("main", 0x1000, 0x40, 0x1f00),
+            symbol("asm_loop", 0x1800, 0, 0x1f00),
+            symbol("_fini", 0x1f00, 0, 0x1f0d),
+        ]);
+        let at = |a: u64| elf.function_at(a).map(|f| f.raw.as_str());
+        assert_eq!(at(0x1010), Some("main"));
+        assert_eq!(at(0x1040), None, "past main's size");
+        assert_eq!(at(0x1800), Some("asm_loop"));
+        assert_eq!(at(0x1eff), Some("asm_loop"), "up to the end of its section");
+        assert_eq!(at(0x1f00), Some("_fini"));
+        assert_eq!(at(0x1f0c), Some("_fini"));
+        assert_eq!(at(0x1f0d), None, "past the end of .fini");
+        assert_eq!(at(0x4010), None, "data is no function");
+        assert_eq!(at(u64::MAX), None);
+        // At the top of the address space, without overflow.
+        let edge = with_functions(vec![symbol("edge", u64::MAX, 0, u64::MAX)]);
+        let _ = edge.function_at(u64::MAX);
+        assert_eq!(edge.function_at(u64::MAX - 1), None);
     }
 
     #[test]

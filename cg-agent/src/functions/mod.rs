@@ -2,10 +2,11 @@
 //! ([`spec`], [`resolve`], from ELF symbols read by [`elf`]; [`returns`] says which of them
 //! may carry a return probe), where CPython keeps its frames
 //! ([`python`]), and how addresses become names ([`symbolize`], with [`maps`] of the
-//! traced processes). The kernel half is in `probes::uprobes` and `probes::sampler`; the
+//! traced processes and the separate debug files [`debuginfo`] finds). The kernel half is in `probes::uprobes` and `probes::sampler`; the
 //! session drives both (`session::functions`) and attribution turns them into energy
 //! (`attribution::functions`).
 
+pub mod debuginfo;
 pub mod elf;
 pub mod maps;
 pub mod python;
@@ -41,6 +42,8 @@ pub struct FunctionOptions {
     pub top: usize,
     /// Benchmarks: probes that return at once.
     pub bench_empty_probes: bool,
+    /// `--debug-dir`: where separate debug files are looked up.
+    pub debug_dirs: debuginfo::DebugDirs,
 }
 
 impl Default for FunctionOptions {
@@ -52,6 +55,7 @@ impl Default for FunctionOptions {
             sample_hz: DEFAULT_SAMPLE_HZ,
             top: DEFAULT_TOP_FUNCTIONS,
             bench_empty_probes: false,
+            debug_dirs: debuginfo::DebugDirs::default(),
         }
     }
 }

@@ -1,5 +1,7 @@
 //! Turns sampled addresses into function names: native addresses through the process's
-//! memory map and the mapped file's ELF symbols (demangled), addresses in anonymous memory
+//! memory map and the mapped file's ELF symbols (demangled; a stripped file's from its
+//! separate debug file or MiniDebugInfo, see [`super::debuginfo`]; an address no symbol
+//! covers as `file+0xADDRESS`, as perf says it), addresses in anonymous memory
 //! through the JIT's `/tmp/perf-PID.map` when there is one (read only when it is a regular
 //! file owned by the process's user, as perf does, and bounded), kernel addresses through
 //! `/proc/kallsyms`. Files are read once and their symbols kept sorted, so each distinct
@@ -19,7 +21,11 @@ use std::{
 
 use serde::Serialize;
 
-use super::{elf::ElfInfo, maps::ProcMaps};
+use super::{
+    debuginfo::{self, DebugDirs, SymbolSource},
+    elf::ElfInfo,
+    maps::ProcMaps,
+};
 
 /// What kind of code a frame is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -56,12 +62,26 @@ impl Frame {
         }
     }
 
+    /// A frame in file `module` that no symbol covers, at `address` (the address in the
+    /// file's own address space, what `addr2line -e FILE`, `nm` and `objdump` use; the file
+    /// offset when the file could not be read): `gzip+0x1a2f0`, as perf says it.
+    pub fn unknown_at(module: &str, address: u64) -> Self {
+        Frame {
+            symbol: format!("{module}+{address:#x}"),
+            module: module.into(),
+            line: None,
+            kind: FrameKind::Unknown,
+        }
+    }
+
     /// How the frame reads in folded stacks and flamegraphs.
     pub fn label(&self) -> String {
         match (self.kind, self.line) {
             (FrameKind::Python, Some(line)) => format!("{} ({}:{line})", self.symbol, self.module),
             (FrameKind::Kernel, _) => format!("{} [k]", self.symbol),
-            (FrameKind::Unknown, _) => format!("[unknown] ({})", self.module),
+            (FrameKind::Unknown, _) if self.symbol == "[unknown]" => {
+                format!("[unknown] ({})", self.module)
+            }
             _ => self.symbol.clone(),
         }
     }
@@ -231,6 +251,12 @@ pub type FrameId = u32;
 #[derive(Default)]
 pub struct Symbolizer {
     elfs: HashMap<PathBuf, Option<Arc<ElfInfo>>>,
+    /// Where separate debug files are looked up.
+    debug_dirs: DebugDirs,
+    /// Where each file's symbols came from.
+    sources: Vec<(PathBuf, SymbolSource)>,
+    /// Files that had frames no symbol covered.
+    unnamed_files: std::collections::BTreeSet<String>,
     /// The file looked up last (by the map's shared path): consecutive frames are mostly in
     /// one file.
     last: Option<(Arc<PathBuf>, Option<Arc<ElfInfo>>)>,
@@ -238,8 +264,8 @@ pub struct Symbolizer {
     perf_maps: HashMap<u32, Option<PerfMap>>,
     /// Whose JIT maps are believed, per process (unknown: not read).
     perf_map_owners: HashMap<u32, ProcessUids>,
-    /// One line per JIT map refused.
-    perf_map_notes: Vec<String>,
+    /// One line per JIT map, debug file or MiniDebugInfo refused.
+    notes: Vec<String>,
     /// Where `/tmp/perf-PID.map` files are (a root, for tests).
     pub perf_map_dir: PathBuf,
     frames: Vec<Frame>,
@@ -252,17 +278,35 @@ pub struct Symbolizer {
 
 impl Symbolizer {
     pub fn new() -> Self {
+        Self::with_debug_dirs(DebugDirs::default())
+    }
+
+    /// A symbolizer that looks up separate debug files in `debug_dirs`.
+    pub fn with_debug_dirs(debug_dirs: DebugDirs) -> Self {
         Symbolizer {
             perf_map_dir: PathBuf::from("/tmp"),
+            debug_dirs,
             ..Symbolizer::default()
         }
     }
 
     fn elf(&mut self, path: &Path) -> Option<Arc<ElfInfo>> {
-        self.elfs
-            .entry(path.to_path_buf())
-            .or_insert_with(|| ElfInfo::open(path).ok().map(Arc::new))
-            .clone()
+        if let Some(known) = self.elfs.get(path) {
+            return known.clone();
+        }
+        let (elf, source) = match load_symbols(path, &self.debug_dirs, &mut self.notes) {
+            Some((elf, source)) => (Some(Arc::new(elf)), source),
+            None => (None, SymbolSource::DynamicOnly),
+        };
+        tracing::debug!("{}: symbols from {source:?}", path.display());
+        self.sources.push((path.to_path_buf(), source));
+        self.elfs.insert(path.to_path_buf(), elf.clone());
+        elf
+    }
+
+    /// Where each file read so far got its function symbols.
+    pub fn symbol_sources(&self) -> &[(PathBuf, SymbolSource)] {
+        &self.sources
     }
 
     /// The id of `frame`, interning it when new.
@@ -287,9 +331,34 @@ impl Symbolizer {
         self.perf_map_owners.insert(pid, uids);
     }
 
-    /// One line per JIT map that was refused, for the report's notes.
-    pub fn perf_map_notes(&self) -> &[String] {
-        &self.perf_map_notes
+    /// One line per JIT map, debug file or MiniDebugInfo that was refused, and one naming
+    /// the files with frames no symbol covered whose only symbols were their exported ones,
+    /// for the report's notes.
+    pub fn notes(&self) -> Vec<String> {
+        let mut notes = self.notes.clone();
+        let stripped: Vec<String> = self
+            .sources
+            .iter()
+            .filter(|(_, source)| *source == SymbolSource::DynamicOnly)
+            .map(|(path, _)| file_name(path))
+            .filter(|name| self.unnamed_files.contains(name))
+            .collect();
+        if !stripped.is_empty() {
+            notes.push(format!(
+                "stripped, no debug file found (looked in {}): {}; their frames that no \
+                 exported symbol covers show as FILE+0xADDRESS (addr2line -e FILE resolves \
+                 them); install their debug packages (-dbgsym, -debuginfo) or give \
+                 --debug-dir",
+                self.debug_dirs
+                    .0
+                    .iter()
+                    .map(|d| d.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                stripped.join(", ")
+            ));
+        }
+        notes
     }
 
     /// Every frame interned so far, by id.
@@ -327,12 +396,18 @@ impl Symbolizer {
                         elf
                     }
                 };
-                let found = elf.as_ref().and_then(|elf| {
-                    let vaddr = elf.vaddr_of_offset(lookup - m.start + m.offset)?;
+                let offset = (lookup - m.start).saturating_add(m.offset);
+                let vaddr = elf.as_ref().and_then(|elf| elf.vaddr_of_offset(offset));
+                let found = elf.as_ref().zip(vaddr).and_then(|(elf, vaddr)| {
                     Some((Arc::as_ptr(elf) as usize, elf.function_index_at(vaddr)?))
                 });
                 let Some(key) = found else {
-                    return self.intern(Frame::unknown(&file_name(&path)));
+                    let module = file_name(&path);
+                    let frame = Frame::unknown_at(&module, vaddr.unwrap_or(offset));
+                    if !self.unnamed_files.contains(&module) {
+                        self.unnamed_files.insert(module);
+                    }
+                    return self.intern(frame);
                 };
                 if let Some(&id) = self.by_function.get(&key) {
                     return id;
@@ -349,11 +424,8 @@ impl Symbolizer {
             }
             Some((_, pseudo)) => self.intern(Frame::unknown(&pseudo.to_string_lossy())),
             None => {
-                let (dir, owners, notes) = (
-                    &self.perf_map_dir,
-                    &self.perf_map_owners,
-                    &mut self.perf_map_notes,
-                );
+                let (dir, owners, notes) =
+                    (&self.perf_map_dir, &self.perf_map_owners, &mut self.notes);
                 let map = self.perf_maps.entry(pid).or_insert_with(|| {
                     let owner = owners.get(&pid)?;
                     let path = dir.join(format!("perf-{pid}.map"));
@@ -372,6 +444,8 @@ impl Symbolizer {
                         line: None,
                         kind: FrameKind::Jit,
                     },
+                    // No map was ever read: the process exited before its first read.
+                    None if maps.is_none() => Frame::unknown("[no memory map]"),
                     None => Frame::unknown("[anon]"),
                 };
                 self.intern(frame)
@@ -400,6 +474,31 @@ impl Symbolizer {
         self.by_kernel_symbol.insert(index, id);
         id
     }
+}
+
+/// Reads a mapped file's symbols: its own `.symtab` and `.dynsym`; when it has no
+/// `.symtab` of its own (stripped), also those of its separate debug file or MiniDebugInfo.
+fn load_symbols(
+    path: &Path,
+    debug_dirs: &DebugDirs,
+    notes: &mut Vec<String>,
+) -> Option<(ElfInfo, SymbolSource)> {
+    let bytes = super::elf::read_file(path).ok()?;
+    let mut source = SymbolSource::Own;
+    let elf = ElfInfo::parse_with(path, &bytes, &[], |file, _| {
+        use object::{Object as _, ObjectSymbol as _};
+        let own = file
+            .symbols()
+            .any(|s| s.kind() == object::SymbolKind::Text && s.is_definition());
+        if own {
+            return Vec::new();
+        }
+        let (symbols, found) = debuginfo::extra_symbols(path, file, debug_dirs, notes);
+        source = found;
+        symbols
+    })
+    .ok()?;
+    Some((elf, source))
 }
 
 /// `cg-trace --bench-symbolize N` (for `cargo xtask bench`): names N synthetic samples, each
@@ -588,8 +687,8 @@ mod tests {
             let id = symbolizer.native(7, None, address, false);
             assert_eq!(symbolizer.frame(id).kind, FrameKind::Unknown);
         }
-        assert_eq!(symbolizer.perf_map_notes().len(), 1);
-        assert!(symbolizer.perf_map_notes()[0].contains("symbolic link"));
+        assert_eq!(symbolizer.notes().len(), 1);
+        assert!(symbolizer.notes()[0].contains("symbolic link"));
         // Process 8's owner was never read: its map is not opened.
         let id = symbolizer.native(8, None, 0x1010, false);
         assert_eq!(symbolizer.frame(id).kind, FrameKind::Unknown);
@@ -649,5 +748,26 @@ mod tests {
         assert_eq!(again, id);
         let unknown = symbolizer.native(std::process::id(), Some(&maps), 0x10, false);
         assert_eq!(symbolizer.frame(unknown).kind, FrameKind::Unknown);
+    }
+
+    #[test]
+    fn an_address_in_a_file_but_in_no_function_says_the_file_and_address() {
+        static DATA: [u64; 4] = [1, 2, 3, 4];
+        let address = std::hint::black_box(&DATA) as *const _ as u64;
+        let maps = ProcMaps::read(Path::new("/proc"), std::process::id()).unwrap();
+        let mapping = maps.find(address).unwrap();
+        let exe = mapping.path.clone().unwrap();
+        let elf = ElfInfo::open(&exe).unwrap();
+        let vaddr = elf
+            .vaddr_of_offset(address - mapping.start + mapping.offset)
+            .unwrap();
+        let mut symbolizer = Symbolizer::new();
+        let id = symbolizer.native(std::process::id(), Some(&maps), address, false);
+        let frame = symbolizer.frame(id);
+        assert_eq!(frame.kind, FrameKind::Unknown);
+        let expected = format!("{}+{vaddr:#x}", file_name(&exe));
+        assert_eq!(frame.symbol, expected);
+        assert_eq!(frame.label(), expected);
+        assert_eq!(frame.module, file_name(&exe));
     }
 }

@@ -98,7 +98,7 @@ pub struct SamplerSummary {
     pub symbolize_ms: f64,
     /// Distinct stacks named.
     pub stacks_count: usize,
-    /// Remarks of the naming (JIT maps refused).
+    /// Remarks of the naming (JIT maps, debug files, MiniDebugInfo refused).
     pub notes: Vec<String>,
 }
 
@@ -371,7 +371,7 @@ impl FunctionSession {
     /// [`FunctionSession::live`] can show functions while the run goes on.
     pub fn name_as_we_go(&mut self) {
         self.live = Some(LiveNaming {
-            symbolizer: Symbolizer::new(),
+            symbolizer: Symbolizer::with_debug_dirs(self.options.debug_dirs.clone()),
             ..LiveNaming::default()
         });
     }
@@ -808,11 +808,8 @@ impl FunctionSession {
                     .iter()
                     .any(|&a| maps.find(a).is_none_or(|m| m.path.is_none())),
             };
-            if stale && let Ok(maps) = ProcMaps::read(&self.proc_root, pid) {
-                self.maps.insert((pid, generation), maps);
-                if let Some(uids) = ProcessUids::read(&self.proc_root, pid) {
-                    self.uids.insert(pid, uids);
-                }
+            if stale {
+                self.refresh_maps(pid, generation);
             }
         }
         if key.py_stack != 0 && !self.python_stacks.contains_key(&key.py_stack) {
@@ -840,6 +837,35 @@ impl FunctionSession {
                 walker.is_some()
             );
             self.python_stacks.insert(key.py_stack, codes);
+        }
+    }
+
+    /// Reads a process's memory map again (a new stack has an address outside the one kept):
+    /// the read completes the map kept for this program image and never replaces it with
+    /// less. A process that has exited but is not reaped yet reads as empty, and one that is
+    /// reaped not at all: the map kept (read while it ran) then names its samples.
+    fn refresh_maps(&mut self, pid: u32, generation: u32) {
+        let read = match ProcMaps::read(&self.proc_root, pid) {
+            Ok(read) => read,
+            Err(err) => {
+                tracing::debug!("pid {pid}: memory map not read again ({err}); the kept one stays");
+                return;
+            }
+        };
+        if !read.maps_files() {
+            tracing::debug!("pid {pid}: its memory map reads empty (exited); the kept one stays");
+            return;
+        }
+        match self.maps.entry((pid, generation)) {
+            std::collections::hash_map::Entry::Occupied(mut kept) => {
+                kept.get_mut().update(read);
+            }
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(read);
+            }
+        }
+        if let Some(uids) = ProcessUids::read(&self.proc_root, pid) {
+            self.uids.insert(pid, uids);
         }
     }
 
@@ -878,7 +904,7 @@ impl FunctionSession {
             .then(|| probes.function_counters().ok())
             .flatten();
         let started = Instant::now();
-        let mut symbolizer = Symbolizer::new();
+        let mut symbolizer = Symbolizer::with_debug_dirs(self.options.debug_dirs.clone());
         let mut stacks: Vec<Vec<FrameId>> = Vec::new();
         let mut stack_ids: HashMap<Vec<FrameId>, u32> = HashMap::new();
         let mut remap: Vec<u32> = Vec::with_capacity(self.raw.len());
@@ -899,7 +925,7 @@ impl FunctionSession {
             };
             remap.push(id);
         }
-        let jit_notes = symbolizer.perf_map_notes().to_vec();
+        let jit_notes = symbolizer.notes();
         let frames = symbolizer.into_frames();
         let (mut native_samples, mut incomplete_samples) = (0u64, 0u64);
         for interval in &mut self.intervals {
