@@ -455,9 +455,11 @@ async fn run_async(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Ou
     let mut tick = tokio::time::interval(config.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
-    // The kernel's event ring is emptied more often than intervals end, so that a fork storm
-    // does not fill it between two long intervals.
-    let mut drain_tick = tokio::time::interval(EVENT_DRAIN_PERIOD.min(config.interval));
+    // With intervals longer than EVENT_DRAIN_PERIOD the kernel's event ring is also emptied
+    // in between, so that a fork storm does not fill it between two long intervals. (At
+    // shorter intervals the extra wakeups would only cost: the ring holds ~5,000 events.)
+    let drain_between = config.interval > EVENT_DRAIN_PERIOD;
+    let mut drain_tick = tokio::time::interval(EVENT_DRAIN_PERIOD);
     drain_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     drain_tick.tick().await;
     let stop = if let Some(sig) = early_signal {
@@ -468,7 +470,7 @@ async fn run_async(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Ou
                 d.saturating_duration_since(Instant::now())
             });
             tokio::select! {
-                _ = drain_tick.tick() => sampler.drain_events(),
+                _ = drain_tick.tick(), if drain_between => sampler.drain_events(),
                 _ = tick.tick() => {
                     sampler.sample(Phase::Run);
                     if matches!(config.mode, Mode::Attach { .. }) && sampler.table.live_targets() == 0 {
@@ -897,8 +899,8 @@ struct Sampler {
 const DRAIN_INTERVALS: usize = 5;
 const DRAIN_INTERVAL: Duration = Duration::from_millis(20);
 
-/// How often lifecycle events are taken from the kernel's ring buffer, at most.
-const EVENT_DRAIN_PERIOD: Duration = Duration::from_millis(25);
+/// How often lifecycle events are taken from the kernel's ring buffer, at least.
+const EVENT_DRAIN_PERIOD: Duration = Duration::from_millis(100);
 
 /// How often to look for kernel entries of threads whose exit event was lost.
 const GC_PERIOD: Duration = Duration::from_secs(10);
