@@ -502,44 +502,111 @@ fn render_functions(app: &App, r: &LiveReport, area: Rect, buf: &mut Buffer) {
     let Some(process) = app.selected_process() else {
         return;
     };
-    let counts = if functions.iter().any(|f| f.calls.is_some()) {
-        "CALLS"
-    } else {
-        "SAMPLES"
-    };
     let title = format!(
         " functions of {} {} ({}) ",
         process.pid,
         process.comm,
         functions.first().map_or("", |f| f.source)
     );
+    let rows = functions.iter().map(|f| FunctionRow {
+        symbol: &f.symbol,
+        module: &f.module,
+        line: f.line,
+        processes: None,
+        calls: f.calls,
+        samples: f.samples,
+        cpu_time_s: f.cpu_time_s,
+        energy_j: f.energy_j,
+        self_energy_j: f.self_energy_j,
+    });
+    render_function_pane(&title, rows.collect(), false, r, area, buf);
+}
+
+/// The function pane with `f`: each function over all processes.
+fn render_function_totals(totals: &[FunctionTotal], r: &LiveReport, area: Rect, buf: &mut Buffer) {
+    let title = format!(
+        " functions of all processes, summed ({}; f: the selected process) ",
+        totals.first().map_or("", |f| f.source)
+    );
+    let rows = totals.iter().map(|f| FunctionRow {
+        symbol: &f.symbol,
+        module: &f.module,
+        line: f.line,
+        processes: Some(f.processes_count),
+        calls: f.calls,
+        samples: f.samples,
+        cpu_time_s: f.cpu_time_s,
+        energy_j: f.energy_j,
+        self_energy_j: f.self_energy_j,
+    });
+    render_function_pane(&title, rows.collect(), true, r, area, buf);
+}
+
+/// One line of a function pane: a process's function, or a function over all processes.
+struct FunctionRow<'a> {
+    symbol: &'a str,
+    module: &'a str,
+    line: Option<u32>,
+    processes: Option<usize>,
+    calls: Option<u64>,
+    samples: Option<u64>,
+    cpu_time_s: f64,
+    energy_j: f64,
+    self_energy_j: f64,
+}
+
+/// A function pane: FUNCTION, MODULE, (PROCS,) CALLS or SAMPLES, CPU s, energy and self
+/// energy (J), average power (W) since the start.
+fn render_function_pane(
+    title: &str,
+    functions: Vec<FunctionRow<'_>>,
+    with_processes: bool,
+    r: &LiveReport,
+    area: Rect,
+    buf: &mut Buffer,
+) {
+    let counts = if functions.iter().any(|f| f.calls.is_some()) {
+        "CALLS"
+    } else {
+        "SAMPLES"
+    };
     let right = |s: String| Cell::from(Line::from(s).right_aligned());
-    let header = Row::new([
-        Cell::from("FUNCTION"),
-        Cell::from("MODULE"),
+    let mut header = vec![Cell::from("FUNCTION"), Cell::from("MODULE")];
+    let mut widths = vec![Constraint::Fill(1), Constraint::Length(14)];
+    if with_processes {
+        header.push(right("PROCS".into()));
+        widths.push(Constraint::Length(6));
+    }
+    header.extend([
         right(counts.into()),
         right("CPU s".into()),
         right("ENERGY J".into()),
         right("SELF J".into()),
         right("AVG W".into()),
-    ])
-    .style(Style::new().black().on_cyan().bold());
-    let rows = functions.iter().map(|f| {
+    ]);
+    widths.extend([
+        Constraint::Length(9),
+        Constraint::Length(8),
+        Constraint::Length(9),
+        Constraint::Length(9),
+        Constraint::Length(8),
+    ]);
+    let header = Row::new(header).style(Style::new().black().on_cyan().bold());
+    let rows = functions.into_iter().map(|f| {
         let count = f
             .calls
             .or(f.samples)
             .map_or_else(|| "-".into(), |n| n.to_string());
         // A Python function's module is its source file: its name and the line read best.
         let module = match f.line {
-            Some(line) => format!(
-                "{}:{line}",
-                f.module.rsplit('/').next().unwrap_or(&f.module)
-            ),
-            None => f.module.clone(),
+            Some(line) => format!("{}:{line}", f.module.rsplit('/').next().unwrap_or(f.module)),
+            None => f.module.to_string(),
         };
-        Row::new([
-            Cell::from(f.symbol.clone()),
-            Cell::from(module),
+        let mut cells = vec![Cell::from(f.symbol.to_string()), Cell::from(module)];
+        if let Some(processes) = f.processes {
+            cells.push(right(processes.to_string()));
+        }
+        cells.extend([
             right(count),
             right(format!("{:.2}", f.cpu_time_s)),
             right(joules(f.energy_j)),
@@ -549,90 +616,12 @@ fn render_functions(app: &App, r: &LiveReport, area: Rect, buf: &mut Buffer) {
             } else {
                 0.0
             })),
-        ])
+        ]);
+        Row::new(cells)
     });
-    let table = Table::new(
-        rows,
-        [
-            Constraint::Fill(1),
-            Constraint::Length(14),
-            Constraint::Length(9),
-            Constraint::Length(8),
-            Constraint::Length(9),
-            Constraint::Length(9),
-            Constraint::Length(8),
-        ],
-    )
-    .header(header)
-    .block(Block::new().borders(Borders::TOP).title(title));
-    Widget::render(table, area, buf);
-}
-
-/// The function pane with `f`: each function over all processes.
-fn render_function_totals(totals: &[FunctionTotal], r: &LiveReport, area: Rect, buf: &mut Buffer) {
-    let counts = if totals.iter().any(|f| f.calls.is_some()) {
-        "CALLS"
-    } else {
-        "SAMPLES"
-    };
-    let title = format!(
-        " functions of all processes, summed ({}; f: the selected process) ",
-        totals.first().map_or("", |f| f.source)
-    );
-    let right = |s: String| Cell::from(Line::from(s).right_aligned());
-    let header = Row::new([
-        Cell::from("FUNCTION"),
-        Cell::from("MODULE"),
-        right("PROCS".into()),
-        right(counts.into()),
-        right("CPU s".into()),
-        right("ENERGY J".into()),
-        right("SELF J".into()),
-        right("AVG W".into()),
-    ])
-    .style(Style::new().black().on_cyan().bold());
-    let rows = totals.iter().map(|f| {
-        let count = f
-            .calls
-            .or(f.samples)
-            .map_or_else(|| "-".into(), |n| n.to_string());
-        let module = match f.line {
-            Some(line) => format!(
-                "{}:{line}",
-                f.module.rsplit('/').next().unwrap_or(&f.module)
-            ),
-            None => f.module.clone(),
-        };
-        Row::new([
-            Cell::from(f.symbol.clone()),
-            Cell::from(module),
-            right(f.processes_count.to_string()),
-            right(count),
-            right(format!("{:.2}", f.cpu_time_s)),
-            right(joules(f.energy_j)),
-            right(joules(f.self_energy_j)),
-            right(watts(if r.elapsed_s > 0.0 {
-                f.energy_j / r.elapsed_s
-            } else {
-                0.0
-            })),
-        ])
-    });
-    let table = Table::new(
-        rows,
-        [
-            Constraint::Fill(1),
-            Constraint::Length(14),
-            Constraint::Length(6),
-            Constraint::Length(9),
-            Constraint::Length(8),
-            Constraint::Length(9),
-            Constraint::Length(9),
-            Constraint::Length(8),
-        ],
-    )
-    .header(header)
-    .block(Block::new().borders(Borders::TOP).title(title));
+    let table = Table::new(rows, widths)
+        .header(header)
+        .block(Block::new().borders(Borders::TOP).title(title.to_string()));
     Widget::render(table, area, buf);
 }
 
