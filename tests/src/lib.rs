@@ -108,6 +108,17 @@ pub fn cg_trace_with_env(args: &[&str], env: &[(&str, &str)]) -> Run {
     Run { output, report }
 }
 
+/// The pid of the report's root process (the wrapped command or an attached pid).
+pub fn root_pid(report: &Value) -> u32 {
+    report["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .find(|p| p["root"] == true)
+        .and_then(|p| p["pid"].as_u64())
+        .expect("a root process") as u32
+}
+
 /// A number from the report, by JSON pointer.
 pub fn num(v: &Value, pointer: &str) -> f64 {
     v.pointer(pointer)

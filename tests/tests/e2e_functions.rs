@@ -10,21 +10,11 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use cg_tests::{assert_adds_up, bin, cg_trace, num, process, require_root};
+use cg_tests::{assert_adds_up, bin, cg_trace, num, process, require_root, root_pid};
 use serde_json::Value;
 
 fn funcs() -> String {
     bin("cg-funcs").display().to_string()
-}
-
-fn root_pid(report: &Value) -> u32 {
-    report["processes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["root"] == true)
-        .and_then(|p| p["pid"].as_u64())
-        .expect("a root process") as u32
 }
 
 /// The function entries of one source, by symbol (summed over processes).

@@ -11,7 +11,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use cg_tests::{assert_adds_up, cg_trace, require_root};
+use cg_tests::{assert_adds_up, cg_trace, require_root, root_pid};
 use serde_json::Value;
 
 /// Self energy per symbol of one process's sampled functions (without `[unsampled]`).
@@ -66,16 +66,6 @@ fn profile(program: &str, args: &[&str], extra: &[&str], folded: &Path) -> Value
     report
 }
 
-fn root_pid(report: &Value) -> u64 {
-    report["processes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["root"] == true)
-        .and_then(|p| p["pid"].as_u64())
-        .expect("a root process")
-}
-
 #[test]
 fn processes_that_exit_right_after_heavy_sampling_keep_their_names_and_fini_claims_no_data() {
     require_root();
@@ -85,7 +75,7 @@ fn processes_that_exit_right_after_heavy_sampling_keep_their_names_and_fini_clai
     // exited, unreaped process (memory map empty) for 0.5 s or more, while new stacks of
     // it (with an anonymous frame) are still being read.
     let report = profile(env!("CG_EXIT"), &["20", "250"], &[], &folded);
-    let root = root_pid(&report);
+    let root = u64::from(root_pid(&report));
     let mut checked = 0;
     for p in report["processes"].as_array().unwrap() {
         let pid = p["pid"].as_u64().unwrap();
@@ -149,7 +139,7 @@ fn build_id_path(debug_dir: &Path) -> PathBuf {
 /// Checks that a profile of a stripped `cg-strip` names its functions: most of its self
 /// energy in `strip_heavy` and `strip_light`, in about their 3:1 proportion.
 fn assert_named(report: &Value, what: &str) {
-    let energy = self_energy(report, root_pid(report));
+    let energy = self_energy(report, u64::from(root_pid(report)));
     let heavy = energy.get("strip_heavy").copied().unwrap_or(0.0);
     let light = energy.get("strip_light").copied().unwrap_or(0.0);
     let named = share(&energy, |s| s == "strip_heavy" || s == "strip_light");
@@ -180,7 +170,7 @@ fn a_stripped_binary_is_named_from_its_build_id_debug_file_and_without_it_by_add
         &["--debug-dir", empty.path().to_str().unwrap()],
         &folded,
     );
-    let energy = self_energy(&report, root_pid(&report));
+    let energy = self_energy(&report, u64::from(root_pid(&report)));
     assert!(
         !energy.contains_key("strip_heavy"),
         "named without its debug file: {energy:?}"
