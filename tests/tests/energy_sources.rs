@@ -562,6 +562,16 @@ fn open_up(path: &Path) {
     }
 }
 
+/// Lets everyone list and enter the directory `dir` itself (nothing under it changes).
+fn let_others_in(dir: &Path) {
+    assert!(
+        dir.starts_with(std::env::temp_dir()) && dir != std::env::temp_dir(),
+        "{} is not a test's own temporary directory",
+        dir.display()
+    );
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).unwrap();
+}
+
 #[test]
 fn sources_needs_no_root_and_says_what_root_would_change() {
     require_root();
@@ -587,10 +597,13 @@ fn sources_needs_no_root_and_says_what_root_would_change() {
     fs::write(zone.join("energy_uj"), "0\n").unwrap();
     fs::write(zone.join("max_energy_range_uj"), "1000\n").unwrap();
     let nvml = gpu(vec![], None);
-    for p in [perf.root(), perf.counters(), dir.path().to_path_buf()] {
+    // The trees, and the fake perf's own temporary directory above its two (never the
+    // parent of a temporary directory: that is /tmp, which is not ours to change).
+    for p in [perf.root(), perf.counters()] {
         open_up(&p);
-        open_up(p.parent().unwrap());
+        let_others_in(p.parent().unwrap());
     }
+    open_up(dir.path());
     open_up(nvml.dir());
     for event in ["energy-pkg", "energy-cores", "energy-ram"] {
         let file = perf.counters().join("power").join(event).join("cpu0");
