@@ -109,8 +109,27 @@ fn main() {
     );
     if partial {
         // SAFETY: as above; the thread never returns.
-        std::thread::spawn(move || unsafe { cg_forever(units) });
-        std::thread::sleep(std::time::Duration::from_millis(300));
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            let _ = tx.send(unsafe { libc::gettid() });
+            unsafe { cg_forever(units) }
+        });
+        // Exit once the thread has had 150 ms of CPU inside (however loaded the machine is;
+        // at most 30 s of waiting), so the partial call has time to show.
+        let tid = rx.recv().unwrap_or(0);
+        let waited = std::time::Instant::now();
+        while thread_cpu_ns(tid) < 150_000_000 && waited.elapsed().as_secs() < 30 {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         std::process::exit(0);
     }
+}
+
+/// CPU time the kernel has given thread `tid` of this process (its `sum_exec_runtime`).
+fn thread_cpu_ns(tid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat"))
+        .ok()
+        .and_then(|text| text.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
 }
