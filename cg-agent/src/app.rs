@@ -308,7 +308,43 @@ pub fn run_config(args: &RunArgs, invoker: &Invoker) -> Result<RunConfig, String
         proc_root: "/proc".into(),
         noop_probes: args.bench_noop_probes,
         functions,
+        notices: session::Notices::new(print_notice),
     })
+}
+
+/// Words and prints a session's remark on stderr (see [`session::Notice`]).
+fn print_notice(notice: &session::Notice) {
+    use session::Notice;
+    let line = match notice {
+        Notice::Targets(text) => format!("cg-trace: {text}"),
+        Notice::SourcesChosen {
+            names,
+            provenance,
+            reason,
+        } => format!(
+            "cg-trace: energy source: {} ({}): {reason}",
+            names.join(", "),
+            match provenance {
+                crate::sources::Provenance::Measured => "measured",
+                crate::sources::Provenance::Estimated => "ESTIMATED",
+            }
+        ),
+        Notice::SourceWarning(text) => format!("cg-trace: warning: {text}"),
+        Notice::NoopProbes => "cg-trace: --bench-noop-probes: sched_switch accounts nothing; \
+                               figures are meaningless"
+            .to_string(),
+        Notice::StillRunning(process) => format!(
+            "cg-trace: warning: pid {} ({}) that the command started is still running; \
+             cg-trace stopped tracing it",
+            process.pid,
+            process.command.join(" ")
+        ),
+        Notice::NeverStarted(reason) => format!("cg-trace: {reason}"),
+        Notice::MeasuredNothing(err) => {
+            format!("cg-trace: error: {err}; its energy is unknown for the whole run")
+        }
+    };
+    eprintln!("{line}");
 }
 
 /// The options that choose and configure the energy sources.
