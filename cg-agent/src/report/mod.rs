@@ -7,8 +7,10 @@
 //! The schema is documented in `docs/report.md`. Function figures are built in
 //! [`functions`].
 
+pub mod budget;
 pub mod finite;
 pub mod functions;
+pub mod repeat;
 
 pub mod live;
 
@@ -47,6 +49,14 @@ pub struct Report {
     pub totals: Totals,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeseries: Option<Vec<TimePoint>>,
+    /// `--repeat N`: every measured run, the statistics over them and the noise verdict (the
+    /// rest of the report is the representative run's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repeat: Option<repeat::Repeat>,
+    /// `--max-energy`/`--max-power`: each limit, the figure it was checked against, and
+    /// whether it was exceeded.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub budgets: Vec<budget::Budget>,
     /// Energy per sampled stack, for folded stacks and flamegraphs (not in the JSON).
     #[serde(skip)]
     pub stacks: Vec<functions::StackEnergy>,
@@ -425,6 +435,8 @@ pub fn build(rec: &Recording) -> Report {
         function_totals: built.totals,
         totals,
         timeseries: rec.timeseries.then_some(timeseries),
+        repeat: None,
+        budgets: Vec::new(),
         stacks: built.stacks,
     };
     check_finite(&mut report);
@@ -1284,5 +1296,112 @@ mod tests {
         );
         assert_eq!(snapshot_json(&build(&rec)), snapshot_json(&build(&rec)));
         assert_eq!(build(&rec).meta.run_id, "run-1");
+    }
+
+    /// A run of `n` intervals of 100 ms with 100 ms of CPU each: 1.5 J per interval.
+    fn run_of(n: u64) -> Report {
+        build(&recording(
+            (0..n).map(|i| interval(i, 100)).collect(),
+            IdleWatts::Total(10.0),
+        ))
+    }
+
+    #[test]
+    fn a_run_set_keeps_every_run_and_its_statistics() {
+        // 1.5 J per interval: runs of 1.5, 3, 3, 3 and 15 J.
+        let reports: Vec<Report> = [1, 2, 2, 2, 10].into_iter().map(run_of).collect();
+        let set = repeat::combine(
+            reports,
+            repeat::SetInfo {
+                runs_requested_count: 5,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let r = set.repeat.as_ref().unwrap();
+        assert_eq!(r.runs.len(), 5);
+        let energies: Vec<f64> = r.runs.iter().map(|run| run.energy_j).collect();
+        for (e, want) in energies.iter().zip([1.5, 3.0, 3.0, 3.0, 15.0]) {
+            assert!(close(*e, want), "{energies:?}");
+        }
+        let s = &r.statistics.energy_j;
+        assert!(close(s.median, 3.0) && close(s.q1, 3.0) && close(s.q3, 3.0));
+        // IQR 0: both the short and the long run are beyond the fences.
+        assert_eq!(s.outlier_runs, [1, 5]);
+        assert!(r.runs[0].outlier && r.runs[4].outlier && !r.runs[1].outlier);
+        assert_eq!(r.noise_verdict, repeat::NoiseVerdict::HighNoise);
+        // The representative run is the first with the median energy; the top level is its.
+        assert_eq!(r.representative_run, 2);
+        assert!(close(set.totals.energy_j, 3.0));
+        // The process, matched by command and place, in every run: 0.5 J per interval.
+        let group = &r.statistics.process_groups[0];
+        assert_eq!(group.group, "work#1");
+        assert_eq!(group.energy_j.runs_count, 5);
+        assert!(close(group.energy_j.median, 1.0), "{group:?}");
+        assert!(close(group.cpu_time_s.max, 1.0), "{group:?}");
+        assert!(close(
+            r.statistics.domains["package-0"].energy_j.mean,
+            25.5 / 5.0
+        ));
+        assert!(finite::non_finite(&set).is_empty());
+        let json = serde_json::to_value(&set).unwrap();
+        assert_eq!(json["repeat"]["noise_verdict"], "high-noise");
+        assert_eq!(json["repeat"]["runs"][4]["outlier"], true);
+        assert_eq!(
+            json["repeat"]["runs"][2]["report"]["totals"]["energy_j"],
+            3.0
+        );
+        assert!(repeat::combine(Vec::new(), repeat::SetInfo::default()).is_none());
+    }
+
+    #[test]
+    fn budgets_compare_the_run_or_the_median_with_the_limit() {
+        use budget::{Kind, Limit, evaluate};
+        let limit = |kind, program: Option<&str>, limit| Limit {
+            kind,
+            program: program.map(String::from),
+            limit,
+        };
+        // One run of 3 J over 0.2 s (15 W); `work` got 1 J of it.
+        let single = run_of(2);
+        let checked = evaluate(
+            &single,
+            &[
+                limit(Kind::Energy, None, 2.0),
+                limit(Kind::Power, None, 20.0),
+                limit(Kind::Energy, Some("work"), 1.5),
+                limit(Kind::Power, Some("work"), 4.0),
+                limit(Kind::Energy, Some("nothing"), 1.0),
+            ],
+        );
+        let values: Vec<(f64, bool)> = checked.iter().map(|b| (b.value, b.exceeded)).collect();
+        for ((value, exceeded), want) in values.iter().zip([
+            (3.0, true),
+            (15.0, false),
+            (1.0, false),
+            (5.0, true),
+            (0.0, false),
+        ]) {
+            assert!(close(*value, want.0) && *exceeded == want.1, "{values:?}");
+        }
+        assert!(close(checked[0].excess_pct, 50.0));
+        assert_eq!(checked[0].statistic, "single run");
+        assert_eq!(checked[2].processes_count, Some(1));
+        let over = budget::message(&checked[0]).unwrap();
+        assert!(
+            over.contains("3.000 J") && over.contains("by 1.000 J (50.0%)"),
+            "{over}"
+        );
+        assert!(budget::message(&checked[1]).is_none());
+        assert!(budget::message(&checked[4]).unwrap().contains("no process"));
+        // A set: the median of the runs' figures (1.5, 3, 15 J: 3 J).
+        let set = repeat::combine(
+            [1, 2, 10].into_iter().map(run_of).collect(),
+            repeat::SetInfo::default(),
+        )
+        .unwrap();
+        let checked = evaluate(&set, &[limit(Kind::Energy, None, 2.9)]);
+        assert!(close(checked[0].value, 3.0) && checked[0].exceeded);
+        assert_eq!(checked[0].statistic, "median of 3 runs");
     }
 }

@@ -263,6 +263,13 @@ pub enum Notice {
     NeverStarted(String),
     /// A source measured nothing of the run (its energy is unknown): exit 2.
     MeasuredNothing(String),
+    /// `--repeat`: a run of the set is over.
+    RunDone {
+        warmup: bool,
+        number: u32,
+        of: u32,
+        duration_s: f64,
+    },
 }
 
 /// Where a session's [`Notice`]s go (called on the session's thread).
@@ -318,6 +325,127 @@ async fn run_async(config: RunConfig, hooks: Option<LiveHooks>) -> Result<Outcom
     let mut setup = set_up(config, hooks).await?;
     let measured = measure(&mut setup).await?;
     Ok(conclude(&mut setup, measured))
+}
+
+/// `--repeat N [--warmup K] [--cooldown SECS]`: how a run set goes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RepeatPlan {
+    /// Measured runs.
+    pub runs: u32,
+    /// Unmeasured runs before them.
+    pub warmup: u32,
+    /// Pause between runs.
+    pub cooldown: Duration,
+}
+
+/// The result of a run set.
+#[derive(Debug)]
+pub struct RepeatOutcome {
+    /// The measured runs completed, in order (a run cut short by a stop request is left out,
+    /// unless no run was completed: then it is the only one).
+    pub runs: Vec<Recording>,
+    /// Why fewer runs than asked were measured.
+    pub stopped_early: Option<String>,
+    /// The exit code: the command's first failure (as for a single run), 128 + N when
+    /// stopped by signal N, else 0.
+    pub exit_code: i32,
+}
+
+/// Runs the command of `config` (wrap mode) `plan.warmup` times unmeasured and `plan.runs`
+/// times measured, with one setup and one idle calibration for all. Each run is concluded
+/// as a single run would be (a power log settles per run), so each has its own recording.
+/// A command that fails, or a stop request, ends the set.
+pub fn run_repeat(config: RunConfig, plan: RepeatPlan) -> Result<RepeatOutcome, RunError> {
+    block_on(run_repeat_async(config, plan))
+}
+
+async fn run_repeat_async(config: RunConfig, plan: RepeatPlan) -> Result<RepeatOutcome, RunError> {
+    let mut setup = set_up(config, None).await?;
+    let mut runs = Vec::new();
+    let mut stopped_early = None;
+    let mut exit_code = 0;
+    let total = plan.warmup + plan.runs;
+    for i in 0..total {
+        let warmup = i < plan.warmup;
+        let number = if warmup { i + 1 } else { i - plan.warmup + 1 };
+        if i > 0
+            && let Some(request) = between_runs(&mut setup, plan.cooldown).await
+        {
+            exit_code = 128 + request.signal();
+            stopped_early = Some(format!("interrupted by {} between runs", request.name()));
+            break;
+        }
+        let measured = measure(&mut setup).await?;
+        let requested = measured.requested;
+        let outcome = conclude(&mut setup, measured);
+        let recording = outcome.recording;
+        setup.config.notices.tell(Notice::RunDone {
+            warmup,
+            number,
+            of: if warmup { plan.warmup } else { plan.runs },
+            duration_s: recording.duration_ns as f64 / 1e9,
+        });
+        if let Some(request) = requested {
+            exit_code = outcome.exit_code;
+            stopped_early = Some(format!(
+                "interrupted by {} in {} run {number}",
+                request.name(),
+                if warmup { "warm-up" } else { "measured" }
+            ));
+            // The run cut short is not one of the set, unless there is nothing else to show.
+            if runs.is_empty() {
+                runs.push(recording);
+            }
+            break;
+        }
+        if outcome.exit_code != 0 {
+            exit_code = outcome.exit_code;
+            stopped_early = Some(format!(
+                "{} run {number} failed ({})",
+                if warmup { "warm-up" } else { "measured" },
+                match recording.command_ending {
+                    Some(Ending::Signaled(sig)) => format!("killed by signal {sig}"),
+                    Some(Ending::Exited(code)) => format!("exit status {code}"),
+                    None => format!("exit status {exit_code}"),
+                }
+            ));
+            if !warmup || runs.is_empty() {
+                runs.push(recording);
+            }
+            break;
+        }
+        if !warmup {
+            runs.push(recording);
+        }
+    }
+    Ok(RepeatOutcome {
+        runs,
+        stopped_early,
+        exit_code,
+    })
+}
+
+/// Between two runs of a set: `cooldown` of sampling that records nothing, ending with a
+/// sample just before the next run starts (so that its first interval holds none of the
+/// pause, nor the time the previous run took to conclude). A stop request ends it.
+async fn between_runs(setup: &mut Setup, cooldown: Duration) -> Option<StopRequest> {
+    let period = setup
+        .config
+        .interval
+        .min(cooldown)
+        .max(Duration::from_millis(10));
+    let end = Instant::now() + cooldown;
+    let mut tick = tokio::time::interval(period);
+    tick.tick().await;
+    setup.sampler.sample(Phase::Gap);
+    while Instant::now() < end {
+        tokio::select! {
+            _ = tick.tick() => setup.sampler.sample(Phase::Gap),
+            request = setup.signals.recv() => return Some(request),
+        }
+    }
+    setup.sampler.sample(Phase::Gap);
+    None
 }
 
 /// Why a run was asked to stop: a signal, or the live view's quit.
@@ -377,6 +505,8 @@ struct Setup {
 /// One measured run, before its conclusion.
 struct Measured {
     stop: Stop,
+    /// A stop request came, even if the command then exited by itself.
+    requested: Option<StopRequest>,
     /// Wrap mode: whether the command was started.
     spawned: bool,
     child_pid: u32,
@@ -602,6 +732,7 @@ async fn measure(setup: &mut Setup) -> Result<Measured, RunError> {
     let mut drain_tick = tokio::time::interval(EVENT_DRAIN_PERIOD);
     drain_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     drain_tick.tick().await;
+    let mut requested = setup.early_stop;
     let stop = if let Some(request) = setup.early_stop {
         Stop::Requested(request)
     } else {
@@ -629,6 +760,7 @@ async fn measure(setup: &mut Setup) -> Result<Measured, RunError> {
                     break Stop::CommandExited(status);
                 }
                 request = signals.recv() => {
+                    requested = Some(request);
                     break match child.as_mut() {
                         Some(c) => {
                             // A Ctrl-C typed in the terminal already reached the command (it is
@@ -683,6 +815,7 @@ async fn measure(setup: &mut Setup) -> Result<Measured, RunError> {
     }
     Ok(Measured {
         stop,
+        requested,
         spawned: child.is_some(),
         child_pid,
         started_at,
@@ -700,6 +833,7 @@ fn conclude(setup: &mut Setup, measured: Measured) -> Outcome {
     let sampler = &mut setup.sampler;
     let Measured {
         stop,
+        requested: _,
         spawned,
         child_pid,
         started_at,
@@ -779,6 +913,9 @@ fn conclude(setup: &mut Setup, measured: Measured) -> Outcome {
         &mut sampler.table,
         ProcessTable::new(config.mode == Mode::System, &config.proc_root),
     );
+    // Processes waiting to be retired are the old table's (threads are named by the kernel's
+    // keys and keep waiting).
+    sampler.pending.processes.clear();
     let mut header = setup.header.clone();
     header.busy_slope_w = reports.busy_slope_w;
     Outcome {
@@ -1028,6 +1165,8 @@ enum Phase {
     Prime,
     /// Before the command starts: used for the idle fit only.
     Calibration,
+    /// Between two runs of a set: recorded nowhere.
+    Gap,
     Run,
 }
 
@@ -1205,7 +1344,8 @@ impl Sampler {
         }
         match phase {
             Phase::Calibration => self.recorder.push_calibration(interval),
-            _ => self.recorder.push(interval),
+            Phase::Gap => {}
+            Phase::Prime | Phase::Run => self.recorder.push(interval),
         }
     }
 
