@@ -171,24 +171,13 @@ pub fn main_with(cli: Cli) -> i32 {
     write_and_summarize(&args, &invoker, report, outcome.exit_code)
 }
 
-/// `--repeat` runs a command headless, without function probes.
+/// `--repeat` runs a command, headless.
 fn check_repeat(args: &RunArgs, view: View) -> Result<(), String> {
     if args.command.is_empty() {
         return Err("--repeat runs a command: `cg-trace --repeat N -- CMD [ARGS...]`".into());
     }
     if view != View::Off {
         return Err("--repeat runs without the live view: drop --tui (or `top`)".into());
-    }
-    if args.functions.profile
-        || !args.functions.func.is_empty()
-        || args.functions.folded.is_some()
-        || args.functions.flamegraph.is_some()
-    {
-        return Err(
-            "--repeat measures whole runs; function-level energy (--func, --profile, --folded, \
-             --flamegraph) is for a single run: drop --repeat to profile functions"
-                .into(),
-        );
     }
     Ok(())
 }

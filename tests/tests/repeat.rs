@@ -236,6 +236,117 @@ fn process_energy_statistics_follow_cpu_time() {
 }
 
 #[test]
+fn function_statistics_over_profiled_runs() {
+    require_root();
+    let burn = bin("cg-burn").display().to_string();
+    let run = cg_trace(&[
+        "--source",
+        "model",
+        "--model-watts",
+        "5:15",
+        "--repeat",
+        "3",
+        "--profile",
+        "--",
+        &burn,
+        "--children",
+        "200",
+    ]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let report = run.report();
+    for r in runs(report) {
+        assert!(!r["functions"].as_array().unwrap().is_empty(), "{r:#}");
+        // Each run's sampler figures are its own, not the set's so far (~20 samples at
+        // 99 Hz over 200 ms of CPU; 3 runs would make 60).
+        let samples = num(
+            &r["report"]["meta"]["function_profiling"]["sampling"],
+            "/samples_count",
+        );
+        assert!((5.0..45.0).contains(&samples), "{samples}");
+    }
+    // The program's entry frame is in every sample of every run: its inclusive energy is
+    // the cg-burn processes' energy, run by run.
+    let functions = report["repeat"]["statistics"]["functions"]
+        .as_array()
+        .unwrap();
+    let entry = functions
+        .iter()
+        .find(|f| {
+            f["function"]
+                .as_str()
+                .unwrap()
+                .ends_with("std::rt::lang_start")
+        })
+        .unwrap_or_else(|| panic!("{functions:#?}"));
+    assert_eq!(entry["energy_j"]["runs_count"], 3);
+    let mut process_j: Vec<f64> = runs(report)
+        .iter()
+        .map(|r| num(&r["report"]["totals"], "/attributed_energy_j"))
+        .collect();
+    process_j.sort_by(f64::total_cmp);
+    let median = num(entry, "/energy_j/median");
+    assert!(
+        (median - process_j[1]).abs() < 0.25 * process_j[1],
+        "{median} vs {process_j:?}"
+    );
+}
+
+#[test]
+fn probed_function_calls_are_counted_run_by_run() {
+    require_root();
+    let funcs = bin("cg-funcs").display().to_string();
+    let run = cg_trace(&[
+        "--source",
+        "model",
+        "--model-watts",
+        "10:30",
+        "--repeat",
+        "3",
+        "--func",
+        "cg_work_*",
+        "--func",
+        "libcgfuncs_lib.so:cglib_*",
+        "--",
+        &funcs,
+        "--calls",
+        "50",
+        "--units",
+        "10",
+    ]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let report = run.report();
+    for r in runs(report) {
+        // Exactly the run's own calls (a library probed once it was mapped in the first run
+        // stays probed for the next ones).
+        let calls: std::collections::BTreeMap<String, u64> = r["report"]["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                (
+                    f["symbol"].as_str().unwrap().to_string(),
+                    f["calls"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        for name in ["cg_work_a", "cg_work_b", "cglib_work"] {
+            assert_eq!(calls.get(name), Some(&50), "run {}: {calls:?}", r["index"]);
+        }
+        assert_adds_up(&r["report"]);
+    }
+    let functions = report["repeat"]["statistics"]["functions"]
+        .as_array()
+        .unwrap();
+    assert!(
+        functions
+            .iter()
+            .any(|f| f["function"].as_str().unwrap().ends_with(":cglib_work")
+                && f["energy_j"]["runs_count"] == 3),
+        "{functions:#?}"
+    );
+}
+
+#[test]
 fn sigint_keeps_the_runs_completed_so_far() {
     require_root();
     let dir = tempfile::tempdir().unwrap();
@@ -454,10 +565,7 @@ fn repeat_refuses_what_it_cannot_do() {
     require_root();
     for (args, expect) in [
         (vec!["--repeat", "2", "--all"], "--repeat runs a command"),
-        (
-            vec!["--repeat", "2", "--profile", "--", "true"],
-            "function-level energy",
-        ),
+        (vec!["--repeat", "2", "--tui", "--", "true"], "live view"),
         (vec!["--repeat", "0", "--", "true"], "--repeat"),
         (vec!["--warmup", "2", "--", "true"], "--repeat"),
         (vec!["--max-energy", "x=-1", "--", "true"], "at least 0"),

@@ -907,7 +907,10 @@ fn conclude(setup: &mut Setup, measured: Measured) -> Outcome {
         }
         None => exit_code,
     };
-    let function_recording = sampler.functions.take().map(|f| f.finish(&sampler.probes));
+    let function_recording = sampler
+        .functions
+        .as_mut()
+        .map(|f| f.next_run(&sampler.probes).finish(&sampler.probes));
     let recorder = sampler.next_run();
     let table = std::mem::replace(
         &mut sampler.table,
