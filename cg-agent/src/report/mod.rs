@@ -37,7 +37,7 @@ use crate::{
 
 /// Version of the report schema; the minor part is bumped when fields are added, the major
 /// part when a field changes meaning or disappears.
-pub const SCHEMA_VERSION: &str = "1.3";
+pub const SCHEMA_VERSION: &str = "1.4";
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
@@ -1149,7 +1149,7 @@ mod tests {
                 .get("glitches")
                 .is_none()
         );
-        assert_eq!(report.meta.schema_version, "1.3");
+        assert_eq!(report.meta.schema_version, "1.4");
     }
 
     #[test]

@@ -514,15 +514,16 @@ pub fn render(repeat: &Repeat, estimated: bool) -> String {
     }
     let _ = writeln!(
         out,
-        "\n{:<28} {:>10} {:>10} {:>10} {:>7} {:>10} {:>10} {:>10}",
-        "STATISTICS", "MEDIAN", "MEAN", "STD DEV", "CV", "MIN", "MAX", "IQR"
+        "\n{:<32} {:<4} {:>10} {:>10} {:>10} {:>7} {:>10} {:>10} {:>10}",
+        "STATISTICS", "UNIT", "MEDIAN", "MEAN", "STD DEV", "CV", "MIN", "MAX", "IQR"
     );
     let st = &repeat.statistics;
-    let mut line = |name: String, s: &Stats| {
+    let mut line = |name: &str, unit: &str, s: &Stats| {
         let _ = writeln!(
             out,
-            "{:<28} {:>10.3} {:>10.3} {:>10.3} {:>6.1}% {:>10.3} {:>10.3} {:>10.3}",
-            truncate(&name, 28),
+            "{:<32} {:<4} {:>10.3} {:>10.3} {:>10.3} {:>6.1}% {:>10.3} {:>10.3} {:>10.3}",
+            truncate(name, 32),
+            unit,
             s.median,
             s.mean,
             s.std_dev,
@@ -532,17 +533,17 @@ pub fn render(repeat: &Repeat, estimated: bool) -> String {
             s.iqr
         );
     };
-    line("energy [J]".into(), &st.energy_j);
-    line("duration [s]".into(), &st.duration_s);
-    line("avg power [W]".into(), &st.avg_power_w);
+    line("energy", "J", &st.energy_j);
+    line("duration", "s", &st.duration_s);
+    line("average power", "W", &st.avg_power_w);
     for (name, d) in &st.domains {
-        line(format!("{name} [J]"), &d.energy_j);
+        line(&format!("domain {name}"), "J", &d.energy_j);
     }
     for g in st.process_groups.iter().take(10) {
-        line(format!("{} [J]", g.command), &g.energy_j);
+        line(&short_command(&g.command), "J", &g.energy_j);
     }
     for f in st.functions.iter().take(10) {
-        line(format!("{} [J]", f.function), &f.energy_j);
+        line(&f.function, "J", &f.energy_j);
     }
     let outliers = &st.energy_j.outlier_runs;
     let _ = writeln!(
@@ -564,6 +565,14 @@ pub fn render(repeat: &Repeat, estimated: bool) -> String {
         }
     );
     out
+}
+
+/// A command line starting with its program's name rather than its path.
+fn short_command(command: &str) -> String {
+    match command.split_once(' ') {
+        Some((program, rest)) => format!("{} {rest}", program_name(program)),
+        None => program_name(command),
+    }
 }
 
 fn truncate(text: &str, width: usize) -> String {

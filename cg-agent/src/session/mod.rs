@@ -500,6 +500,8 @@ struct Setup {
     attach_ms: f64,
     selection_notes: Vec<SourceNote>,
     selection_probes: Vec<SourceProbe>,
+    /// The kernel side's losses when the run started (the previous run of a set ended).
+    losses_before: Losses,
 }
 
 /// One measured run, before its conclusion.
@@ -681,6 +683,7 @@ async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup
         attach_ms,
         selection_notes: selection.notes,
         selection_probes: selection.probes,
+        losses_before: Losses::default(),
     })
 }
 
@@ -882,7 +885,9 @@ fn conclude(setup: &mut Setup, measured: Measured) -> Outcome {
             .notices
             .tell(Notice::NeverStarted(stop_reason.clone()));
     }
-    let losses = sampler.probes.losses().unwrap_or_default();
+    let losses_so_far = sampler.probes.losses().unwrap_or_default();
+    let losses = losses_since(losses_so_far, setup.losses_before);
+    setup.losses_before = losses_so_far;
     // Reads that failed and were never made good are unknown; sources that lag behind the run
     // (a power meter's log) revise their figures now.
     sampler.books.finish(sampler.recorder.all_mut());
@@ -951,6 +956,19 @@ fn conclude(setup: &mut Setup, measured: Measured) -> Outcome {
             meter: reports.meter,
             functions: function_recording,
         },
+    }
+}
+
+/// What the kernel side lost since `before` (its counters only grow).
+fn losses_since(now: Losses, before: Losses) -> Losses {
+    Losses {
+        on_cpu_map_full: now.on_cpu_map_full.saturating_sub(before.on_cpu_map_full),
+        events_dropped: now.events_dropped.saturating_sub(before.events_dropped),
+        targets_map_full: now.targets_map_full.saturating_sub(before.targets_map_full),
+        unmatched_switches: now
+            .unmatched_switches
+            .saturating_sub(before.unmatched_switches),
+        marks_failed: now.marks_failed.saturating_sub(before.marks_failed),
     }
 }
 
