@@ -347,6 +347,42 @@ fn probed_function_calls_are_counted_run_by_run() {
 }
 
 #[test]
+fn a_failing_run_ends_the_set_with_its_status() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let counter = dir.path().join("count");
+    let script = format!(
+        "n=$(cat {c} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {c}; sleep 0.2; \
+         [ $n -ne 2 ] || exit 5",
+        c = counter.display()
+    );
+    let mut args = FLAT_10_W.to_vec();
+    args.extend([
+        "--repeat",
+        "4",
+        "--max-energy",
+        "0.1",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    let run = cg_trace(&args);
+    // The command's status, not the budget's 3.
+    assert_eq!(run.code(), Some(5), "{}", run.stderr());
+    let report = run.report();
+    assert_eq!(runs(report).len(), 2);
+    assert_eq!(runs(report)[1]["command_exit_code"], 5);
+    assert_eq!(
+        report["repeat"]["stopped_early"],
+        "measured run 2 failed (exit status 5)"
+    );
+    assert_eq!(report["budgets"][0]["exceeded"], true);
+    let count = std::fs::read_to_string(&counter).unwrap();
+    assert_eq!(count.trim(), "2", "no run after the failed one");
+}
+
+#[test]
 fn sigint_keeps_the_runs_completed_so_far() {
     require_root();
     let dir = tempfile::tempdir().unwrap();

@@ -1404,4 +1404,71 @@ mod tests {
         assert!(close(checked[0].value, 3.0) && checked[0].exceeded);
         assert_eq!(checked[0].statistic, "median of 3 runs");
     }
+
+    /// The live view's figures after the last interval, fed what the report is built from.
+    fn live_at_the_end(rec: &Recording) -> live::LiveReport {
+        let mut model = live::LiveModel::new(&crate::session::live::LiveStart {
+            header: &rec.header,
+            run_start_ns: rec.run_start_ns,
+            calibration: rec.recorder.calibration(),
+        });
+        for (i, interval) in rec.recorder.intervals().iter().enumerate() {
+            let changed: Vec<ProcId> = if i == 0 { vec![0] } else { Vec::new() };
+            model.add(&crate::session::live::LiveSample {
+                interval,
+                processes: &rec.processes,
+                changed: &changed,
+                losses: Losses::default(),
+                read_errors_count: 0,
+                functions: None,
+            });
+        }
+        model.snapshot()
+    }
+
+    #[test]
+    fn the_live_views_last_figures_and_the_report_agree_where_they_must() {
+        let busy = [0, 50, 100, 150, 200, 100, 30];
+        let intervals = || -> Vec<Interval> {
+            busy.iter()
+                .enumerate()
+                .map(|(i, &ms)| interval(i as u64, ms))
+                .collect()
+        };
+        // With the baseline given, the split is the same: every figure agrees.
+        let rec = recording(intervals(), IdleWatts::Total(10.0));
+        let (live, report) = (live_at_the_end(&rec), build(&rec));
+        let t = &report.totals;
+        assert!(close(live.totals.energy_j, t.energy_j));
+        assert!(close(live.totals.targets_energy_j, t.attributed_energy_j));
+        assert!(close(live.totals.other_energy_j, t.other_energy_j));
+        assert!(close(live.totals.idle_energy_j, t.idle_energy_j));
+        assert!(close(live.elapsed_s, t.duration_s));
+        assert_eq!(live.processes.len(), report.processes.len());
+        let (lp, rp) = (&live.processes[0], &report.processes[0]);
+        assert_eq!(lp.pid, rp.pid);
+        assert!(close(lp.energy_j, rp.energy_j) && close(lp.cpu_time_s, rp.cpu_time_s));
+        assert!(close(
+            live.domains[0].energy_j,
+            t.domains["package-0"].energy_j
+        ));
+        assert_eq!(live.sources, report.meta.sources);
+        // Estimated as the run goes, the baseline (and so the split) may differ at the end;
+        // what was measured may not.
+        let rec = recording(intervals(), IdleWatts::Estimate);
+        let (live, report) = (live_at_the_end(&rec), build(&rec));
+        assert!(close(live.totals.energy_j, report.totals.energy_j));
+        assert!(close(
+            live.domains[0].energy_j,
+            report.totals.domains["package-0"].energy_j
+        ));
+        assert!(close(
+            live.processes[0].cpu_time_s,
+            report.processes[0].cpu_time_s
+        ));
+        assert!(close(
+            live.totals.targets_energy_j + live.totals.other_energy_j + live.totals.idle_energy_j,
+            report.totals.energy_j
+        ));
+    }
 }

@@ -406,7 +406,8 @@ async fn run_repeat_async(config: RunConfig, plan: RepeatPlan) -> Result<RepeatO
                 match recording.command_ending {
                     Some(Ending::Signaled(sig)) => format!("killed by signal {sig}"),
                     Some(Ending::Exited(code)) => format!("exit status {code}"),
-                    None => format!("exit status {exit_code}"),
+                    // --duration reached, or a source that measured nothing.
+                    None => format!("{}, exit status {exit_code}", recording.stop_reason),
                 }
             ));
             if !warmup || runs.is_empty() {
