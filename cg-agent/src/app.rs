@@ -447,6 +447,7 @@ fn print_notice(notice: &session::Notice) {
         Notice::MeasuredNothing(err) => {
             format!("cg-trace: error: {err}; its energy is unknown for the whole run")
         }
+        Notice::Functions(text) => format!("cg-trace: {text}"),
         Notice::RunDone {
             warmup,
             number,

@@ -25,7 +25,7 @@ use std::{
 
 use cg_common::profiling::{FRAME_OUTERMOST, FuncCounters, FuncKey, FuncStats};
 
-use super::{Mode, processes::ProcessTable};
+use super::{Mode, Notice, Notices, processes::ProcessTable};
 use crate::{
     attribution::{
         ProcId,
@@ -131,6 +131,7 @@ pub fn resolve_specs(
     options: &FunctionOptions,
     mode: &Mode,
     proc_root: &Path,
+    notices: &Notices,
 ) -> Result<Resolution, FunctionError> {
     if options.specs.is_empty() {
         return Ok(Resolution::default());
@@ -174,16 +175,16 @@ pub fn resolve_specs(
     }
     let resolution = resolve::resolve(&options.specs, &scope, options.func_limit)?;
     for note in &resolution.notes {
-        eprintln!("cg-trace: {note}");
+        notices.tell(Notice::Functions(note.clone()));
     }
-    warn_about_exceptions(&resolution.functions);
+    warn_about_exceptions(&resolution.functions, notices);
     Ok(resolution)
 }
 
 /// Says on stderr which probed files unwind their stacks (C++ exceptions, Rust panics): an
 /// unwind through a probed function still running terminates the program (see
 /// [`crate::functions::returns`]).
-fn warn_about_exceptions(functions: &[ResolvedFunction]) {
+fn warn_about_exceptions(functions: &[ResolvedFunction], notices: &Notices) {
     let mut modules: Vec<&Path> = functions
         .iter()
         .filter(|f| f.entry_only.is_none())
@@ -195,13 +196,13 @@ fn warn_about_exceptions(functions: &[ResolvedFunction]) {
         if let Ok(elf) = crate::functions::elf::ElfInfo::open(module)
             && returns::unwinds(&elf)
         {
-            eprintln!(
-                "cg-trace: warning: {} unwinds its stack for C++ exceptions or Rust panics: an \
+            notices.tell(Notice::Functions(format!(
+                "warning: {} unwinds its stack for C++ exceptions or Rust panics: an \
                  exception or a panic that passes through a probed function still running \
                  terminates the program (a return probe replaces the return address that the \
                  unwinder follows); probe functions that exceptions and panics do not cross",
                 module.display()
-            );
+            )));
         }
     }
 }
@@ -264,6 +265,8 @@ const PENDING_SCANS_PER_INTERVAL: usize = 8;
 
 /// Function-level state of a running session.
 pub struct FunctionSession {
+    /// Where remarks go (see [`Notice`]).
+    notices: Notices,
     /// The kernel's cumulative counters when this run started (a later run of a set starts
     /// from the previous one's end): the recording gives this run's share.
     counted_before: CountedBefore,
@@ -335,6 +338,7 @@ impl FunctionSession {
         resolution: Resolution,
         probes: &mut Probes,
         proc_root: &Path,
+        notices: &Notices,
     ) -> Result<Self, ProbeError> {
         let functions = resolution.functions;
         let attach_path = if functions.is_empty() {
@@ -361,6 +365,7 @@ impl FunctionSession {
             pending,
             attach_path,
             proc_root.to_path_buf(),
+            notices.clone(),
         ))
     }
 
@@ -371,8 +376,10 @@ impl FunctionSession {
         pending: PendingSpecs,
         attach_path: Option<AttachPath>,
         proc_root: PathBuf,
+        notices: Notices,
     ) -> Self {
         FunctionSession {
+            notices,
             counted_before: CountedBefore::default(),
             options,
             attach_path,
@@ -420,6 +427,7 @@ impl FunctionSession {
             pending,
             self.attach_path,
             self.proc_root.clone(),
+            self.notices.clone(),
         );
         fresh.counted_before = CountedBefore::now(probes);
         std::mem::replace(self, fresh)
@@ -673,7 +681,8 @@ impl FunctionSession {
                         .collect::<Vec<_>>()
                         .join(", ")
                 );
-                eprintln!("cg-trace: warning: {text}");
+                self.notices
+                    .tell(Notice::Functions(format!("warning: {text}")));
                 self.pending.notes.push(text);
             }
         }
@@ -778,15 +787,15 @@ impl FunctionSession {
                     && self.warned.insert(func)
                     && let Some(f) = self.functions.get(func as usize)
                 {
-                    eprintln!(
-                        "cg-trace: warning: {} is called {:.0} times/s (measured); its probes \
-                         cost about {:.0} µs per call (estimated, {} first instruction), which \
-                         inflates its time and the program's: probe less frequent functions",
+                    self.notices.tell(Notice::Functions(format!(
+                        "warning: {} is called {:.0} times/s (measured); its probes cost about \
+                         {:.0} µs per call (estimated, {} first instruction), which inflates its \
+                         time and the program's: probe less frequent functions",
                         f.name,
                         rate,
                         f.first_instruction.estimated_pair_cost_us(),
                         f.first_instruction.describe()
-                    );
+                    )));
                 }
             }
         }
@@ -1071,7 +1080,8 @@ impl FunctionSession {
                     spec.text,
                     spec.object.as_deref().unwrap_or_default()
                 );
-                eprintln!("cg-trace: warning: {text}");
+                self.notices
+                    .tell(Notice::Functions(format!("warning: {text}")));
                 notes.push(text);
             }
         }

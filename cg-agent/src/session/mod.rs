@@ -263,6 +263,8 @@ pub enum Notice {
     NeverStarted(String),
     /// A source measured nothing of the run (its energy is unknown): exit 2.
     MeasuredNothing(String),
+    /// Function-level profiling's remark (`warning: ...` when it is one).
+    Functions(String),
     /// `--repeat`: a run of the set is over.
     RunDone {
         warmup: bool,
@@ -539,8 +541,13 @@ async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup
         .flat_map(|s| s.domains().to_vec())
         .collect();
     validate_idle_watts(&config.idle_watts, &domains)?;
-    let probed = functions::resolve_specs(&config.functions, &config.mode, &config.proc_root)
-        .map_err(|err| RunError::Usage(err.to_string()))?;
+    let probed = functions::resolve_specs(
+        &config.functions,
+        &config.mode,
+        &config.proc_root,
+        &config.notices,
+    )
+    .map_err(|err| RunError::Usage(err.to_string()))?;
     for source in &selection.sources {
         tracing::info!("energy source: {}", source.describe());
     }
@@ -611,6 +618,7 @@ async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup
             probed,
             &mut probes,
             &config.proc_root,
+            &config.notices,
         )?)
     } else {
         None
@@ -1461,5 +1469,75 @@ impl Sampler {
                 self.pending.threads.push(*key);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stop_request_is_the_signal_a_command_gets_and_cg_trace_exits_with() {
+        assert_eq!(StopRequest::Interrupt.signal(), libc::SIGINT);
+        assert_eq!(StopRequest::Terminate.signal(), libc::SIGTERM);
+        assert_eq!(StopRequest::Hangup.signal(), libc::SIGHUP);
+        // The live view's quit is the Ctrl-C its raw terminal did not send.
+        assert_eq!(StopRequest::Quit.signal(), libc::SIGINT);
+        assert_eq!(StopRequest::Quit.name(), "SIGINT");
+        assert_eq!(StopRequest::Terminate.name(), "SIGTERM");
+    }
+
+    #[test]
+    fn each_run_of_a_set_counts_its_own_kernel_losses() {
+        let before = Losses {
+            on_cpu_map_full: 1,
+            events_dropped: 2,
+            targets_map_full: 3,
+            unmatched_switches: 4,
+            marks_failed: 5,
+        };
+        let now = Losses {
+            on_cpu_map_full: 1,
+            events_dropped: 7,
+            targets_map_full: 3,
+            unmatched_switches: 14,
+            marks_failed: 5,
+        };
+        let run = losses_since(now, before);
+        assert_eq!(run.events_dropped, 5);
+        assert_eq!(run.unmatched_switches, 10);
+        assert_eq!(run.total(), 15);
+        // Counters that went back (a map recreated) give 0, not a wrapped figure.
+        assert_eq!(losses_since(before, now).total(), 0);
+    }
+
+    #[test]
+    fn the_header_says_estimated_as_soon_as_one_source_is() {
+        let source = |provenance| SourceInfo {
+            name: "x",
+            provenance,
+            description: String::new(),
+            domains: Vec::new(),
+        };
+        let mut header = RunHeader {
+            mode: Mode::System,
+            host: HostInfo {
+                hostname: "h".into(),
+                kernel: "k".into(),
+                cpu_model: "c".into(),
+                cpu_packages: vec![0],
+            },
+            interval: Duration::from_millis(100),
+            domains: Vec::new(),
+            sources: vec![source(Provenance::Measured)],
+            selection_reason: String::new(),
+            known_idle_w: Vec::new(),
+            busy_slope_w: Vec::new(),
+            idle_watts: IdleWatts::Estimate,
+            prior_slope_w_per_cpu: 1.0,
+        };
+        assert_eq!(header.provenance(), Provenance::Measured);
+        header.sources.push(source(Provenance::Estimated));
+        assert_eq!(header.provenance(), Provenance::Estimated);
     }
 }
