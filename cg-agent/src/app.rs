@@ -190,7 +190,6 @@ fn write_and_summarize(
     mut report: report::Report,
     exit_code: i32,
 ) -> i32 {
-    let invoker = invoker.clone();
     report.budgets = report::budget::evaluate(&report, &budget_limits(args));
     let over_budget = report.budgets.iter().any(|b| b.exceeded);
     // The files first: a summary that cannot be printed (the terminal hung up) must not
@@ -198,7 +197,7 @@ fn write_and_summarize(
     let mut messages = Vec::new();
     let mut exit_code = exit_code;
     if let Some(path) = &args.output {
-        match json::write_to_path(&report, path, &invoker) {
+        match json::write_to_path(&report, path, invoker) {
             Ok(()) if path != Path::new("-") => {
                 messages.push(format!("cg-trace: report written to {}", path.display()));
             }
@@ -223,7 +222,7 @@ fn write_and_summarize(
     ];
     for (path, what, write) in function_outputs {
         if let Some(path) = path {
-            match write(&report, path, &invoker) {
+            match write(&report, path, invoker) {
                 Ok(()) => messages.push(format!("cg-trace: {what} written to {}", path.display())),
                 Err(err) => {
                     messages.push(format!("cg-trace: the {what}: {err}"));
