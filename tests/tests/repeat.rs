@@ -418,6 +418,42 @@ fn sigint_keeps_the_runs_completed_so_far() {
 }
 
 #[test]
+fn sigint_during_the_cooldown_ends_the_set_at_once() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("report.json");
+    let mut child = Command::new(bin("cg-trace"))
+        .args(FLAT_10_W)
+        .args(["--repeat", "3", "--cooldown", "30", "-o"])
+        .arg(&out)
+        .args(["--", "sleep", "0.1"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut said = String::new();
+    for line in BufReader::new(child.stderr.take().unwrap()).lines() {
+        let line = line.unwrap();
+        said.push_str(&line);
+        said.push('\n');
+        if line.contains("run 1/3 done") {
+            // SAFETY: a signal to the child we started.
+            unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        }
+    }
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{said}");
+    // Not after the 30 s pause.
+    assert!(started.elapsed() < Duration::from_secs(25), "{said}");
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(runs(&report).len(), 1);
+    assert_eq!(
+        report["repeat"]["stopped_early"],
+        "interrupted by SIGINT between runs"
+    );
+}
+
+#[test]
 fn each_run_gets_its_own_energy_from_the_power_meter() {
     require_root();
     // A meter reading a constant 40 W: each run's meter energy is 40 W x its duration.
