@@ -23,6 +23,10 @@ use crate::{
 /// Exit code for bad usage (as clap uses).
 pub const EXIT_USAGE: i32 = 2;
 
+/// Exit code for a budget exceeded (`--max-energy`, `--max-power`); a wrapped command that
+/// failed keeps its own status instead.
+pub const EXIT_BUDGET: i32 = 3;
+
 /// Why the live view shows a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum View {
@@ -103,6 +107,36 @@ pub fn main_with(cli: Cli) -> i32 {
             return EXIT_USAGE;
         }
     };
+    if let Some(runs) = args.repeat.repeat {
+        if let Err(message) = check_repeat(&args, view) {
+            eprintln!("cg-trace: {message}");
+            return EXIT_USAGE;
+        }
+        let plan = session::RepeatPlan {
+            runs,
+            warmup: args.repeat.warmup,
+            cooldown: Duration::from_secs_f64(args.repeat.cooldown),
+        };
+        let outcome = match session::run_repeat(config, plan) {
+            Ok(outcome) => outcome,
+            Err(err) => {
+                eprintln!("cg-trace: {err}");
+                return err.exit_code();
+            }
+        };
+        let reports = outcome.runs.iter().map(report::build).collect();
+        let info = report::repeat::SetInfo {
+            runs_requested_count: runs,
+            warmup_runs_count: plan.warmup,
+            cooldown_s: args.repeat.cooldown,
+            stopped_early: outcome.stopped_early,
+        };
+        let Some(report) = report::repeat::combine(reports, info) else {
+            eprintln!("cg-trace: no run was measured");
+            return outcome.exit_code.max(1);
+        };
+        return write_and_summarize(&args, &invoker, report, outcome.exit_code);
+    }
     let outcome = if view == View::Off {
         session::run(config).map_err(ui::ViewError::from)
     } else {
@@ -134,12 +168,36 @@ pub fn main_with(cli: Cli) -> i32 {
         }
     };
     let report = report::build(&outcome.recording);
+    write_and_summarize(&args, &invoker, report, outcome.exit_code)
+}
+
+/// `--repeat` runs a command, headless.
+fn check_repeat(args: &RunArgs, view: View) -> Result<(), String> {
+    if args.command.is_empty() {
+        return Err("--repeat runs a command: `cg-trace --repeat N -- CMD [ARGS...]`".into());
+    }
+    if view != View::Off {
+        return Err("--repeat runs without the live view: drop --tui (or `top`)".into());
+    }
+    Ok(())
+}
+
+/// Writes the report and the function outputs, then prints the summary; returns the exit
+/// code (1 when an output could not be written).
+fn write_and_summarize(
+    args: &RunArgs,
+    invoker: &Invoker,
+    mut report: report::Report,
+    exit_code: i32,
+) -> i32 {
+    report.budgets = report::budget::evaluate(&report, &budget_limits(args));
+    let over_budget = report.budgets.iter().any(|b| b.exceeded);
     // The files first: a summary that cannot be printed (the terminal hung up) must not
     // cost the report.
     let mut messages = Vec::new();
-    let mut exit_code = outcome.exit_code;
+    let mut exit_code = exit_code;
     if let Some(path) = &args.output {
-        match json::write_to_path(&report, path, &invoker) {
+        match json::write_to_path(&report, path, invoker) {
             Ok(()) if path != Path::new("-") => {
                 messages.push(format!("cg-trace: report written to {}", path.display()));
             }
@@ -164,7 +222,7 @@ pub fn main_with(cli: Cli) -> i32 {
     ];
     for (path, what, write) in function_outputs {
         if let Some(path) = path {
-            match write(&report, path, &invoker) {
+            match write(&report, path, invoker) {
                 Ok(()) => messages.push(format!("cg-trace: {what} written to {}", path.display())),
                 Err(err) => {
                     messages.push(format!("cg-trace: the {what}: {err}"));
@@ -178,13 +236,55 @@ pub fn main_with(cli: Cli) -> i32 {
     } else {
         summary::render(&report)
     };
+    if let Some(repeat) = &report.repeat {
+        if !args.quiet {
+            let estimated = report.meta.measurement_quality.grade == "estimated";
+            text.push_str(&report::repeat::render(repeat, estimated));
+        }
+        if repeat.noise_verdict.worrying() {
+            text.push_str(&format!(
+                "cg-trace: warning: the runs are noisy ({}: the total energy varies by {:.1}% \
+                 (CV) from run to run); quiet the machine, add --warmup or more --repeat runs\n",
+                repeat.noise_verdict.name(),
+                repeat.statistics.energy_j.cv_pct
+            ));
+        }
+    }
     for message in messages {
         text.push_str(&message);
         text.push('\n');
     }
+    for budget in &report.budgets {
+        if let Some(line) = report::budget::message(budget) {
+            text.push_str(&line);
+            text.push('\n');
+        }
+    }
     // Not eprint!, which panics when stderr is gone.
     let _ = std::io::Write::write_all(&mut std::io::stderr(), text.as_bytes());
-    exit_code
+    if over_budget && exit_code == 0 {
+        EXIT_BUDGET
+    } else {
+        exit_code
+    }
+}
+
+/// `--max-energy` and `--max-power`, as the report checks them.
+fn budget_limits(args: &RunArgs) -> Vec<report::budget::Limit> {
+    use report::budget::{Kind, Limit};
+    let limits = |kind: Kind, given: &[crate::cli::BudgetArg]| -> Vec<Limit> {
+        given
+            .iter()
+            .map(|b| Limit {
+                kind,
+                program: b.name.clone(),
+                limit: b.limit,
+            })
+            .collect()
+    };
+    let mut all = limits(Kind::Energy, &args.repeat.max_energy);
+    all.extend(limits(Kind::Power, &args.repeat.max_power));
+    all
 }
 
 /// An option of a run given before `top`, where it would not reach it (the source options
@@ -221,6 +321,9 @@ fn option_before_top(run: &RunArgs) -> Option<&'static str> {
         (run.functions.folded.is_some(), "--folded"),
         (run.functions.flamegraph.is_some(), "--flamegraph"),
         (!run.functions.debug_dir.is_empty(), "--debug-dir"),
+        (run.repeat.repeat.is_some(), "--repeat"),
+        (!run.repeat.max_energy.is_empty(), "--max-energy"),
+        (!run.repeat.max_power.is_empty(), "--max-power"),
     ]
     .into_iter()
     .find_map(|(given, name)| given.then_some(name))
@@ -308,7 +411,54 @@ pub fn run_config(args: &RunArgs, invoker: &Invoker) -> Result<RunConfig, String
         proc_root: "/proc".into(),
         noop_probes: args.bench_noop_probes,
         functions,
+        notices: session::Notices::new(print_notice),
     })
+}
+
+/// Words and prints a session's remark on stderr (see [`session::Notice`]).
+fn print_notice(notice: &session::Notice) {
+    use session::Notice;
+    let line = match notice {
+        Notice::Targets(text) => format!("cg-trace: {text}"),
+        Notice::SourcesChosen {
+            names,
+            provenance,
+            reason,
+        } => format!(
+            "cg-trace: energy source: {} ({}): {reason}",
+            names.join(", "),
+            match provenance {
+                crate::sources::Provenance::Measured => "measured",
+                crate::sources::Provenance::Estimated => "ESTIMATED",
+            }
+        ),
+        Notice::SourceWarning(text) => format!("cg-trace: warning: {text}"),
+        Notice::NoopProbes => "cg-trace: --bench-noop-probes: sched_switch accounts nothing; \
+                               figures are meaningless"
+            .to_string(),
+        Notice::StillRunning(process) => format!(
+            "cg-trace: warning: pid {} ({}) that the command started is still running; \
+             cg-trace stopped tracing it",
+            process.pid,
+            process.command.join(" ")
+        ),
+        Notice::NeverStarted(reason) => format!("cg-trace: {reason}"),
+        Notice::MeasuredNothing(err) => {
+            format!("cg-trace: error: {err}; its energy is unknown for the whole run")
+        }
+        Notice::Functions(text) => format!("cg-trace: {text}"),
+        Notice::RunDone {
+            warmup,
+            number,
+            of,
+            duration_s,
+        } => format!(
+            "cg-trace: {}run {number}/{of} done ({duration_s:.3} s)",
+            if *warmup { "warm-up " } else { "" }
+        ),
+    };
+    // Not eprintln!, which panics when stderr is gone (a closed pipe, a terminal hung up).
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("{line}\n").as_bytes());
 }
 
 /// The options that choose and configure the energy sources.

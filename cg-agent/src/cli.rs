@@ -151,6 +151,9 @@ pub struct RunArgs {
     pub bench_noop_probes: bool,
 
     #[command(flatten)]
+    pub repeat: RepeatArgs,
+
+    #[command(flatten)]
     pub functions: FunctionArgs,
 
     /// The command to run and follow, after `--`
@@ -517,5 +520,64 @@ mod tests {
             parse(&["--interval", "250", "--all"]).unwrap().run.interval,
             250
         );
+    }
+}
+
+/// Repeated runs and energy budgets.
+#[derive(Clone, Debug, Args)]
+#[command(next_help_heading = "Repeated runs and budgets")]
+pub struct RepeatArgs {
+    /// Wrap mode: run the command N times, measured, after one idle calibration shared by all;
+    /// the report keeps every run and adds statistics and a noise verdict
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub repeat: Option<u32>,
+
+    /// With --repeat: run the command K times first, unmeasured
+    #[arg(long, value_name = "K", default_value_t = 0, requires = "repeat", value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    pub warmup: u32,
+
+    /// With --repeat: pause between runs, in seconds
+    #[arg(long, value_name = "SECS", default_value_t = 0.0, requires = "repeat", value_parser = parse_cooldown)]
+    pub cooldown: f64,
+
+    /// Energy budget in joules (the median over runs with --repeat); `NAME=J` for the
+    /// processes whose program is NAME; repeatable. Exceeded: exit status 3
+    #[arg(long, value_name = "J|NAME=J", value_parser = parse_budget)]
+    pub max_energy: Vec<BudgetArg>,
+
+    /// Average power budget in watts (the median over runs with --repeat); `NAME=W` for the
+    /// processes whose program is NAME; repeatable. Exceeded: exit status 3
+    #[arg(long, value_name = "W|NAME=W", value_parser = parse_budget)]
+    pub max_power: Vec<BudgetArg>,
+}
+
+/// `--max-energy`/`--max-power`: a limit, for the whole run or the processes of one program.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BudgetArg {
+    pub name: Option<String>,
+    pub limit: f64,
+}
+
+fn parse_budget(text: &str) -> Result<BudgetArg, String> {
+    let (name, value) = match text.rsplit_once('=') {
+        Some((name, value)) if !name.trim().is_empty() => (Some(name.trim().to_string()), value),
+        Some(_) => return Err(format!("{text:?}: give NAME=LIMIT or a bare LIMIT")),
+        None => (None, text),
+    };
+    match value.trim().parse::<f64>() {
+        Ok(limit) if limit.is_finite() && limit >= 0.0 => Ok(BudgetArg { name, limit }),
+        _ => Err(format!(
+            "{text:?}: the limit must be a finite number of at least 0 (joules for \
+             --max-energy, watts for --max-power)"
+        )),
+    }
+}
+
+fn parse_cooldown(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(secs) if secs.is_finite() && (0.0..=3600.0).contains(&secs) => Ok(secs),
+        _ => Err(format!(
+            "{text:?}: the cooldown is a number of seconds from 0 to 3600"
+        )),
     }
 }

@@ -262,7 +262,7 @@ pub fn build(
             stacks: Vec::new(),
         };
     };
-    let provenance = Provenance::of_all(rec.sources.iter().map(|s| s.provenance));
+    let provenance = rec.header.provenance();
     let pid = |id: ProcId| rec.processes.get(id as usize).map_or(0, |p| p.pid);
     let mut entries: Vec<FunctionEntry> = Vec::new();
     // Which function each entry is, in step with `entries`.

@@ -188,36 +188,28 @@ pub struct LiveModel {
 
 impl LiveModel {
     pub fn new(start: &LiveStart<'_>) -> Self {
-        let domains = start.domains.to_vec();
+        let header = start.header;
+        let domains = header.domains.to_vec();
         let top: Vec<usize> = (0..domains.len())
             .filter(|&d| domains[d].parent.is_none())
             .collect();
         let mut history_names: Vec<String> = top.iter().map(|&d| domains[d].name.clone()).collect();
-        if *start.mode != Mode::System {
+        if header.mode != Mode::System {
             history_names.push("targets".into());
         }
         let mut model = LiveModel {
-            mode: start.mode.clone(),
-            interval_ns: start.interval.as_nanos() as u64,
-            cpu_count: start.host.cpu_count(),
+            mode: header.mode.clone(),
+            interval_ns: header.interval.as_nanos() as u64,
+            cpu_count: header.host.cpu_count(),
             run_start_ns: start.run_start_ns,
             coverage: domains.iter().map(|d| d.coverage.clone()).collect(),
             top,
-            sources: start
-                .sources
-                .iter()
-                .map(|s| SourceEntry {
-                    name: s.name,
-                    provenance: s.provenance,
-                    description: s.description.clone(),
-                    domains: s.domains.clone(),
-                })
-                .collect(),
-            source_selection: start.selection_reason.to_string(),
-            idle_watts: start.idle_watts.clone(),
-            known_idle_w: start.known_idle_w.to_vec(),
-            busy_slope_w: start.busy_slope_w.to_vec(),
-            prior_slope_w_per_cpu: start.prior_slope_w_per_cpu,
+            sources: header.sources.clone(),
+            source_selection: header.selection_reason.clone(),
+            idle_watts: header.idle_watts.clone(),
+            known_idle_w: header.known_idle_w.clone(),
+            busy_slope_w: header.busy_slope_w.clone(),
+            prior_slope_w_per_cpu: header.prior_slope_w_per_cpu,
             points: vec![VecDeque::new(); domains.len()],
             baselines: Vec::new(),
             intervals_since_fit: 0,
@@ -574,7 +566,7 @@ mod tests {
     use crate::{
         attribution::{CpuTime, Interval, Slice},
         host::HostInfo,
-        session::SourceInfo,
+        session::{RunHeader, SourceInfo},
     };
 
     const MS: u64 = 1_000_000;
@@ -655,16 +647,18 @@ mod tests {
             domains: vec!["model".into()],
         }];
         LiveModel::new(&LiveStart {
-            mode: &mode,
-            host: &host(),
-            interval: Duration::from_millis(100),
-            domains: &domains,
-            sources: &sources,
-            selection_reason: "test",
-            known_idle_w: &[known_idle_w],
-            busy_slope_w: &[],
-            idle_watts: &IdleWatts::Estimate,
-            prior_slope_w_per_cpu: 5.0,
+            header: &RunHeader {
+                mode,
+                host: host(),
+                interval: Duration::from_millis(100),
+                domains: domains.to_vec(),
+                sources: sources.to_vec(),
+                selection_reason: "test".into(),
+                known_idle_w: vec![known_idle_w],
+                busy_slope_w: vec![],
+                idle_watts: IdleWatts::Estimate,
+                prior_slope_w_per_cpu: 5.0,
+            },
             run_start_ns: 1_000 * MS,
             calibration: &[],
         })
@@ -818,16 +812,18 @@ mod tests {
             command: vec!["train".into()],
         };
         let mut m = LiveModel::new(&LiveStart {
-            mode: &mode,
-            host: &host(),
-            interval: Duration::from_millis(100),
-            domains: &domains,
-            sources: &[],
-            selection_reason: "test",
-            known_idle_w: &[Some(4.0), None],
-            busy_slope_w: &[None, Some(200.0)],
-            idle_watts: &IdleWatts::PerDomain([("gpu0".to_string(), 30.0)].into()),
-            prior_slope_w_per_cpu: 5.0,
+            header: &RunHeader {
+                mode,
+                host: host(),
+                interval: Duration::from_millis(100),
+                domains: domains.to_vec(),
+                sources: Vec::new(),
+                selection_reason: "test".into(),
+                known_idle_w: vec![Some(4.0), None],
+                busy_slope_w: vec![None, Some(200.0)],
+                idle_watts: IdleWatts::PerDomain([("gpu0".to_string(), 30.0)].into()),
+                prior_slope_w_per_cpu: 5.0,
+            },
             run_start_ns: 0,
             calibration: &[],
         });

@@ -7,8 +7,10 @@
 //! The schema is documented in `docs/report.md`. Function figures are built in
 //! [`functions`].
 
+pub mod budget;
 pub mod finite;
 pub mod functions;
+pub mod repeat;
 
 pub mod live;
 
@@ -27,7 +29,7 @@ use crate::{
         split_interval,
     },
     probes::Losses,
-    session::{IdleWatts, Mode, Recording, RunningProcess, processes::Ending},
+    session::{IdleWatts, Mode, ProfilerCost, Recording, RunningProcess, processes::Ending},
     sources::{
         DomainKind, DomainSpec, Provenance, SourceProbe, gpu::GpuSummary, meter::MeterSummary,
     },
@@ -35,7 +37,7 @@ use crate::{
 
 /// Version of the report schema; the minor part is bumped when fields are added, the major
 /// part when a field changes meaning or disappears.
-pub const SCHEMA_VERSION: &str = "1.3";
+pub const SCHEMA_VERSION: &str = "1.4";
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
@@ -47,6 +49,14 @@ pub struct Report {
     pub totals: Totals,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeseries: Option<Vec<TimePoint>>,
+    /// `--repeat N`: every measured run, the statistics over them and the noise verdict (the
+    /// rest of the report is the representative run's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repeat: Option<repeat::Repeat>,
+    /// `--max-energy`/`--max-power`: each limit, the figure it was checked against, and
+    /// whether it was exceeded.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub budgets: Vec<budget::Budget>,
     /// Energy per sampled stack, for folded stacks and flamegraphs (not in the JSON).
     #[serde(skip)]
     pub stacks: Vec<functions::StackEnergy>,
@@ -103,14 +113,8 @@ pub struct Meta {
     pub function_profiling: Option<functions::FunctionProfiling>,
 }
 
-#[derive(Clone, Debug, Serialize)]
-pub struct SourceEntry {
-    pub name: &'static str,
-    /// `measured` or `estimated`.
-    pub provenance: Provenance,
-    pub description: String,
-    pub domains: Vec<String>,
-}
+/// One energy source: the run header's own description (one struct for both).
+pub type SourceEntry = crate::session::SourceInfo;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct DomainEntry {
@@ -155,9 +159,9 @@ pub struct Quality {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct ProfilerEntry {
-    pub cpu_time_s: f64,
-    pub max_rss_bytes: u64,
-    pub attach_ms: f64,
+    /// CPU time, peak memory and probe attach time, as the session measured them.
+    #[serde(flatten)]
+    pub cost: ProfilerCost,
     /// Intervals that lasted more than twice as long as asked (cg-trace itself did not get
     /// the CPU in time: their figures are exact in sum but coarser in time).
     pub starved_intervals_count: u64,
@@ -336,16 +340,22 @@ pub struct TimeDomain {
     pub energy_spread: bool,
 }
 
-/// Attributes a recording and assembles the report.
+/// Attributes a recording and assembles the report. Pure: the same recording always gives
+/// the same report (the run id comes with the recording).
 pub fn build(rec: &Recording) -> Report {
-    let coverage: Vec<Coverage> = rec.domains.iter().map(|d| d.coverage.clone()).collect();
-    let top: Vec<usize> = (0..rec.domains.len())
-        .filter(|&d| rec.domains[d].parent.is_none())
+    let coverage: Vec<Coverage> = rec
+        .header
+        .domains
+        .iter()
+        .map(|d| d.coverage.clone())
+        .collect();
+    let top: Vec<usize> = (0..rec.header.domains.len())
+        .filter(|&d| rec.header.domains[d].parent.is_none())
         .collect();
     let baselines = idle_baselines(rec);
     let idle_w: Vec<f64> = baselines.iter().map(|b| b.power_w).collect();
 
-    let mut ledger = Ledger::new(rec.domains.len());
+    let mut ledger = Ledger::new(rec.header.domains.len());
     let mut timeseries = Vec::new();
     let mut spend: Vec<IntervalSpend> = Vec::new();
     for interval in rec.recorder.intervals() {
@@ -375,6 +385,7 @@ pub fn build(rec: &Recording) -> Report {
         unplaced_cpu_time_s: rec.carried_past_end_ns as f64 / 1e9,
         unplaced_other_cpu_time_s: rec.other_carried_past_end_ns as f64 / 1e9,
         domains: rec
+            .header
             .domains
             .iter()
             .enumerate()
@@ -424,6 +435,8 @@ pub fn build(rec: &Recording) -> Report {
         function_totals: built.totals,
         totals,
         timeseries: rec.timeseries.then_some(timeseries),
+        repeat: None,
+        budgets: Vec::new(),
         stacks: built.stacks,
     };
     check_finite(&mut report);
@@ -507,14 +520,14 @@ fn per_second(energy_j: f64, seconds: f64) -> f64 {
 /// One baseline per domain (see [`crate::attribution::idle`] for the order of preference).
 fn idle_baselines(rec: &Recording) -> Vec<IdleBaseline> {
     let inputs = BaselineInputs {
-        domains: &rec.domains,
-        idle_watts: &rec.idle_watts,
-        known_idle_w: &rec.known_idle_w,
-        busy_slope_w: &rec.busy_slope_w,
-        interval: rec.interval,
-        prior_slope_w_per_cpu: rec.prior_slope_w_per_cpu,
+        domains: &rec.header.domains,
+        idle_watts: &rec.header.idle_watts,
+        known_idle_w: &rec.header.known_idle_w,
+        busy_slope_w: &rec.header.busy_slope_w,
+        interval: rec.header.interval,
+        prior_slope_w_per_cpu: rec.header.prior_slope_w_per_cpu,
     };
-    (0..rec.domains.len())
+    (0..rec.header.domains.len())
         .map(|d| {
             inputs.fixed(d).unwrap_or_else(|| {
                 let points: Vec<PowerPoint> = rec
@@ -618,6 +631,7 @@ fn time_point(
             .iter()
             .all(|&d| interval.energy_state(d).unknown_ns == 0),
         domains: rec
+            .header
             .domains
             .iter()
             .zip(splits)
@@ -659,11 +673,12 @@ fn process_entries(
             // With --all, list only processes that ran (or used a GPU: they have energy);
             // targets are always listed.
             let charged = rec
+                .header
                 .domains
                 .iter()
                 .enumerate()
                 .any(|(d, _)| ledger.domains[d].by_process_j.contains_key(&id));
-            if rec.mode == Mode::System && cpu_ns == 0 && !charged {
+            if rec.header.mode == Mode::System && cpu_ns == 0 && !charged {
                 return None;
             }
             let started = p.first_seen_ns.max(run_start);
@@ -685,6 +700,7 @@ fn process_entries(
                     0.0
                 },
                 domains: rec
+                    .header
                     .domains
                     .iter()
                     .enumerate()
@@ -709,13 +725,14 @@ fn process_entries(
 
 fn meta(rec: &Recording, baselines: &[IdleBaseline], ledger: &Ledger) -> Meta {
     let starved = starved_intervals(rec);
-    let (command, pids) = match &rec.mode {
+    let (command, pids) = match &rec.header.mode {
         Mode::Wrap { command } => (Some(command.clone()), None),
         Mode::Attach { pids } => (None, Some(pids.clone())),
         Mode::System => (None, None),
     };
     let (command_exit_code, command_exit_signal) = Ending::code_and_signal(rec.command_ending);
     let domain_topology = rec
+        .header
         .domains
         .iter()
         .map(|d| DomainEntry {
@@ -723,6 +740,7 @@ fn meta(rec: &Recording, baselines: &[IdleBaseline], ledger: &Ledger) -> Meta {
             kind: d.kind,
             parent: d.parent.clone(),
             contains: rec
+                .header
                 .domains
                 .iter()
                 .filter(|c| c.parent.as_deref() == Some(d.name.as_str()))
@@ -743,6 +761,7 @@ fn meta(rec: &Recording, baselines: &[IdleBaseline], ledger: &Ledger) -> Meta {
         })
         .collect();
     let idle_baseline = rec
+        .header
         .domains
         .iter()
         .zip(baselines)
@@ -773,41 +792,30 @@ fn meta(rec: &Recording, baselines: &[IdleBaseline], ledger: &Ledger) -> Meta {
         schema_version: SCHEMA_VERSION,
         tool: "cg-trace",
         tool_version: env!("CARGO_PKG_VERSION"),
-        run_id: run_id(rec.started_at),
+        run_id: rec.run_id.clone(),
         started_at: rfc3339(rec.started_at),
         ended_at: rfc3339(rec.ended_at),
         duration_s: rec.duration_ns as f64 / 1e9,
-        hostname: rec.host.hostname.clone(),
-        kernel: rec.host.kernel.clone(),
-        cpu_model: rec.host.cpu_model.clone(),
-        cpu_count: rec.host.cpu_count(),
-        mode: rec.mode.name(),
+        hostname: rec.header.host.hostname.clone(),
+        kernel: rec.header.host.kernel.clone(),
+        cpu_model: rec.header.host.cpu_model.clone(),
+        cpu_count: rec.header.host.cpu_count(),
+        mode: rec.header.mode.name(),
         command,
         command_exit_code,
         command_exit_signal,
         pids,
         stop_reason: rec.stop_reason.clone(),
         still_running: rec.still_running.clone(),
-        interval_ms: rec.interval.as_millis() as u64,
+        interval_ms: rec.header.interval.as_millis() as u64,
         calibration_s: rec.calibration_s,
-        sources: rec
-            .sources
-            .iter()
-            .map(|s| SourceEntry {
-                name: s.name,
-                provenance: s.provenance,
-                description: s.description.clone(),
-                domains: s.domains.clone(),
-            })
-            .collect(),
-        source_selection: rec.selection_reason.clone(),
+        sources: rec.header.sources.clone(),
+        source_selection: rec.header.selection_reason.clone(),
         domain_topology,
         idle_baseline,
         measurement_quality: quality(rec, baselines, ledger),
         profiler: ProfilerEntry {
-            cpu_time_s: rec.profiler.cpu_time_s,
-            max_rss_bytes: rec.profiler.max_rss_bytes,
-            attach_ms: rec.profiler.attach_ms,
+            cost: rec.profiler,
             starved_intervals_count: starved.count,
             longest_interval_s: starved.longest_s,
         },
@@ -828,7 +836,7 @@ struct Starved {
 /// A stored interval counts as starved past twice its asked length plus 50 ms (stored
 /// intervals are asked length x 2^merges).
 fn starved_intervals(rec: &Recording) -> Starved {
-    let asked_ns = (rec.interval.as_nanos() as u64) << rec.recorder.merges.min(32);
+    let asked_ns = (rec.header.interval.as_nanos() as u64) << rec.recorder.merges.min(32);
     let limit_ns = asked_ns.saturating_mul(2).saturating_add(50_000_000);
     let mut starved = Starved::default();
     for interval in rec.recorder.intervals() {
@@ -842,18 +850,15 @@ fn starved_intervals(rec: &Recording) -> Starved {
 
 fn quality(rec: &Recording, baselines: &[IdleBaseline], ledger: &Ledger) -> Quality {
     let mut notes = Vec::new();
-    let estimated = rec
-        .sources
-        .iter()
-        .any(|s| s.provenance == Provenance::Estimated);
+    let estimated = rec.header.provenance() == Provenance::Estimated;
     if estimated {
         notes.push(format!(
             "energy is ESTIMATED by the built-in power model, not measured ({})",
-            rec.selection_reason
+            rec.header.selection_reason
         ));
     }
     let mut degraded = false;
-    for (d, b) in rec.domains.iter().zip(baselines) {
+    for (d, b) in rec.header.domains.iter().zip(baselines) {
         match b.method {
             IdleMethod::Prior { .. } => {
                 degraded = true;
@@ -932,7 +937,8 @@ fn quality(rec: &Recording, baselines: &[IdleBaseline], ledger: &Ledger) -> Qual
              interval now spans about {})",
             rec.recorder.merges,
             crate::sources::human_duration(
-                (rec.interval.as_nanos() as u64).saturating_mul(1 << rec.recorder.merges.min(40))
+                (rec.header.interval.as_nanos() as u64)
+                    .saturating_mul(1 << rec.recorder.merges.min(40))
             )
         ));
     }
@@ -947,7 +953,7 @@ fn quality(rec: &Recording, baselines: &[IdleBaseline], ledger: &Ledger) -> Qual
              asked (the longest {}); their figures are exact in sum but coarser in time",
             starved.count,
             rec.recorder.intervals().len(),
-            rec.interval.as_millis(),
+            rec.header.interval.as_millis(),
             crate::sources::human_duration((starved.longest_s * 1e9) as u64)
         ));
     }
@@ -976,23 +982,6 @@ pub fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_millis(t).to_string()
 }
 
-fn run_id(started: SystemTime) -> String {
-    let nanos = started
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or(Duration::ZERO)
-        .as_nanos() as u64;
-    let mut random = [0u8; 8];
-    let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| {
-        use std::io::Read;
-        f.read_exact(&mut random)
-    });
-    format!(
-        "{:016x}-{:016x}",
-        nanos,
-        u64::from_ne_bytes(random) ^ u64::from(std::process::id())
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -1001,7 +990,7 @@ mod tests {
     use crate::{
         attribution::{CpuTime, EnergyState, Glitch, Slice},
         host::HostInfo,
-        session::{ProfilerCost, SourceInfo, processes::ProcessRecord, recorder::Recorder},
+        session::{RunHeader, SourceInfo, processes::ProcessRecord, recorder::Recorder},
     };
 
     const MS: u64 = 1_000_000;
@@ -1026,31 +1015,35 @@ mod tests {
             recorder.push(interval);
         }
         Recording {
-            mode: Mode::Wrap {
-                command: vec!["work".into()],
+            header: RunHeader {
+                mode: Mode::Wrap {
+                    command: vec!["work".into()],
+                },
+                host: HostInfo {
+                    hostname: "test".into(),
+                    kernel: "6.18".into(),
+                    cpu_model: "test cpu".into(),
+                    cpu_packages: vec![0, 0],
+                },
+                interval: Duration::from_millis(100),
+                domains: vec![package()],
+                sources: vec![SourceInfo {
+                    name: "powercap",
+                    provenance: Provenance::Measured,
+                    description: "test".into(),
+                    domains: vec!["package-0".into()],
+                }],
+                selection_reason: "test".into(),
+                known_idle_w: vec![None],
+                busy_slope_w: vec![None],
+                idle_watts,
+                prior_slope_w_per_cpu: 5.0,
             },
-            host: HostInfo {
-                hostname: "test".into(),
-                kernel: "6.18".into(),
-                cpu_model: "test cpu".into(),
-                cpu_packages: vec![0, 0],
-            },
+            run_id: "run-1".into(),
             started_at: SystemTime::UNIX_EPOCH,
             ended_at: SystemTime::UNIX_EPOCH,
             run_start_ns: 0,
             duration_ns,
-            interval: Duration::from_millis(100),
-            domains: vec![package()],
-            sources: vec![SourceInfo {
-                name: "powercap",
-                provenance: Provenance::Measured,
-                description: "test".into(),
-                domains: vec!["package-0".into()],
-            }],
-            selection_reason: "test".into(),
-            known_idle_w: vec![None],
-            idle_watts,
-            prior_slope_w_per_cpu: 5.0,
             recorder,
             processes: vec![ProcessRecord {
                 pid: 10,
@@ -1078,7 +1071,6 @@ mod tests {
             source_notes: Vec::new(),
             gpus: Vec::new(),
             meter: None,
-            busy_slope_w: vec![None],
             functions: None,
         }
     }
@@ -1157,7 +1149,7 @@ mod tests {
                 .get("glitches")
                 .is_none()
         );
-        assert_eq!(report.meta.schema_version, "1.3");
+        assert_eq!(report.meta.schema_version, "1.4");
     }
 
     #[test]
@@ -1240,5 +1232,243 @@ mod tests {
         ));
         assert!(finite::non_finite(&fine).is_empty());
         assert_eq!(fine.meta.measurement_quality.grade, "measured");
+    }
+
+    /// The report as JSON, with the one figure that changes by itself (the tool's version)
+    /// masked.
+    fn snapshot_json(report: &Report) -> String {
+        let mut json = serde_json::to_value(report).unwrap();
+        json["meta"]["tool_version"] = serde_json::json!("VERSION");
+        serde_json::to_string_pretty(&json).unwrap() + "\n"
+    }
+
+    /// Compares `report` with `src/report/snapshots/NAME.json`; `CG_UPDATE_SNAPSHOTS=1`
+    /// rewrites it (review the diff).
+    fn assert_snapshot(name: &str, report: &Report) {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src/report/snapshots")
+            .join(format!("{name}.json"));
+        let actual = snapshot_json(report);
+        if std::env::var_os("CG_UPDATE_SNAPSHOTS").is_some() {
+            std::fs::write(&path, &actual).unwrap();
+            return;
+        }
+        let expected = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            actual == expected,
+            "report differs from {} (CG_UPDATE_SNAPSHOTS=1 rewrites it):\n{actual}",
+            path.display()
+        );
+    }
+
+    #[test]
+    fn snapshot_of_a_measured_wrapped_run() {
+        // 10 W idle given; 0.5, 1, 1.5 and 2 busy CPUs over four 100 ms intervals.
+        let intervals = (0..4).map(|i| interval(i, 50 * (i + 1))).collect();
+        let mut rec = recording(intervals, IdleWatts::Total(10.0));
+        rec.command_ending = Some(Ending::Exited(0));
+        rec.processes[0].ending = Some(Ending::Exited(0));
+        rec.processes[0].ended_ns = Some(400 * MS);
+        let report = build(&rec);
+        assert_snapshot("measured_wrapped_run", &report);
+    }
+
+    #[test]
+    fn snapshot_of_a_run_with_a_glitch_and_an_estimated_baseline() {
+        let mut intervals: Vec<Interval> = [0, 50, 100, 150, 200, 100]
+            .iter()
+            .enumerate()
+            .map(|(i, &ms)| interval(i as u64, ms))
+            .collect();
+        intervals[2].energy_j[0] = 0.0;
+        intervals[2].energy_state = vec![EnergyState::unknown(100 * MS, Glitch::Jump)];
+        let mut rec = recording(intervals, IdleWatts::Estimate);
+        rec.stop_reason = "interrupted by SIGINT".into();
+        let report = build(&rec);
+        assert_snapshot("run_with_a_glitch", &report);
+    }
+
+    #[test]
+    fn the_same_recording_gives_the_same_report() {
+        let rec = recording(
+            (0..5).map(|i| interval(i, 30 * i)).collect(),
+            IdleWatts::Estimate,
+        );
+        assert_eq!(snapshot_json(&build(&rec)), snapshot_json(&build(&rec)));
+        assert_eq!(build(&rec).meta.run_id, "run-1");
+    }
+
+    /// A run of `n` intervals of 100 ms with 100 ms of CPU each: 1.5 J per interval.
+    fn run_of(n: u64) -> Report {
+        build(&recording(
+            (0..n).map(|i| interval(i, 100)).collect(),
+            IdleWatts::Total(10.0),
+        ))
+    }
+
+    #[test]
+    fn a_run_set_keeps_every_run_and_its_statistics() {
+        // 1.5 J per interval: runs of 1.5, 3, 3, 3 and 15 J.
+        let reports: Vec<Report> = [1, 2, 2, 2, 10].into_iter().map(run_of).collect();
+        let set = repeat::combine(
+            reports,
+            repeat::SetInfo {
+                runs_requested_count: 5,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let r = set.repeat.as_ref().unwrap();
+        assert_eq!(r.runs.len(), 5);
+        let energies: Vec<f64> = r.runs.iter().map(|run| run.energy_j).collect();
+        for (e, want) in energies.iter().zip([1.5, 3.0, 3.0, 3.0, 15.0]) {
+            assert!(close(*e, want), "{energies:?}");
+        }
+        let s = &r.statistics.energy_j;
+        assert!(close(s.median, 3.0) && close(s.q1, 3.0) && close(s.q3, 3.0));
+        // IQR 0: both the short and the long run are beyond the fences.
+        assert_eq!(s.outlier_runs, [1, 5]);
+        assert!(r.runs[0].outlier && r.runs[4].outlier && !r.runs[1].outlier);
+        assert_eq!(r.noise_verdict, repeat::NoiseVerdict::HighNoise);
+        // The representative run is the first with the median energy; the top level is its.
+        assert_eq!(r.representative_run, 2);
+        assert!(close(set.totals.energy_j, 3.0));
+        // The process, matched by command and place, in every run: 0.5 J per interval.
+        let group = &r.statistics.process_groups[0];
+        assert_eq!(group.group, "work#1");
+        assert_eq!(group.energy_j.runs_count, 5);
+        assert!(close(group.energy_j.median, 1.0), "{group:?}");
+        assert!(close(group.cpu_time_s.max, 1.0), "{group:?}");
+        assert!(close(
+            r.statistics.domains["package-0"].energy_j.mean,
+            25.5 / 5.0
+        ));
+        assert!(finite::non_finite(&set).is_empty());
+        let json = serde_json::to_value(&set).unwrap();
+        assert_eq!(json["repeat"]["noise_verdict"], "high-noise");
+        assert_eq!(json["repeat"]["runs"][4]["outlier"], true);
+        assert_eq!(
+            json["repeat"]["runs"][2]["report"]["totals"]["energy_j"],
+            3.0
+        );
+        assert!(repeat::combine(Vec::new(), repeat::SetInfo::default()).is_none());
+    }
+
+    #[test]
+    fn budgets_compare_the_run_or_the_median_with_the_limit() {
+        use budget::{Kind, Limit, evaluate};
+        let limit = |kind, program: Option<&str>, limit| Limit {
+            kind,
+            program: program.map(String::from),
+            limit,
+        };
+        // One run of 3 J over 0.2 s (15 W); `work` got 1 J of it.
+        let single = run_of(2);
+        let checked = evaluate(
+            &single,
+            &[
+                limit(Kind::Energy, None, 2.0),
+                limit(Kind::Power, None, 20.0),
+                limit(Kind::Energy, Some("work"), 1.5),
+                limit(Kind::Power, Some("work"), 4.0),
+                limit(Kind::Energy, Some("nothing"), 1.0),
+            ],
+        );
+        let values: Vec<(f64, bool)> = checked.iter().map(|b| (b.value, b.exceeded)).collect();
+        for ((value, exceeded), want) in values.iter().zip([
+            (3.0, true),
+            (15.0, false),
+            (1.0, false),
+            (5.0, true),
+            (0.0, false),
+        ]) {
+            assert!(close(*value, want.0) && *exceeded == want.1, "{values:?}");
+        }
+        assert!(close(checked[0].excess_pct, 50.0));
+        assert_eq!(checked[0].statistic, "single run");
+        assert_eq!(checked[2].processes_count, Some(1));
+        let over = budget::message(&checked[0]).unwrap();
+        assert!(
+            over.contains("3.000 J") && over.contains("by 1.000 J (50.0%)"),
+            "{over}"
+        );
+        assert!(budget::message(&checked[1]).is_none());
+        assert!(budget::message(&checked[4]).unwrap().contains("no process"));
+        // A set: the median of the runs' figures (1.5, 3, 15 J: 3 J).
+        let set = repeat::combine(
+            [1, 2, 10].into_iter().map(run_of).collect(),
+            repeat::SetInfo::default(),
+        )
+        .unwrap();
+        let checked = evaluate(&set, &[limit(Kind::Energy, None, 2.9)]);
+        assert!(close(checked[0].value, 3.0) && checked[0].exceeded);
+        assert_eq!(checked[0].statistic, "median of 3 runs");
+    }
+
+    /// The live view's figures after the last interval, fed what the report is built from.
+    fn live_at_the_end(rec: &Recording) -> live::LiveReport {
+        let mut model = live::LiveModel::new(&crate::session::live::LiveStart {
+            header: &rec.header,
+            run_start_ns: rec.run_start_ns,
+            calibration: rec.recorder.calibration(),
+        });
+        for (i, interval) in rec.recorder.intervals().iter().enumerate() {
+            let changed: Vec<ProcId> = if i == 0 { vec![0] } else { Vec::new() };
+            model.add(&crate::session::live::LiveSample {
+                interval,
+                processes: &rec.processes,
+                changed: &changed,
+                losses: Losses::default(),
+                read_errors_count: 0,
+                functions: None,
+            });
+        }
+        model.snapshot()
+    }
+
+    #[test]
+    fn the_live_views_last_figures_and_the_report_agree_where_they_must() {
+        let busy = [0, 50, 100, 150, 200, 100, 30];
+        let intervals = || -> Vec<Interval> {
+            busy.iter()
+                .enumerate()
+                .map(|(i, &ms)| interval(i as u64, ms))
+                .collect()
+        };
+        // With the baseline given, the split is the same: every figure agrees.
+        let rec = recording(intervals(), IdleWatts::Total(10.0));
+        let (live, report) = (live_at_the_end(&rec), build(&rec));
+        let t = &report.totals;
+        assert!(close(live.totals.energy_j, t.energy_j));
+        assert!(close(live.totals.targets_energy_j, t.attributed_energy_j));
+        assert!(close(live.totals.other_energy_j, t.other_energy_j));
+        assert!(close(live.totals.idle_energy_j, t.idle_energy_j));
+        assert!(close(live.elapsed_s, t.duration_s));
+        assert_eq!(live.processes.len(), report.processes.len());
+        let (lp, rp) = (&live.processes[0], &report.processes[0]);
+        assert_eq!(lp.pid, rp.pid);
+        assert!(close(lp.energy_j, rp.energy_j) && close(lp.cpu_time_s, rp.cpu_time_s));
+        assert!(close(
+            live.domains[0].energy_j,
+            t.domains["package-0"].energy_j
+        ));
+        assert_eq!(live.sources, report.meta.sources);
+        // Estimated as the run goes, the baseline (and so the split) may differ at the end;
+        // what was measured may not.
+        let rec = recording(intervals(), IdleWatts::Estimate);
+        let (live, report) = (live_at_the_end(&rec), build(&rec));
+        assert!(close(live.totals.energy_j, report.totals.energy_j));
+        assert!(close(
+            live.domains[0].energy_j,
+            report.totals.domains["package-0"].energy_j
+        ));
+        assert!(close(
+            live.processes[0].cpu_time_s,
+            report.processes[0].cpu_time_s
+        ));
+        assert!(close(
+            live.totals.targets_energy_j + live.totals.other_energy_j + live.totals.idle_energy_j,
+            report.totals.energy_j
+        ));
     }
 }

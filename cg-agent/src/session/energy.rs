@@ -52,6 +52,11 @@ impl Books {
         }
     }
 
+    /// How many domains these books keep.
+    pub fn domain_count(&self) -> usize {
+        self.pending.len()
+    }
+
     /// Books domain `d`'s reading for an interval of `duration_ns`: returns the interval's
     /// joules and state. `stored` are the intervals recorded so far, newest first, which a
     /// reading may revise: a good reading after failed ones is spread over them by duration

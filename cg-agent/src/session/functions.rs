@@ -25,7 +25,7 @@ use std::{
 
 use cg_common::profiling::{FRAME_OUTERMOST, FuncCounters, FuncKey, FuncStats};
 
-use super::{Mode, processes::ProcessTable};
+use super::{Mode, Notice, Notices, processes::ProcessTable};
 use crate::{
     attribution::{
         ProcId,
@@ -131,6 +131,7 @@ pub fn resolve_specs(
     options: &FunctionOptions,
     mode: &Mode,
     proc_root: &Path,
+    notices: &Notices,
 ) -> Result<Resolution, FunctionError> {
     if options.specs.is_empty() {
         return Ok(Resolution::default());
@@ -174,16 +175,16 @@ pub fn resolve_specs(
     }
     let resolution = resolve::resolve(&options.specs, &scope, options.func_limit)?;
     for note in &resolution.notes {
-        eprintln!("cg-trace: {note}");
+        notices.tell(Notice::Functions(note.clone()));
     }
-    warn_about_exceptions(&resolution.functions);
+    warn_about_exceptions(&resolution.functions, notices);
     Ok(resolution)
 }
 
 /// Says on stderr which probed files unwind their stacks (C++ exceptions, Rust panics): an
 /// unwind through a probed function still running terminates the program (see
 /// [`crate::functions::returns`]).
-fn warn_about_exceptions(functions: &[ResolvedFunction]) {
+fn warn_about_exceptions(functions: &[ResolvedFunction], notices: &Notices) {
     let mut modules: Vec<&Path> = functions
         .iter()
         .filter(|f| f.entry_only.is_none())
@@ -195,13 +196,13 @@ fn warn_about_exceptions(functions: &[ResolvedFunction]) {
         if let Ok(elf) = crate::functions::elf::ElfInfo::open(module)
             && returns::unwinds(&elf)
         {
-            eprintln!(
-                "cg-trace: warning: {} unwinds its stack for C++ exceptions or Rust panics: an \
+            notices.tell(Notice::Functions(format!(
+                "warning: {} unwinds its stack for C++ exceptions or Rust panics: an \
                  exception or a panic that passes through a probed function still running \
                  terminates the program (a return probe replaces the return address that the \
                  unwinder follows); probe functions that exceptions and panics do not cross",
                 module.display()
-            );
+            )));
         }
     }
 }
@@ -223,8 +224,26 @@ struct PythonState {
     attempts: u32,
 }
 
+/// The probes' cumulative counters at some moment.
+#[derive(Clone, Copy, Debug, Default)]
+struct CountedBefore {
+    sampler: cg_common::profiling::SamplerCounters,
+    sampler_runs: Option<(std::time::Duration, u64)>,
+    uprobes: Option<cg_common::profiling::FuncCounters>,
+}
+
+impl CountedBefore {
+    fn now(probes: &Probes) -> Self {
+        CountedBefore {
+            sampler: probes.sampler_counters().unwrap_or_default(),
+            sampler_runs: probes.sampler_run_time(),
+            uprobes: probes.function_counters().ok(),
+        }
+    }
+}
+
 /// `--func` SPECs waiting for a traced process to map a matching library.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct PendingSpecs {
     specs: Vec<FuncSpec>,
     /// Per SPEC: whether some mapped file matched it.
@@ -246,6 +265,11 @@ const PENDING_SCANS_PER_INTERVAL: usize = 8;
 
 /// Function-level state of a running session.
 pub struct FunctionSession {
+    /// Where remarks go (see [`Notice`]).
+    notices: Notices,
+    /// The kernel's cumulative counters when this run started (a later run of a set starts
+    /// from the previous one's end): the recording gives this run's share.
+    counted_before: CountedBefore,
     options: FunctionOptions,
     functions: Vec<ResolvedFunction>,
     pending: PendingSpecs,
@@ -314,6 +338,7 @@ impl FunctionSession {
         resolution: Resolution,
         probes: &mut Probes,
         proc_root: &Path,
+        notices: &Notices,
     ) -> Result<Self, ProbeError> {
         let functions = resolution.functions;
         let attach_path = if functions.is_empty() {
@@ -334,13 +359,34 @@ impl FunctionSession {
         if options.profile {
             probes.attach_sampler(options.sample_hz)?;
         }
-        Ok(FunctionSession {
-            options: options.clone(),
+        Ok(FunctionSession::fresh(
+            options.clone(),
+            functions,
+            pending,
+            attach_path,
+            proc_root.to_path_buf(),
+            notices.clone(),
+        ))
+    }
+
+    /// A session with probes attached as said and no data yet.
+    fn fresh(
+        options: FunctionOptions,
+        functions: Vec<ResolvedFunction>,
+        pending: PendingSpecs,
+        attach_path: Option<AttachPath>,
+        proc_root: PathBuf,
+        notices: Notices,
+    ) -> Self {
+        FunctionSession {
+            notices,
+            counted_before: CountedBefore::default(),
+            options,
             attach_path,
             max_rate: vec![0.0; functions.len()],
             functions,
             pending,
-            proc_root: proc_root.to_path_buf(),
+            proc_root,
             previous: HashMap::new(),
             completed: HashMap::new(),
             high_water: HashMap::new(),
@@ -364,7 +410,27 @@ impl FunctionSession {
             stored: 0,
             merges: 0,
             live: None,
-        })
+        }
+    }
+
+    /// Hands over what this run recorded, as a session of its own to [`Self::finish`], and
+    /// goes on for the next run of a set (`--repeat`) with the same probes and SPECs and no
+    /// data: the processes of the next run are new, and so are their ids.
+    pub fn next_run(&mut self, probes: &Probes) -> FunctionSession {
+        let pending = PendingSpecs {
+            notes: Vec::new(),
+            ..self.pending.clone()
+        };
+        let mut fresh = FunctionSession::fresh(
+            self.options.clone(),
+            self.functions.clone(),
+            pending,
+            self.attach_path,
+            self.proc_root.clone(),
+            self.notices.clone(),
+        );
+        fresh.counted_before = CountedBefore::now(probes);
+        std::mem::replace(self, fresh)
     }
 
     /// Names stacks as they are first sampled and keeps each interval's data, so that
@@ -615,7 +681,8 @@ impl FunctionSession {
                         .collect::<Vec<_>>()
                         .join(", ")
                 );
-                eprintln!("cg-trace: warning: {text}");
+                self.notices
+                    .tell(Notice::Functions(format!("warning: {text}")));
                 self.pending.notes.push(text);
             }
         }
@@ -720,15 +787,15 @@ impl FunctionSession {
                     && self.warned.insert(func)
                     && let Some(f) = self.functions.get(func as usize)
                 {
-                    eprintln!(
-                        "cg-trace: warning: {} is called {:.0} times/s (measured); its probes \
-                         cost about {:.0} µs per call (estimated, {} first instruction), which \
-                         inflates its time and the program's: probe less frequent functions",
+                    self.notices.tell(Notice::Functions(format!(
+                        "warning: {} is called {:.0} times/s (measured); its probes cost about \
+                         {:.0} µs per call (estimated, {} first instruction), which inflates its \
+                         time and the program's: probe less frequent functions",
                         f.name,
                         rate,
                         f.first_instruction.estimated_pair_cost_us(),
                         f.first_instruction.describe()
-                    );
+                    )));
                 }
             }
         }
@@ -900,9 +967,23 @@ impl FunctionSession {
 
     /// Names every stack and hands over the recording.
     pub fn finish(mut self, probes: &Probes) -> FunctionRecording {
+        let before = self.counted_before;
         let uprobe_counters = (!self.functions.is_empty())
             .then(|| probes.function_counters().ok())
-            .flatten();
+            .flatten()
+            .map(|now| match before.uprobes {
+                Some(then) => cg_common::profiling::FuncCounters {
+                    entries: now.entries.saturating_sub(then.entries),
+                    returns: now.returns.saturating_sub(then.returns),
+                    overflows: now.overflows.saturating_sub(then.overflows),
+                    unmatched_returns: now.unmatched_returns.saturating_sub(then.unmatched_returns),
+                    abandoned_frames: now.abandoned_frames.saturating_sub(then.abandoned_frames),
+                    map_full: now.map_full.saturating_sub(then.map_full),
+                    clock_fallbacks: now.clock_fallbacks.saturating_sub(then.clock_fallbacks),
+                    _reserved: 0,
+                },
+                None => now,
+            });
         let started = Instant::now();
         let mut symbolizer = Symbolizer::with_debug_dirs(self.options.debug_dirs.clone());
         let mut stacks: Vec<Vec<FrameId>> = Vec::new();
@@ -941,8 +1022,21 @@ impl FunctionSession {
         }
         let symbolize_ms = started.elapsed().as_secs_f64() * 1e3;
         let sampler = self.options.profile.then(|| {
-            let counters = probes.sampler_counters().unwrap_or_default();
-            let run_time = probes.sampler_run_time();
+            let now = probes.sampler_counters().unwrap_or_default();
+            let then = before.sampler;
+            let counters = cg_common::profiling::SamplerCounters {
+                samples: now.samples.saturating_sub(then.samples),
+                lost_samples: now.lost_samples.saturating_sub(then.lost_samples),
+                lost_kernel_stacks: now
+                    .lost_kernel_stacks
+                    .saturating_sub(then.lost_kernel_stacks),
+                lost_user_stacks: now.lost_user_stacks.saturating_sub(then.lost_user_stacks),
+            };
+            let run_time = match (probes.sampler_run_time(), before.sampler_runs) {
+                (Some((t, n)), Some((t0, n0))) if n > n0 => Some((t.saturating_sub(t0), n - n0)),
+                (Some(_), Some(_)) => None,
+                (now, _) => now,
+            };
             let mut python: Vec<PythonSeen> = self
                 .python
                 .iter()
@@ -986,7 +1080,8 @@ impl FunctionSession {
                     spec.text,
                     spec.object.as_deref().unwrap_or_default()
                 );
-                eprintln!("cg-trace: warning: {text}");
+                self.notices
+                    .tell(Notice::Functions(format!("warning: {text}")));
                 notes.push(text);
             }
         }

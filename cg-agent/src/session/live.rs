@@ -3,34 +3,20 @@
 //! (each interval, the processes that changed); attribution of the live figures happens in
 //! [`crate::report::live`], the report's live counterpart.
 
-use std::{fmt, path::PathBuf, sync::Arc, time::Duration};
+use std::{fmt, path::PathBuf, sync::Arc};
 
 use crate::{
     attribution::{Interval, ProcId},
-    host::HostInfo,
     probes::Losses,
-    session::{IdleWatts, Mode, SourceInfo, functions::LiveFunctions, processes::ProcessRecord},
-    sources::DomainSpec,
+    session::{RunHeader, functions::LiveFunctions, processes::ProcessRecord},
 };
 
 /// What an observer learns once, when the run starts (the command, if any, has just been
 /// started; calibration, if any, is over).
 #[derive(Debug)]
 pub struct LiveStart<'a> {
-    pub mode: &'a Mode,
-    pub host: &'a HostInfo,
-    pub interval: Duration,
-    pub domains: &'a [DomainSpec],
-    pub sources: &'a [SourceInfo],
-    pub selection_reason: &'a str,
-    /// Idle power a source knows exactly (the model's), per domain.
-    pub known_idle_w: &'a [Option<f64>],
-    /// Per domain: the watts a fully busy unit (a GPU) is assumed to add when no idle fit is
-    /// possible; `None` uses the CPU prior.
-    pub busy_slope_w: &'a [Option<f64>],
-    pub idle_watts: &'a IdleWatts,
-    /// Assumed watts per busy CPU when no idle fit is possible.
-    pub prior_slope_w_per_cpu: f64,
+    /// The run's facts, the same the recording carries to the report.
+    pub header: &'a RunHeader,
     /// CLOCK_MONOTONIC ns when the run started; intervals start from here.
     pub run_start_ns: u64,
     /// Intervals measured before the run (wrap mode, measured sources): idle fit only.

@@ -95,6 +95,8 @@ pub struct RunConfig {
     pub invoker: crate::privileges::Invoker,
     /// Wrap mode: the report takes our stdout (`-o -`), so the command's goes to our stderr.
     pub command_stdout_to_stderr: bool,
+    /// Where the session's remarks go (`app` prints them on stderr).
+    pub notices: Notices,
 }
 
 /// Errors that end a run before it measured anything; each maps to an exit code.
@@ -137,42 +139,63 @@ impl RunError {
     }
 }
 
-/// One energy source as the report describes it.
-#[derive(Clone, Debug, PartialEq)]
+/// One energy source as the run header and the report describe it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct SourceInfo {
     pub name: &'static str,
+    /// `measured` or `estimated`.
     pub provenance: Provenance,
     pub description: String,
     pub domains: Vec<String>,
 }
 
 /// What the agent itself cost.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
 pub struct ProfilerCost {
     pub cpu_time_s: f64,
     pub max_rss_bytes: u64,
     pub attach_ms: f64,
 }
 
-/// Everything a run recorded: the input of the report.
-#[derive(Debug)]
-pub struct Recording {
+/// The facts of a run fixed once its sources are chosen: what is traced, on which machine,
+/// with which domains and idle-baseline inputs. The live view gets it when the run starts
+/// ([`LiveStart`]); the [`Recording`] carries the same to the report.
+#[derive(Clone, Debug)]
+pub struct RunHeader {
     pub mode: Mode,
     pub host: HostInfo,
-    pub started_at: SystemTime,
-    pub ended_at: SystemTime,
-    /// CLOCK_MONOTONIC ns when the run (the command) started; intervals start from here.
-    pub run_start_ns: u64,
-    pub duration_ns: u64,
     pub interval: Duration,
     pub domains: Vec<DomainSpec>,
     pub sources: Vec<SourceInfo>,
     pub selection_reason: String,
     /// Idle power a source knows exactly (the model's), per domain.
     pub known_idle_w: Vec<Option<f64>>,
+    /// Per domain: the watts a fully busy unit (a GPU) is assumed to add when no idle fit is
+    /// possible; `None` uses the CPU prior.
+    pub busy_slope_w: Vec<Option<f64>>,
     pub idle_watts: IdleWatts,
     /// Assumed watts per busy CPU when no idle fit is possible.
     pub prior_slope_w_per_cpu: f64,
+}
+
+impl RunHeader {
+    /// Whether the run's energy is measured or estimated (estimated as soon as one source is).
+    pub fn provenance(&self) -> Provenance {
+        Provenance::of_all(self.sources.iter().map(|s| s.provenance))
+    }
+}
+
+/// Everything a run recorded: the input of the report.
+#[derive(Debug)]
+pub struct Recording {
+    pub header: RunHeader,
+    /// Names this run in the report (and ties the runs of a `--repeat` together).
+    pub run_id: String,
+    pub started_at: SystemTime,
+    pub ended_at: SystemTime,
+    /// CLOCK_MONOTONIC ns when the run (the command) started; intervals start from here.
+    pub run_start_ns: u64,
+    pub duration_ns: u64,
     pub recorder: Recorder,
     pub processes: Vec<ProcessRecord>,
     pub losses: Losses,
@@ -199,9 +222,6 @@ pub struct Recording {
     pub gpus: Vec<GpuSummary>,
     /// The power meter's log, when one was given.
     pub meter: Option<MeterSummary>,
-    /// Per domain: the watts a fully busy unit is assumed to add when no idle fit is possible
-    /// (GPUs); `None` uses the CPU prior.
-    pub busy_slope_w: Vec<Option<f64>>,
     /// Function-level data, when `--func` or `--profile` was used.
     pub functions: Option<functions::FunctionRecording>,
 }
@@ -221,24 +241,244 @@ pub struct Outcome {
     pub exit_code: i32,
 }
 
+/// What a session has to say to the person running it, as it happens; `app` words and prints
+/// it (the session itself prints nothing).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Notice {
+    /// A remark on the targets given (a thread id standing for its process, pid 1).
+    Targets(String),
+    /// The energy sources chosen, and why.
+    SourcesChosen {
+        names: Vec<&'static str>,
+        provenance: Provenance,
+        reason: String,
+    },
+    /// A remark of the sources while choosing (perf and powercap disagreeing).
+    SourceWarning(String),
+    /// `--bench-noop-probes`: the figures are meaningless.
+    NoopProbes,
+    /// Wrap mode: a process the command started outlived the run.
+    StillRunning(RunningProcess),
+    /// The run was stopped before the command could start; says why.
+    NeverStarted(String),
+    /// A source measured nothing of the run (its energy is unknown): exit 2.
+    MeasuredNothing(String),
+    /// Function-level profiling's remark (`warning: ...` when it is one).
+    Functions(String),
+    /// `--repeat`: a run of the set is over.
+    RunDone {
+        warmup: bool,
+        number: u32,
+        of: u32,
+        duration_s: f64,
+    },
+}
+
+/// Where a session's [`Notice`]s go (called on the session's thread).
+#[derive(Clone)]
+pub struct Notices(std::sync::Arc<dyn Fn(&Notice) + Send + Sync>);
+
+impl Notices {
+    pub fn new(tell: impl Fn(&Notice) + Send + Sync + 'static) -> Self {
+        Notices(std::sync::Arc::new(tell))
+    }
+
+    /// Keeps everything to itself (tests, benchmarks).
+    pub fn silent() -> Self {
+        Notices::new(|_| {})
+    }
+
+    fn tell(&self, notice: Notice) {
+        (self.0)(&notice)
+    }
+}
+
+impl std::fmt::Debug for Notices {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Notices")
+    }
+}
+
 /// Runs a whole session on a single-threaded tokio runtime.
 pub fn run(config: RunConfig) -> Result<Outcome, RunError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(RunError::Signals)?;
-    runtime.block_on(run_async(config, None))
+    block_on(run_async(config, None))
 }
 
 /// Runs a whole session that a live view watches (see [`live`]): the same run as [`run`],
 /// plus an observer called on every interval, a stop request, and the command's output
 /// kept off the terminal.
 pub fn run_live(config: RunConfig, hooks: LiveHooks) -> Result<Outcome, RunError> {
+    block_on(run_async(config, Some(hooks)))
+}
+
+fn block_on<T>(
+    future: impl std::future::Future<Output = Result<T, RunError>>,
+) -> Result<T, RunError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(RunError::Signals)?;
-    runtime.block_on(run_async(config, Some(hooks)))
+    runtime.block_on(future)
+}
+
+/// The three parts of a session: setup (sources, probes, calibration), one measured run,
+/// and its conclusion (the recording).
+async fn run_async(config: RunConfig, hooks: Option<LiveHooks>) -> Result<Outcome, RunError> {
+    let mut setup = set_up(config, hooks).await?;
+    let measured = measure(&mut setup).await?;
+    Ok(conclude(&mut setup, measured))
+}
+
+/// `--repeat N [--warmup K] [--cooldown SECS]`: how a run set goes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RepeatPlan {
+    /// Measured runs.
+    pub runs: u32,
+    /// Unmeasured runs before them.
+    pub warmup: u32,
+    /// Pause between runs.
+    pub cooldown: Duration,
+}
+
+/// The result of a run set.
+#[derive(Debug)]
+pub struct RepeatOutcome {
+    /// The measured runs completed, in order (a run cut short by a stop request is left out,
+    /// unless no run was completed: then it is the only one).
+    pub runs: Vec<Recording>,
+    /// Why fewer runs than asked were measured.
+    pub stopped_early: Option<String>,
+    /// The exit code: the command's first failure (as for a single run), 128 + N when
+    /// stopped by signal N, else 0.
+    pub exit_code: i32,
+}
+
+/// Runs the command of `config` (wrap mode) `plan.warmup` times unmeasured and `plan.runs`
+/// times measured, with one setup and one idle calibration for all. Each run is concluded
+/// as a single run would be (a power log settles per run), so each has its own recording.
+/// A command that fails, or a stop request, ends the set.
+pub fn run_repeat(config: RunConfig, plan: RepeatPlan) -> Result<RepeatOutcome, RunError> {
+    block_on(run_repeat_async(config, plan))
+}
+
+async fn run_repeat_async(config: RunConfig, plan: RepeatPlan) -> Result<RepeatOutcome, RunError> {
+    let mut setup = set_up(config, None).await?;
+    let mut runs = Vec::new();
+    let mut stopped_early = None;
+    let mut exit_code = 0;
+    let total = plan.warmup + plan.runs;
+    for i in 0..total {
+        let warmup = i < plan.warmup;
+        let number = if warmup { i + 1 } else { i - plan.warmup + 1 };
+        if i > 0
+            && let Some(request) = between_runs(&mut setup, plan.cooldown).await
+        {
+            exit_code = 128 + request.signal();
+            stopped_early = Some(format!("interrupted by {} between runs", request.name()));
+            break;
+        }
+        let measured = measure(&mut setup).await?;
+        let requested = measured.requested;
+        let outcome = conclude(&mut setup, measured);
+        let recording = outcome.recording;
+        setup.config.notices.tell(Notice::RunDone {
+            warmup,
+            number,
+            of: if warmup { plan.warmup } else { plan.runs },
+            duration_s: recording.duration_ns as f64 / 1e9,
+        });
+        if let Some(request) = requested {
+            exit_code = outcome.exit_code;
+            stopped_early = Some(format!(
+                "interrupted by {} in {} run {number}",
+                request.name(),
+                if warmup { "warm-up" } else { "measured" }
+            ));
+            // The run cut short is not one of the set, unless there is nothing else to show.
+            if runs.is_empty() {
+                runs.push(recording);
+            }
+            break;
+        }
+        if outcome.exit_code != 0 {
+            exit_code = outcome.exit_code;
+            stopped_early = Some(format!(
+                "{} run {number} failed ({})",
+                if warmup { "warm-up" } else { "measured" },
+                match recording.command_ending {
+                    Some(Ending::Signaled(sig)) => format!("killed by signal {sig}"),
+                    Some(Ending::Exited(code)) => format!("exit status {code}"),
+                    // --duration reached, or a source that measured nothing.
+                    None => format!("{}, exit status {exit_code}", recording.stop_reason),
+                }
+            ));
+            if !warmup || runs.is_empty() {
+                runs.push(recording);
+            }
+            break;
+        }
+        if !warmup {
+            runs.push(recording);
+        }
+    }
+    Ok(RepeatOutcome {
+        runs,
+        stopped_early,
+        exit_code,
+    })
+}
+
+/// Between two runs of a set: `cooldown` of sampling that records nothing, ending with a
+/// sample just before the next run starts (so that its first interval holds none of the
+/// pause, nor the time the previous run took to conclude). A stop request ends it.
+async fn between_runs(setup: &mut Setup, cooldown: Duration) -> Option<StopRequest> {
+    let period = setup
+        .config
+        .interval
+        .min(cooldown)
+        .max(Duration::from_millis(10));
+    let end = Instant::now() + cooldown;
+    let mut tick = tokio::time::interval(period);
+    tick.tick().await;
+    setup.sampler.sample(Phase::Gap);
+    while Instant::now() < end {
+        tokio::select! {
+            _ = tick.tick() => setup.sampler.sample(Phase::Gap),
+            request = setup.signals.recv() => return Some(request),
+        }
+    }
+    setup.sampler.sample(Phase::Gap);
+    None
+}
+
+/// Why a run was asked to stop: a signal, or the live view's quit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopRequest {
+    Interrupt,
+    Terminate,
+    Hangup,
+    /// The live view quit (`q`), or its terminal hung up.
+    Quit,
+}
+
+impl StopRequest {
+    /// The signal a wrapped command gets for it, and whose number makes cg-trace's exit
+    /// status (128 + N): a quit is a Ctrl-C that the view's raw terminal did not send.
+    pub fn signal(self) -> i32 {
+        match self {
+            StopRequest::Interrupt | StopRequest::Quit => libc::SIGINT,
+            StopRequest::Terminate => libc::SIGTERM,
+            StopRequest::Hangup => libc::SIGHUP,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            StopRequest::Interrupt | StopRequest::Quit => "SIGINT",
+            StopRequest::Terminate => "SIGTERM",
+            StopRequest::Hangup => "SIGHUP",
+        }
+    }
 }
 
 /// How the sampling loop ended.
@@ -246,16 +486,50 @@ enum Stop {
     CommandExited(Ending),
     TargetsExited,
     Duration,
-    Signal(i32),
+    Requested(StopRequest),
 }
 
-async fn run_async(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Outcome, RunError> {
+/// A session ready to measure: sources open, probes loaded, calibration done.
+struct Setup {
+    config: RunConfig,
+    header: RunHeader,
+    sampler: Sampler,
+    signals: Signals,
+    /// Wrap mode under the live view: where the command's output goes.
+    command_output: Option<PathBuf>,
+    calibration_s: f64,
+    /// A stop request that came during the calibration: the command is never started.
+    early_stop: Option<StopRequest>,
+    attach_ms: f64,
+    selection_notes: Vec<SourceNote>,
+    selection_probes: Vec<SourceProbe>,
+    /// The kernel side's losses when the run started (the previous run of a set ended).
+    losses_before: Losses,
+}
+
+/// One measured run, before its conclusion.
+struct Measured {
+    stop: Stop,
+    /// A stop request came, even if the command then exited by itself.
+    requested: Option<StopRequest>,
+    /// Wrap mode: whether the command was started.
+    spawned: bool,
+    child_pid: u32,
+    started_at: SystemTime,
+    carried_past_end_ns: u64,
+    other_carried_past_end_ns: u64,
+    still_running: Vec<RunningProcess>,
+    run_end_ns: u64,
+}
+
+/// Privileges, targets, sources, probes, and the idle calibration.
+async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup, RunError> {
     privileges::check_can_trace().map_err(RunError::Privileges)?;
     if let Mode::Attach { pids } = &mut config.mode {
         let (checked, warnings) =
             targets::check(&config.proc_root, pids).map_err(RunError::Usage)?;
         for warning in warnings {
-            eprintln!("cg-trace: {warning}");
+            config.notices.tell(Notice::Targets(warning));
         }
         *pids = checked;
     }
@@ -267,32 +541,50 @@ async fn run_async(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Ou
         .flat_map(|s| s.domains().to_vec())
         .collect();
     validate_idle_watts(&config.idle_watts, &domains)?;
-    let probed = functions::resolve_specs(&config.functions, &config.mode, &config.proc_root)
-        .map_err(|err| RunError::Usage(err.to_string()))?;
+    let probed = functions::resolve_specs(
+        &config.functions,
+        &config.mode,
+        &config.proc_root,
+        &config.notices,
+    )
+    .map_err(|err| RunError::Usage(err.to_string()))?;
     for source in &selection.sources {
         tracing::info!("energy source: {}", source.describe());
     }
-    eprintln!(
-        "cg-trace: energy source: {} ({}): {}",
-        selection
+    let header = RunHeader {
+        mode: config.mode.clone(),
+        interval: config.interval,
+        sources: selection
             .sources
             .iter()
-            .map(|s| s.name())
-            .collect::<Vec<_>>()
-            .join(", "),
-        if selection
-            .sources
-            .iter()
-            .all(|s| s.provenance() == Provenance::Measured)
-        {
-            "measured"
-        } else {
-            "ESTIMATED"
-        },
-        selection.reason
-    );
+            .map(|s| SourceInfo {
+                name: s.name(),
+                provenance: s.provenance(),
+                description: s.describe(),
+                domains: s.domains().iter().map(|d| d.name.clone()).collect(),
+            })
+            .collect(),
+        selection_reason: selection.reason.clone(),
+        known_idle_w: known_idle(&selection.sources),
+        busy_slope_w: busy_slopes(&selection.sources),
+        idle_watts: config.idle_watts.clone(),
+        prior_slope_w_per_cpu: sources::model::ModelParams::defaults(
+            host.cpu_count(),
+            &host.cpu_model,
+        )
+        .watts_per_busy_cpu(host.cpu_count()),
+        host,
+        domains,
+    };
+    config.notices.tell(Notice::SourcesChosen {
+        names: header.sources.iter().map(|s| s.name).collect(),
+        provenance: header.provenance(),
+        reason: header.selection_reason.clone(),
+    });
     for note in &selection.notes {
-        eprintln!("cg-trace: warning: {}", note.text);
+        config
+            .notices
+            .tell(Notice::SourceWarning(note.text.clone()));
     }
 
     let (observer, quit, command_output) = match hooks {
@@ -317,9 +609,7 @@ async fn run_async(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Ou
         },
     };
     if config.noop_probes {
-        eprintln!(
-            "cg-trace: --bench-noop-probes: sched_switch accounts nothing; figures are meaningless"
-        );
+        config.notices.tell(Notice::NoopProbes);
     }
     let mut probes = Probes::load(&probe_config)?;
     let function_session = if config.functions.any() {
@@ -328,25 +618,14 @@ async fn run_async(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Ou
             probed,
             &mut probes,
             &config.proc_root,
+            &config.notices,
         )?)
     } else {
         None
     };
     let attach_ms = probes.attach_time.as_secs_f64() * 1e3;
-    let known_idle_w = known_idle(&selection.sources);
-    let prior_slope_w_per_cpu =
-        sources::model::ModelParams::defaults(host.cpu_count(), &host.cpu_model)
-            .watts_per_busy_cpu(host.cpu_count());
-    let source_infos: Vec<SourceInfo> = selection
-        .sources
-        .iter()
-        .map(|s| SourceInfo {
-            name: s.name(),
-            provenance: s.provenance(),
-            description: s.describe(),
-            domains: s.domains().iter().map(|d| d.name.clone()).collect(),
-        })
-        .collect();
+    // Calibration needs a source that measures something: any one of them (a GPU's beside
+    // the model), not all (the report's provenance rule).
     let measured = selection
         .sources
         .iter()
@@ -360,7 +639,7 @@ async fn run_async(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Ou
         table: ProcessTable::new(config.mode == Mode::System, &config.proc_root),
         sources: selection.sources,
         recorder: Recorder::new(recorder::DEFAULT_SLICE_BUDGET),
-        books: energy::Books::new(domains.len()),
+        books: energy::Books::new(header.domains.len()),
         pending: Cleanup::default(),
         run_start_ns,
         source_errors: BTreeMap::new(),
@@ -388,7 +667,7 @@ async fn run_async(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Ou
         && measured
         && !config.calibration.is_zero()
         && config.idle_watts == IdleWatts::Estimate;
-    let mut early_signal = None;
+    let mut early_stop = None;
     if calibrate {
         let started = Instant::now();
         let mut tick = tokio::time::interval(config.interval.min(config.calibration));
@@ -396,22 +675,42 @@ async fn run_async(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Ou
         while started.elapsed() < config.calibration {
             tokio::select! {
                 _ = tick.tick() => sampler.sample(Phase::Calibration),
-                sig = signals.recv() => { early_signal = Some(sig); break; }
+                request = signals.recv() => { early_stop = Some(request); break; }
             }
         }
         sampler.sample(Phase::Calibration);
         calibration_s = started.elapsed().as_secs_f64();
     }
+    Ok(Setup {
+        config,
+        header,
+        sampler,
+        signals,
+        command_output,
+        calibration_s,
+        early_stop,
+        attach_ms,
+        selection_notes: selection.notes,
+        selection_probes: selection.probes,
+        losses_before: Losses::default(),
+    })
+}
 
+/// One measured run: starts the command (wrap mode), samples every interval until the
+/// mode's end or a stop request, and gives the time still carried its room.
+async fn measure(setup: &mut Setup) -> Result<Measured, RunError> {
+    let config = &setup.config;
+    let sampler = &mut setup.sampler;
+    let signals = &mut setup.signals;
     let started_at = SystemTime::now();
     sampler.run_start_ns = monotonic_ns();
     let mut child = None;
     let mut child_pid = 0;
     if let Mode::Wrap { command } = &config.mode
-        && early_signal.is_none()
+        && setup.early_stop.is_none()
     {
-        let output = match (command_output, config.command_stdout_to_stderr) {
-            (Some(path), _) => CommandOutput::File(path),
+        let output = match (&setup.command_output, config.command_stdout_to_stderr) {
+            (Some(path), _) => CommandOutput::File(path.clone()),
             (None, true) => CommandOutput::StdoutToStderr,
             (None, false) => CommandOutput::Inherit,
         };
@@ -427,25 +726,8 @@ async fn run_async(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Ou
     }
 
     if let Some(observer) = sampler.observer.as_mut() {
-        let busy_slope_w: Vec<Option<f64>> = sampler
-            .sources
-            .iter()
-            .flat_map(|s| {
-                let slopes = s.busy_slope_w();
-                (0..s.domains().len()).map(move |d| slopes.as_ref().and_then(|v| v.get(d).copied()))
-            })
-            .collect();
         observer(LiveEvent::Started(LiveStart {
-            mode: &config.mode,
-            host: &host,
-            interval: config.interval,
-            domains: &domains,
-            sources: &source_infos,
-            selection_reason: &selection.reason,
-            known_idle_w: &known_idle_w,
-            busy_slope_w: &busy_slope_w,
-            idle_watts: &config.idle_watts,
-            prior_slope_w_per_cpu,
+            header: &setup.header,
             run_start_ns: sampler.run_start_ns,
             calibration: sampler.recorder.calibration(),
         }));
@@ -462,8 +744,9 @@ async fn run_async(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Ou
     let mut drain_tick = tokio::time::interval(EVENT_DRAIN_PERIOD);
     drain_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     drain_tick.tick().await;
-    let stop = if let Some(sig) = early_signal {
-        Stop::Signal(sig)
+    let mut requested = setup.early_stop;
+    let stop = if let Some(request) = setup.early_stop {
+        Stop::Requested(request)
     } else {
         loop {
             let until_deadline = deadline.map_or(Duration::from_secs(86_400 * 365), |d| {
@@ -479,7 +762,7 @@ async fn run_async(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Ou
                 }
                 _ = tokio::time::sleep(until_deadline) => {
                     break match child.as_mut() {
-                        Some(c) => wind_down(c, child_pid, libc::SIGTERM, &mut sampler, &mut signals, config.interval)
+                        Some(c) => wind_down(c, child_pid, libc::SIGTERM, sampler, signals, config.interval)
                             .await
                             .map_or(Stop::Duration, Stop::CommandExited),
                         None => Stop::Duration,
@@ -488,28 +771,22 @@ async fn run_async(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Ou
                 status = wait_child(child.as_mut()) => {
                     break Stop::CommandExited(status);
                 }
-                sig = signals.recv() => {
+                request = signals.recv() => {
+                    requested = Some(request);
                     break match child.as_mut() {
                         Some(c) => {
                             // A Ctrl-C typed in the terminal already reached the command (it is
                             // in our foreground process group); anything else is forwarded. Under
-                            // the live view the terminal is in raw mode and sends no signals.
+                            // the live view the terminal is in raw mode and sends no signals, and
+                            // a quit is the Ctrl-C that never reached the command.
                             let forward = signals.quit.is_some()
-                                || !(sig == libc::SIGINT && shares_foreground_terminal());
-                            let forward_sig = if sig == QUIT {
-                                // The view holds the terminal in raw mode: no Ctrl-C reached
-                                // the command, so it gets the SIGINT a Ctrl-C would send.
-                                libc::SIGINT
-                            } else if forward {
-                                sig
-                            } else {
-                                0
-                            };
-                            wind_down(c, child_pid, forward_sig, &mut sampler, &mut signals, config.interval)
+                                || !(request == StopRequest::Interrupt && shares_foreground_terminal());
+                            let forward_sig = if forward { request.signal() } else { 0 };
+                            wind_down(c, child_pid, forward_sig, sampler, signals, config.interval)
                                 .await
-                                .map_or(Stop::Signal(sig), Stop::CommandExited)
+                                .map_or(Stop::Requested(request), Stop::CommandExited)
                         }
-                        None => Stop::Signal(sig),
+                        None => Stop::Requested(request),
                     };
                 }
             }
@@ -546,20 +823,41 @@ async fn run_async(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Ou
         Vec::new()
     };
     for process in &still_running {
-        eprintln!(
-            "cg-trace: warning: pid {} ({}) that the command started is still running; cg-trace \
-             stopped tracing it",
-            process.pid,
-            process.command.join(" ")
-        );
+        config.notices.tell(Notice::StillRunning(process.clone()));
     }
-    let other_carried_past_end_ns = sampler.tracker.carried_other_ns();
-    let run_end_ns = monotonic_ns();
+    Ok(Measured {
+        stop,
+        requested,
+        spawned: child.is_some(),
+        child_pid,
+        started_at,
+        carried_past_end_ns,
+        other_carried_past_end_ns: sampler.tracker.carried_other_ns(),
+        still_running,
+        run_end_ns: monotonic_ns(),
+    })
+}
 
+/// The end of a measured run: its exit code, the sources' last word (a power log settles),
+/// and the [`Recording`]. The sampler is left ready for another run.
+fn conclude(setup: &mut Setup, measured: Measured) -> Outcome {
+    let config = &setup.config;
+    let sampler = &mut setup.sampler;
+    let Measured {
+        stop,
+        requested: _,
+        spawned,
+        child_pid,
+        started_at,
+        carried_past_end_ns,
+        other_carried_past_end_ns,
+        still_running,
+        run_end_ns,
+    } = measured;
     // A wrapped command stopped by a signal, or never started because the signal came during
     // the idle calibration, exits as if interrupted (not 0: the command did not succeed).
     let wrap = matches!(config.mode, Mode::Wrap { .. });
-    let never_started = if wrap && child.is_none() {
+    let never_started = if wrap && !spawned {
         " during the idle calibration: the command was never started"
     } else {
         ""
@@ -576,32 +874,33 @@ async fn run_async(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Ou
         Stop::TargetsExited => ("every target exited".to_string(), 0, None),
         Stop::Duration => (
             "--duration reached".to_string(),
-            if child.is_some() { 124 } else { 0 },
+            if spawned { 124 } else { 0 },
             None,
         ),
-        Stop::Signal(QUIT) => (
-            if TERMINAL_HUNG_UP.load(std::sync::atomic::Ordering::SeqCst) {
-                "the live view's terminal hung up".to_string()
-            } else {
-                "quit from the live view".to_string()
+        Stop::Requested(request) => (
+            match request {
+                StopRequest::Quit if TERMINAL_HUNG_UP.load(std::sync::atomic::Ordering::SeqCst) => {
+                    "the live view's terminal hung up".to_string()
+                }
+                StopRequest::Quit => "quit from the live view".to_string(),
+                _ => format!("interrupted by {}", request.name()),
             } + never_started,
-            if wrap { 128 + libc::SIGINT } else { 0 },
-            None,
-        ),
-        Stop::Signal(sig) => (
-            format!("interrupted by {}{never_started}", signal_name(sig)),
-            if wrap { 128 + sig } else { 0 },
+            if wrap { 128 + request.signal() } else { 0 },
             None,
         ),
     };
     if !never_started.is_empty() {
-        eprintln!("cg-trace: {stop_reason}");
+        config
+            .notices
+            .tell(Notice::NeverStarted(stop_reason.clone()));
     }
-    let losses = sampler.probes.losses().unwrap_or_default();
+    let losses_so_far = sampler.probes.losses().unwrap_or_default();
+    let losses = losses_since(losses_so_far, setup.losses_before);
+    setup.losses_before = losses_so_far;
     // Reads that failed and were never made good are unknown; sources that lag behind the run
     // (a power meter's log) revise their figures now.
     sampler.books.finish(sampler.recorder.all_mut());
-    let mut source_notes = selection.notes;
+    let mut source_notes = setup.selection_notes.clone();
     let (settle_notes, settle_error) = energy::settle(
         &mut sampler.sources,
         sampler.recorder.all_mut(),
@@ -610,63 +909,94 @@ async fn run_async(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Ou
     source_notes.extend(settle_notes);
     let reports = energy::collect(&sampler.sources);
     source_notes.extend(reports.notes);
-    source_notes.extend(sampler.books.notes(&domains));
+    source_notes.extend(sampler.books.notes(&setup.header.domains));
     let exit_code = match settle_error {
         // A source that measured nothing of the run (a power log without a sample in it):
         // bad input. The report still says what was measured.
         Some(err) => {
-            eprintln!("cg-trace: error: {err}; its energy is unknown for the whole run");
+            config
+                .notices
+                .tell(Notice::MeasuredNothing(err.to_string()));
             2
         }
         None => exit_code,
     };
-    let function_recording = sampler.functions.take().map(|f| f.finish(&sampler.probes));
-    let Sampler {
-        recorder,
-        table,
-        source_errors,
-        run_start_ns,
-        ..
-    } = sampler;
-    Ok(Outcome {
+    let function_recording = sampler
+        .functions
+        .as_mut()
+        .map(|f| f.next_run(&sampler.probes).finish(&sampler.probes));
+    let recorder = sampler.next_run();
+    let table = std::mem::replace(
+        &mut sampler.table,
+        ProcessTable::new(config.mode == Mode::System, &config.proc_root),
+    );
+    // Processes waiting to be retired are the old table's (threads are named by the kernel's
+    // keys and keep waiting).
+    sampler.pending.processes.clear();
+    let mut header = setup.header.clone();
+    header.busy_slope_w = reports.busy_slope_w;
+    Outcome {
         exit_code,
         recording: Recording {
-            mode: config.mode.clone(),
-            host,
+            header,
+            run_id: run_id(started_at),
             started_at,
             ended_at: SystemTime::now(),
-            run_start_ns,
+            run_start_ns: sampler.run_start_ns,
             duration_ns: recorder.intervals().iter().map(|i| i.duration_ns).sum(),
-            interval: config.interval,
-            domains,
-            sources: source_infos,
-            selection_reason: selection.reason,
-            known_idle_w,
-            idle_watts: config.idle_watts.clone(),
-            prior_slope_w_per_cpu,
             recorder,
             processes: table.records().to_vec(),
             losses,
-            source_errors,
+            source_errors: std::mem::take(&mut sampler.source_errors),
             stop_reason,
             command_ending,
-            calibration_s,
+            calibration_s: setup.calibration_s,
             carried_past_end_ns,
             other_carried_past_end_ns,
             still_running,
             profiler: ProfilerCost {
-                attach_ms,
+                attach_ms: setup.attach_ms,
                 ..own_cost()
             },
             timeseries: config.timeseries,
-            probes: selection.probes,
+            probes: setup.selection_probes.clone(),
             source_notes,
             gpus: reports.gpus,
             meter: reports.meter,
-            busy_slope_w: reports.busy_slope_w,
             functions: function_recording,
         },
-    })
+    }
+}
+
+/// What the kernel side lost since `before` (its counters only grow).
+fn losses_since(now: Losses, before: Losses) -> Losses {
+    Losses {
+        on_cpu_map_full: now.on_cpu_map_full.saturating_sub(before.on_cpu_map_full),
+        events_dropped: now.events_dropped.saturating_sub(before.events_dropped),
+        targets_map_full: now.targets_map_full.saturating_sub(before.targets_map_full),
+        unmatched_switches: now
+            .unmatched_switches
+            .saturating_sub(before.unmatched_switches),
+        marks_failed: now.marks_failed.saturating_sub(before.marks_failed),
+    }
+}
+
+/// A fresh identifier for a run: its start time and 64 random bits.
+pub fn run_id(started: SystemTime) -> String {
+    let nanos = started
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .as_nanos() as u64;
+    let mut random = [0u8; 8];
+    let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| {
+        use std::io::Read;
+        f.read_exact(&mut random)
+    });
+    format!(
+        "{:016x}-{:016x}",
+        nanos,
+        u64::from_ne_bytes(random) ^ u64::from(std::process::id())
+    )
 }
 
 /// After a stop request in wrap mode: forward `signal` (0 = none) and keep measuring while
@@ -722,18 +1052,6 @@ fn shares_foreground_terminal() -> bool {
     unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp() }
 }
 
-fn signal_name(sig: i32) -> &'static str {
-    match sig {
-        libc::SIGINT => "SIGINT",
-        libc::SIGTERM => "SIGTERM",
-        libc::SIGHUP => "SIGHUP",
-        _ => "a signal",
-    }
-}
-
-/// What [`Signals::recv`] returns when the live view asked to stop (not a signal number).
-const QUIT: i32 = -1;
-
 /// The signals that stop a run, and the live view's stop request.
 struct Signals {
     interrupt: Signal,
@@ -752,7 +1070,7 @@ impl Signals {
         })
     }
 
-    async fn recv(&mut self) -> i32 {
+    async fn recv(&mut self) -> StopRequest {
         let quit = async {
             match &self.quit {
                 Some(quit) => quit.notified().await,
@@ -760,13 +1078,13 @@ impl Signals {
             }
         };
         tokio::select! {
-            _ = self.interrupt.recv() => libc::SIGINT,
-            _ = self.terminate.recv() => libc::SIGTERM,
+            _ = self.interrupt.recv() => StopRequest::Interrupt,
+            _ = self.terminate.recv() => StopRequest::Terminate,
             _ = self.hangup.recv() => {
                 leave_a_dead_terminal();
-                libc::SIGHUP
+                StopRequest::Hangup
             }
-            _ = quit => QUIT,
+            _ = quit => StopRequest::Quit,
         }
     }
 }
@@ -815,6 +1133,16 @@ fn own_cost() -> ProfilerCost {
         max_rss_bytes: usage.ru_maxrss as u64 * 1024,
         attach_ms: 0.0,
     }
+}
+
+fn busy_slopes(sources: &[Box<dyn EnergySource>]) -> Vec<Option<f64>> {
+    sources
+        .iter()
+        .flat_map(|s| {
+            let slopes = s.busy_slope_w();
+            (0..s.domains().len()).map(move |d| slopes.as_ref().and_then(|v| v.get(d).copied()))
+        })
+        .collect()
 }
 
 fn known_idle(sources: &[Box<dyn EnergySource>]) -> Vec<Option<f64>> {
@@ -867,6 +1195,8 @@ enum Phase {
     Prime,
     /// Before the command starts: used for the idle fit only.
     Calibration,
+    /// Between two runs of a set: recorded nowhere.
+    Gap,
     Run,
 }
 
@@ -906,6 +1236,17 @@ const EVENT_DRAIN_PERIOD: Duration = Duration::from_millis(100);
 const GC_PERIOD: Duration = Duration::from_secs(10);
 
 impl Sampler {
+    /// Hands over the run's intervals and starts the next run's books: its recorder holds the
+    /// same calibration, its energy accounts start empty.
+    fn next_run(&mut self) -> Recorder {
+        let mut next = Recorder::new(recorder::DEFAULT_SLICE_BUDGET);
+        for interval in self.recorder.calibration() {
+            next.push_calibration(interval.clone());
+        }
+        self.books = energy::Books::new(self.books.domain_count());
+        std::mem::replace(&mut self.recorder, next)
+    }
+
     /// Takes the lifecycle events queued in the kernel, to be applied at the next interval.
     fn drain_events(&mut self) {
         self.events.extend(self.probes.drain_events());
@@ -1033,7 +1374,8 @@ impl Sampler {
         }
         match phase {
             Phase::Calibration => self.recorder.push_calibration(interval),
-            _ => self.recorder.push(interval),
+            Phase::Gap => {}
+            Phase::Prime | Phase::Run => self.recorder.push(interval),
         }
     }
 
@@ -1127,5 +1469,75 @@ impl Sampler {
                 self.pending.threads.push(*key);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stop_request_is_the_signal_a_command_gets_and_cg_trace_exits_with() {
+        assert_eq!(StopRequest::Interrupt.signal(), libc::SIGINT);
+        assert_eq!(StopRequest::Terminate.signal(), libc::SIGTERM);
+        assert_eq!(StopRequest::Hangup.signal(), libc::SIGHUP);
+        // The live view's quit is the Ctrl-C its raw terminal did not send.
+        assert_eq!(StopRequest::Quit.signal(), libc::SIGINT);
+        assert_eq!(StopRequest::Quit.name(), "SIGINT");
+        assert_eq!(StopRequest::Terminate.name(), "SIGTERM");
+    }
+
+    #[test]
+    fn each_run_of_a_set_counts_its_own_kernel_losses() {
+        let before = Losses {
+            on_cpu_map_full: 1,
+            events_dropped: 2,
+            targets_map_full: 3,
+            unmatched_switches: 4,
+            marks_failed: 5,
+        };
+        let now = Losses {
+            on_cpu_map_full: 1,
+            events_dropped: 7,
+            targets_map_full: 3,
+            unmatched_switches: 14,
+            marks_failed: 5,
+        };
+        let run = losses_since(now, before);
+        assert_eq!(run.events_dropped, 5);
+        assert_eq!(run.unmatched_switches, 10);
+        assert_eq!(run.total(), 15);
+        // Counters that went back (a map recreated) give 0, not a wrapped figure.
+        assert_eq!(losses_since(before, now).total(), 0);
+    }
+
+    #[test]
+    fn the_header_says_estimated_as_soon_as_one_source_is() {
+        let source = |provenance| SourceInfo {
+            name: "x",
+            provenance,
+            description: String::new(),
+            domains: Vec::new(),
+        };
+        let mut header = RunHeader {
+            mode: Mode::System,
+            host: HostInfo {
+                hostname: "h".into(),
+                kernel: "k".into(),
+                cpu_model: "c".into(),
+                cpu_packages: vec![0],
+            },
+            interval: Duration::from_millis(100),
+            domains: Vec::new(),
+            sources: vec![source(Provenance::Measured)],
+            selection_reason: String::new(),
+            known_idle_w: Vec::new(),
+            busy_slope_w: Vec::new(),
+            idle_watts: IdleWatts::Estimate,
+            prior_slope_w_per_cpu: 1.0,
+        };
+        assert_eq!(header.provenance(), Provenance::Measured);
+        header.sources.push(source(Provenance::Estimated));
+        assert_eq!(header.provenance(), Provenance::Estimated);
     }
 }

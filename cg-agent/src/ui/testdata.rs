@@ -362,7 +362,7 @@ pub fn wrapped_run(intervals: u64, mut observer: impl FnMut(LiveEvent<'_>)) {
         attribution::{Coverage, CpuTime, Interval, Slice},
         host::HostInfo,
         session::{
-            IdleWatts, Mode, SourceInfo,
+            IdleWatts, Mode, RunHeader, SourceInfo,
             live::{LiveSample, LiveStart},
             processes::ProcessRecord,
         },
@@ -394,16 +394,18 @@ pub fn wrapped_run(intervals: u64, mut observer: impl FnMut(LiveEvent<'_>)) {
         domains: vec!["model".into()],
     }];
     observer(LiveEvent::Started(LiveStart {
-        mode: &mode,
-        host: &host,
-        interval: Duration::from_millis(100),
-        domains: &domains,
-        sources: &sources,
-        selection_reason: "requested with --source model",
-        known_idle_w: &[Some(5.0)],
-        busy_slope_w: &[],
-        idle_watts: &IdleWatts::Estimate,
-        prior_slope_w_per_cpu: 6.5,
+        header: &RunHeader {
+            mode,
+            host,
+            interval: Duration::from_millis(100),
+            domains: domains.to_vec(),
+            sources: sources.to_vec(),
+            selection_reason: "requested with --source model".into(),
+            known_idle_w: vec![Some(5.0)],
+            busy_slope_w: vec![],
+            idle_watts: IdleWatts::Estimate,
+            prior_slope_w_per_cpu: 6.5,
+        },
         run_start_ns: 0,
         calibration: &[],
     }));
