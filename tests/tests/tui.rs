@@ -83,6 +83,33 @@ impl Tmux {
         String::from_utf8_lossy(&self.run(&["capture-pane", "-p", "-t", "t"]).stdout).into_owned()
     }
 
+    /// The visible screen with its colours and attributes (SGR escape sequences).
+    fn styled_screen(&self) -> String {
+        String::from_utf8_lossy(&self.run(&["capture-pane", "-e", "-p", "-t", "t"]).stdout)
+            .into_owned()
+    }
+
+    /// Waits until the styled screen satisfies `ok` in two captures in a row that are the
+    /// same (so not a frame half drawn); panics with the screen when it never does.
+    fn wait_for_styled(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
+        let start = Instant::now();
+        let mut previous = String::new();
+        loop {
+            let screen = self.styled_screen();
+            if screen == previous && ok(&screen) {
+                return screen;
+            }
+            if start.elapsed() > PATIENCE {
+                panic!(
+                    "timed out waiting for {what}; the screen:\n{}",
+                    plain(&screen)
+                );
+            }
+            previous = screen;
+            std::thread::sleep(Duration::from_millis(150));
+        }
+    }
+
     /// The screen and what scrolled off it.
     fn history(&self) -> String {
         String::from_utf8_lossy(
@@ -173,6 +200,119 @@ fn table_rows(screen: &str) -> Vec<&str> {
         .take_while(|l| !l.contains("quit") && !l.contains("filter:"))
         .filter(|l| !l.trim().is_empty())
         .collect()
+}
+
+/// `line` without its SGR escape sequences.
+fn plain(line: &str) -> String {
+    let mut out = String::new();
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            // ESC [ params m
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Whether a styled line turns reverse video on (SGR parameter 7): the table's cursor.
+fn turns_reverse_on(line: &str) -> bool {
+    line.split('\x1b').skip(1).any(|seq| {
+        seq.strip_prefix('[')
+            .and_then(|s| s.split('m').next())
+            .is_some_and(|params| params.split(';').any(|p| p == "7"))
+    })
+}
+
+/// The table's rows (styled) and the index of the highlighted one.
+fn cursor_row(styled: &str) -> (Vec<String>, Option<usize>) {
+    let rows: Vec<&str> = styled
+        .lines()
+        .skip_while(|l| {
+            let l = plain(l);
+            !(l.contains("PID") && l.contains("COMMAND"))
+        })
+        .skip(1)
+        .take_while(|l| {
+            let l = plain(l);
+            !l.contains("quit") && !l.contains("filter:") && !l.trim().is_empty()
+        })
+        .collect();
+    let at = rows.iter().position(|l| turns_reverse_on(l));
+    (rows.into_iter().map(plain).collect(), at)
+}
+
+/// Starts `cg-trace --tui` on a command that runs a spinner for 6 s beside three processes
+/// that hardly use the CPU; returns once the spinner is on the table's first row.
+fn start_spinner_beside_sleepers(tmux: &Tmux) {
+    tmux.line(&format!(
+        "{bin} --tui --source model -q --refresh 300 --command-output {output} -- sh -c \
+         '{spin} 6 & exec {idle} 2 60'; echo $? > {code}",
+        bin = shell_quote(&bin("cg-trace")),
+        spin = shell_quote(&bin("cg-spin")),
+        idle = shell_quote(&bin("cg-idle")),
+        output = shell_quote(&tmux.path("command.out")),
+        code = shell_quote(&tmux.path("code")),
+    ));
+    tmux.wait_for("the spinner on the first row", |s| {
+        let rows = table_rows(s);
+        rows.len() >= 4 && rows[0].contains("cg-spin") && !rows[0].contains("[exited]")
+    });
+}
+
+/// Waits for the spinner to have exited and sunk below the first row; returns the rows and
+/// the cursor's.
+fn wait_for_the_spinner_to_sink(tmux: &Tmux) -> (Vec<String>, Option<usize>) {
+    let styled = tmux.wait_for_styled("the spinner to exit and sink", |s| {
+        let (rows, at) = cursor_row(s);
+        at.is_some()
+            && rows
+                .iter()
+                .position(|r| r.contains("[exited]") && r.contains("cg-spin"))
+                .is_some_and(|i| i > 0)
+    });
+    cursor_row(&styled)
+}
+
+#[test]
+fn the_cursor_keeps_its_row_when_the_selected_process_exits_unless_following() {
+    require_root();
+    // htop's way: the selected process exits and sinks; the cursor stays on the first row.
+    let tmux = Tmux::start(100, 30);
+    start_spinner_beside_sleepers(&tmux);
+    tmux.keys(&["g"]);
+    let (rows, at) = wait_for_the_spinner_to_sink(&tmux);
+    assert_eq!(
+        at,
+        Some(0),
+        "the cursor left the first row:\n{}",
+        rows.join("\n")
+    );
+    assert!(!rows[0].contains("cg-spin"), "{}", rows.join("\n"));
+    tmux.keys(&["q"]);
+    assert_eq!(tmux.wait_file("code"), "130");
+    drop(tmux);
+
+    // With F the cursor follows the spinner down, and the footer says so.
+    let tmux = Tmux::start(100, 30);
+    start_spinner_beside_sleepers(&tmux);
+    tmux.keys(&["g", "F"]);
+    tmux.wait_for("the footer to say following", |s| s.contains("F following"));
+    let (rows, at) = wait_for_the_spinner_to_sink(&tmux);
+    let at = at.expect("a cursor");
+    assert!(
+        at > 0 && rows[at].contains("[exited]") && rows[at].contains("cg-spin"),
+        "the cursor did not follow the spinner:\n{}",
+        rows.join("\n")
+    );
+    tmux.keys(&["q"]);
+    assert_eq!(tmux.wait_file("code"), "130");
 }
 
 #[test]

@@ -637,21 +637,26 @@ fn render_footer(app: &App, area: Rect, buf: &mut Buffer) {
         ])
     } else {
         let key = |k: &'static str| Span::styled(k, Style::new().black().on_cyan());
-        let mut spans = vec![
-            key("q"),
-            " quit ".into(),
-            key("?"),
-            " help ".into(),
-            key("/"),
-            " filter ".into(),
-            key("t"),
-            " tree ".into(),
-            key("space"),
-            " pause ".into(),
-            " sort ".into(),
+        let item = |k: &'static str, what: Span<'static>| vec![key(k), what];
+        // Groups in order of importance; those that do not fit are left out (`?` lists all).
+        let mut groups = vec![
+            item("q", " quit ".into()),
+            item("?", " help ".into()),
+            item("/", " filter ".into()),
+            item("t", " tree ".into()),
+            item(
+                "F",
+                if app.follow {
+                    " following ".yellow().bold()
+                } else {
+                    " follow ".into()
+                },
+            ),
+            item("space", " pause ".into()),
         ];
+        let mut sort = vec![" sort ".into()];
         for k in SortKey::ALL {
-            spans.push(key(match k {
+            sort.push(key(match k {
                 SortKey::Pid => "p",
                 SortKey::User => "u",
                 SortKey::Cpu => "c",
@@ -660,12 +665,23 @@ fn render_footer(app: &App, area: Rect, buf: &mut Buffer) {
                 SortKey::Share => "s",
                 SortKey::Command => "n",
             }));
-            spans.push(" ".into());
+            sort.push(" ".into());
         }
-        spans.push(key("r"));
-        spans.push(" reverse".into());
+        sort.push(key("r"));
+        sort.push(" reverse".into());
+        groups.push(sort);
         if !app.filter.is_empty() {
-            spans.push(format!("  filter: {}", app.filter).yellow());
+            groups.insert(0, vec![format!(" filter: {} ", app.filter).yellow()]);
+        }
+        let mut spans: Vec<Span<'static>> = Vec::new();
+        let mut used = 0;
+        for group in groups {
+            let width: usize = group.iter().map(Span::width).sum();
+            if used + width > area.width as usize {
+                continue;
+            }
+            used += width;
+            spans.extend(group);
         }
         Line::from(spans)
     };
@@ -678,6 +694,7 @@ const HELP: &[(&str, &str)] = &[
     ("space", "pause or resume the display"),
     ("/", "filter by name or pid (Enter keeps, Esc clears)"),
     ("f", "functions: of the selected process, or of all"),
+    ("F", "follow the selected process (a move ends it)"),
     ("t", "tree view: children under their parents"),
     (
         "Enter ← →",
@@ -689,7 +706,11 @@ const HELP: &[(&str, &str)] = &[
     ),
     ("", "(the same key again reverses the order)"),
     ("< > r", "previous or next column, reverse"),
-    ("↑ ↓ PgUp PgDn", "move (Home, End: first, last)"),
+    (
+        "↑ ↓ PgUp PgDn",
+        "move (Home, End: first, last); the cursor keeps",
+    ),
+    ("", "its row when the order changes, unless F"),
 ];
 
 fn render_help(area: Rect, buf: &mut Buffer) {

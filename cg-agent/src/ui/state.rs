@@ -139,6 +139,9 @@ pub struct App {
     pub all_functions: bool,
     /// The run was asked to stop and is winding down.
     pub stopping: bool,
+    /// The cursor follows the selected process when the order changes (`F`, as in htop);
+    /// otherwise it keeps its row, as htop's does.
+    pub follow: bool,
     users: Users,
     user_names: Vec<String>,
     rows: Vec<Row>,
@@ -166,6 +169,7 @@ impl App {
             help: false,
             all_functions: false,
             stopping: false,
+            follow: false,
             users,
             user_names: Vec::new(),
             rows: Vec::new(),
@@ -190,7 +194,7 @@ impl App {
             .map(|p| self.users.name(p.uid))
             .collect();
         self.report = Some(report);
-        self.rebuild();
+        self.rebuild_rows(self.follow);
     }
 
     pub fn rows(&self) -> &[Row] {
@@ -263,6 +267,10 @@ impl App {
             KeyCode::Char(' ') => self.toggle_pause(),
             KeyCode::Char('/') => self.editing_filter = true,
             KeyCode::Char('f') => self.all_functions = !self.all_functions,
+            KeyCode::Char('F') => {
+                self.follow = !self.follow;
+                self.selected = self.rows.get(self.cursor).map(|r| r.id);
+            }
             KeyCode::Esc if !self.filter.is_empty() => {
                 self.filter.clear();
                 self.rebuild();
@@ -347,7 +355,9 @@ impl App {
         self.rebuild();
     }
 
+    /// Moves the cursor; as in htop, a movement ends following (`F`).
     fn move_cursor(&mut self, by: isize) {
+        self.follow = false;
         if self.rows.is_empty() {
             return;
         }
@@ -403,9 +413,17 @@ impl App {
         order.then(x.pid.cmp(&y.pid)).then(x.id.cmp(&y.id))
     }
 
-    /// Recomputes the rows from the shown figures, the sort, the filter and the tree; the
-    /// selection follows its process.
+    /// Recomputes the rows after the user changed the view (sort, filter, tree, fold): the
+    /// selection stays on its process while it is listed.
     fn rebuild(&mut self) {
+        self.rebuild_rows(true);
+    }
+
+    /// Recomputes the rows from the shown figures, the sort, the filter and the tree. On new
+    /// figures the cursor keeps its row (htop's way: the biggest consumers stay in view
+    /// whatever the selected process does); with `F` it follows the selected process while
+    /// it is listed (`keep_process`).
+    fn rebuild_rows(&mut self, keep_process: bool) {
         let rows = match &self.report {
             None => Vec::new(),
             Some(report) if self.tree => self.tree_rows(&report.processes),
@@ -428,12 +446,15 @@ impl App {
             }
         };
         self.rows = rows;
-        if let Some(at) = self
+        let kept = self
             .selected
-            .and_then(|id| self.rows.iter().position(|r| r.id == id))
-        {
+            .filter(|_| keep_process)
+            .and_then(|id| self.rows.iter().position(|r| r.id == id));
+        if let Some(at) = kept {
             self.cursor = at;
         } else {
+            // Following ends with the process (gone, or filtered out), as in htop.
+            self.follow = false;
             self.cursor = self.cursor.min(self.rows.len().saturating_sub(1));
             self.selected = self.rows.get(self.cursor).map(|r| r.id);
         }
@@ -682,17 +703,68 @@ mod tests {
         assert_eq!(pids(&app), [1, 880, 1200, 1203]);
     }
 
-    #[test]
-    fn selection_follows_its_process_across_updates_and_sorts() {
-        let mut app = app();
-        key(&mut app, KeyCode::Down);
-        assert_eq!(app.selected_process().unwrap().pid, 1201);
-        press(&mut app, "p");
-        assert_eq!(app.selected_process().unwrap().pid, 1201);
+    /// `make` (1200), on the first row, exits: its power drops and it sinks.
+    fn make_exits() -> LiveReport {
         let mut next = testdata::report();
+        let make = next.processes.iter_mut().find(|p| p.pid == 1200).unwrap();
+        make.alive = false;
+        make.power_w = 0.0;
+        make.cpu_pct = 0.0;
+        next
+    }
+
+    #[test]
+    fn the_cursor_keeps_its_row_when_the_selected_process_sinks() {
+        let mut app = app();
+        assert_eq!(
+            (app.cursor(), app.selected_process().unwrap().pid),
+            (0, 1200)
+        );
+        app.update(make_exits());
+        assert_eq!(pids(&app)[5], 1200, "make sank to the bottom");
+        assert_eq!(app.cursor(), 0, "the cursor stays on the first row");
+        assert_eq!(app.selected_process().unwrap().pid, 1201);
+        // A process that leaves the list: the cursor stays on its row (the last one at most).
+        key(&mut app, KeyCode::End);
+        let mut next = make_exits();
         next.processes.retain(|p| p.pid != 1200);
         app.update(next);
-        assert_eq!(app.selected_process().unwrap().pid, 1201);
+        assert_eq!(app.cursor(), 4);
+        // The user's own changes to the view keep the selected process.
+        key(&mut app, KeyCode::Home);
+        key(&mut app, KeyCode::Down);
+        assert_eq!(app.selected_process().unwrap().pid, 1202);
+        press(&mut app, "p");
+        assert_eq!(app.selected_process().unwrap().pid, 1202);
+        press(&mut app, "t");
+        assert_eq!(app.selected_process().unwrap().pid, 1202);
+    }
+
+    #[test]
+    fn with_f_the_cursor_follows_its_process_until_moved() {
+        let mut app = app();
+        assert!(!app.follow);
+        assert_eq!(key(&mut app, KeyCode::Char('F')), Action::Redraw);
+        assert!(app.follow);
+        app.update(make_exits());
+        assert_eq!(app.cursor(), 5, "followed to the bottom");
+        assert_eq!(app.selected_process().unwrap().pid, 1200);
+        // A move ends following, as in htop.
+        key(&mut app, KeyCode::Up);
+        assert!(!app.follow);
+        assert_eq!(app.selected_process().unwrap().pid, 1203);
+        app.update(testdata::report());
+        assert_eq!(app.cursor(), 4);
+        // Following ends when the process leaves the list.
+        key(&mut app, KeyCode::Home);
+        key(&mut app, KeyCode::Down);
+        key(&mut app, KeyCode::Down);
+        press(&mut app, "F");
+        assert_eq!(app.selected_process().unwrap().pid, 1202);
+        let mut next = testdata::report();
+        next.processes.retain(|p| p.pid != 1202);
+        app.update(next);
+        assert!(!app.follow);
         key(&mut app, KeyCode::End);
         assert_eq!(app.cursor(), app.rows().len() - 1);
         key(&mut app, KeyCode::Home);
