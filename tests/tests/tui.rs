@@ -316,6 +316,56 @@ fn the_cursor_keeps_its_row_when_the_selected_process_exits_unless_following() {
 }
 
 #[test]
+fn a_folded_tree_row_adds_up_cpu_seconds_too() {
+    require_root();
+    // Wide enough for the CPU s column.
+    let tmux = Tmux::start(130, 30);
+    tmux.line(&format!(
+        "{bin} --tui --source model -q --refresh 300 --command-output {output} -- sh -c \
+         '{spin} 30 & {spin} 30 & wait'; echo $? > {code}",
+        bin = shell_quote(&bin("cg-trace")),
+        spin = shell_quote(&bin("cg-spin")),
+        output = shell_quote(&tmux.path("command.out")),
+        code = shell_quote(&tmux.path("code")),
+    ));
+    tmux.wait_for("both spinners", |s| {
+        let rows = table_rows(s);
+        rows.len() == 3 && rows.iter().any(|r| r.contains("sh -c"))
+    });
+    // The tree, the cursor on the command (sh, the root), folded.
+    tmux.keys(&["t", "g", "Enter"]);
+    // PID PPID USER CPU% CPU s ...: the CPU seconds of the folded row, once the spinners
+    // have run a few seconds.
+    let cpu_s = |row: &str| -> f64 {
+        row.split_whitespace()
+            .nth(4)
+            .and_then(|f| f.parse().ok())
+            .unwrap_or(-1.0)
+    };
+    let screen = tmux.wait_for("the folded command after 4 s", |s| {
+        let rows = table_rows(s);
+        rows.len() == 1 && rows[0].contains("[+2]") && cpu_s(rows[0]) >= 0.0 && {
+            let clock = s.lines().next().unwrap_or("");
+            !clock.contains("0:00 ")
+                && !clock.contains("0:01 ")
+                && !clock.contains("0:02 ")
+                && !clock.contains("0:03 ")
+        }
+    });
+    let folded = cpu_s(table_rows(&screen)[0]);
+    // Unfolded: sh itself hardly ran; the folded row had its children's seconds.
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_for("the unfolded tree", |s| table_rows(s).len() == 3);
+    let own = cpu_s(table_rows(&screen)[0]);
+    assert!(
+        (0.0..0.5).contains(&own) && folded > 1.0,
+        "sh's own {own} CPU s, folded {folded} CPU s:\n{screen}"
+    );
+    tmux.keys(&["q"]);
+    assert_eq!(tmux.wait_file("code"), "130");
+}
+
+#[test]
 fn top_in_tmux_sorts_filters_quits_and_gives_the_terminal_back() {
     require_root();
     let spin = Background::spawn(&bin("cg-spin"), &["120"]);

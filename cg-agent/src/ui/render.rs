@@ -431,9 +431,25 @@ fn render_table(app: &App, r: &LiveReport, area: Rect, buf: &mut Buffer) {
         .style(Style::new().black().on_cyan().bold());
     let visible = rows.iter().skip(scroll).take(height).map(|row| {
         let p = &r.processes[row.index];
-        let (cpu_pct, power_w, energy_j, share_pct) = match row.folded {
-            Some(s) => (s.cpu_pct, s.power_w, s.energy_j, s.share_pct),
-            None => (p.cpu_pct, p.power_w, p.energy_j, p.share_pct),
+        // A folded row shows its subtree's sums in every column that adds up.
+        let (cpu_pct, cpu_time_s, power_w, domain_power_w, energy_j, share_pct) = match &row.folded
+        {
+            Some(s) => (
+                s.cpu_pct,
+                s.cpu_time_s,
+                s.power_w,
+                &s.domain_power_w,
+                s.energy_j,
+                s.share_pct,
+            ),
+            None => (
+                p.cpu_pct,
+                p.cpu_time_s,
+                p.power_w,
+                &p.domain_power_w,
+                p.energy_j,
+                p.share_pct,
+            ),
         };
         let mut cells = vec![cell(p.pid.to_string(), true)];
         if wide {
@@ -445,19 +461,19 @@ fn render_table(app: &App, r: &LiveReport, area: Rect, buf: &mut Buffer) {
         cells.push(cell(app.user_of(row.index).to_string(), false));
         cells.push(cell(format!("{cpu_pct:.1}"), true));
         if wide {
-            cells.push(cell(format!("{:.2}", p.cpu_time_s), true));
+            cells.push(cell(format!("{cpu_time_s:.2}"), true));
         }
         cells.push(cell(watts(power_w), true));
         for &d in &domain_columns {
             cells.push(cell(
-                watts(p.domain_power_w.get(d).copied().unwrap_or(0.0)),
+                watts(domain_power_w.get(d).copied().unwrap_or(0.0)),
                 true,
             ));
         }
         cells.push(cell(joules(energy_j), true));
         cells.push(cell(format!("{share_pct:.1}%"), true));
         let mut command = row.prefix.clone();
-        if let Some(s) = row.folded {
+        if let Some(s) = &row.folded {
             command.push_str(&format!("[+{}] ", s.hidden));
         }
         if !p.alive {
@@ -832,6 +848,66 @@ mod tests {
             ],
         );
         insta::assert_snapshot!("tree_filter_typing", screen(&a, 80, 24));
+    }
+
+    #[test]
+    fn tree_folded_sums_every_column_at_160x48() {
+        let mut a = app(measured_report(), None);
+        keys(
+            &mut a,
+            &[
+                KeyCode::Char('t'),
+                KeyCode::Home,
+                KeyCode::Down,
+                KeyCode::Down,
+                KeyCode::Enter,
+            ],
+        );
+        let text = screen(&a, 160, 48);
+        // make (1200) folded over its two workers and sh: each summed column is the sum of
+        // the four processes' figures.
+        let under: Vec<&crate::report::live::LiveProcess> = a
+            .report
+            .as_ref()
+            .unwrap()
+            .processes
+            .iter()
+            .filter(|p| p.pid >= 1200)
+            .collect();
+        let sum = |f: &dyn Fn(&crate::report::live::LiveProcess) -> f64| -> f64 {
+            under.iter().map(|p| f(p)).sum()
+        };
+        let mut expected = vec![
+            sum(&|p| p.cpu_pct),
+            sum(&|p| p.cpu_time_s),
+            sum(&|p| p.power_w),
+        ];
+        // package-0, dram-0 and gpu0 (core-0 sits inside the package).
+        for d in [0, 2, 3] {
+            expected.push(sum(&|p| p.domain_power_w[d]));
+        }
+        expected.push(sum(&|p| p.energy_j));
+        expected.push(sum(&|p| p.share_pct));
+        let line = text
+            .lines()
+            .find(|l| l.contains("[+3]"))
+            .unwrap_or_else(|| panic!("no folded row:\n{text}"));
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        // PID PPID USER, then CPU% CPU s POWER W, a column per domain, ENERGY J, SHARE.
+        assert_eq!(&fields[..3], ["1200", "880", "alice"], "{line}");
+        let shown: Vec<f64> = fields[3..11]
+            .iter()
+            .map(|f| f.trim_end_matches('%').parse().unwrap())
+            .collect();
+        for (column, (shown, expected)) in shown.iter().zip(&expected).enumerate() {
+            // Within the rounding of two decimals (one for CPU% and SHARE).
+            assert!(
+                (shown - expected).abs() <= 0.051,
+                "column {column}: {shown} shown, {expected} summed: {line}"
+            );
+        }
+        assert!(expected[1] > 30.0 && expected[6] > 7.9, "{expected:?}");
+        insta::assert_snapshot!(text);
     }
 
     #[test]

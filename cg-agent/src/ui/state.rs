@@ -101,12 +101,15 @@ pub struct Row {
     pub folded: Option<Subtree>,
 }
 
-/// A folded process with everything below it.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+/// A folded process with everything below it: every column that adds up, added up.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Subtree {
     pub hidden: usize,
     pub cpu_pct: f64,
+    pub cpu_time_s: f64,
     pub power_w: f64,
+    /// Per domain, as [`LiveProcess::domain_power_w`].
+    pub domain_power_w: Vec<f64>,
     pub energy_j: f64,
     pub share_pct: f64,
 }
@@ -574,7 +577,14 @@ fn subtree(processes: &[LiveProcess], children: &[Vec<usize>], root: usize) -> S
     while let Some(i) = stack.pop() {
         let p = &processes[i];
         sum.cpu_pct += p.cpu_pct;
+        sum.cpu_time_s += p.cpu_time_s;
         sum.power_w += p.power_w;
+        if sum.domain_power_w.len() < p.domain_power_w.len() {
+            sum.domain_power_w.resize(p.domain_power_w.len(), 0.0);
+        }
+        for (total, w) in sum.domain_power_w.iter_mut().zip(&p.domain_power_w) {
+            *total += w;
+        }
         sum.energy_j += p.energy_j;
         sum.share_pct += p.share_pct;
         if i != root {
@@ -692,9 +702,25 @@ mod tests {
         assert_eq!(app.selected_process().unwrap().pid, 1200);
         key(&mut app, KeyCode::Enter);
         assert_eq!(pids(&app), [1, 880, 1200]);
-        let folded = app.rows()[2].folded.unwrap();
+        let folded = app.rows()[2].folded.clone().unwrap();
         assert_eq!(folded.hidden, 3);
         assert!((folded.power_w - (6.0 + 3.0 + 2.0 + 0.5)).abs() < 1e-9);
+        // Every column that adds up: CPU seconds and each domain's power too.
+        let (cpu_s, domains): (f64, Vec<f64>) = {
+            let r = app.report.as_ref().unwrap();
+            let under: Vec<&LiveProcess> = r.processes.iter().filter(|p| p.pid >= 1200).collect();
+            (
+                under.iter().map(|p| p.cpu_time_s).sum(),
+                vec![under.iter().map(|p| p.domain_power_w[0]).sum()],
+            )
+        };
+        assert!(cpu_s > 30.0);
+        assert!((folded.cpu_time_s - cpu_s).abs() < 1e-9, "{folded:?}");
+        assert_eq!(folded.domain_power_w.len(), 1);
+        assert!(
+            (folded.domain_power_w[0] - domains[0]).abs() < 1e-9,
+            "{folded:?}"
+        );
         key(&mut app, KeyCode::Right);
         assert_eq!(pids(&app).len(), 6);
         // A filter keeps the matches' ancestors.
