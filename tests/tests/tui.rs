@@ -494,16 +494,18 @@ fn sigterm_and_panics_give_the_terminal_back() {
 }
 
 #[test]
-fn tui_wrap_keeps_the_commands_output_off_the_screen() {
+fn tui_wrap_keeps_the_commands_output_off_the_screen_and_its_final_figures_on_it() {
     require_root();
     let tmux = Tmux::start(100, 30);
     let output = tmux.path("command.out");
+    let report = tmux.path("r.json");
     tmux.line(&format!(
-        "stty -g > {before}; {bin} --tui --source model -q --command-output {output} -- sh -c \
-         'echo hello-from-the-command; echo oops >&2; sleep 4; exit 3'; echo $? > {code}; stty \
-         -g > {after}",
+        "stty -g > {before}; {bin} --tui --source model -q -o {report} --command-output \
+         {output} -- sh -c 'echo hello-from-the-command; echo oops >&2; sleep 4; exit 3'; echo \
+         $? > {code}; stty -g > {after}",
         before = shell_quote(&tmux.path("before")),
         bin = shell_quote(&bin("cg-trace")),
+        report = shell_quote(&report),
         output = shell_quote(&output),
         code = shell_quote(&tmux.path("code")),
         after = shell_quote(&tmux.path("after")),
@@ -519,12 +521,76 @@ fn tui_wrap_keeps_the_commands_output_off_the_screen() {
         "{screen}"
     );
     assert!(screen.contains("targets"), "{screen}");
-    // The view closes by itself when the command ends, with the command's status.
+    // The command ends: its final figures stay on screen with its status, until q.
+    let screen = tmux.wait_for("the final screen", |s| {
+        s.contains("the command ended: exit status 3") && s.contains("q quit")
+    });
+    assert!(
+        screen.contains("0:04") || screen.contains("0:05"),
+        "the final figures cover the 4 s:\n{screen}"
+    );
+    assert_eq!(tmux.pane("alternate_on"), "1", "the view closed by itself");
+    assert!(!tmux.path("code").exists() && !report.exists());
+    // Keys still work on the final figures.
+    tmux.keys(&["t"]);
+    tmux.wait_for("the tree", |s| s.contains("└─ ") || s.contains("├─ "));
+    tmux.keys(&["q"]);
     assert_eq!(tmux.wait_file("code"), "3");
     tmux.assert_terminal_restored("before", "after");
     let text = fs::read_to_string(&output).unwrap();
     assert_eq!(text, "hello-from-the-command\noops\n");
     assert!(tmux.history().contains("the command's output is in"));
+    let report: Value = serde_json::from_str(&fs::read_to_string(&report).unwrap()).unwrap();
+    assert_adds_up(&report);
+    assert_eq!(report["meta"]["stop_reason"], "command exited");
+}
+
+#[test]
+fn tui_exit_on_end_closes_with_the_command_and_a_signal_closes_the_final_screen() {
+    require_root();
+    // --exit-on-end (scripts): the view closes by itself with the command's status.
+    let tmux = Tmux::start(100, 30);
+    tmux.line(&format!(
+        "stty -g > {before}; {bin} --tui --exit-on-end --source model -q --command-output \
+         {output} -- sh -c 'sleep 2; exit 3'; echo $? > {code}; stty -g > {after}",
+        before = shell_quote(&tmux.path("before")),
+        bin = shell_quote(&bin("cg-trace")),
+        output = shell_quote(&tmux.path("command.out")),
+        code = shell_quote(&tmux.path("code")),
+        after = shell_quote(&tmux.path("after")),
+    ));
+    tmux.wait_for("the view of the command", |s| {
+        s.contains("cg-trace · `sh -c")
+    });
+    assert_eq!(tmux.wait_file("code"), "3");
+    tmux.assert_terminal_restored("before", "after");
+
+    // SIGTERM while the final figures are on screen: the view closes and the report is
+    // written (the session's own signal handling has ended by then).
+    let report = tmux.path("r.json");
+    tmux.line(&format!(
+        "stty -g > {before}; sh -c \"echo \\$\\$ > {pid}; exec {bin} --tui --source model -q -o \
+         {report} --command-output {output} -- sh -c 'exit 5'\"; echo $? > {code}; stty -g > \
+         {after}",
+        before = shell_quote(&tmux.path("before2")),
+        pid = shell_quote(&tmux.path("pid")),
+        bin = shell_quote(&bin("cg-trace")),
+        report = shell_quote(&report),
+        output = shell_quote(&tmux.path("command2.out")),
+        code = shell_quote(&tmux.path("code2")),
+        after = shell_quote(&tmux.path("after2")),
+    ));
+    tmux.wait_for("the final screen", |s| {
+        s.contains("the command ended: exit status 5")
+    });
+    let pid: i32 = tmux.wait_file("pid").parse().unwrap();
+    // SAFETY: signalling the cg-trace the test started.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    assert_eq!(tmux.wait_file("code2"), "5", "the command's status");
+    tmux.assert_terminal_restored("before2", "after2");
+    let report: Value = serde_json::from_str(&fs::read_to_string(&report).unwrap()).unwrap();
+    assert_adds_up(&report);
+    assert_eq!(report["meta"]["stop_reason"], "command exited");
 }
 
 #[test]
@@ -548,13 +614,15 @@ fn tui_shows_the_functions_of_the_selected_process_while_it_runs() {
     let tmux = Tmux::start(120, 40);
     tmux.line(&format!(
         "{bin} --tui --refresh 300 --source model -q --func 'cg_work_*' --command-output \
-         {output} -- {funcs} --calls 100000 --units 40; echo $? > {code}",
+         {output} -- {funcs} --calls 1000000 --units 40; echo $? > {code}",
         bin = shell_quote(&bin("cg-trace")),
         funcs = shell_quote(&bin("cg-funcs")),
         output = shell_quote(&tmux.path("command.out")),
         code = shell_quote(&tmux.path("code")),
     ));
     // The wrapped command is selected first; its probed functions show with their calls.
+    // (It runs long enough for q to come first: once it ends, the view would stay up with
+    // its final figures, and q would give its own status.)
     let screen = tmux.wait_for("the function pane", |s| {
         s.contains("functions of") && s.contains("cg_work_a") && s.contains("cg_work_b")
     });

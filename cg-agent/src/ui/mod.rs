@@ -5,7 +5,9 @@
 //! refresh period; an input thread sends keys and resizes; the main loop alone owns the view's
 //! state ([`state::App`]) and draws it ([`render`]). The session keeps measuring whatever the
 //! view does (pause only freezes the display), and quitting stops the run as Ctrl-C would,
-//! after which the caller builds the report as in any other run.
+//! after which the caller builds the report as in any other run. In wrap mode the view stays
+//! up with the final figures when the command ends, until `q` (or a signal) closes it, unless
+//! `--exit-on-end`.
 
 pub mod render;
 pub mod state;
@@ -20,7 +22,7 @@ use std::{
     path::PathBuf,
     sync::{
         Arc,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicI32, Ordering},
         mpsc,
     },
     thread,
@@ -89,6 +91,9 @@ pub struct ViewOptions {
     pub refresh: Duration,
     /// Wrap mode: where the command's output goes.
     pub command_output: Option<PathBuf>,
+    /// Wrap mode: close the view when the command ends, rather than keeping the final
+    /// figures on screen until the user quits.
+    pub exit_on_end: bool,
     /// Benchmarks: write frame render times here at the end.
     pub frame_stats: Option<PathBuf>,
 }
@@ -160,6 +165,9 @@ pub fn run(config: RunConfig, options: ViewOptions) -> Result<Outcome, ViewError
         .and_then(|k| k.chars().next());
     let mut frames: Vec<FrameTime> = Vec::new();
     let mut dirty = true;
+    // The run's outcome while its final figures stay on screen, and the signal handlers
+    // that close that screen.
+    let mut kept: Option<(Option<Box<RunResult>>, FinalSignals)> = None;
     let outcome = loop {
         if dirty {
             let started = Instant::now();
@@ -180,17 +188,32 @@ pub fn run(config: RunConfig, options: ViewOptions) -> Result<Outcome, ViewError
             });
             dirty = false;
         }
-        let Ok(first) = rx.recv() else {
-            break None;
+        let first = match &kept {
+            None => rx.recv().ok(),
+            Some(_) => match rx.recv_timeout(FINAL_SIGNAL_POLL) {
+                Ok(event) => Some(event),
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if FINAL_SIGNAL.load(Ordering::SeqCst) != 0 {
+                        break kept.take().and_then(|(outcome, _)| outcome);
+                    }
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => None,
+            },
+        };
+        let Some(first) = first else {
+            break kept.take().and_then(|(outcome, _)| outcome);
         };
         // Everything already queued is handled before the next frame.
         let mut finished = None;
+        let mut quit_final = false;
         for event in std::iter::once(first).chain(rx.try_iter()) {
             match event {
                 Event::Key(key) if panic_key.is_some_and(|c| key.code == KeyCode::Char(c)) => {
                     panic!("{TEST_PANIC_KEY_ENV}: panicking on request")
                 }
                 Event::Key(key) => match app.handle_key(key) {
+                    Action::Quit if kept.is_some() => quit_final = true,
                     Action::Quit => {
                         // A second quit while the command winds down stops waiting for it.
                         stop.notify_one();
@@ -206,6 +229,7 @@ pub fn run(config: RunConfig, options: ViewOptions) -> Result<Outcome, ViewError
                 }
                 Event::Resize => dirty = true,
                 Event::TerminalGone => {
+                    quit_final = true;
                     crate::session::leave_a_dead_terminal();
                     tracing::warn!("the terminal hung up: stopping the run");
                     stop.notify_one();
@@ -216,9 +240,22 @@ pub fn run(config: RunConfig, options: ViewOptions) -> Result<Outcome, ViewError
             }
         }
         if let Some(outcome) = finished {
+            match final_line(&outcome, &options, &app) {
+                Some(line) => {
+                    app.ended = Some(line);
+                    dirty = true;
+                    kept = Some((outcome, FinalSignals::register()));
+                }
+                None => break outcome,
+            }
+        }
+        if (quit_final || FINAL_SIGNAL.load(Ordering::SeqCst) != 0)
+            && let Some((outcome, _)) = kept.take()
+        {
             break outcome;
         }
     };
+    drop(kept);
     input_done.store(true, Ordering::SeqCst);
     drop(taken);
     // The input thread ends within one poll; should the terminal have wedged it, the
@@ -237,6 +274,65 @@ pub fn run(config: RunConfig, options: ViewOptions) -> Result<Outcome, ViewError
     finish(outcome)
 }
 
+/// How often the final screen checks for a signal.
+const FINAL_SIGNAL_POLL: Duration = Duration::from_millis(100);
+/// The signal that closed the final screen, or 0.
+static FINAL_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+/// Wrap mode, when the command ended by itself and the view is to stay: the line that says
+/// so. `None` closes the view now: `--exit-on-end`, the user quit or the terminal hung up
+/// (the run was stopping), the run stopped for another reason, or it failed.
+fn final_line(
+    outcome: &Option<Box<RunResult>>,
+    options: &ViewOptions,
+    app: &App,
+) -> Option<String> {
+    if options.exit_on_end || app.stopping {
+        return None;
+    }
+    let Some(Ok(outcome)) = outcome.as_deref() else {
+        return None;
+    };
+    let status = match outcome.recording.command_ending? {
+        session::processes::Ending::Exited(code) => format!("exit status {code}"),
+        session::processes::Ending::Signaled(signal) => {
+            format!("killed by signal {signal} (exit status {})", 128 + signal)
+        }
+    };
+    Some(format!("the command ended: {status}"))
+}
+
+/// While the final figures stay on screen the session's signal handling has ended: SIGINT,
+/// SIGTERM and SIGHUP close the view (and the report is written) instead of going unheard.
+struct FinalSignals(Vec<signal_hook_registry::SigId>);
+
+impl FinalSignals {
+    fn register() -> Self {
+        FINAL_SIGNAL.store(0, Ordering::SeqCst);
+        let ids = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP]
+            .into_iter()
+            .filter_map(|signal| {
+                // SAFETY: the action only stores to an atomic, which is async-signal-safe.
+                unsafe {
+                    signal_hook_registry::register(signal, move || {
+                        FINAL_SIGNAL.store(signal, Ordering::SeqCst);
+                    })
+                }
+                .ok()
+            })
+            .collect();
+        FinalSignals(ids)
+    }
+}
+
+impl Drop for FinalSignals {
+    fn drop(&mut self) {
+        for id in self.0.drain(..) {
+            signal_hook_registry::unregister(id);
+        }
+    }
+}
+
 fn finish(outcome: Option<Box<RunResult>>) -> Result<Outcome, ViewError> {
     match outcome {
         Some(result) => Ok((*result)?),
@@ -245,26 +341,47 @@ fn finish(outcome: Option<Box<RunResult>>) -> Result<Outcome, ViewError> {
 }
 
 /// The session's observer: the live model runs on the session's thread, and a snapshot goes
-/// to the main loop after the first interval and then every `refresh`.
+/// to the main loop after the first interval and then every `refresh`; the last one when the
+/// session lets the observer go at the end of the run, so the final screen has every interval.
 fn observer(tx: mpsc::Sender<Event>, refresh: Duration) -> Box<dyn FnMut(LiveEvent<'_>) + Send> {
     let refresh_ns = refresh.as_nanos() as u64;
-    let mut model: Option<LiveModel> = None;
-    let mut sent = false;
+    let mut feed = Feed {
+        tx,
+        model: None,
+        sent: false,
+    };
     Box::new(move |event| match event {
         LiveEvent::Started(start) => {
-            model = Some(LiveModel::new(&start));
-            let _ = tx.send(Event::Started);
+            feed.model = Some(LiveModel::new(&start));
+            let _ = feed.tx.send(Event::Started);
         }
         LiveEvent::Sample(sample) => {
-            if let Some(model) = model.as_mut() {
+            if let Some(model) = feed.model.as_mut() {
                 model.add(&sample);
-                if !sent || model.window_ns() >= refresh_ns {
-                    sent = true;
-                    let _ = tx.send(Event::Data(Box::new(model.snapshot())));
+                if !feed.sent || model.window_ns() >= refresh_ns {
+                    feed.sent = true;
+                    let _ = feed.tx.send(Event::Data(Box::new(model.snapshot())));
                 }
             }
         }
     })
+}
+
+/// The observer's state; dropped with the observer, it sends what the last snapshot missed.
+struct Feed {
+    tx: mpsc::Sender<Event>,
+    model: Option<LiveModel>,
+    sent: bool,
+}
+
+impl Drop for Feed {
+    fn drop(&mut self) {
+        if let Some(model) = self.model.as_mut()
+            && model.window_ns() > 0
+        {
+            let _ = self.tx.send(Event::Data(Box::new(model.snapshot())));
+        }
+    }
 }
 
 /// Reads keys and resizes until `done`, or until the terminal hangs up.
@@ -394,5 +511,20 @@ mod tests {
             windows[1..].iter().all(|w| (w - 0.5).abs() < 1e-9),
             "{windows:?}"
         );
+        // The end of the run lets the observer go: the last 400 ms follow, and the final
+        // figures cover the whole run.
+        drop(observer);
+        let last: Vec<Event> = rx.try_iter().collect();
+        match last.as_slice() {
+            [Event::Data(report)] => {
+                assert!((report.window_s - 0.4).abs() < 1e-9, "{}", report.window_s);
+                assert!(
+                    (report.elapsed_s - 2.5).abs() < 1e-9,
+                    "{}",
+                    report.elapsed_s
+                );
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

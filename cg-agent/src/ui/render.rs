@@ -642,7 +642,14 @@ fn render_function_pane(
 }
 
 fn render_footer(app: &App, area: Rect, buf: &mut Buffer) {
-    let line = if app.stopping {
+    let line = if let Some(ended) = &app.ended {
+        Line::from(vec![
+            format!(" {ended} ").black().on_yellow().bold(),
+            Span::raw(" final figures · "),
+            Span::styled("q", Style::new().black().on_cyan()),
+            Span::raw(" quit"),
+        ])
+    } else if app.stopping {
         Line::from(" stopping: waiting for the run to end…".yellow().bold())
     } else if app.editing_filter {
         Line::from(vec![
@@ -705,7 +712,11 @@ fn render_footer(app: &App, area: Rect, buf: &mut Buffer) {
 }
 
 const HELP: &[(&str, &str)] = &[
-    ("q, Ctrl-C", "quit (writes the report with -o)"),
+    (
+        "q, Ctrl-C",
+        "quit (writes the report with -o); when a wrapped",
+    ),
+    ("", "command ends, its final figures stay until q"),
     ("?", "this help (any key closes it)"),
     ("space", "pause or resume the display"),
     ("/", "filter by name or pid (Enter keeps, Esc clears)"),
@@ -950,6 +961,22 @@ mod tests {
             Some(&output),
         );
         let text = screen(&a, 80, 24).replace(&output, "/tmp/cg-trace-[PID].out");
+        insta::assert_snapshot!(text);
+    }
+
+    #[test]
+    fn final_screen_says_how_the_command_ended_at_80x24() {
+        let mut a = app(
+            testdata::wrapped_run_through_the_live_model(),
+            Some("/tmp/cg-trace-1.out"),
+        );
+        a.ended = Some("the command ended: exit status 3".into());
+        let text = screen(&a, 80, 24);
+        let footer = text.lines().last().unwrap();
+        assert!(
+            footer.contains("the command ended: exit status 3") && footer.contains("q quit"),
+            "{footer}"
+        );
         insta::assert_snapshot!(text);
     }
 

@@ -142,6 +142,9 @@ pub struct App {
     pub all_functions: bool,
     /// The run was asked to stop and is winding down.
     pub stopping: bool,
+    /// Wrap mode: the command ended and the final figures stay on screen until `q`; the
+    /// line that says how it ended.
+    pub ended: Option<String>,
     /// The cursor follows the selected process when the order changes (`F`, as in htop);
     /// otherwise it keeps its row, as htop's does.
     pub follow: bool,
@@ -172,6 +175,7 @@ impl App {
             help: false,
             all_functions: false,
             stopping: false,
+            ended: None,
             follow: false,
             users,
             user_names: Vec::new(),
