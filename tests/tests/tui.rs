@@ -365,6 +365,51 @@ fn a_folded_tree_row_adds_up_cpu_seconds_too() {
     assert_eq!(tmux.wait_file("code"), "130");
 }
 
+/// Rows of kernel threads: a parent of 2 (kthreadd) and the name in brackets, in a table
+/// wide enough for PPID (PID PPID USER CPU% CPU s POWER W ENERGY J SHARE COMMAND).
+fn kernel_thread_rows(screen: &str) -> Vec<String> {
+    table_rows(screen)
+        .into_iter()
+        .filter(|r| {
+            let fields: Vec<&str> = r.split_whitespace().collect();
+            fields.get(1) == Some(&"2")
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn top_hides_kernel_threads_until_k_and_names_them_in_brackets() {
+    require_root();
+    let tmux = Tmux::start(130, 50);
+    tmux.line(&format!(
+        "{bin} top --source model --refresh 300 -q; echo $? > {code}",
+        bin = shell_quote(&bin("cg-trace")),
+        code = shell_quote(&tmux.path("code")),
+    ));
+    tmux.wait_for("the view", |s| table_rows(s).len() >= 3);
+    // Lowest pids first: kernel threads, when listed, are at the top.
+    tmux.keys(&["p", "K"]);
+    let screen = tmux.wait_for("kernel threads, once one has run", |s| {
+        s.contains("K kthreads shown") && !kernel_thread_rows(s).is_empty()
+    });
+    for row in kernel_thread_rows(&screen) {
+        let command = row.split_whitespace().nth(8).unwrap_or("");
+        assert!(
+            command.starts_with('[') && row.trim_end().ends_with(']'),
+            "a kernel thread's name in brackets: {row}\n{screen}"
+        );
+    }
+    tmux.keys(&["K"]);
+    tmux.wait_for("kernel threads hidden again", |s| {
+        !s.contains("kthreads shown")
+            && kernel_thread_rows(s).is_empty()
+            && table_rows(s).len() >= 3
+    });
+    tmux.keys(&["q"]);
+    assert_eq!(tmux.wait_file("code"), "0");
+}
+
 #[test]
 fn top_in_tmux_sorts_filters_quits_and_gives_the_terminal_back() {
     require_root();

@@ -141,6 +141,9 @@ pub struct LiveProcess {
     /// Share of the total energy so far.
     pub share_pct: f64,
     pub cpu_time_s: f64,
+    /// A kernel thread (kthreadd, or a child of it with no command line): its command is its
+    /// name in brackets, as htop and ps show it (`[kworker/0:1]`).
+    pub kernel_thread: bool,
     /// Power over the window per domain, indexed like [`LiveReport::domains`].
     pub domain_power_w: Vec<f64>,
 }
@@ -475,17 +478,21 @@ impl LiveModel {
                     return None;
                 }
                 let energy_j = self.total.energy_of(id, &self.top) + 0.0;
+                let kernel_thread = is_kernel_thread(p);
                 Some(LiveProcess {
                     id,
                     pid: p.pid,
                     ppid: p.ppid,
                     uid: p.uid,
                     comm: p.comm.clone(),
-                    command: if p.cmdline.is_empty() {
+                    command: if kernel_thread {
+                        format!("[{}]", p.comm)
+                    } else if p.cmdline.is_empty() {
                         p.comm.clone()
                     } else {
                         p.cmdline.join(" ")
                     },
+                    kernel_thread,
                     root: p.root,
                     alive,
                     cpu_pct: if window_s > 0.0 {
@@ -564,6 +571,12 @@ impl LiveModel {
                 .collect(),
         }
     }
+}
+
+/// Whether a process is a kernel thread: kthreadd (pid 2) or a thread it started, with no
+/// command line of its own (htop's test where the kernel's flag is not at hand).
+fn is_kernel_thread(p: &ProcessRecord) -> bool {
+    p.cmdline.is_empty() && !p.comm.is_empty() && (p.pid == 2 || p.ppid == Some(2))
 }
 
 #[cfg(test)]
@@ -769,6 +782,33 @@ mod tests {
             1,
             "no targets series for the whole machine"
         );
+    }
+
+    #[test]
+    fn kernel_threads_are_marked_and_named_in_brackets() {
+        let mut m = model(Mode::System, Some(1.0));
+        let mut kworker = record(11, 2, "kworker/0:1", None);
+        kworker.cmdline.clear();
+        kworker.uid = None;
+        let procs = vec![record(10, 1, "a", None), kworker];
+        feed(&mut m, &procs, &[0, 1], &interval(0, 10, 10, 0.5));
+        let r = m.snapshot();
+        let kworker = r.processes.iter().find(|p| p.pid == 11).unwrap();
+        assert!(kworker.kernel_thread);
+        assert_eq!(kworker.command, "[kworker/0:1]");
+        let a = r.processes.iter().find(|p| p.pid == 10).unwrap();
+        assert!(!a.kernel_thread);
+        assert_eq!(a.command, "/usr/bin/a --flag");
+        // A child of kthreadd with a command line (a user process it cannot have) and an
+        // unknown process are not kernel threads.
+        let mut odd = record(12, 2, "odd", None);
+        assert!(!is_kernel_thread(&odd));
+        odd.cmdline.clear();
+        odd.comm.clear();
+        assert!(!is_kernel_thread(&odd));
+        let mut kthreadd = record(2, 0, "kthreadd", None);
+        kthreadd.cmdline.clear();
+        assert!(is_kernel_thread(&kthreadd));
     }
 
     #[test]

@@ -479,9 +479,14 @@ fn render_table(app: &App, r: &LiveReport, area: Rect, buf: &mut Buffer) {
         if !p.alive {
             command.push_str("[exited] ");
         }
-        command.push_str(&p.command);
+        if p.command.is_empty() {
+            // Seen on a CPU, but gone from /proc before its name could be read.
+            command.push_str("(unknown: gone before /proc was read)");
+        } else {
+            command.push_str(&p.command);
+        }
         cells.push(Cell::from(command));
-        let style = if !p.alive {
+        let style = if !p.alive || p.command.is_empty() {
             Style::new().dim()
         } else if row.folded.is_some() || p.root {
             Style::new().bold()
@@ -675,7 +680,14 @@ fn render_footer(app: &App, area: Rect, buf: &mut Buffer) {
                     " follow ".into()
                 },
             ),
-            item("space", " pause ".into()),
+            item(
+                "K",
+                if app.kernel_threads {
+                    " kthreads shown ".yellow().bold()
+                } else {
+                    " kthreads ".into()
+                },
+            ),
         ];
         let mut sort = vec![" sort ".into()];
         for k in SortKey::ALL {
@@ -693,6 +705,7 @@ fn render_footer(app: &App, area: Rect, buf: &mut Buffer) {
         sort.push(key("r"));
         sort.push(" reverse".into());
         groups.push(sort);
+        groups.push(item("space", " pause".into()));
         if !app.filter.is_empty() {
             groups.insert(0, vec![format!(" filter: {} ", app.filter).yellow()]);
         }
@@ -723,6 +736,7 @@ const HELP: &[(&str, &str)] = &[
     ("f", "functions: of the selected process, or of all"),
     ("F", "follow the selected process (a move ends it)"),
     ("t", "tree view: children under their parents"),
+    ("K", "show or hide kernel threads ([name]; hidden at first)"),
     (
         "Enter ← →",
         "tree view: fold or unfold the selected process",
@@ -978,6 +992,43 @@ mod tests {
             "{footer}"
         );
         insta::assert_snapshot!(text);
+    }
+
+    #[test]
+    fn kernel_threads_hidden_until_k_then_in_brackets_at_80x24() {
+        let mut a = app(testdata::report_with_kernel_threads(), None);
+        let text = screen(&a, 80, 24);
+        assert!(
+            !text.contains("ksoftirqd") && !text.contains("kworker"),
+            "{text}"
+        );
+        keys(&mut a, &[KeyCode::Char('K')]);
+        let text = screen(&a, 80, 24);
+        let line = text
+            .lines()
+            .find(|l| l.contains("ksoftirqd"))
+            .unwrap_or_else(|| panic!("no kernel thread:\n{text}"));
+        assert!(line.ends_with("[ksoftirqd/1]"), "{line}");
+        assert!(text.contains("[kworker/0:1-events]"), "{text}");
+        assert!(text.contains("K kthreads shown"), "{text}");
+        insta::assert_snapshot!(text);
+        // In the tree too.
+        keys(&mut a, &[KeyCode::Char('K'), KeyCode::Char('t')]);
+        assert!(!screen(&a, 80, 24).contains("ksoftirqd"));
+        keys(&mut a, &[KeyCode::Char('K')]);
+        assert!(screen(&a, 80, 24).contains("[ksoftirqd/1]"));
+    }
+
+    #[test]
+    fn a_process_gone_before_its_name_was_read_says_so() {
+        let mut r = report();
+        r.processes[4].command.clear();
+        r.processes[4].comm.clear();
+        let text = screen(&app(r, None), 160, 48);
+        assert!(
+            text.contains("(unknown: gone before /proc was read)"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -148,6 +148,8 @@ pub struct App {
     /// The cursor follows the selected process when the order changes (`F`, as in htop);
     /// otherwise it keeps its row, as htop's does.
     pub follow: bool,
+    /// Kernel threads are listed (`K`, as in htop); hidden at first.
+    pub kernel_threads: bool,
     users: Users,
     user_names: Vec<String>,
     rows: Vec<Row>,
@@ -177,6 +179,7 @@ impl App {
             stopping: false,
             ended: None,
             follow: false,
+            kernel_threads: false,
             users,
             user_names: Vec::new(),
             rows: Vec::new(),
@@ -286,6 +289,10 @@ impl App {
                 self.tree = !self.tree;
                 self.rebuild();
             }
+            KeyCode::Char('K') => {
+                self.kernel_threads = !self.kernel_threads;
+                self.rebuild();
+            }
             KeyCode::Char('r') => {
                 self.descending = !self.descending;
                 self.rebuild();
@@ -391,7 +398,11 @@ impl App {
         self.rebuild();
     }
 
+    /// Whether a process is listed: kernel threads only with `K`, and the filter.
     fn matches(&self, p: &LiveProcess) -> bool {
+        if p.kernel_thread && !self.kernel_threads {
+            return false;
+        }
         if self.filter.is_empty() {
             return true;
         }
@@ -515,8 +526,10 @@ impl App {
             }
         }
         // With a filter: the matches and their ancestors, so the tree stays readable.
-        let mut shown = vec![self.filter.is_empty(); n];
-        if !self.filter.is_empty() {
+        // Kernel threads without `K`: none of them (their children are kernel threads too).
+        let everything = self.filter.is_empty() && self.kernel_threads;
+        let mut shown = vec![everything; n];
+        if !everything {
             for i in (0..n).filter(|&i| self.matches(&processes[i])) {
                 let mut at = Some(i);
                 while let Some(j) = at {
