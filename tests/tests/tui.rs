@@ -411,6 +411,56 @@ fn top_hides_kernel_threads_until_k_and_names_them_in_brackets() {
 }
 
 #[test]
+fn k_sends_the_chosen_signal_to_the_selected_process_after_asking() {
+    require_root();
+    let mut spin = Background::spawn(&bin("cg-spin"), &["120"]);
+    let pid = spin.pid().to_string();
+    let tmux = Tmux::start(110, 40);
+    tmux.line(&format!(
+        "{bin} top --source model --refresh 300 -q; echo $? > {code}",
+        bin = shell_quote(&bin("cg-trace")),
+        code = shell_quote(&tmux.path("code")),
+    ));
+    tmux.wait_for("the spinner", |s| s.contains("cg-spin"));
+    // Select it: filtered by its pid, it is the first row.
+    tmux.keys(&["/"]);
+    tmux.run(&["send-keys", "-t", "t", "-l", &pid]);
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("the spinner alone on the first row", |s| {
+        table_rows(s)
+            .first()
+            .is_some_and(|r| r.split_whitespace().next() == Some(pid.as_str()))
+    });
+    // k asks (SIGTERM first); Esc sends nothing.
+    tmux.keys(&["k"]);
+    tmux.wait_for("the signal menu", |s| {
+        s.contains(&format!("send a signal to {pid}")) && s.contains("SIGTERM")
+    });
+    tmux.keys(&["Escape"]);
+    tmux.wait_for("the menu to close", |s| s.contains("no signal sent"));
+    assert!(spin.0.try_wait().unwrap().is_none(), "signalled on Esc");
+    // k, Enter: SIGTERM.
+    tmux.keys(&["k"]);
+    tmux.wait_for("the signal menu", |s| s.contains("send a signal to"));
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("the footer to say it was sent", |s| {
+        s.contains(&format!("sent SIGTERM to {pid}"))
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = spin.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(start.elapsed() < PATIENCE, "cg-spin still runs");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
+    tmux.keys(&["q"]);
+    assert_eq!(tmux.wait_file("code"), "0");
+}
+
+#[test]
 fn top_in_tmux_sorts_filters_quits_and_gives_the_terminal_back() {
     require_root();
     let spin = Background::spawn(&bin("cg-spin"), &["120"]);

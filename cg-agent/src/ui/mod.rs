@@ -221,6 +221,10 @@ pub fn run(config: RunConfig, options: ViewOptions) -> Result<Outcome, ViewError
                         dirty = true;
                     }
                     Action::Redraw => dirty = true,
+                    Action::Signal { pid, signal } => {
+                        app.signal_sent(pid, signal, send_signal(pid, signal));
+                        dirty = true;
+                    }
                     Action::Nothing => {}
                 },
                 Event::Data(report) => {
@@ -272,6 +276,21 @@ pub fn run(config: RunConfig, options: ViewOptions) -> Result<Outcome, ViewError
         write_frame_stats(path, &frames, &invoker);
     }
     finish(outcome)
+}
+
+/// `k`: kill(2), with its error as text. The view has checked `pid` (a positive pid, a
+/// second yes for init and cg-trace itself).
+fn send_signal(pid: u32, signal: i32) -> Result<(), String> {
+    let pid = libc::pid_t::try_from(pid)
+        .ok()
+        .filter(|&p| p > 0)
+        .ok_or_else(|| format!("{pid} is not a process"))?;
+    // SAFETY: kill(2) on a positive pid: one process, never a group.
+    if unsafe { libc::kill(pid, signal) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error().to_string())
+    }
 }
 
 /// How often the final screen checks for a signal.
@@ -488,6 +507,22 @@ fn write_frame_stats(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn send_signal_gives_kills_error_and_refuses_what_is_not_one_process() {
+        // Beyond any pid_max: no such process.
+        let err = send_signal(i32::MAX as u32, 0).unwrap_err();
+        assert!(err.contains("No such process"), "{err}");
+        // 0 and pids that kill(2) would read as a process group are refused.
+        assert!(send_signal(0, 0).unwrap_err().contains("not a process"));
+        assert!(
+            send_signal(u32::MAX, 0)
+                .unwrap_err()
+                .contains("not a process")
+        );
+        // Signal 0 to ourselves: allowed, and nothing happens.
+        assert_eq!(send_signal(std::process::id(), 0), Ok(()));
+    }
 
     #[test]
     fn the_observer_sends_after_the_first_interval_then_once_per_refresh() {

@@ -16,7 +16,7 @@ use ratatui::{
     },
 };
 
-use super::state::{App, SortKey};
+use super::state::{App, SIGNALS, SignalMenu, SortKey};
 use crate::{
     report::{
         functions::FunctionTotal,
@@ -88,6 +88,9 @@ impl Widget for &App {
         }
         if self.help {
             render_help(area, buf);
+        }
+        if let Some(menu) = &self.signal_menu {
+            render_signal_menu(menu, area, buf);
         }
     }
 }
@@ -654,6 +657,8 @@ fn render_footer(app: &App, area: Rect, buf: &mut Buffer) {
             Span::styled("q", Style::new().black().on_cyan()),
             Span::raw(" quit"),
         ])
+    } else if let Some(message) = &app.message {
+        Line::from(format!(" {message}").yellow().bold())
     } else if app.stopping {
         Line::from(" stopping: waiting for the run to end…".yellow().bold())
     } else if app.editing_filter {
@@ -688,6 +693,7 @@ fn render_footer(app: &App, area: Rect, buf: &mut Buffer) {
                     " kthreads ".into()
                 },
             ),
+            item("k", " signal ".into()),
         ];
         let mut sort = vec![" sort ".into()];
         for k in SortKey::ALL {
@@ -737,6 +743,7 @@ const HELP: &[(&str, &str)] = &[
     ("F", "follow the selected process (a move ends it)"),
     ("t", "tree view: children under their parents"),
     ("K", "show or hide kernel threads ([name]; hidden at first)"),
+    ("k", "send a signal to the selected process (asks which)"),
     (
         "Enter ← →",
         "tree view: fold or unfold the selected process",
@@ -753,6 +760,46 @@ const HELP: &[(&str, &str)] = &[
     ),
     ("", "its row when the order changes, unless F"),
 ];
+
+/// `k`'s menu over the view: the signals, the chosen one highlighted; or the second yes.
+fn render_signal_menu(menu: &SignalMenu, area: Rect, buf: &mut Buffer) {
+    let mut lines = vec![Line::raw(format!(" {}", shorten(&menu.command, 40)))];
+    lines.push(Line::raw(""));
+    if let Some(why) = menu.confirm {
+        lines.push(Line::from(
+            format!(" {why}: send it {}?", SIGNALS[menu.choice].1)
+                .yellow()
+                .bold(),
+        ));
+        lines.push(Line::raw(" y sends it · any other key cancels"));
+    } else {
+        for (i, (number, name)) in SIGNALS.iter().enumerate() {
+            let text = format!(" {}  {name:<8} ({number:>2})", i + 1);
+            lines.push(if i == menu.choice {
+                Line::from(Span::styled(
+                    text,
+                    Style::new().add_modifier(Modifier::REVERSED),
+                ))
+            } else {
+                Line::raw(text)
+            });
+        }
+        lines.push(Line::raw(""));
+        lines.push(Line::raw(" ↑ ↓ or 1-9 choose · Enter sends · Esc cancels"));
+    }
+    let width = 50.min(area.width);
+    let height = (lines.len() as u16 + 2).min(area.height);
+    let popup = Rect {
+        x: area.x + (area.width - width) / 2,
+        y: area.y + (area.height - height) / 2,
+        width,
+        height,
+    };
+    Clear.render(popup, buf);
+    Paragraph::new(lines)
+        .block(Block::bordered().title(format!(" send a signal to {} ", menu.pid)))
+        .render(popup, buf);
+}
 
 fn render_help(area: Rect, buf: &mut Buffer) {
     let mut lines: Vec<Line> = HELP
@@ -1029,6 +1076,36 @@ mod tests {
             text.contains("(unknown: gone before /proc was read)"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn signal_menu_and_what_it_did_at_80x24() {
+        let mut a = app(report(), None);
+        keys(&mut a, &[KeyCode::Char('k'), KeyCode::Down]);
+        let text = screen(&a, 80, 24);
+        assert!(
+            text.contains("send a signal to 1200") && text.contains("SIGKILL"),
+            "{text}"
+        );
+        insta::assert_snapshot!(text);
+        keys(&mut a, &[KeyCode::Esc]);
+        let text = screen(&a, 80, 24);
+        assert!(!text.contains("send a signal to"), "{text}");
+        assert!(text.lines().last().unwrap().contains("no signal sent"));
+        a.signal_sent(1200, 15, Err("Operation not permitted (os error 1)".into()));
+        let text = screen(&a, 80, 24);
+        assert!(
+            text.lines()
+                .last()
+                .unwrap()
+                .contains("kill(1200, SIGTERM): Operation not permitted"),
+            "{text}"
+        );
+        for (w, h) in [(1, 1), (10, 3), (30, 10)] {
+            keys(&mut a, &[KeyCode::Char('k')]);
+            screen(&a, w, h);
+            keys(&mut a, &[KeyCode::Esc]);
+        }
     }
 
     #[test]

@@ -86,6 +86,45 @@ pub enum Action {
     Nothing,
     Redraw,
     Quit,
+    /// Send `signal` to `pid` (confirmed by the user), then report with
+    /// [`App::signal_sent`].
+    Signal {
+        pid: u32,
+        signal: i32,
+    },
+}
+
+/// The signals `k` offers, as htop lists them (the first is the default).
+pub const SIGNALS: [(i32, &str); 9] = [
+    (libc::SIGTERM, "SIGTERM"),
+    (libc::SIGKILL, "SIGKILL"),
+    (libc::SIGINT, "SIGINT"),
+    (libc::SIGHUP, "SIGHUP"),
+    (libc::SIGQUIT, "SIGQUIT"),
+    (libc::SIGSTOP, "SIGSTOP"),
+    (libc::SIGCONT, "SIGCONT"),
+    (libc::SIGUSR1, "SIGUSR1"),
+    (libc::SIGUSR2, "SIGUSR2"),
+];
+
+/// The name of a signal `k` offers.
+pub fn signal_name(signal: i32) -> &'static str {
+    SIGNALS
+        .iter()
+        .find(|(n, _)| *n == signal)
+        .map_or("a signal", |(_, name)| name)
+}
+
+/// `k`'s menu: which process, which signal, and whether the user must say yes once more
+/// (init, or cg-trace itself).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SignalMenu {
+    pub pid: u32,
+    pub command: String,
+    /// Index into [`SIGNALS`].
+    pub choice: usize,
+    /// Why this process needs a second yes, once asked.
+    pub confirm: Option<&'static str>,
 }
 
 /// One line of the process table.
@@ -150,6 +189,10 @@ pub struct App {
     pub follow: bool,
     /// Kernel threads are listed (`K`, as in htop); hidden at first.
     pub kernel_threads: bool,
+    /// `k`: the signal menu, while open.
+    pub signal_menu: Option<SignalMenu>,
+    /// A line for the footer until the next key (what `k` did).
+    pub message: Option<String>,
     users: Users,
     user_names: Vec<String>,
     rows: Vec<Row>,
@@ -180,6 +223,8 @@ impl App {
             ended: None,
             follow: false,
             kernel_threads: false,
+            signal_menu: None,
+            message: None,
             users,
             user_names: Vec::new(),
             rows: Vec::new(),
@@ -264,6 +309,10 @@ impl App {
         if self.editing_filter {
             return self.edit_filter(key);
         }
+        if self.signal_menu.is_some() {
+            return self.signal_key(key);
+        }
+        self.message = None;
         if self.help {
             if key.code == KeyCode::Char('q') {
                 return Action::Quit;
@@ -315,8 +364,9 @@ impl App {
                     self.sort_by(k);
                 }
             }
-            KeyCode::Up | KeyCode::Char('k') => self.move_cursor(-1),
-            KeyCode::Down | KeyCode::Char('j') => self.move_cursor(1),
+            KeyCode::Char('k') => self.open_signal_menu(),
+            KeyCode::Up => self.move_cursor(-1),
+            KeyCode::Down => self.move_cursor(1),
             KeyCode::PageUp => self.move_cursor(-(self.page.get().max(1) as isize)),
             KeyCode::PageDown => self.move_cursor(self.page.get().max(1) as isize),
             KeyCode::Home | KeyCode::Char('g') => self.move_cursor(isize::MIN / 2),
@@ -327,6 +377,91 @@ impl App {
             _ => return Action::Nothing,
         }
         Action::Redraw
+    }
+
+    /// `k`: the menu for the selected process, unless it has exited (its pid may be
+    /// another process's by now).
+    fn open_signal_menu(&mut self) {
+        let Some(p) = self.selected_process() else {
+            return;
+        };
+        if !p.alive {
+            self.message = Some(format!(
+                "{} has exited: no signal sent (its pid may be another process's now)",
+                p.pid
+            ));
+            return;
+        }
+        self.signal_menu = Some(SignalMenu {
+            pid: p.pid,
+            command: p.command.clone(),
+            choice: 0,
+            confirm: None,
+        });
+    }
+
+    fn signal_key(&mut self, key: KeyEvent) -> Action {
+        let Some(menu) = self.signal_menu.as_mut() else {
+            return Action::Nothing;
+        };
+        if menu.confirm.is_some() {
+            // The second yes: y sends, anything else cancels.
+            let menu = self.signal_menu.take();
+            if let (KeyCode::Char('y') | KeyCode::Char('Y'), Some(menu)) = (key.code, menu) {
+                return Action::Signal {
+                    pid: menu.pid,
+                    signal: SIGNALS[menu.choice].0,
+                };
+            }
+            self.message = Some("no signal sent".into());
+            return Action::Redraw;
+        }
+        match key.code {
+            KeyCode::Esc | KeyCode::Char('q') | KeyCode::Char('k') => {
+                self.signal_menu = None;
+                self.message = Some("no signal sent".into());
+            }
+            KeyCode::Up => menu.choice = menu.choice.saturating_sub(1),
+            KeyCode::Down => menu.choice = (menu.choice + 1).min(SIGNALS.len() - 1),
+            KeyCode::Char(c) if c.is_ascii_digit() && c != '0' => {
+                let n = c as usize - '1' as usize;
+                if n < SIGNALS.len() {
+                    menu.choice = n;
+                }
+            }
+            KeyCode::Enter => {
+                let pid = menu.pid;
+                // Never without a second yes: init, and cg-trace itself (or a pid that
+                // kill(2) would take for a process group).
+                let why = if pid == 1 {
+                    Some("pid 1 is init")
+                } else if pid == std::process::id() {
+                    Some("this is cg-trace itself")
+                } else {
+                    None
+                };
+                if pid == 0 || i32::try_from(pid).is_err() {
+                    self.signal_menu = None;
+                    self.message = Some(format!("no signal sent: {pid} is not a process"));
+                } else if why.is_some() {
+                    menu.confirm = why;
+                } else {
+                    let signal = SIGNALS[menu.choice].0;
+                    self.signal_menu = None;
+                    return Action::Signal { pid, signal };
+                }
+            }
+            _ => return Action::Nothing,
+        }
+        Action::Redraw
+    }
+
+    /// What became of a signal the user sent: the footer says so (with kill(2)'s error).
+    pub fn signal_sent(&mut self, pid: u32, signal: i32, result: Result<(), String>) {
+        self.message = Some(match result {
+            Ok(()) => format!("sent {} to {pid}", signal_name(signal)),
+            Err(err) => format!("kill({pid}, {}): {err}", signal_name(signal)),
+        });
     }
 
     fn edit_filter(&mut self, key: KeyEvent) -> Action {
@@ -814,6 +949,91 @@ mod tests {
         assert_eq!(app.cursor(), 0);
         key(&mut app, KeyCode::Up);
         assert_eq!(app.cursor(), 0);
+    }
+
+    #[test]
+    fn k_asks_which_signal_sigterm_first_and_esc_sends_none() {
+        let mut app = app();
+        assert_eq!(app.selected_process().unwrap().pid, 1200);
+        assert_eq!(key(&mut app, KeyCode::Char('k')), Action::Redraw);
+        let menu = app.signal_menu.clone().unwrap();
+        assert_eq!((menu.pid, SIGNALS[menu.choice].1), (1200, "SIGTERM"));
+        // While the menu is open, keys are the menu's: q does not quit.
+        assert_eq!(key(&mut app, KeyCode::Char('q')), Action::Redraw);
+        assert!(app.signal_menu.is_none());
+        assert_eq!(app.message.as_deref(), Some("no signal sent"));
+        press(&mut app, "k");
+        assert_eq!(
+            key(&mut app, KeyCode::Enter),
+            Action::Signal {
+                pid: 1200,
+                signal: libc::SIGTERM
+            }
+        );
+        assert!(app.signal_menu.is_none());
+        app.signal_sent(1200, libc::SIGTERM, Ok(()));
+        assert_eq!(app.message.as_deref(), Some("sent SIGTERM to 1200"));
+        // Another signal from the list, by arrow or by number.
+        press(&mut app, "k");
+        key(&mut app, KeyCode::Down);
+        assert_eq!(
+            key(&mut app, KeyCode::Enter),
+            Action::Signal {
+                pid: 1200,
+                signal: libc::SIGKILL
+            }
+        );
+        press(&mut app, "k6");
+        assert_eq!(
+            key(&mut app, KeyCode::Enter),
+            Action::Signal {
+                pid: 1200,
+                signal: libc::SIGSTOP
+            }
+        );
+        app.signal_sent(
+            1200,
+            libc::SIGSTOP,
+            Err("No such process (os error 3)".into()),
+        );
+        assert_eq!(
+            app.message.as_deref(),
+            Some("kill(1200, SIGSTOP): No such process (os error 3)")
+        );
+        // The next key clears the message.
+        key(&mut app, KeyCode::Down);
+        assert!(app.message.is_none());
+    }
+
+    #[test]
+    fn k_on_init_needs_a_second_yes_and_an_exited_process_gets_none() {
+        let mut app = app();
+        // Rows by power: 1200 1201 1202 880 1 1203 (exited).
+        key(&mut app, KeyCode::End);
+        assert_eq!(app.selected_process().unwrap().pid, 1203);
+        assert_eq!(key(&mut app, KeyCode::Char('k')), Action::Redraw);
+        assert!(app.signal_menu.is_none());
+        assert!(app.message.as_deref().unwrap().contains("has exited"));
+        key(&mut app, KeyCode::Up);
+        assert_eq!(app.selected_process().unwrap().pid, 1);
+        press(&mut app, "k");
+        assert_eq!(key(&mut app, KeyCode::Enter), Action::Redraw);
+        assert_eq!(
+            app.signal_menu.as_ref().unwrap().confirm,
+            Some("pid 1 is init")
+        );
+        // Anything but y cancels.
+        assert_eq!(key(&mut app, KeyCode::Enter), Action::Redraw);
+        assert!(app.signal_menu.is_none());
+        press(&mut app, "k");
+        key(&mut app, KeyCode::Enter);
+        assert_eq!(
+            key(&mut app, KeyCode::Char('y')),
+            Action::Signal {
+                pid: 1,
+                signal: libc::SIGTERM
+            }
+        );
     }
 
     #[test]
