@@ -481,6 +481,26 @@ fn top_in_tmux_sorts_filters_quits_and_gives_the_terminal_back() {
     });
     assert!(screen.contains("ESTIMATED"), "{screen}");
     assert!(screen.contains("power [W]"), "the chart: {screen}");
+    // Per-CPU busy bars, htop's: one per online CPU, each with its figure.
+    let online = fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+    let cpus: usize = online
+        .trim()
+        .split(',')
+        .map(|range| match range.split_once('-') {
+            Some((a, b)) => b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap() + 1,
+            None => 1,
+        })
+        .sum();
+    let bars: Vec<&str> = screen
+        .lines()
+        .filter(|l| l.starts_with("0[") || l.trim_start().starts_with("0["))
+        .flat_map(|l| l.split("] "))
+        .filter(|b| b.contains('[') && b.trim_end().trim_end_matches(']').ends_with('%'))
+        .collect();
+    assert!(
+        cpus > 32 || bars.len() == cpus,
+        "{cpus} CPUs, bars {bars:?}:\n{screen}"
+    );
     assert_eq!(
         tmux.pane("alternate_on"),
         "1",

@@ -67,6 +67,8 @@ pub struct LiveReport {
     /// snapshot.
     pub window_s: f64,
     pub cpu_count: usize,
+    /// Per CPU: how busy it was over the window (0-100 %, any task but the idle one).
+    pub cpu_busy_pct: Vec<f64>,
     pub sources: Vec<SourceEntry>,
     pub source_selection: String,
     pub domains: Vec<LiveDomain>,
@@ -177,6 +179,8 @@ pub struct LiveModel {
     intervals_since_fit: u32,
     total: Ledger,
     window: Ledger,
+    /// Per CPU: idle nanoseconds over the window.
+    window_idle_ns: Vec<u64>,
     elapsed_ns: u64,
     processes: Vec<ProcessRecord>,
     losses: Losses,
@@ -226,6 +230,7 @@ impl LiveModel {
             intervals_since_fit: 0,
             total: Ledger::new(domains.len()),
             window: Ledger::new(domains.len()),
+            window_idle_ns: Vec::new(),
             elapsed_ns: 0,
             processes: Vec::new(),
             losses: Losses::default(),
@@ -310,6 +315,12 @@ impl LiveModel {
         let splits = split_interval(interval, &self.coverage, &idle_w);
         self.total.add(interval, &splits);
         self.window.add(interval, &splits);
+        if self.window_idle_ns.len() < interval.cpus.len() {
+            self.window_idle_ns.resize(interval.cpus.len(), 0);
+        }
+        for (idle_ns, cpu) in self.window_idle_ns.iter_mut().zip(&interval.cpus) {
+            *idle_ns += cpu.idle_ns.min(interval.duration_ns);
+        }
         if let Some(functions) = &sample.functions {
             self.add_functions(functions, interval_spend(interval, &splits, &self.top));
         }
@@ -533,6 +544,19 @@ impl LiveModel {
                 }
             }
         }
+        let window_ns = self.window.duration_ns;
+        let cpu_busy_pct = self
+            .window_idle_ns
+            .iter()
+            .map(|&idle_ns| {
+                if window_ns == 0 {
+                    0.0
+                } else {
+                    100.0 * (1.0 - idle_ns as f64 / window_ns as f64).clamp(0.0, 1.0)
+                }
+            })
+            .collect();
+        self.window_idle_ns.iter_mut().for_each(|ns| *ns = 0);
         self.window = Ledger::new(self.domains.len());
 
         LiveReport {
@@ -552,6 +576,7 @@ impl LiveModel {
             interval_ms: self.interval_ns / 1_000_000,
             window_s,
             cpu_count: self.cpu_count,
+            cpu_busy_pct,
             sources: self.sources.clone(),
             source_selection: self.source_selection.clone(),
             domains,
@@ -782,6 +807,24 @@ mod tests {
             1,
             "no targets series for the whole machine"
         );
+    }
+
+    #[test]
+    fn per_cpu_busy_over_the_window() {
+        let mut m = model(Mode::System, Some(1.0));
+        let procs = vec![record(10, 1, "a", None), record(11, 1, "b", None)];
+        // CPU 0: a 30 ms, then 50 ms busy of 100; CPU 1: b 20 ms + other 10 ms, then 0 + 10.
+        feed(&mut m, &procs, &[0, 1], &interval(0, 30, 20, 0.5));
+        feed(&mut m, &procs, &[], &interval(1, 50, 0, 0.5));
+        let r = m.snapshot();
+        assert_eq!(r.cpu_busy_pct.len(), 2);
+        assert!(close(r.cpu_busy_pct[0], 40.0), "{:?}", r.cpu_busy_pct);
+        assert!(close(r.cpu_busy_pct[1], 20.0), "{:?}", r.cpu_busy_pct);
+        // A new window starts from nothing.
+        feed(&mut m, &procs, &[], &interval(2, 100, 90, 0.5));
+        let r = m.snapshot();
+        assert!(close(r.cpu_busy_pct[0], 100.0), "{:?}", r.cpu_busy_pct);
+        assert!(close(r.cpu_busy_pct[1], 100.0), "{:?}", r.cpu_busy_pct);
     }
 
     #[test]

@@ -267,7 +267,86 @@ fn header_lines(app: &App, width: u16) -> Vec<Line<'static>> {
         );
     }
     lines.push(Line::from(last));
+    lines.extend(cpu_bars(&r.cpu_busy_pct, width));
     lines
+}
+
+/// Most lines the per-CPU bars take; more CPUs than fit get one block character each.
+const CPU_BAR_LINES: usize = 4;
+/// Narrowest bar worth drawing: `NN[||||   99.9%]`.
+const CPU_BAR_MIN: usize = 20;
+/// Widest bar (a machine with few CPUs on a wide terminal).
+const CPU_BAR_MAX: usize = 40;
+
+/// Per-CPU busy bars as htop draws them (`0[|||||      45.2%]`, several to a line), or, with
+/// more CPUs than fit on a few lines, a block character per CPU (`▁` idle to `█` busy).
+fn cpu_bars(busy_pct: &[f64], width: u16) -> Vec<Line<'static>> {
+    let width = width as usize;
+    if busy_pct.is_empty() || width < CPU_BAR_MIN {
+        return Vec::new();
+    }
+    let style = |pct: f64| {
+        if pct >= 90.0 {
+            Style::new().red()
+        } else if pct >= 50.0 {
+            Style::new().yellow()
+        } else {
+            Style::new().green()
+        }
+    };
+    let label_w = (busy_pct.len() - 1).to_string().len();
+    let per_line = (width / (CPU_BAR_MIN + 4)).clamp(1, 8);
+    if busy_pct.len().div_ceil(per_line) <= CPU_BAR_LINES {
+        // Columns of bars, CPU 0 first, filled line by line.
+        let bar_w = (width / per_line.min(busy_pct.len())).min(CPU_BAR_MAX);
+        return busy_pct
+            .chunks(per_line)
+            .enumerate()
+            .map(|(row, chunk)| {
+                let mut spans = Vec::new();
+                for (k, &pct) in chunk.iter().enumerate() {
+                    let cpu = row * per_line + k;
+                    let pct = if pct.is_finite() {
+                        pct.clamp(0.0, 100.0)
+                    } else {
+                        0.0
+                    };
+                    let text = format!("{pct:.1}%");
+                    // label, [, bars and the figure, ], a space between bars
+                    let inner = bar_w.saturating_sub(label_w + 3);
+                    let filled = ((pct / 100.0) * inner as f64).round() as usize;
+                    let filled = filled.min(inner.saturating_sub(text.len()));
+                    let gap = inner.saturating_sub(filled + text.len());
+                    spans.push(Span::raw(format!("{cpu:>label_w$}[")).bold());
+                    spans.push(Span::styled("|".repeat(filled), style(pct)));
+                    spans.push(Span::raw(" ".repeat(gap)));
+                    spans.push(Span::raw(text).dim());
+                    spans.push(Span::raw("] "));
+                }
+                Line::from(spans)
+            })
+            .collect();
+    }
+    const BLOCKS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let room = width.saturating_sub(6).max(1);
+    busy_pct
+        .chunks(room)
+        .take(2)
+        .enumerate()
+        .map(|(row, chunk)| {
+            let mut spans = vec![Span::raw(if row == 0 { "cpus  " } else { "      " }).bold()];
+            for &pct in chunk {
+                let pct = if pct.is_finite() {
+                    pct.clamp(0.0, 100.0)
+                } else {
+                    0.0
+                };
+                let level = ((pct / 100.0) * 8.0) as usize;
+                spans.push(Span::styled(BLOCKS[level.min(7)].to_string(), style(pct)));
+            }
+            Line::from(spans)
+        })
+        .collect()
 }
 
 /// `text` cut to `max` characters, with an ellipsis when cut.
@@ -1106,6 +1185,39 @@ mod tests {
             screen(&a, w, h);
             keys(&mut a, &[KeyCode::Esc]);
         }
+    }
+
+    #[test]
+    fn per_cpu_busy_bars_in_the_header() {
+        let text = screen(&app(report(), None), 80, 24);
+        // Two CPUs, 92.5 % and 41 % busy: bars in proportion.
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("0["))
+            .unwrap_or_else(|| panic!("no CPU bars:\n{text}"));
+        assert!(line.contains("92.5%]") && line.contains("1[") && line.contains("41.0%]"));
+        let bars = |cpu: &str| -> usize {
+            let bar = line.split(&format!("{cpu}[")).nth(1).unwrap();
+            bar.split(']').next().unwrap().matches('|').count()
+        };
+        assert!(bars("0") > 2 * bars("1") - 2 && bars("1") > 3, "{line}");
+        // Many CPUs: one block character each, on at most two lines.
+        let many: Vec<f64> = (0..128).map(|i| f64::from(i % 9) * 12.5).collect();
+        let lines = cpu_bars(&many, 80);
+        assert_eq!(lines.len(), 2);
+        let chars: usize = lines.iter().map(|l| l.width()).sum::<usize>() - 12;
+        assert_eq!(chars, 128);
+        assert!(
+            lines[0].to_string().starts_with("cpus  ▁▂▃▄▅▆▇██▁"),
+            "{}",
+            lines[0]
+        );
+        assert!(
+            cpu_bars(&[f64::NAN, 250.0], 80)[0]
+                .to_string()
+                .contains("0.0%")
+        );
+        assert!(cpu_bars(&[50.0], 10).is_empty());
     }
 
     #[test]

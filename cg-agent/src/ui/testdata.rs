@@ -165,6 +165,7 @@ pub fn report() -> LiveReport {
         interval_ms: 100,
         window_s: 1.0,
         cpu_count: 2,
+        cpu_busy_pct: vec![92.5, 41.0],
         sources: vec![SourceEntry {
             name: "model",
             provenance: Provenance::Estimated,
