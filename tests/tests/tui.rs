@@ -461,6 +461,43 @@ fn k_sends_the_chosen_signal_to_the_selected_process_after_asking() {
 }
 
 #[test]
+fn d_shows_the_selected_processs_power_history_and_domains() {
+    require_root();
+    let spin = Background::spawn(&bin("cg-spin"), &["120"]);
+    let pid = spin.pid().to_string();
+    let tmux = Tmux::start(110, 40);
+    tmux.line(&format!(
+        "{bin} top --source model --refresh 300 -q; echo $? > {code}",
+        bin = shell_quote(&bin("cg-trace")),
+        code = shell_quote(&tmux.path("code")),
+    ));
+    tmux.wait_for("the spinner", |s| s.contains("cg-spin"));
+    tmux.keys(&["/"]);
+    tmux.run(&["send-keys", "-t", "t", "-l", &pid]);
+    tmux.keys(&["Enter", "d"]);
+    // Its pane: a few refreshes of history, and its power in the one domain (the model).
+    let refreshes = |s: &str| -> usize {
+        s.split("last ")
+            .nth(1)
+            .and_then(|t| t.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    let screen = tmux.wait_for("the detail pane with some history", |s| {
+        s.contains(&format!("{pid} cg-spin · power at each refresh")) && refreshes(s) >= 3
+    });
+    // (Below the pane's title: the header has a model line too.)
+    let model = screen
+        .lines()
+        .skip_while(|l| !l.contains("power at each refresh"))
+        .find(|l| l.contains(" model ") && l.contains("ESTIMATED"))
+        .unwrap_or_else(|| panic!("no model line:\n{screen}"));
+    assert!(model.contains(" W "), "{model}");
+    tmux.keys(&["q"]);
+    assert_eq!(tmux.wait_file("code"), "0");
+}
+
+#[test]
 fn top_in_tmux_sorts_filters_quits_and_gives_the_terminal_back() {
     require_root();
     let spin = Background::spawn(&bin("cg-spin"), &["120"]);

@@ -11,7 +11,7 @@ use ratatui::{
     symbols::Marker,
     text::{Line, Span},
     widgets::{
-        Axis, Block, Borders, Cell, Chart, Clear, Dataset, GraphType, Paragraph, Row,
+        Axis, Block, Borders, Cell, Chart, Clear, Dataset, GraphType, Paragraph, Row, Sparkline,
         StatefulWidget, Table, TableState, Widget,
     },
 };
@@ -66,6 +66,16 @@ impl Widget for &App {
         if chart_height > 0 {
             render_chart(report, chart_area, buf);
         }
+        // `d`: the selected process's detail pane under the table.
+        let table_area = if self.details && table_area.height >= 12 {
+            let [rest, details] =
+                Layout::vertical([Constraint::Fill(1), Constraint::Length(DETAILS_HEIGHT)])
+                    .areas(table_area);
+            render_details(self, report, details, buf);
+            rest
+        } else {
+            table_area
+        };
         let functions = self.selected_functions();
         let totals = self.shown_function_totals();
         let rows = if totals.is_empty() {
@@ -600,6 +610,77 @@ fn render_table(app: &App, r: &LiveReport, area: Rect, buf: &mut Buffer) {
     }
 }
 
+/// Lines of the detail pane: its title, and the sparkline beside the figures.
+const DETAILS_HEIGHT: u16 = 7;
+
+/// `d`: the selected process's power at each refresh (a sparkline, since it was first
+/// listed), and its power per domain now with its totals.
+fn render_details(app: &App, r: &LiveReport, area: Rect, buf: &mut Buffer) {
+    let Some(p) = app.selected_process() else {
+        return;
+    };
+    let block = Block::new().borders(Borders::TOP).title(format!(
+        " {} {} · power at each refresh, per domain ",
+        p.pid, p.comm
+    ));
+    let inner = block.inner(area);
+    block.render(area, buf);
+    let mut figures = vec![Line::from(vec![
+        "power ".into(),
+        format!("{} W", watts(p.power_w)).bold(),
+        format!(
+            "  energy {} J  CPU {:.1}%  {:.2} s",
+            joules(p.energy_j),
+            p.cpu_pct,
+            p.cpu_time_s
+        )
+        .into(),
+    ])];
+    for (d, domain) in r.domains.iter().enumerate() {
+        let w = p.domain_power_w.get(d).copied().unwrap_or(0.0);
+        figures.push(Line::from(vec![
+            Span::raw(format!(
+                "{:<14}",
+                format!(
+                    "{}{}",
+                    if domain.top_level { "" } else { "↳ " },
+                    domain.name
+                )
+            )),
+            format!("{:>8} W ", watts(w)).bold(),
+            provenance_span(domain.provenance),
+        ]));
+    }
+    let figures_width = 52.min(inner.width / 2);
+    let [spark_area, figures_area] =
+        Layout::horizontal([Constraint::Fill(1), Constraint::Length(figures_width)]).areas(inner);
+    if let Some(history) = app.selected_power_history() {
+        let top = history.iter().copied().fold(0.0f64, f64::max);
+        // The newest points that fit, in milliwatts (the widget draws integers).
+        let width = spark_area.width.saturating_sub(1) as usize;
+        let data: Vec<u64> = history
+            .iter()
+            .skip(history.len().saturating_sub(width))
+            .map(|w| (w.max(0.0) * 1000.0) as u64)
+            .collect();
+        let [label, spark] =
+            Layout::vertical([Constraint::Length(1), Constraint::Fill(1)]).areas(spark_area);
+        Paragraph::new(format!(
+            "last {} refreshes, top {} W",
+            data.len(),
+            watts(top)
+        ))
+        .dim()
+        .render(label, buf);
+        Sparkline::default()
+            .data(&data)
+            .max((top * 1000.0).ceil().max(1.0) as u64)
+            .style(Style::new().green())
+            .render(spark, buf);
+    }
+    Paragraph::new(figures).render(figures_area, buf);
+}
+
 fn render_functions(app: &App, r: &LiveReport, area: Rect, buf: &mut Buffer) {
     let functions = app.selected_functions();
     let Some(process) = app.selected_process() else {
@@ -788,7 +869,7 @@ fn render_footer(app: &App, area: Rect, buf: &mut Buffer) {
             sort.push(" ".into());
         }
         sort.push(key("r"));
-        sort.push(" reverse".into());
+        sort.push(" reverse ".into());
         groups.push(sort);
         groups.push(item("space", " pause".into()));
         if !app.filter.is_empty() {
@@ -823,6 +904,7 @@ const HELP: &[(&str, &str)] = &[
     ("t", "tree view: children under their parents"),
     ("K", "show or hide kernel threads ([name]; hidden at first)"),
     ("k", "send a signal to the selected process (asks which)"),
+    ("d", "details: the selected process's power, per domain"),
     (
         "Enter ← →",
         "tree view: fold or unfold the selected process",
@@ -1218,6 +1300,33 @@ mod tests {
                 .contains("0.0%")
         );
         assert!(cpu_bars(&[50.0], 10).is_empty());
+    }
+
+    #[test]
+    fn detail_pane_of_the_selected_process_at_160x48() {
+        let mut a = app(measured_report(), None);
+        for i in 0..30 {
+            let mut next = measured_report();
+            for p in &mut next.processes {
+                p.power_w *= 1.0 + (f64::from(i) / 5.0).sin() * 0.5;
+            }
+            a.update(next);
+        }
+        keys(&mut a, &[KeyCode::Char('d')]);
+        let text = screen(&a, 160, 48);
+        // The worker on the GPU (1201) is first: its power per domain.
+        assert!(text.contains(" 1201 cc1 · power at each refresh"), "{text}");
+        let gpu = text
+            .lines()
+            .find(|l| l.contains("gpu0") && l.contains("measured") && !l.contains("J"))
+            .unwrap_or_else(|| panic!("no gpu0 line:\n{text}"));
+        assert!(gpu.contains("8.00 W"), "{gpu}");
+        assert!(text.contains("↳ core-0"), "{text}");
+        assert!(text.contains("last 31 refreshes"), "{text}");
+        insta::assert_snapshot!(text);
+        for (w, h) in [(1, 1), (10, 3), (30, 14), (80, 24)] {
+            screen(&a, w, h);
+        }
     }
 
     #[test]

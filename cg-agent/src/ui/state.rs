@@ -5,7 +5,7 @@
 use std::{
     cell::Cell,
     cmp::Ordering,
-    collections::{HashMap, HashSet},
+    collections::{HashMap, HashSet, VecDeque},
     path::PathBuf,
     time::Duration,
 };
@@ -79,6 +79,9 @@ impl SortKey {
         Self::ALL.into_iter().find(|k| k.key() == c)
     }
 }
+
+/// Power points kept per process for the detail pane (one per update: 5 min at 1 s).
+pub const POWER_HISTORY_POINTS: usize = 300;
 
 /// What the main loop should do after a key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -189,6 +192,11 @@ pub struct App {
     pub follow: bool,
     /// Kernel threads are listed (`K`, as in htop); hidden at first.
     pub kernel_threads: bool,
+    /// `d`: the detail pane of the selected process (power history, per-domain power).
+    pub details: bool,
+    /// Each listed process's power at each update (W), oldest first, for the detail pane's
+    /// sparkline; at most [`POWER_HISTORY_POINTS`] each, forgotten with the process.
+    power_history: HashMap<ProcId, VecDeque<f64>>,
     /// `k`: the signal menu, while open.
     pub signal_menu: Option<SignalMenu>,
     /// A line for the footer until the next key (what `k` did).
@@ -223,6 +231,8 @@ impl App {
             ended: None,
             follow: false,
             kernel_threads: false,
+            details: false,
+            power_history: HashMap::new(),
             signal_menu: None,
             message: None,
             users,
@@ -243,6 +253,19 @@ impl App {
         }
         self.users
             .learn(report.processes.iter().filter_map(|p| p.uid));
+        let mut history = std::mem::take(&mut self.power_history);
+        self.power_history = report
+            .processes
+            .iter()
+            .map(|p| {
+                let mut points = history.remove(&p.id).unwrap_or_default();
+                points.push_back(p.power_w);
+                while points.len() > POWER_HISTORY_POINTS {
+                    points.pop_front();
+                }
+                (p.id, points)
+            })
+            .collect();
         self.user_names = report
             .processes
             .iter()
@@ -250,6 +273,11 @@ impl App {
             .collect();
         self.report = Some(report);
         self.rebuild_rows(self.follow);
+    }
+
+    /// The selected process's power at each update so far (W), oldest first.
+    pub fn selected_power_history(&self) -> Option<&VecDeque<f64>> {
+        self.power_history.get(&self.selected_process()?.id)
     }
 
     pub fn rows(&self) -> &[Row] {
@@ -326,6 +354,7 @@ impl App {
             KeyCode::Char(' ') => self.toggle_pause(),
             KeyCode::Char('/') => self.editing_filter = true,
             KeyCode::Char('f') => self.all_functions = !self.all_functions,
+            KeyCode::Char('d') => self.details = !self.details,
             KeyCode::Char('F') => {
                 self.follow = !self.follow;
                 self.selected = self.rows.get(self.cursor).map(|r| r.id);
@@ -1034,6 +1063,30 @@ mod tests {
                 signal: libc::SIGTERM
             }
         );
+    }
+
+    #[test]
+    fn d_shows_the_selected_processs_power_history_kept_per_process() {
+        let mut app = app();
+        assert_eq!(key(&mut app, KeyCode::Char('d')), Action::Redraw);
+        assert!(app.details);
+        for i in 0..(POWER_HISTORY_POINTS + 5) {
+            let mut next = testdata::report();
+            next.processes[2].power_w = i as f64;
+            app.update(next);
+        }
+        // make (1200): the first update (6 W) and 305 more, the oldest dropped.
+        let history = app.selected_power_history().unwrap();
+        assert_eq!(history.len(), POWER_HISTORY_POINTS);
+        assert_eq!(history.back(), Some(&((POWER_HISTORY_POINTS + 4) as f64)));
+        // A process that leaves the list is forgotten.
+        let mut next = testdata::report();
+        next.processes.retain(|p| p.pid != 1200);
+        app.update(next);
+        assert!(app.power_history.keys().all(|&id| id != 2));
+        assert_eq!(app.power_history.len(), 5);
+        press(&mut app, "d");
+        assert!(!app.details);
     }
 
     #[test]
