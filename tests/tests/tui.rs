@@ -173,6 +173,11 @@ impl Tmux {
             "still on the alternate screen"
         );
         assert_eq!(self.pane("cursor_flag"), "1", "cursor still hidden");
+        assert_eq!(
+            self.pane("mouse_any_flag"),
+            "0",
+            "the terminal still reports the mouse"
+        );
         let before = fs::read_to_string(self.path(before)).expect("stty before");
         let after = fs::read_to_string(self.path(after)).expect("stty after");
         assert_eq!(before, after, "terminal settings (stty -g) differ");
@@ -497,6 +502,53 @@ fn d_shows_the_selected_processs_power_history_and_domains() {
     assert_eq!(tmux.wait_file("code"), "0");
 }
 
+/// Clicks at 0-based `x`, `y` as a terminal in SGR mouse mode reports it (what the view
+/// asks for): press, then release.
+fn click(tmux: &Tmux, x: usize, y: usize) {
+    let (x, y) = (x + 1, y + 1);
+    tmux.run(&["send-keys", "-t", "t", "-l", &format!("\x1b[<0;{x};{y}M")]);
+    tmux.run(&["send-keys", "-t", "t", "-l", &format!("\x1b[<0;{x};{y}m")]);
+    std::thread::sleep(Duration::from_millis(150));
+}
+
+#[test]
+fn a_click_sorts_by_a_column_and_selects_a_row() {
+    require_root();
+    let tmux = Tmux::start(110, 40);
+    tmux.line(&format!(
+        "stty -g > {before}; {bin} top --source model --refresh 300 -q; echo $? > {code}; stty \
+         -g > {after}",
+        before = shell_quote(&tmux.path("before")),
+        bin = shell_quote(&bin("cg-trace")),
+        code = shell_quote(&tmux.path("code")),
+        after = shell_quote(&tmux.path("after")),
+    ));
+    let screen = tmux.wait_for("a few rows", |s| table_rows(s).len() >= 4);
+    assert_eq!(
+        tmux.pane("mouse_any_flag"),
+        "1",
+        "the view asks for the mouse"
+    );
+    let (y, header) = screen
+        .lines()
+        .enumerate()
+        .find(|(_, l)| l.contains("PID") && l.contains("COMMAND"))
+        .unwrap();
+    // The PID title: sorted by pid, smallest first.
+    let x = header.find("PID").unwrap();
+    click(&tmux, x + 1, y);
+    tmux.wait_for("sorted by PID", |s| s.contains("PID▲"));
+    // The third row: the cursor goes there.
+    click(&tmux, 3, y + 3);
+    let styled = tmux.wait_for_styled("the cursor on the third row", |s| {
+        cursor_row(s).1 == Some(2)
+    });
+    assert_eq!(cursor_row(&styled).1, Some(2));
+    tmux.keys(&["q"]);
+    assert_eq!(tmux.wait_file("code"), "0");
+    tmux.assert_terminal_restored("before", "after");
+}
+
 #[test]
 fn top_in_tmux_sorts_filters_quits_and_gives_the_terminal_back() {
     require_root();
@@ -775,21 +827,27 @@ fn tui_shows_the_functions_of_the_selected_process_while_it_runs() {
     // The wrapped command is selected first; its probed functions show with their calls.
     // (It runs long enough for q to come first: once it ends, the view would stay up with
     // its final figures, and q would give its own status.)
-    let screen = tmux.wait_for("the function pane", |s| {
-        s.contains("functions of") && s.contains("cg_work_a") && s.contains("cg_work_b")
+    let energy_of = |screen: &str, name: &str| -> f64 {
+        let Some(line) = screen.lines().find(|l| l.starts_with(name)) else {
+            return 0.0;
+        };
+        // FUNCTION MODULE CALLS CPU s ENERGY J SELF J AVG W
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        fields[fields.len() - 3].parse().unwrap_or(0.0)
+    };
+    // Enough energy that two decimals resolve the ratio.
+    let screen = tmux.wait_for("the function pane with 0.2 J in cg_work_a", |s| {
+        s.contains("functions of") && s.contains("cg_work_b") && energy_of(s, "cg_work_a") >= 0.2
     });
     assert!(
         screen.contains("(uprobe)") && screen.contains("CALLS"),
         "{screen}"
     );
-    let energy_of = |name: &str| -> f64 {
-        let line = screen.lines().find(|l| l.starts_with(name)).unwrap();
-        // FUNCTION MODULE CALLS CPU s ENERGY J SELF J AVG W
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        fields[fields.len() - 3].parse().unwrap()
-    };
     // cg_work_b does twice cg_work_a's work (loose: a live window of a few intervals).
-    let (a, b) = (energy_of("cg_work_a"), energy_of("cg_work_b"));
+    let (a, b) = (
+        energy_of(&screen, "cg_work_a"),
+        energy_of(&screen, "cg_work_b"),
+    );
     assert!(
         a > 0.0 && b > 1.3 * a && b < 3.0 * a,
         "a {a} J, b {b} J\n{screen}"

@@ -29,7 +29,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use ratatui::crossterm::event::{self as input, KeyCode, KeyEvent, KeyEventKind};
+use ratatui::crossterm::event::{self as input, KeyCode, KeyEvent, KeyEventKind, MouseEvent};
 
 use self::state::{Action, App, ViewConfig};
 use crate::{
@@ -54,6 +54,8 @@ pub enum Event {
     /// New figures.
     Data(Box<LiveReport>),
     Key(KeyEvent),
+    /// A click or the wheel (the view asks the terminal for mouse reports).
+    Mouse(MouseEvent),
     Resize,
     /// The terminal hung up (its window or connection closed): the run stops.
     TerminalGone,
@@ -231,6 +233,7 @@ pub fn run(config: RunConfig, options: ViewOptions) -> Result<Outcome, ViewError
                     app.update(*report);
                     dirty = !app.paused;
                 }
+                Event::Mouse(mouse) => dirty |= app.handle_mouse(mouse) == Action::Redraw,
                 Event::Resize => dirty = true,
                 Event::TerminalGone => {
                     quit_final = true;
@@ -428,6 +431,7 @@ fn spawn_input(tx: mpsc::Sender<Event>, done: Arc<AtomicBool>) -> thread::JoinHa
             let event = match input::read() {
                 Ok(input::Event::Key(key)) if key.kind != KeyEventKind::Release => Event::Key(key),
                 Ok(input::Event::Resize(..)) => Event::Resize,
+                Ok(input::Event::Mouse(mouse)) => Event::Mouse(mouse),
                 Ok(_) => continue,
                 Err(_) => break,
             };

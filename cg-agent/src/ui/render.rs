@@ -587,6 +587,29 @@ fn render_table(app: &App, r: &LiveReport, area: Rect, buf: &mut Buffer) {
         };
         Row::new(cells).style(style)
     });
+    // Where each column lies, for the mouse (widths as the table lays them out).
+    app.table_area.set(area);
+    let fixed: u16 = cols
+        .iter()
+        .map(|c| match c.width {
+            Constraint::Length(w) => w + 1,
+            _ => 1,
+        })
+        .sum();
+    let mut x = area.x;
+    let spans = cols
+        .iter()
+        .map(|c| {
+            let w = match c.width {
+                Constraint::Length(w) => w,
+                _ => area.width.saturating_sub(fixed - 1).max(1),
+            };
+            let span = (x, x + w.saturating_sub(1), c.sort);
+            x += w + 1;
+            span
+        })
+        .collect();
+    *app.table_columns.borrow_mut() = spans;
     let mut state = TableState::new()
         .with_offset(0)
         .with_selected((!rows.is_empty()).then(|| cursor - scroll));
@@ -905,6 +928,7 @@ const HELP: &[(&str, &str)] = &[
     ("K", "show or hide kernel threads ([name]; hidden at first)"),
     ("k", "send a signal to the selected process (asks which)"),
     ("d", "details: the selected process's power, per domain"),
+    ("mouse", "click a row to select it, a column title to sort"),
     (
         "Enter ← →",
         "tree view: fold or unfold the selected process",
@@ -1326,6 +1350,55 @@ mod tests {
         insta::assert_snapshot!(text);
         for (w, h) in [(1, 1), (10, 3), (30, 14), (80, 24)] {
             screen(&a, w, h);
+        }
+    }
+
+    #[test]
+    fn a_click_selects_a_row_or_sorts_by_a_column() {
+        use crate::ui::state::Action;
+        use ratatui::crossterm::event::{KeyModifiers, MouseButton, MouseEvent, MouseEventKind};
+        let click = |column: u16, row: u16| MouseEvent {
+            kind: MouseEventKind::Down(MouseButton::Left),
+            column,
+            row,
+            modifiers: KeyModifiers::NONE,
+        };
+        for width in [80, 160] {
+            let mut a = app(report(), None);
+            let text = screen(&a, width, 24);
+            let (y, line) = text
+                .lines()
+                .enumerate()
+                .find(|(_, l)| l.contains("sshd"))
+                .unwrap();
+            assert_eq!(a.handle_mouse(click(3, y as u16)), Action::Redraw);
+            assert_eq!(a.selected_process().unwrap().pid, 880, "{line}");
+            // The header: a click on CPU% sorts by it, a second one reverses.
+            let (hy, header) = text
+                .lines()
+                .enumerate()
+                .find(|(_, l)| l.contains("PID") && l.contains("COMMAND"))
+                .unwrap();
+            let x = header.find("CPU%").unwrap() as u16;
+            a.handle_mouse(click(x + 1, hy as u16));
+            assert_eq!((a.sort, a.descending), (SortKey::Cpu, true));
+            a.handle_mouse(click(x + 1, hy as u16));
+            assert_eq!((a.sort, a.descending), (SortKey::Cpu, false));
+            let x = header.find("COMMAND").unwrap() as u16;
+            a.handle_mouse(click(x + 3, hy as u16));
+            assert_eq!(a.sort, SortKey::Command, "{header}");
+            // Below the last row, and outside the table: nothing.
+            screen(&a, width, 24);
+            assert_eq!(a.handle_mouse(click(3, 22)), Action::Nothing);
+            assert_eq!(a.handle_mouse(click(3, 0)), Action::Nothing);
+            // The wheel moves the cursor.
+            let wheel = MouseEvent {
+                kind: MouseEventKind::ScrollDown,
+                ..click(3, hy as u16 + 1)
+            };
+            let before = a.cursor();
+            a.handle_mouse(wheel);
+            assert_eq!(a.cursor(), (before + 3).min(a.rows().len() - 1));
         }
     }
 

@@ -3,14 +3,19 @@
 //! ([`super::run`]); rendering only reads it ([`super::render`]).
 
 use std::{
-    cell::Cell,
+    cell::{Cell, RefCell},
     cmp::Ordering,
     collections::{HashMap, HashSet, VecDeque},
     path::PathBuf,
     time::Duration,
 };
 
-use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use ratatui::{
+    crossterm::event::{
+        KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseButton, MouseEvent, MouseEventKind,
+    },
+    layout::Rect,
+};
 
 use super::users::Users;
 use crate::{
@@ -210,6 +215,10 @@ pub struct App {
     pub(super) scroll: Cell<usize>,
     /// Rows the table showed last time (for page up/down).
     pub(super) page: Cell<usize>,
+    /// Where the renderer drew the table last time (its header is the first line), and its
+    /// columns' first and last x with the sort each stands for: what a click hits.
+    pub(super) table_area: Cell<Rect>,
+    pub(super) table_columns: RefCell<Vec<(u16, u16, Option<SortKey>)>>,
 }
 
 impl App {
@@ -242,6 +251,8 @@ impl App {
             selected: None,
             scroll: Cell::new(0),
             page: Cell::new(10),
+            table_area: Cell::new(Rect::default()),
+            table_columns: RefCell::new(Vec::new()),
         }
     }
 
@@ -491,6 +502,48 @@ impl App {
             Ok(()) => format!("sent {} to {pid}", signal_name(signal)),
             Err(err) => format!("kill({pid}, {}): {err}", signal_name(signal)),
         });
+    }
+
+    /// What the mouse does: a click on a row selects it, on a column's title sorts by it
+    /// (again: reverses), the wheel moves the cursor. Ignored while a menu, the help or the
+    /// filter line is open.
+    pub fn handle_mouse(&mut self, mouse: MouseEvent) -> Action {
+        if self.help || self.signal_menu.is_some() || self.editing_filter {
+            return Action::Nothing;
+        }
+        let area = self.table_area.get();
+        let inside = |x: u16, y: u16| {
+            x >= area.x && x < area.x + area.width && y >= area.y && y < area.y + area.height
+        };
+        match mouse.kind {
+            MouseEventKind::ScrollDown if inside(mouse.column, mouse.row) => self.move_cursor(3),
+            MouseEventKind::ScrollUp if inside(mouse.column, mouse.row) => self.move_cursor(-3),
+            MouseEventKind::Down(MouseButton::Left) if inside(mouse.column, mouse.row) => {
+                if mouse.row == area.y {
+                    let hit = self
+                        .table_columns
+                        .borrow()
+                        .iter()
+                        .find(|(from, to, _)| (*from..=*to).contains(&mouse.column))
+                        .and_then(|(_, _, key)| *key);
+                    match hit {
+                        Some(key) => self.sort_by(key),
+                        None => return Action::Nothing,
+                    }
+                } else {
+                    let row = self.scroll.get() + usize::from(mouse.row - area.y - 1);
+                    if row >= self.rows.len() {
+                        return Action::Nothing;
+                    }
+                    self.follow = false;
+                    self.cursor = row;
+                    self.selected = Some(self.rows[row].id);
+                }
+            }
+            _ => return Action::Nothing,
+        }
+        self.message = None;
+        Action::Redraw
     }
 
     fn edit_filter(&mut self, key: KeyEvent) -> Action {
