@@ -914,36 +914,38 @@ fn render_footer(app: &App, area: Rect, buf: &mut Buffer) {
 }
 
 const HELP: &[(&str, &str)] = &[
-    (
-        "q, Ctrl-C",
-        "quit (writes the report with -o); when a wrapped",
-    ),
-    ("", "command ends, its final figures stay until q"),
+    ("q, Ctrl-C", "quit (writes the report with -o)"),
     ("?", "this help (any key closes it)"),
     ("space", "pause or resume the display"),
     ("/", "filter by name or pid (Enter keeps, Esc clears)"),
     ("f", "functions: of the selected process, or of all"),
-    ("F", "follow the selected process (a move ends it)"),
+    ("F", "follow the selected process (moving ends it)"),
     ("t", "tree view: children under their parents"),
-    ("K", "show or hide kernel threads ([name]; hidden at first)"),
-    ("k", "send a signal to the selected process (asks which)"),
-    ("d", "details: the selected process's power, per domain"),
-    ("mouse", "click a row to select it, a column title to sort"),
     (
         "Enter ← →",
         "tree view: fold or unfold the selected process",
     ),
+    ("K", "show or hide kernel threads (hidden at first)"),
+    ("k", "send a signal to the selected process"),
+    ("d", "details: the selected process's power, domains"),
+    ("mouse", "click: select a row, or sort by a column"),
     (
         "p u c w e s n",
         "sort by PID USER CPU% POWER ENERGY SHARE COMMAND",
     ),
     ("", "(the same key again reverses the order)"),
     ("< > r", "previous or next column, reverse"),
-    (
-        "↑ ↓ PgUp PgDn",
-        "move (Home, End: first, last); the cursor keeps",
-    ),
-    ("", "its row when the order changes, unless F"),
+    ("↑ ↓ PgUp PgDn", "move (Home, End: first, last)"),
+];
+
+/// Said under the keys when there is room.
+const HELP_NOTES: [&str; 6] = [
+    " POWER and CPU% cover the last refresh period; ENERGY and",
+    " SHARE the run so far. Folded processes show their subtree.",
+    " The cursor keeps its row as the order changes (F follows).",
+    " Live figures use the idle baseline estimated so far; the",
+    " report at the end re-attributes the whole run. A wrapped",
+    " command's final figures stay on screen until q.",
 ];
 
 /// `k`'s menu over the view: the signals, the chosen one highlighted; or the second yes.
@@ -991,17 +993,10 @@ fn render_help(area: Rect, buf: &mut Buffer) {
         .iter()
         .map(|(k, what)| Line::from(vec![format!(" {k:<14}").bold(), Span::raw(*what)]))
         .collect();
-    lines.push(Line::raw(""));
-    lines.push(Line::raw(
-        " POWER and CPU% cover the last refresh period; ENERGY and",
-    ));
-    lines.push(Line::raw(
-        " SHARE the run so far. Folded processes show their subtree.",
-    ));
-    lines.push(Line::raw(
-        " Live figures use the idle baseline estimated so far; the",
-    ));
-    lines.push(Line::raw(" report at the end re-attributes the whole run."));
+    if lines.len() + HELP_NOTES.len() + 3 <= area.height as usize {
+        lines.push(Line::raw(""));
+        lines.extend(HELP_NOTES.iter().map(|note| Line::raw(*note)));
+    }
     let width = 66.min(area.width);
     let height = (lines.len() as u16 + 2).min(area.height);
     let popup = Rect {
@@ -1195,7 +1190,16 @@ mod tests {
     fn help_over_the_view_at_80x24() {
         let mut a = app(report(), None);
         keys(&mut a, &[KeyCode::Char('?')]);
-        insta::assert_snapshot!(screen(&a, 80, 24));
+        let text = screen(&a, 80, 24);
+        // Every key fits; the notes under them only where they fit whole.
+        assert!(text.contains("↑ ↓ PgUp PgDn"), "{text}");
+        assert!(!text.contains("refresh period"), "{text}");
+        let tall = screen(&a, 80, 40);
+        assert!(
+            tall.contains("refresh period") && tall.contains("stay on screen until q"),
+            "{tall}"
+        );
+        insta::assert_snapshot!(text);
     }
 
     #[test]
