@@ -152,6 +152,7 @@ pub fn main_with(cli: Cli) -> i32 {
             ui::ViewOptions {
                 refresh: Duration::from_millis(args.view.refresh),
                 command_output: command_output.clone(),
+                exit_on_end: args.view.exit_on_end,
                 frame_stats: args.view.bench_frame_stats.clone(),
             },
         );

@@ -179,6 +179,11 @@ pub struct ViewArgs {
     #[arg(long, value_name = "FILE")]
     pub command_output: Option<PathBuf>,
 
+    /// Live view, wrap mode: close the view as soon as the command ends (for scripts)
+    /// instead of keeping the final figures on screen until `q`
+    #[arg(long)]
+    pub exit_on_end: bool,
+
     /// For `cargo xtask bench`: write the live view's frame render times to FILE at the end
     #[arg(long, hide = true, value_name = "FILE")]
     pub bench_frame_stats: Option<PathBuf>,
@@ -445,6 +450,9 @@ mod tests {
         );
         let cli = parse(&["--tui", "--command-output", "out.txt", "--", "make"]).unwrap();
         assert!(cli.run.view.tui);
+        assert!(!cli.run.view.exit_on_end);
+        let cli = parse(&["--tui", "--exit-on-end", "--", "make"]).unwrap();
+        assert!(cli.run.view.exit_on_end);
         assert_eq!(cli.run.view.refresh, 1000);
         assert!(parse(&["top", "--refresh", "10"]).is_err());
         // Nothing at all parses (the app decides: the live view on a terminal, else usage).

@@ -67,6 +67,8 @@ pub struct LiveReport {
     /// snapshot.
     pub window_s: f64,
     pub cpu_count: usize,
+    /// Per CPU: how busy it was over the window (0-100 %, any task but the idle one).
+    pub cpu_busy_pct: Vec<f64>,
     pub sources: Vec<SourceEntry>,
     pub source_selection: String,
     pub domains: Vec<LiveDomain>,
@@ -141,6 +143,9 @@ pub struct LiveProcess {
     /// Share of the total energy so far.
     pub share_pct: f64,
     pub cpu_time_s: f64,
+    /// A kernel thread (kthreadd, or a child of it with no command line): its command is its
+    /// name in brackets, as htop and ps show it (`[kworker/0:1]`).
+    pub kernel_thread: bool,
     /// Power over the window per domain, indexed like [`LiveReport::domains`].
     pub domain_power_w: Vec<f64>,
 }
@@ -174,6 +179,8 @@ pub struct LiveModel {
     intervals_since_fit: u32,
     total: Ledger,
     window: Ledger,
+    /// Per CPU: idle nanoseconds over the window.
+    window_idle_ns: Vec<u64>,
     elapsed_ns: u64,
     processes: Vec<ProcessRecord>,
     losses: Losses,
@@ -215,6 +222,7 @@ impl LiveModel {
             intervals_since_fit: 0,
             total: Ledger::new(domains.len()),
             window: Ledger::new(domains.len()),
+            window_idle_ns: Vec::new(),
             elapsed_ns: 0,
             processes: Vec::new(),
             losses: Losses::default(),
@@ -299,6 +307,12 @@ impl LiveModel {
         let splits = split_interval(interval, &self.coverage, &idle_w);
         self.total.add(interval, &splits);
         self.window.add(interval, &splits);
+        if self.window_idle_ns.len() < interval.cpus.len() {
+            self.window_idle_ns.resize(interval.cpus.len(), 0);
+        }
+        for (idle_ns, cpu) in self.window_idle_ns.iter_mut().zip(&interval.cpus) {
+            *idle_ns += cpu.idle_ns.min(interval.duration_ns);
+        }
         if let Some(functions) = &sample.functions {
             self.add_functions(functions, interval_spend(interval, &splits, &self.top));
         }
@@ -467,17 +481,21 @@ impl LiveModel {
                     return None;
                 }
                 let energy_j = self.total.energy_of(id, &self.top) + 0.0;
+                let kernel_thread = is_kernel_thread(p);
                 Some(LiveProcess {
                     id,
                     pid: p.pid,
                     ppid: p.ppid,
                     uid: p.uid,
                     comm: p.comm.clone(),
-                    command: if p.cmdline.is_empty() {
+                    command: if kernel_thread {
+                        format!("[{}]", p.comm)
+                    } else if p.cmdline.is_empty() {
                         p.comm.clone()
                     } else {
                         p.cmdline.join(" ")
                     },
+                    kernel_thread,
                     root: p.root,
                     alive,
                     cpu_pct: if window_s > 0.0 {
@@ -518,6 +536,19 @@ impl LiveModel {
                 }
             }
         }
+        let window_ns = self.window.duration_ns;
+        let cpu_busy_pct = self
+            .window_idle_ns
+            .iter()
+            .map(|&idle_ns| {
+                if window_ns == 0 {
+                    0.0
+                } else {
+                    100.0 * (1.0 - idle_ns as f64 / window_ns as f64).clamp(0.0, 1.0)
+                }
+            })
+            .collect();
+        self.window_idle_ns.iter_mut().for_each(|ns| *ns = 0);
         self.window = Ledger::new(self.domains.len());
 
         LiveReport {
@@ -537,6 +568,7 @@ impl LiveModel {
             interval_ms: self.interval_ns / 1_000_000,
             window_s,
             cpu_count: self.cpu_count,
+            cpu_busy_pct,
             sources: self.sources.clone(),
             source_selection: self.source_selection.clone(),
             domains,
@@ -556,6 +588,12 @@ impl LiveModel {
                 .collect(),
         }
     }
+}
+
+/// Whether a process is a kernel thread: kthreadd (pid 2) or a thread it started, with no
+/// command line of its own (htop's test where the kernel's flag is not at hand).
+fn is_kernel_thread(p: &ProcessRecord) -> bool {
+    p.cmdline.is_empty() && !p.comm.is_empty() && (p.pid == 2 || p.ppid == Some(2))
 }
 
 #[cfg(test)]
@@ -763,6 +801,51 @@ mod tests {
             1,
             "no targets series for the whole machine"
         );
+    }
+
+    #[test]
+    fn per_cpu_busy_over_the_window() {
+        let mut m = model(Mode::System, Some(1.0));
+        let procs = vec![record(10, 1, "a", None), record(11, 1, "b", None)];
+        // CPU 0: a 30 ms, then 50 ms busy of 100; CPU 1: b 20 ms + other 10 ms, then 0 + 10.
+        feed(&mut m, &procs, &[0, 1], &interval(0, 30, 20, 0.5));
+        feed(&mut m, &procs, &[], &interval(1, 50, 0, 0.5));
+        let r = m.snapshot();
+        assert_eq!(r.cpu_busy_pct.len(), 2);
+        assert!(close(r.cpu_busy_pct[0], 40.0), "{:?}", r.cpu_busy_pct);
+        assert!(close(r.cpu_busy_pct[1], 20.0), "{:?}", r.cpu_busy_pct);
+        // A new window starts from nothing.
+        feed(&mut m, &procs, &[], &interval(2, 100, 90, 0.5));
+        let r = m.snapshot();
+        assert!(close(r.cpu_busy_pct[0], 100.0), "{:?}", r.cpu_busy_pct);
+        assert!(close(r.cpu_busy_pct[1], 100.0), "{:?}", r.cpu_busy_pct);
+    }
+
+    #[test]
+    fn kernel_threads_are_marked_and_named_in_brackets() {
+        let mut m = model(Mode::System, Some(1.0));
+        let mut kworker = record(11, 2, "kworker/0:1", None);
+        kworker.cmdline.clear();
+        kworker.uid = None;
+        let procs = vec![record(10, 1, "a", None), kworker];
+        feed(&mut m, &procs, &[0, 1], &interval(0, 10, 10, 0.5));
+        let r = m.snapshot();
+        let kworker = r.processes.iter().find(|p| p.pid == 11).unwrap();
+        assert!(kworker.kernel_thread);
+        assert_eq!(kworker.command, "[kworker/0:1]");
+        let a = r.processes.iter().find(|p| p.pid == 10).unwrap();
+        assert!(!a.kernel_thread);
+        assert_eq!(a.command, "/usr/bin/a --flag");
+        // A child of kthreadd with a command line (a user process it cannot have) and an
+        // unknown process are not kernel threads.
+        let mut odd = record(12, 2, "odd", None);
+        assert!(!is_kernel_thread(&odd));
+        odd.cmdline.clear();
+        odd.comm.clear();
+        assert!(!is_kernel_thread(&odd));
+        let mut kthreadd = record(2, 0, "kthreadd", None);
+        kthreadd.cmdline.clear();
+        assert!(is_kernel_thread(&kthreadd));
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //! refresh period; an input thread sends keys and resizes; the main loop alone owns the view's
 //! state ([`state::App`]) and draws it ([`render`]). The session keeps measuring whatever the
 //! view does (pause only freezes the display), and quitting stops the run as Ctrl-C would,
-//! after which the caller builds the report as in any other run.
+//! after which the caller builds the report as in any other run. In wrap mode the view stays
+//! up with the final figures when the command ends, until `q` (or a signal) closes it, unless
+//! `--exit-on-end`.
 
 pub mod render;
 pub mod state;
@@ -20,14 +22,14 @@ use std::{
     path::PathBuf,
     sync::{
         Arc,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicI32, Ordering},
         mpsc,
     },
     thread,
     time::{Duration, Instant},
 };
 
-use ratatui::crossterm::event::{self as input, KeyCode, KeyEvent, KeyEventKind};
+use ratatui::crossterm::event::{self as input, KeyCode, KeyEvent, KeyEventKind, MouseEvent};
 
 use self::state::{Action, App, ViewConfig};
 use crate::{
@@ -52,6 +54,8 @@ pub enum Event {
     /// New figures.
     Data(Box<LiveReport>),
     Key(KeyEvent),
+    /// A click or the wheel (the view asks the terminal for mouse reports).
+    Mouse(MouseEvent),
     Resize,
     /// The terminal hung up (its window or connection closed): the run stops.
     TerminalGone,
@@ -89,6 +93,9 @@ pub struct ViewOptions {
     pub refresh: Duration,
     /// Wrap mode: where the command's output goes.
     pub command_output: Option<PathBuf>,
+    /// Wrap mode: close the view when the command ends, rather than keeping the final
+    /// figures on screen until the user quits.
+    pub exit_on_end: bool,
     /// Benchmarks: write frame render times here at the end.
     pub frame_stats: Option<PathBuf>,
 }
@@ -160,6 +167,9 @@ pub fn run(config: RunConfig, options: ViewOptions) -> Result<Outcome, ViewError
         .and_then(|k| k.chars().next());
     let mut frames: Vec<FrameTime> = Vec::new();
     let mut dirty = true;
+    // The run's outcome while its final figures stay on screen, and the signal handlers
+    // that close that screen.
+    let mut kept: Option<(Option<Box<RunResult>>, FinalSignals)> = None;
     let outcome = loop {
         if dirty {
             let started = Instant::now();
@@ -180,17 +190,32 @@ pub fn run(config: RunConfig, options: ViewOptions) -> Result<Outcome, ViewError
             });
             dirty = false;
         }
-        let Ok(first) = rx.recv() else {
-            break None;
+        let first = match &kept {
+            None => rx.recv().ok(),
+            Some(_) => match rx.recv_timeout(FINAL_SIGNAL_POLL) {
+                Ok(event) => Some(event),
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if FINAL_SIGNAL.load(Ordering::SeqCst) != 0 {
+                        break kept.take().and_then(|(outcome, _)| outcome);
+                    }
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => None,
+            },
+        };
+        let Some(first) = first else {
+            break kept.take().and_then(|(outcome, _)| outcome);
         };
         // Everything already queued is handled before the next frame.
         let mut finished = None;
+        let mut quit_final = false;
         for event in std::iter::once(first).chain(rx.try_iter()) {
             match event {
                 Event::Key(key) if panic_key.is_some_and(|c| key.code == KeyCode::Char(c)) => {
                     panic!("{TEST_PANIC_KEY_ENV}: panicking on request")
                 }
                 Event::Key(key) => match app.handle_key(key) {
+                    Action::Quit if kept.is_some() => quit_final = true,
                     Action::Quit => {
                         // A second quit while the command winds down stops waiting for it.
                         stop.notify_one();
@@ -198,14 +223,20 @@ pub fn run(config: RunConfig, options: ViewOptions) -> Result<Outcome, ViewError
                         dirty = true;
                     }
                     Action::Redraw => dirty = true,
+                    Action::Signal { pid, signal } => {
+                        app.signal_sent(pid, signal, send_signal(pid, signal));
+                        dirty = true;
+                    }
                     Action::Nothing => {}
                 },
                 Event::Data(report) => {
                     app.update(*report);
                     dirty = !app.paused;
                 }
+                Event::Mouse(mouse) => dirty |= app.handle_mouse(mouse) == Action::Redraw,
                 Event::Resize => dirty = true,
                 Event::TerminalGone => {
+                    quit_final = true;
                     crate::session::leave_a_dead_terminal();
                     tracing::warn!("the terminal hung up: stopping the run");
                     stop.notify_one();
@@ -216,9 +247,22 @@ pub fn run(config: RunConfig, options: ViewOptions) -> Result<Outcome, ViewError
             }
         }
         if let Some(outcome) = finished {
+            match final_line(&outcome, &options, &app) {
+                Some(line) => {
+                    app.ended = Some(line);
+                    dirty = true;
+                    kept = Some((outcome, FinalSignals::register()));
+                }
+                None => break outcome,
+            }
+        }
+        if (quit_final || FINAL_SIGNAL.load(Ordering::SeqCst) != 0)
+            && let Some((outcome, _)) = kept.take()
+        {
             break outcome;
         }
     };
+    drop(kept);
     input_done.store(true, Ordering::SeqCst);
     drop(taken);
     // The input thread ends within one poll; should the terminal have wedged it, the
@@ -237,6 +281,80 @@ pub fn run(config: RunConfig, options: ViewOptions) -> Result<Outcome, ViewError
     finish(outcome)
 }
 
+/// `k`: kill(2), with its error as text. The view has checked `pid` (a positive pid, a
+/// second yes for init and cg-trace itself).
+fn send_signal(pid: u32, signal: i32) -> Result<(), String> {
+    let pid = libc::pid_t::try_from(pid)
+        .ok()
+        .filter(|&p| p > 0)
+        .ok_or_else(|| format!("{pid} is not a process"))?;
+    // SAFETY: kill(2) on a positive pid: one process, never a group.
+    if unsafe { libc::kill(pid, signal) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error().to_string())
+    }
+}
+
+/// How often the final screen checks for a signal.
+const FINAL_SIGNAL_POLL: Duration = Duration::from_millis(100);
+/// The signal that closed the final screen, or 0.
+static FINAL_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+/// Wrap mode, when the command ended by itself and the view is to stay: the line that says
+/// so. `None` closes the view now: `--exit-on-end`, the user quit or the terminal hung up
+/// (the run was stopping), the run stopped for another reason, or it failed.
+fn final_line(
+    outcome: &Option<Box<RunResult>>,
+    options: &ViewOptions,
+    app: &App,
+) -> Option<String> {
+    if options.exit_on_end || app.stopping {
+        return None;
+    }
+    let Some(Ok(outcome)) = outcome.as_deref() else {
+        return None;
+    };
+    let status = match outcome.recording.command_ending? {
+        session::processes::Ending::Exited(code) => format!("exit status {code}"),
+        session::processes::Ending::Signaled(signal) => {
+            format!("killed by signal {signal} (exit status {})", 128 + signal)
+        }
+    };
+    Some(format!("the command ended: {status}"))
+}
+
+/// While the final figures stay on screen the session's signal handling has ended: SIGINT,
+/// SIGTERM and SIGHUP close the view (and the report is written) instead of going unheard.
+struct FinalSignals(Vec<signal_hook_registry::SigId>);
+
+impl FinalSignals {
+    fn register() -> Self {
+        FINAL_SIGNAL.store(0, Ordering::SeqCst);
+        let ids = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP]
+            .into_iter()
+            .filter_map(|signal| {
+                // SAFETY: the action only stores to an atomic, which is async-signal-safe.
+                unsafe {
+                    signal_hook_registry::register(signal, move || {
+                        FINAL_SIGNAL.store(signal, Ordering::SeqCst);
+                    })
+                }
+                .ok()
+            })
+            .collect();
+        FinalSignals(ids)
+    }
+}
+
+impl Drop for FinalSignals {
+    fn drop(&mut self) {
+        for id in self.0.drain(..) {
+            signal_hook_registry::unregister(id);
+        }
+    }
+}
+
 fn finish(outcome: Option<Box<RunResult>>) -> Result<Outcome, ViewError> {
     match outcome {
         Some(result) => Ok((*result)?),
@@ -245,26 +363,47 @@ fn finish(outcome: Option<Box<RunResult>>) -> Result<Outcome, ViewError> {
 }
 
 /// The session's observer: the live model runs on the session's thread, and a snapshot goes
-/// to the main loop after the first interval and then every `refresh`.
+/// to the main loop after the first interval and then every `refresh`; the last one when the
+/// session lets the observer go at the end of the run, so the final screen has every interval.
 fn observer(tx: mpsc::Sender<Event>, refresh: Duration) -> Box<dyn FnMut(LiveEvent<'_>) + Send> {
     let refresh_ns = refresh.as_nanos() as u64;
-    let mut model: Option<LiveModel> = None;
-    let mut sent = false;
+    let mut feed = Feed {
+        tx,
+        model: None,
+        sent: false,
+    };
     Box::new(move |event| match event {
         LiveEvent::Started(start) => {
-            model = Some(LiveModel::new(&start));
-            let _ = tx.send(Event::Started);
+            feed.model = Some(LiveModel::new(&start));
+            let _ = feed.tx.send(Event::Started);
         }
         LiveEvent::Sample(sample) => {
-            if let Some(model) = model.as_mut() {
+            if let Some(model) = feed.model.as_mut() {
                 model.add(&sample);
-                if !sent || model.window_ns() >= refresh_ns {
-                    sent = true;
-                    let _ = tx.send(Event::Data(Box::new(model.snapshot())));
+                if !feed.sent || model.window_ns() >= refresh_ns {
+                    feed.sent = true;
+                    let _ = feed.tx.send(Event::Data(Box::new(model.snapshot())));
                 }
             }
         }
     })
+}
+
+/// The observer's state; dropped with the observer, it sends what the last snapshot missed.
+struct Feed {
+    tx: mpsc::Sender<Event>,
+    model: Option<LiveModel>,
+    sent: bool,
+}
+
+impl Drop for Feed {
+    fn drop(&mut self) {
+        if let Some(model) = self.model.as_mut()
+            && model.window_ns() > 0
+        {
+            let _ = self.tx.send(Event::Data(Box::new(model.snapshot())));
+        }
+    }
 }
 
 /// Reads keys and resizes until `done`, or until the terminal hangs up.
@@ -292,6 +431,7 @@ fn spawn_input(tx: mpsc::Sender<Event>, done: Arc<AtomicBool>) -> thread::JoinHa
             let event = match input::read() {
                 Ok(input::Event::Key(key)) if key.kind != KeyEventKind::Release => Event::Key(key),
                 Ok(input::Event::Resize(..)) => Event::Resize,
+                Ok(input::Event::Mouse(mouse)) => Event::Mouse(mouse),
                 Ok(_) => continue,
                 Err(_) => break,
             };
@@ -373,6 +513,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn send_signal_gives_kills_error_and_refuses_what_is_not_one_process() {
+        // Beyond any pid_max: no such process.
+        let err = send_signal(i32::MAX as u32, 0).unwrap_err();
+        assert!(err.contains("No such process"), "{err}");
+        // 0 and pids that kill(2) would read as a process group are refused.
+        assert!(send_signal(0, 0).unwrap_err().contains("not a process"));
+        assert!(
+            send_signal(u32::MAX, 0)
+                .unwrap_err()
+                .contains("not a process")
+        );
+        // Signal 0 to ourselves: allowed, and nothing happens.
+        assert_eq!(send_signal(std::process::id(), 0), Ok(()));
+    }
+
+    #[test]
     fn the_observer_sends_after_the_first_interval_then_once_per_refresh() {
         let (tx, rx) = mpsc::channel();
         let mut observer = observer(tx, Duration::from_millis(500));
@@ -394,5 +550,20 @@ mod tests {
             windows[1..].iter().all(|w| (w - 0.5).abs() < 1e-9),
             "{windows:?}"
         );
+        // The end of the run lets the observer go: the last 400 ms follow, and the final
+        // figures cover the whole run.
+        drop(observer);
+        let last: Vec<Event> = rx.try_iter().collect();
+        match last.as_slice() {
+            [Event::Data(report)] => {
+                assert!((report.window_s - 0.4).abs() < 1e-9, "{}", report.window_s);
+                assert!(
+                    (report.elapsed_s - 2.5).abs() < 1e-9,
+                    "{}",
+                    report.elapsed_s
+                );
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -11,12 +11,12 @@ use ratatui::{
     symbols::Marker,
     text::{Line, Span},
     widgets::{
-        Axis, Block, Borders, Cell, Chart, Clear, Dataset, GraphType, Paragraph, Row,
+        Axis, Block, Borders, Cell, Chart, Clear, Dataset, GraphType, Paragraph, Row, Sparkline,
         StatefulWidget, Table, TableState, Widget,
     },
 };
 
-use super::state::{App, SortKey};
+use super::state::{App, SIGNALS, SignalMenu, SortKey};
 use crate::{
     report::{
         functions::FunctionTotal,
@@ -66,6 +66,16 @@ impl Widget for &App {
         if chart_height > 0 {
             render_chart(report, chart_area, buf);
         }
+        // `d`: the selected process's detail pane under the table.
+        let table_area = if self.details && table_area.height >= 12 {
+            let [rest, details] =
+                Layout::vertical([Constraint::Fill(1), Constraint::Length(DETAILS_HEIGHT)])
+                    .areas(table_area);
+            render_details(self, report, details, buf);
+            rest
+        } else {
+            table_area
+        };
         let functions = self.selected_functions();
         let totals = self.shown_function_totals();
         let rows = if totals.is_empty() {
@@ -88,6 +98,9 @@ impl Widget for &App {
         }
         if self.help {
             render_help(area, buf);
+        }
+        if let Some(menu) = &self.signal_menu {
+            render_signal_menu(menu, area, buf);
         }
     }
 }
@@ -264,7 +277,86 @@ fn header_lines(app: &App, width: u16) -> Vec<Line<'static>> {
         );
     }
     lines.push(Line::from(last));
+    lines.extend(cpu_bars(&r.cpu_busy_pct, width));
     lines
+}
+
+/// Most lines the per-CPU bars take; more CPUs than fit get one block character each.
+const CPU_BAR_LINES: usize = 4;
+/// Narrowest bar worth drawing: `NN[||||   99.9%]`.
+const CPU_BAR_MIN: usize = 20;
+/// Widest bar (a machine with few CPUs on a wide terminal).
+const CPU_BAR_MAX: usize = 40;
+
+/// Per-CPU busy bars as htop draws them (`0[|||||      45.2%]`, several to a line), or, with
+/// more CPUs than fit on a few lines, a block character per CPU (`▁` idle to `█` busy).
+fn cpu_bars(busy_pct: &[f64], width: u16) -> Vec<Line<'static>> {
+    let width = width as usize;
+    if busy_pct.is_empty() || width < CPU_BAR_MIN {
+        return Vec::new();
+    }
+    let style = |pct: f64| {
+        if pct >= 90.0 {
+            Style::new().red()
+        } else if pct >= 50.0 {
+            Style::new().yellow()
+        } else {
+            Style::new().green()
+        }
+    };
+    let label_w = (busy_pct.len() - 1).to_string().len();
+    let per_line = (width / (CPU_BAR_MIN + 4)).clamp(1, 8);
+    if busy_pct.len().div_ceil(per_line) <= CPU_BAR_LINES {
+        // Columns of bars, CPU 0 first, filled line by line.
+        let bar_w = (width / per_line.min(busy_pct.len())).min(CPU_BAR_MAX);
+        return busy_pct
+            .chunks(per_line)
+            .enumerate()
+            .map(|(row, chunk)| {
+                let mut spans = Vec::new();
+                for (k, &pct) in chunk.iter().enumerate() {
+                    let cpu = row * per_line + k;
+                    let pct = if pct.is_finite() {
+                        pct.clamp(0.0, 100.0)
+                    } else {
+                        0.0
+                    };
+                    let text = format!("{pct:.1}%");
+                    // label, [, bars and the figure, ], a space between bars
+                    let inner = bar_w.saturating_sub(label_w + 3);
+                    let filled = ((pct / 100.0) * inner as f64).round() as usize;
+                    let filled = filled.min(inner.saturating_sub(text.len()));
+                    let gap = inner.saturating_sub(filled + text.len());
+                    spans.push(Span::raw(format!("{cpu:>label_w$}[")).bold());
+                    spans.push(Span::styled("|".repeat(filled), style(pct)));
+                    spans.push(Span::raw(" ".repeat(gap)));
+                    spans.push(Span::raw(text).dim());
+                    spans.push(Span::raw("] "));
+                }
+                Line::from(spans)
+            })
+            .collect();
+    }
+    const BLOCKS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let room = width.saturating_sub(6).max(1);
+    busy_pct
+        .chunks(room)
+        .take(2)
+        .enumerate()
+        .map(|(row, chunk)| {
+            let mut spans = vec![Span::raw(if row == 0 { "cpus  " } else { "      " }).bold()];
+            for &pct in chunk {
+                let pct = if pct.is_finite() {
+                    pct.clamp(0.0, 100.0)
+                } else {
+                    0.0
+                };
+                let level = ((pct / 100.0) * 8.0) as usize;
+                spans.push(Span::styled(BLOCKS[level.min(7)].to_string(), style(pct)));
+            }
+            Line::from(spans)
+        })
+        .collect()
 }
 
 /// `text` cut to `max` characters, with an ellipsis when cut.
@@ -431,9 +523,25 @@ fn render_table(app: &App, r: &LiveReport, area: Rect, buf: &mut Buffer) {
         .style(Style::new().black().on_cyan().bold());
     let visible = rows.iter().skip(scroll).take(height).map(|row| {
         let p = &r.processes[row.index];
-        let (cpu_pct, power_w, energy_j, share_pct) = match row.folded {
-            Some(s) => (s.cpu_pct, s.power_w, s.energy_j, s.share_pct),
-            None => (p.cpu_pct, p.power_w, p.energy_j, p.share_pct),
+        // A folded row shows its subtree's sums in every column that adds up.
+        let (cpu_pct, cpu_time_s, power_w, domain_power_w, energy_j, share_pct) = match &row.folded
+        {
+            Some(s) => (
+                s.cpu_pct,
+                s.cpu_time_s,
+                s.power_w,
+                &s.domain_power_w,
+                s.energy_j,
+                s.share_pct,
+            ),
+            None => (
+                p.cpu_pct,
+                p.cpu_time_s,
+                p.power_w,
+                &p.domain_power_w,
+                p.energy_j,
+                p.share_pct,
+            ),
         };
         let mut cells = vec![cell(p.pid.to_string(), true)];
         if wide {
@@ -445,27 +553,32 @@ fn render_table(app: &App, r: &LiveReport, area: Rect, buf: &mut Buffer) {
         cells.push(cell(app.user_of(row.index).to_string(), false));
         cells.push(cell(format!("{cpu_pct:.1}"), true));
         if wide {
-            cells.push(cell(format!("{:.2}", p.cpu_time_s), true));
+            cells.push(cell(format!("{cpu_time_s:.2}"), true));
         }
         cells.push(cell(watts(power_w), true));
         for &d in &domain_columns {
             cells.push(cell(
-                watts(p.domain_power_w.get(d).copied().unwrap_or(0.0)),
+                watts(domain_power_w.get(d).copied().unwrap_or(0.0)),
                 true,
             ));
         }
         cells.push(cell(joules(energy_j), true));
         cells.push(cell(format!("{share_pct:.1}%"), true));
         let mut command = row.prefix.clone();
-        if let Some(s) = row.folded {
+        if let Some(s) = &row.folded {
             command.push_str(&format!("[+{}] ", s.hidden));
         }
         if !p.alive {
             command.push_str("[exited] ");
         }
-        command.push_str(&p.command);
+        if p.command.is_empty() {
+            // Seen on a CPU, but gone from /proc before its name could be read.
+            command.push_str("(unknown: gone before /proc was read)");
+        } else {
+            command.push_str(&p.command);
+        }
         cells.push(Cell::from(command));
-        let style = if !p.alive {
+        let style = if !p.alive || p.command.is_empty() {
             Style::new().dim()
         } else if row.folded.is_some() || p.root {
             Style::new().bold()
@@ -474,6 +587,29 @@ fn render_table(app: &App, r: &LiveReport, area: Rect, buf: &mut Buffer) {
         };
         Row::new(cells).style(style)
     });
+    // Where each column lies, for the mouse (widths as the table lays them out).
+    app.table_area.set(area);
+    let fixed: u16 = cols
+        .iter()
+        .map(|c| match c.width {
+            Constraint::Length(w) => w + 1,
+            _ => 1,
+        })
+        .sum();
+    let mut x = area.x;
+    let spans = cols
+        .iter()
+        .map(|c| {
+            let w = match c.width {
+                Constraint::Length(w) => w,
+                _ => area.width.saturating_sub(fixed - 1).max(1),
+            };
+            let span = (x, x + w.saturating_sub(1), c.sort);
+            x += w + 1;
+            span
+        })
+        .collect();
+    *app.table_columns.borrow_mut() = spans;
     let mut state = TableState::new()
         .with_offset(0)
         .with_selected((!rows.is_empty()).then(|| cursor - scroll));
@@ -495,6 +631,77 @@ fn render_table(app: &App, r: &LiveReport, area: Rect, buf: &mut Buffer) {
         };
         Paragraph::new(message).dim().render(inner, buf);
     }
+}
+
+/// Lines of the detail pane: its title, and the sparkline beside the figures.
+const DETAILS_HEIGHT: u16 = 7;
+
+/// `d`: the selected process's power at each refresh (a sparkline, since it was first
+/// listed), and its power per domain now with its totals.
+fn render_details(app: &App, r: &LiveReport, area: Rect, buf: &mut Buffer) {
+    let Some(p) = app.selected_process() else {
+        return;
+    };
+    let block = Block::new().borders(Borders::TOP).title(format!(
+        " {} {} · power at each refresh, per domain ",
+        p.pid, p.comm
+    ));
+    let inner = block.inner(area);
+    block.render(area, buf);
+    let mut figures = vec![Line::from(vec![
+        "power ".into(),
+        format!("{} W", watts(p.power_w)).bold(),
+        format!(
+            "  energy {} J  CPU {:.1}%  {:.2} s",
+            joules(p.energy_j),
+            p.cpu_pct,
+            p.cpu_time_s
+        )
+        .into(),
+    ])];
+    for (d, domain) in r.domains.iter().enumerate() {
+        let w = p.domain_power_w.get(d).copied().unwrap_or(0.0);
+        figures.push(Line::from(vec![
+            Span::raw(format!(
+                "{:<14}",
+                format!(
+                    "{}{}",
+                    if domain.top_level { "" } else { "↳ " },
+                    domain.name
+                )
+            )),
+            format!("{:>8} W ", watts(w)).bold(),
+            provenance_span(domain.provenance),
+        ]));
+    }
+    let figures_width = 52.min(inner.width / 2);
+    let [spark_area, figures_area] =
+        Layout::horizontal([Constraint::Fill(1), Constraint::Length(figures_width)]).areas(inner);
+    if let Some(history) = app.selected_power_history() {
+        let top = history.iter().copied().fold(0.0f64, f64::max);
+        // The newest points that fit, in milliwatts (the widget draws integers).
+        let width = spark_area.width.saturating_sub(1) as usize;
+        let data: Vec<u64> = history
+            .iter()
+            .skip(history.len().saturating_sub(width))
+            .map(|w| (w.max(0.0) * 1000.0) as u64)
+            .collect();
+        let [label, spark] =
+            Layout::vertical([Constraint::Length(1), Constraint::Fill(1)]).areas(spark_area);
+        Paragraph::new(format!(
+            "last {} refreshes, top {} W",
+            data.len(),
+            watts(top)
+        ))
+        .dim()
+        .render(label, buf);
+        Sparkline::default()
+            .data(&data)
+            .max((top * 1000.0).ceil().max(1.0) as u64)
+            .style(Style::new().green())
+            .render(spark, buf);
+    }
+    Paragraph::new(figures).render(figures_area, buf);
 }
 
 fn render_functions(app: &App, r: &LiveReport, area: Rect, buf: &mut Buffer) {
@@ -626,7 +833,16 @@ fn render_function_pane(
 }
 
 fn render_footer(app: &App, area: Rect, buf: &mut Buffer) {
-    let line = if app.stopping {
+    let line = if let Some(ended) = &app.ended {
+        Line::from(vec![
+            format!(" {ended} ").black().on_yellow().bold(),
+            Span::raw(" final figures · "),
+            Span::styled("q", Style::new().black().on_cyan()),
+            Span::raw(" quit"),
+        ])
+    } else if let Some(message) = &app.message {
+        Line::from(format!(" {message}").yellow().bold())
+    } else if app.stopping {
         Line::from(" stopping: waiting for the run to end…".yellow().bold())
     } else if app.editing_filter {
         Line::from(vec![
@@ -637,21 +853,34 @@ fn render_footer(app: &App, area: Rect, buf: &mut Buffer) {
         ])
     } else {
         let key = |k: &'static str| Span::styled(k, Style::new().black().on_cyan());
-        let mut spans = vec![
-            key("q"),
-            " quit ".into(),
-            key("?"),
-            " help ".into(),
-            key("/"),
-            " filter ".into(),
-            key("t"),
-            " tree ".into(),
-            key("space"),
-            " pause ".into(),
-            " sort ".into(),
+        let item = |k: &'static str, what: Span<'static>| vec![key(k), what];
+        // Groups in order of importance; those that do not fit are left out (`?` lists all).
+        let mut groups = vec![
+            item("q", " quit ".into()),
+            item("?", " help ".into()),
+            item("/", " filter ".into()),
+            item("t", " tree ".into()),
+            item(
+                "F",
+                if app.follow {
+                    " following ".yellow().bold()
+                } else {
+                    " follow ".into()
+                },
+            ),
+            item(
+                "K",
+                if app.kernel_threads {
+                    " kthreads shown ".yellow().bold()
+                } else {
+                    " kthreads ".into()
+                },
+            ),
+            item("k", " signal ".into()),
         ];
+        let mut sort = vec![" sort ".into()];
         for k in SortKey::ALL {
-            spans.push(key(match k {
+            sort.push(key(match k {
                 SortKey::Pid => "p",
                 SortKey::User => "u",
                 SortKey::Cpu => "c",
@@ -660,12 +889,24 @@ fn render_footer(app: &App, area: Rect, buf: &mut Buffer) {
                 SortKey::Share => "s",
                 SortKey::Command => "n",
             }));
-            spans.push(" ".into());
+            sort.push(" ".into());
         }
-        spans.push(key("r"));
-        spans.push(" reverse".into());
+        sort.push(key("r"));
+        sort.push(" reverse ".into());
+        groups.push(sort);
+        groups.push(item("space", " pause".into()));
         if !app.filter.is_empty() {
-            spans.push(format!("  filter: {}", app.filter).yellow());
+            groups.insert(0, vec![format!(" filter: {} ", app.filter).yellow()]);
+        }
+        let mut spans: Vec<Span<'static>> = Vec::new();
+        let mut used = 0;
+        for group in groups {
+            let width: usize = group.iter().map(Span::width).sum();
+            if used + width > area.width as usize {
+                continue;
+            }
+            used += width;
+            spans.extend(group);
         }
         Line::from(spans)
     };
@@ -678,11 +919,16 @@ const HELP: &[(&str, &str)] = &[
     ("space", "pause or resume the display"),
     ("/", "filter by name or pid (Enter keeps, Esc clears)"),
     ("f", "functions: of the selected process, or of all"),
+    ("F", "follow the selected process (moving ends it)"),
     ("t", "tree view: children under their parents"),
     (
         "Enter ← →",
         "tree view: fold or unfold the selected process",
     ),
+    ("K", "show or hide kernel threads (hidden at first)"),
+    ("k", "send a signal to the selected process"),
+    ("d", "details: the selected process's power, domains"),
+    ("mouse", "click: select a row, or sort by a column"),
     (
         "p u c w e s n",
         "sort by PID USER CPU% POWER ENERGY SHARE COMMAND",
@@ -692,22 +938,65 @@ const HELP: &[(&str, &str)] = &[
     ("↑ ↓ PgUp PgDn", "move (Home, End: first, last)"),
 ];
 
+/// Said under the keys when there is room.
+const HELP_NOTES: [&str; 6] = [
+    " POWER and CPU% cover the last refresh period; ENERGY and",
+    " SHARE the run so far. Folded processes show their subtree.",
+    " The cursor keeps its row as the order changes (F follows).",
+    " Live figures use the idle baseline estimated so far; the",
+    " report at the end re-attributes the whole run. A wrapped",
+    " command's final figures stay on screen until q.",
+];
+
+/// `k`'s menu over the view: the signals, the chosen one highlighted; or the second yes.
+fn render_signal_menu(menu: &SignalMenu, area: Rect, buf: &mut Buffer) {
+    let mut lines = vec![Line::raw(format!(" {}", shorten(&menu.command, 40)))];
+    lines.push(Line::raw(""));
+    if let Some(why) = menu.confirm {
+        lines.push(Line::from(
+            format!(" {why}: send it {}?", SIGNALS[menu.choice].1)
+                .yellow()
+                .bold(),
+        ));
+        lines.push(Line::raw(" y sends it · any other key cancels"));
+    } else {
+        for (i, (number, name)) in SIGNALS.iter().enumerate() {
+            let text = format!(" {}  {name:<8} ({number:>2})", i + 1);
+            lines.push(if i == menu.choice {
+                Line::from(Span::styled(
+                    text,
+                    Style::new().add_modifier(Modifier::REVERSED),
+                ))
+            } else {
+                Line::raw(text)
+            });
+        }
+        lines.push(Line::raw(""));
+        lines.push(Line::raw(" ↑ ↓ or 1-9 choose · Enter sends · Esc cancels"));
+    }
+    let width = 50.min(area.width);
+    let height = (lines.len() as u16 + 2).min(area.height);
+    let popup = Rect {
+        x: area.x + (area.width - width) / 2,
+        y: area.y + (area.height - height) / 2,
+        width,
+        height,
+    };
+    Clear.render(popup, buf);
+    Paragraph::new(lines)
+        .block(Block::bordered().title(format!(" send a signal to {} ", menu.pid)))
+        .render(popup, buf);
+}
+
 fn render_help(area: Rect, buf: &mut Buffer) {
     let mut lines: Vec<Line> = HELP
         .iter()
         .map(|(k, what)| Line::from(vec![format!(" {k:<14}").bold(), Span::raw(*what)]))
         .collect();
-    lines.push(Line::raw(""));
-    lines.push(Line::raw(
-        " POWER and CPU% cover the last refresh period; ENERGY and",
-    ));
-    lines.push(Line::raw(
-        " SHARE the run so far. Folded processes show their subtree.",
-    ));
-    lines.push(Line::raw(
-        " Live figures use the idle baseline estimated so far; the",
-    ));
-    lines.push(Line::raw(" report at the end re-attributes the whole run."));
+    if lines.len() + HELP_NOTES.len() + 3 <= area.height as usize {
+        lines.push(Line::raw(""));
+        lines.extend(HELP_NOTES.iter().map(|note| Line::raw(*note)));
+    }
     let width = 66.min(area.width);
     let height = (lines.len() as u16 + 2).min(area.height);
     let popup = Rect {
@@ -814,6 +1103,66 @@ mod tests {
     }
 
     #[test]
+    fn tree_folded_sums_every_column_at_160x48() {
+        let mut a = app(measured_report(), None);
+        keys(
+            &mut a,
+            &[
+                KeyCode::Char('t'),
+                KeyCode::Home,
+                KeyCode::Down,
+                KeyCode::Down,
+                KeyCode::Enter,
+            ],
+        );
+        let text = screen(&a, 160, 48);
+        // make (1200) folded over its two workers and sh: each summed column is the sum of
+        // the four processes' figures.
+        let under: Vec<&crate::report::live::LiveProcess> = a
+            .report
+            .as_ref()
+            .unwrap()
+            .processes
+            .iter()
+            .filter(|p| p.pid >= 1200)
+            .collect();
+        let sum = |f: &dyn Fn(&crate::report::live::LiveProcess) -> f64| -> f64 {
+            under.iter().map(|p| f(p)).sum()
+        };
+        let mut expected = vec![
+            sum(&|p| p.cpu_pct),
+            sum(&|p| p.cpu_time_s),
+            sum(&|p| p.power_w),
+        ];
+        // package-0, dram-0 and gpu0 (core-0 sits inside the package).
+        for d in [0, 2, 3] {
+            expected.push(sum(&|p| p.domain_power_w[d]));
+        }
+        expected.push(sum(&|p| p.energy_j));
+        expected.push(sum(&|p| p.share_pct));
+        let line = text
+            .lines()
+            .find(|l| l.contains("[+3]"))
+            .unwrap_or_else(|| panic!("no folded row:\n{text}"));
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        // PID PPID USER, then CPU% CPU s POWER W, a column per domain, ENERGY J, SHARE.
+        assert_eq!(&fields[..3], ["1200", "880", "alice"], "{line}");
+        let shown: Vec<f64> = fields[3..11]
+            .iter()
+            .map(|f| f.trim_end_matches('%').parse().unwrap())
+            .collect();
+        for (column, (shown, expected)) in shown.iter().zip(&expected).enumerate() {
+            // Within the rounding of two decimals (one for CPU% and SHARE).
+            assert!(
+                (shown - expected).abs() <= 0.051,
+                "column {column}: {shown} shown, {expected} summed: {line}"
+            );
+        }
+        assert!(expected[1] > 30.0 && expected[6] > 7.9, "{expected:?}");
+        insta::assert_snapshot!(text);
+    }
+
+    #[test]
     fn function_pane_for_the_selected_process_at_160x48() {
         let mut a = app(testdata::report_with_functions(), None);
         keys(&mut a, &[KeyCode::Down]);
@@ -841,7 +1190,16 @@ mod tests {
     fn help_over_the_view_at_80x24() {
         let mut a = app(report(), None);
         keys(&mut a, &[KeyCode::Char('?')]);
-        insta::assert_snapshot!(screen(&a, 80, 24));
+        let text = screen(&a, 80, 24);
+        // Every key fits; the notes under them only where they fit whole.
+        assert!(text.contains("↑ ↓ PgUp PgDn"), "{text}");
+        assert!(!text.contains("refresh period"), "{text}");
+        let tall = screen(&a, 80, 40);
+        assert!(
+            tall.contains("refresh period") && tall.contains("stay on screen until q"),
+            "{tall}"
+        );
+        insta::assert_snapshot!(text);
     }
 
     #[test]
@@ -854,6 +1212,198 @@ mod tests {
         );
         let text = screen(&a, 80, 24).replace(&output, "/tmp/cg-trace-[PID].out");
         insta::assert_snapshot!(text);
+    }
+
+    #[test]
+    fn final_screen_says_how_the_command_ended_at_80x24() {
+        let mut a = app(
+            testdata::wrapped_run_through_the_live_model(),
+            Some("/tmp/cg-trace-1.out"),
+        );
+        a.ended = Some("the command ended: exit status 3".into());
+        let text = screen(&a, 80, 24);
+        let footer = text.lines().last().unwrap();
+        assert!(
+            footer.contains("the command ended: exit status 3") && footer.contains("q quit"),
+            "{footer}"
+        );
+        insta::assert_snapshot!(text);
+    }
+
+    #[test]
+    fn kernel_threads_hidden_until_k_then_in_brackets_at_80x24() {
+        let mut a = app(testdata::report_with_kernel_threads(), None);
+        let text = screen(&a, 80, 24);
+        assert!(
+            !text.contains("ksoftirqd") && !text.contains("kworker"),
+            "{text}"
+        );
+        keys(&mut a, &[KeyCode::Char('K')]);
+        let text = screen(&a, 80, 24);
+        let line = text
+            .lines()
+            .find(|l| l.contains("ksoftirqd"))
+            .unwrap_or_else(|| panic!("no kernel thread:\n{text}"));
+        assert!(line.ends_with("[ksoftirqd/1]"), "{line}");
+        assert!(text.contains("[kworker/0:1-events]"), "{text}");
+        assert!(text.contains("K kthreads shown"), "{text}");
+        insta::assert_snapshot!(text);
+        // In the tree too.
+        keys(&mut a, &[KeyCode::Char('K'), KeyCode::Char('t')]);
+        assert!(!screen(&a, 80, 24).contains("ksoftirqd"));
+        keys(&mut a, &[KeyCode::Char('K')]);
+        assert!(screen(&a, 80, 24).contains("[ksoftirqd/1]"));
+    }
+
+    #[test]
+    fn a_process_gone_before_its_name_was_read_says_so() {
+        let mut r = report();
+        r.processes[4].command.clear();
+        r.processes[4].comm.clear();
+        let text = screen(&app(r, None), 160, 48);
+        assert!(
+            text.contains("(unknown: gone before /proc was read)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn signal_menu_and_what_it_did_at_80x24() {
+        let mut a = app(report(), None);
+        keys(&mut a, &[KeyCode::Char('k'), KeyCode::Down]);
+        let text = screen(&a, 80, 24);
+        assert!(
+            text.contains("send a signal to 1200") && text.contains("SIGKILL"),
+            "{text}"
+        );
+        insta::assert_snapshot!(text);
+        keys(&mut a, &[KeyCode::Esc]);
+        let text = screen(&a, 80, 24);
+        assert!(!text.contains("send a signal to"), "{text}");
+        assert!(text.lines().last().unwrap().contains("no signal sent"));
+        a.signal_sent(1200, 15, Err("Operation not permitted (os error 1)".into()));
+        let text = screen(&a, 80, 24);
+        assert!(
+            text.lines()
+                .last()
+                .unwrap()
+                .contains("kill(1200, SIGTERM): Operation not permitted"),
+            "{text}"
+        );
+        for (w, h) in [(1, 1), (10, 3), (30, 10)] {
+            keys(&mut a, &[KeyCode::Char('k')]);
+            screen(&a, w, h);
+            keys(&mut a, &[KeyCode::Esc]);
+        }
+    }
+
+    #[test]
+    fn per_cpu_busy_bars_in_the_header() {
+        let text = screen(&app(report(), None), 80, 24);
+        // Two CPUs, 92.5 % and 41 % busy: bars in proportion.
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("0["))
+            .unwrap_or_else(|| panic!("no CPU bars:\n{text}"));
+        assert!(line.contains("92.5%]") && line.contains("1[") && line.contains("41.0%]"));
+        let bars = |cpu: &str| -> usize {
+            let bar = line.split(&format!("{cpu}[")).nth(1).unwrap();
+            bar.split(']').next().unwrap().matches('|').count()
+        };
+        assert!(bars("0") > 2 * bars("1") - 2 && bars("1") > 3, "{line}");
+        // Many CPUs: one block character each, on at most two lines.
+        let many: Vec<f64> = (0..128).map(|i| f64::from(i % 9) * 12.5).collect();
+        let lines = cpu_bars(&many, 80);
+        assert_eq!(lines.len(), 2);
+        let chars: usize = lines.iter().map(|l| l.width()).sum::<usize>() - 12;
+        assert_eq!(chars, 128);
+        assert!(
+            lines[0].to_string().starts_with("cpus  ▁▂▃▄▅▆▇██▁"),
+            "{}",
+            lines[0]
+        );
+        assert!(
+            cpu_bars(&[f64::NAN, 250.0], 80)[0]
+                .to_string()
+                .contains("0.0%")
+        );
+        assert!(cpu_bars(&[50.0], 10).is_empty());
+    }
+
+    #[test]
+    fn detail_pane_of_the_selected_process_at_160x48() {
+        let mut a = app(measured_report(), None);
+        for i in 0..30 {
+            let mut next = measured_report();
+            for p in &mut next.processes {
+                p.power_w *= 1.0 + (f64::from(i) / 5.0).sin() * 0.5;
+            }
+            a.update(next);
+        }
+        keys(&mut a, &[KeyCode::Char('d')]);
+        let text = screen(&a, 160, 48);
+        // The worker on the GPU (1201) is first: its power per domain.
+        assert!(text.contains(" 1201 cc1 · power at each refresh"), "{text}");
+        let gpu = text
+            .lines()
+            .find(|l| l.contains("gpu0") && l.contains("measured") && !l.contains("J"))
+            .unwrap_or_else(|| panic!("no gpu0 line:\n{text}"));
+        assert!(gpu.contains("8.00 W"), "{gpu}");
+        assert!(text.contains("↳ core-0"), "{text}");
+        assert!(text.contains("last 31 refreshes"), "{text}");
+        insta::assert_snapshot!(text);
+        for (w, h) in [(1, 1), (10, 3), (30, 14), (80, 24)] {
+            screen(&a, w, h);
+        }
+    }
+
+    #[test]
+    fn a_click_selects_a_row_or_sorts_by_a_column() {
+        use crate::ui::state::Action;
+        use ratatui::crossterm::event::{KeyModifiers, MouseButton, MouseEvent, MouseEventKind};
+        let click = |column: u16, row: u16| MouseEvent {
+            kind: MouseEventKind::Down(MouseButton::Left),
+            column,
+            row,
+            modifiers: KeyModifiers::NONE,
+        };
+        for width in [80, 160] {
+            let mut a = app(report(), None);
+            let text = screen(&a, width, 24);
+            let (y, line) = text
+                .lines()
+                .enumerate()
+                .find(|(_, l)| l.contains("sshd"))
+                .unwrap();
+            assert_eq!(a.handle_mouse(click(3, y as u16)), Action::Redraw);
+            assert_eq!(a.selected_process().unwrap().pid, 880, "{line}");
+            // The header: a click on CPU% sorts by it, a second one reverses.
+            let (hy, header) = text
+                .lines()
+                .enumerate()
+                .find(|(_, l)| l.contains("PID") && l.contains("COMMAND"))
+                .unwrap();
+            let x = header.find("CPU%").unwrap() as u16;
+            a.handle_mouse(click(x + 1, hy as u16));
+            assert_eq!((a.sort, a.descending), (SortKey::Cpu, true));
+            a.handle_mouse(click(x + 1, hy as u16));
+            assert_eq!((a.sort, a.descending), (SortKey::Cpu, false));
+            let x = header.find("COMMAND").unwrap() as u16;
+            a.handle_mouse(click(x + 3, hy as u16));
+            assert_eq!(a.sort, SortKey::Command, "{header}");
+            // Below the last row, and outside the table: nothing.
+            screen(&a, width, 24);
+            assert_eq!(a.handle_mouse(click(3, 22)), Action::Nothing);
+            assert_eq!(a.handle_mouse(click(3, 0)), Action::Nothing);
+            // The wheel moves the cursor.
+            let wheel = MouseEvent {
+                kind: MouseEventKind::ScrollDown,
+                ..click(3, hy as u16 + 1)
+            };
+            let before = a.cursor();
+            a.handle_mouse(wheel);
+            assert_eq!(a.cursor(), (before + 3).min(a.rows().len() - 1));
+        }
     }
 
     #[test]

@@ -3,14 +3,19 @@
 //! ([`super::run`]); rendering only reads it ([`super::render`]).
 
 use std::{
-    cell::Cell,
+    cell::{Cell, RefCell},
     cmp::Ordering,
-    collections::{HashMap, HashSet},
+    collections::{HashMap, HashSet, VecDeque},
     path::PathBuf,
     time::Duration,
 };
 
-use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use ratatui::{
+    crossterm::event::{
+        KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseButton, MouseEvent, MouseEventKind,
+    },
+    layout::Rect,
+};
 
 use super::users::Users;
 use crate::{
@@ -80,12 +85,54 @@ impl SortKey {
     }
 }
 
+/// Power points kept per process for the detail pane (one per update: 5 min at 1 s).
+pub const POWER_HISTORY_POINTS: usize = 300;
+
 /// What the main loop should do after a key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
     Nothing,
     Redraw,
     Quit,
+    /// Send `signal` to `pid` (confirmed by the user), then report with
+    /// [`App::signal_sent`].
+    Signal {
+        pid: u32,
+        signal: i32,
+    },
+}
+
+/// The signals `k` offers, as htop lists them (the first is the default).
+pub const SIGNALS: [(i32, &str); 9] = [
+    (libc::SIGTERM, "SIGTERM"),
+    (libc::SIGKILL, "SIGKILL"),
+    (libc::SIGINT, "SIGINT"),
+    (libc::SIGHUP, "SIGHUP"),
+    (libc::SIGQUIT, "SIGQUIT"),
+    (libc::SIGSTOP, "SIGSTOP"),
+    (libc::SIGCONT, "SIGCONT"),
+    (libc::SIGUSR1, "SIGUSR1"),
+    (libc::SIGUSR2, "SIGUSR2"),
+];
+
+/// The name of a signal `k` offers.
+pub fn signal_name(signal: i32) -> &'static str {
+    SIGNALS
+        .iter()
+        .find(|(n, _)| *n == signal)
+        .map_or("a signal", |(_, name)| name)
+}
+
+/// `k`'s menu: which process, which signal, and whether the user must say yes once more
+/// (init, or cg-trace itself).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SignalMenu {
+    pub pid: u32,
+    pub command: String,
+    /// Index into [`SIGNALS`].
+    pub choice: usize,
+    /// Why this process needs a second yes, once asked.
+    pub confirm: Option<&'static str>,
 }
 
 /// One line of the process table.
@@ -101,12 +148,15 @@ pub struct Row {
     pub folded: Option<Subtree>,
 }
 
-/// A folded process with everything below it.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+/// A folded process with everything below it: every column that adds up, added up.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Subtree {
     pub hidden: usize,
     pub cpu_pct: f64,
+    pub cpu_time_s: f64,
     pub power_w: f64,
+    /// Per domain, as [`LiveProcess::domain_power_w`].
+    pub domain_power_w: Vec<f64>,
     pub energy_j: f64,
     pub share_pct: f64,
 }
@@ -139,6 +189,23 @@ pub struct App {
     pub all_functions: bool,
     /// The run was asked to stop and is winding down.
     pub stopping: bool,
+    /// Wrap mode: the command ended and the final figures stay on screen until `q`; the
+    /// line that says how it ended.
+    pub ended: Option<String>,
+    /// The cursor follows the selected process when the order changes (`F`, as in htop);
+    /// otherwise it keeps its row, as htop's does.
+    pub follow: bool,
+    /// Kernel threads are listed (`K`, as in htop); hidden at first.
+    pub kernel_threads: bool,
+    /// `d`: the detail pane of the selected process (power history, per-domain power).
+    pub details: bool,
+    /// Each listed process's power at each update (W), oldest first, for the detail pane's
+    /// sparkline; at most [`POWER_HISTORY_POINTS`] each, forgotten with the process.
+    power_history: HashMap<ProcId, VecDeque<f64>>,
+    /// `k`: the signal menu, while open.
+    pub signal_menu: Option<SignalMenu>,
+    /// A line for the footer until the next key (what `k` did).
+    pub message: Option<String>,
     users: Users,
     user_names: Vec<String>,
     rows: Vec<Row>,
@@ -148,6 +215,10 @@ pub struct App {
     pub(super) scroll: Cell<usize>,
     /// Rows the table showed last time (for page up/down).
     pub(super) page: Cell<usize>,
+    /// Where the renderer drew the table last time (its header is the first line), and its
+    /// columns' first and last x with the sort each stands for: what a click hits.
+    pub(super) table_area: Cell<Rect>,
+    pub(super) table_columns: RefCell<Vec<(u16, u16, Option<SortKey>)>>,
 }
 
 impl App {
@@ -166,6 +237,13 @@ impl App {
             help: false,
             all_functions: false,
             stopping: false,
+            ended: None,
+            follow: false,
+            kernel_threads: false,
+            details: false,
+            power_history: HashMap::new(),
+            signal_menu: None,
+            message: None,
             users,
             user_names: Vec::new(),
             rows: Vec::new(),
@@ -173,6 +251,8 @@ impl App {
             selected: None,
             scroll: Cell::new(0),
             page: Cell::new(10),
+            table_area: Cell::new(Rect::default()),
+            table_columns: RefCell::new(Vec::new()),
         }
     }
 
@@ -184,13 +264,31 @@ impl App {
         }
         self.users
             .learn(report.processes.iter().filter_map(|p| p.uid));
+        let mut history = std::mem::take(&mut self.power_history);
+        self.power_history = report
+            .processes
+            .iter()
+            .map(|p| {
+                let mut points = history.remove(&p.id).unwrap_or_default();
+                points.push_back(p.power_w);
+                while points.len() > POWER_HISTORY_POINTS {
+                    points.pop_front();
+                }
+                (p.id, points)
+            })
+            .collect();
         self.user_names = report
             .processes
             .iter()
             .map(|p| self.users.name(p.uid))
             .collect();
         self.report = Some(report);
-        self.rebuild();
+        self.rebuild_rows(self.follow);
+    }
+
+    /// The selected process's power at each update so far (W), oldest first.
+    pub fn selected_power_history(&self) -> Option<&VecDeque<f64>> {
+        self.power_history.get(&self.selected_process()?.id)
     }
 
     pub fn rows(&self) -> &[Row] {
@@ -250,6 +348,10 @@ impl App {
         if self.editing_filter {
             return self.edit_filter(key);
         }
+        if self.signal_menu.is_some() {
+            return self.signal_key(key);
+        }
+        self.message = None;
         if self.help {
             if key.code == KeyCode::Char('q') {
                 return Action::Quit;
@@ -263,12 +365,21 @@ impl App {
             KeyCode::Char(' ') => self.toggle_pause(),
             KeyCode::Char('/') => self.editing_filter = true,
             KeyCode::Char('f') => self.all_functions = !self.all_functions,
+            KeyCode::Char('d') => self.details = !self.details,
+            KeyCode::Char('F') => {
+                self.follow = !self.follow;
+                self.selected = self.rows.get(self.cursor).map(|r| r.id);
+            }
             KeyCode::Esc if !self.filter.is_empty() => {
                 self.filter.clear();
                 self.rebuild();
             }
             KeyCode::Char('t') => {
                 self.tree = !self.tree;
+                self.rebuild();
+            }
+            KeyCode::Char('K') => {
+                self.kernel_threads = !self.kernel_threads;
                 self.rebuild();
             }
             KeyCode::Char('r') => {
@@ -293,8 +404,9 @@ impl App {
                     self.sort_by(k);
                 }
             }
-            KeyCode::Up | KeyCode::Char('k') => self.move_cursor(-1),
-            KeyCode::Down | KeyCode::Char('j') => self.move_cursor(1),
+            KeyCode::Char('k') => self.open_signal_menu(),
+            KeyCode::Up => self.move_cursor(-1),
+            KeyCode::Down => self.move_cursor(1),
             KeyCode::PageUp => self.move_cursor(-(self.page.get().max(1) as isize)),
             KeyCode::PageDown => self.move_cursor(self.page.get().max(1) as isize),
             KeyCode::Home | KeyCode::Char('g') => self.move_cursor(isize::MIN / 2),
@@ -304,6 +416,133 @@ impl App {
             KeyCode::Right | KeyCode::Char('+') if self.tree => self.set_fold(Some(false)),
             _ => return Action::Nothing,
         }
+        Action::Redraw
+    }
+
+    /// `k`: the menu for the selected process, unless it has exited (its pid may be
+    /// another process's by now).
+    fn open_signal_menu(&mut self) {
+        let Some(p) = self.selected_process() else {
+            return;
+        };
+        if !p.alive {
+            self.message = Some(format!(
+                "{} has exited: no signal sent (its pid may be another process's now)",
+                p.pid
+            ));
+            return;
+        }
+        self.signal_menu = Some(SignalMenu {
+            pid: p.pid,
+            command: p.command.clone(),
+            choice: 0,
+            confirm: None,
+        });
+    }
+
+    fn signal_key(&mut self, key: KeyEvent) -> Action {
+        let Some(menu) = self.signal_menu.as_mut() else {
+            return Action::Nothing;
+        };
+        if menu.confirm.is_some() {
+            // The second yes: y sends, anything else cancels.
+            let menu = self.signal_menu.take();
+            if let (KeyCode::Char('y') | KeyCode::Char('Y'), Some(menu)) = (key.code, menu) {
+                return Action::Signal {
+                    pid: menu.pid,
+                    signal: SIGNALS[menu.choice].0,
+                };
+            }
+            self.message = Some("no signal sent".into());
+            return Action::Redraw;
+        }
+        match key.code {
+            KeyCode::Esc | KeyCode::Char('q') | KeyCode::Char('k') => {
+                self.signal_menu = None;
+                self.message = Some("no signal sent".into());
+            }
+            KeyCode::Up => menu.choice = menu.choice.saturating_sub(1),
+            KeyCode::Down => menu.choice = (menu.choice + 1).min(SIGNALS.len() - 1),
+            KeyCode::Char(c) if c.is_ascii_digit() && c != '0' => {
+                let n = c as usize - '1' as usize;
+                if n < SIGNALS.len() {
+                    menu.choice = n;
+                }
+            }
+            KeyCode::Enter => {
+                let pid = menu.pid;
+                // Never without a second yes: init, and cg-trace itself (or a pid that
+                // kill(2) would take for a process group).
+                let why = if pid == 1 {
+                    Some("pid 1 is init")
+                } else if pid == std::process::id() {
+                    Some("this is cg-trace itself")
+                } else {
+                    None
+                };
+                if pid == 0 || i32::try_from(pid).is_err() {
+                    self.signal_menu = None;
+                    self.message = Some(format!("no signal sent: {pid} is not a process"));
+                } else if why.is_some() {
+                    menu.confirm = why;
+                } else {
+                    let signal = SIGNALS[menu.choice].0;
+                    self.signal_menu = None;
+                    return Action::Signal { pid, signal };
+                }
+            }
+            _ => return Action::Nothing,
+        }
+        Action::Redraw
+    }
+
+    /// What became of a signal the user sent: the footer says so (with kill(2)'s error).
+    pub fn signal_sent(&mut self, pid: u32, signal: i32, result: Result<(), String>) {
+        self.message = Some(match result {
+            Ok(()) => format!("sent {} to {pid}", signal_name(signal)),
+            Err(err) => format!("kill({pid}, {}): {err}", signal_name(signal)),
+        });
+    }
+
+    /// What the mouse does: a click on a row selects it, on a column's title sorts by it
+    /// (again: reverses), the wheel moves the cursor. Ignored while a menu, the help or the
+    /// filter line is open.
+    pub fn handle_mouse(&mut self, mouse: MouseEvent) -> Action {
+        if self.help || self.signal_menu.is_some() || self.editing_filter {
+            return Action::Nothing;
+        }
+        let area = self.table_area.get();
+        let inside = |x: u16, y: u16| {
+            x >= area.x && x < area.x + area.width && y >= area.y && y < area.y + area.height
+        };
+        match mouse.kind {
+            MouseEventKind::ScrollDown if inside(mouse.column, mouse.row) => self.move_cursor(3),
+            MouseEventKind::ScrollUp if inside(mouse.column, mouse.row) => self.move_cursor(-3),
+            MouseEventKind::Down(MouseButton::Left) if inside(mouse.column, mouse.row) => {
+                if mouse.row == area.y {
+                    let hit = self
+                        .table_columns
+                        .borrow()
+                        .iter()
+                        .find(|(from, to, _)| (*from..=*to).contains(&mouse.column))
+                        .and_then(|(_, _, key)| *key);
+                    match hit {
+                        Some(key) => self.sort_by(key),
+                        None => return Action::Nothing,
+                    }
+                } else {
+                    let row = self.scroll.get() + usize::from(mouse.row - area.y - 1);
+                    if row >= self.rows.len() {
+                        return Action::Nothing;
+                    }
+                    self.follow = false;
+                    self.cursor = row;
+                    self.selected = Some(self.rows[row].id);
+                }
+            }
+            _ => return Action::Nothing,
+        }
+        self.message = None;
         Action::Redraw
     }
 
@@ -347,7 +586,9 @@ impl App {
         self.rebuild();
     }
 
+    /// Moves the cursor; as in htop, a movement ends following (`F`).
     fn move_cursor(&mut self, by: isize) {
+        self.follow = false;
         if self.rows.is_empty() {
             return;
         }
@@ -374,7 +615,11 @@ impl App {
         self.rebuild();
     }
 
+    /// Whether a process is listed: kernel threads only with `K`, and the filter.
     fn matches(&self, p: &LiveProcess) -> bool {
+        if p.kernel_thread && !self.kernel_threads {
+            return false;
+        }
         if self.filter.is_empty() {
             return true;
         }
@@ -403,9 +648,17 @@ impl App {
         order.then(x.pid.cmp(&y.pid)).then(x.id.cmp(&y.id))
     }
 
-    /// Recomputes the rows from the shown figures, the sort, the filter and the tree; the
-    /// selection follows its process.
+    /// Recomputes the rows after the user changed the view (sort, filter, tree, fold): the
+    /// selection stays on its process while it is listed.
     fn rebuild(&mut self) {
+        self.rebuild_rows(true);
+    }
+
+    /// Recomputes the rows from the shown figures, the sort, the filter and the tree. On new
+    /// figures the cursor keeps its row (htop's way: the biggest consumers stay in view
+    /// whatever the selected process does); with `F` it follows the selected process while
+    /// it is listed (`keep_process`).
+    fn rebuild_rows(&mut self, keep_process: bool) {
         let rows = match &self.report {
             None => Vec::new(),
             Some(report) if self.tree => self.tree_rows(&report.processes),
@@ -428,12 +681,15 @@ impl App {
             }
         };
         self.rows = rows;
-        if let Some(at) = self
+        let kept = self
             .selected
-            .and_then(|id| self.rows.iter().position(|r| r.id == id))
-        {
+            .filter(|_| keep_process)
+            .and_then(|id| self.rows.iter().position(|r| r.id == id));
+        if let Some(at) = kept {
             self.cursor = at;
         } else {
+            // Following ends with the process (gone, or filtered out), as in htop.
+            self.follow = false;
             self.cursor = self.cursor.min(self.rows.len().saturating_sub(1));
             self.selected = self.rows.get(self.cursor).map(|r| r.id);
         }
@@ -487,8 +743,10 @@ impl App {
             }
         }
         // With a filter: the matches and their ancestors, so the tree stays readable.
-        let mut shown = vec![self.filter.is_empty(); n];
-        if !self.filter.is_empty() {
+        // Kernel threads without `K`: none of them (their children are kernel threads too).
+        let everything = self.filter.is_empty() && self.kernel_threads;
+        let mut shown = vec![everything; n];
+        if !everything {
             for i in (0..n).filter(|&i| self.matches(&processes[i])) {
                 let mut at = Some(i);
                 while let Some(j) = at {
@@ -553,7 +811,14 @@ fn subtree(processes: &[LiveProcess], children: &[Vec<usize>], root: usize) -> S
     while let Some(i) = stack.pop() {
         let p = &processes[i];
         sum.cpu_pct += p.cpu_pct;
+        sum.cpu_time_s += p.cpu_time_s;
         sum.power_w += p.power_w;
+        if sum.domain_power_w.len() < p.domain_power_w.len() {
+            sum.domain_power_w.resize(p.domain_power_w.len(), 0.0);
+        }
+        for (total, w) in sum.domain_power_w.iter_mut().zip(&p.domain_power_w) {
+            *total += w;
+        }
         sum.energy_j += p.energy_j;
         sum.share_pct += p.share_pct;
         if i != root {
@@ -671,9 +936,25 @@ mod tests {
         assert_eq!(app.selected_process().unwrap().pid, 1200);
         key(&mut app, KeyCode::Enter);
         assert_eq!(pids(&app), [1, 880, 1200]);
-        let folded = app.rows()[2].folded.unwrap();
+        let folded = app.rows()[2].folded.clone().unwrap();
         assert_eq!(folded.hidden, 3);
         assert!((folded.power_w - (6.0 + 3.0 + 2.0 + 0.5)).abs() < 1e-9);
+        // Every column that adds up: CPU seconds and each domain's power too.
+        let (cpu_s, domains): (f64, Vec<f64>) = {
+            let r = app.report.as_ref().unwrap();
+            let under: Vec<&LiveProcess> = r.processes.iter().filter(|p| p.pid >= 1200).collect();
+            (
+                under.iter().map(|p| p.cpu_time_s).sum(),
+                vec![under.iter().map(|p| p.domain_power_w[0]).sum()],
+            )
+        };
+        assert!(cpu_s > 30.0);
+        assert!((folded.cpu_time_s - cpu_s).abs() < 1e-9, "{folded:?}");
+        assert_eq!(folded.domain_power_w.len(), 1);
+        assert!(
+            (folded.domain_power_w[0] - domains[0]).abs() < 1e-9,
+            "{folded:?}"
+        );
         key(&mut app, KeyCode::Right);
         assert_eq!(pids(&app).len(), 6);
         // A filter keeps the matches' ancestors.
@@ -682,23 +963,183 @@ mod tests {
         assert_eq!(pids(&app), [1, 880, 1200, 1203]);
     }
 
-    #[test]
-    fn selection_follows_its_process_across_updates_and_sorts() {
-        let mut app = app();
-        key(&mut app, KeyCode::Down);
-        assert_eq!(app.selected_process().unwrap().pid, 1201);
-        press(&mut app, "p");
-        assert_eq!(app.selected_process().unwrap().pid, 1201);
+    /// `make` (1200), on the first row, exits: its power drops and it sinks.
+    fn make_exits() -> LiveReport {
         let mut next = testdata::report();
+        let make = next.processes.iter_mut().find(|p| p.pid == 1200).unwrap();
+        make.alive = false;
+        make.power_w = 0.0;
+        make.cpu_pct = 0.0;
+        next
+    }
+
+    #[test]
+    fn the_cursor_keeps_its_row_when_the_selected_process_sinks() {
+        let mut app = app();
+        assert_eq!(
+            (app.cursor(), app.selected_process().unwrap().pid),
+            (0, 1200)
+        );
+        app.update(make_exits());
+        assert_eq!(pids(&app)[5], 1200, "make sank to the bottom");
+        assert_eq!(app.cursor(), 0, "the cursor stays on the first row");
+        assert_eq!(app.selected_process().unwrap().pid, 1201);
+        // A process that leaves the list: the cursor stays on its row (the last one at most).
+        key(&mut app, KeyCode::End);
+        let mut next = make_exits();
         next.processes.retain(|p| p.pid != 1200);
         app.update(next);
-        assert_eq!(app.selected_process().unwrap().pid, 1201);
+        assert_eq!(app.cursor(), 4);
+        // The user's own changes to the view keep the selected process.
+        key(&mut app, KeyCode::Home);
+        key(&mut app, KeyCode::Down);
+        assert_eq!(app.selected_process().unwrap().pid, 1202);
+        press(&mut app, "p");
+        assert_eq!(app.selected_process().unwrap().pid, 1202);
+        press(&mut app, "t");
+        assert_eq!(app.selected_process().unwrap().pid, 1202);
+    }
+
+    #[test]
+    fn with_f_the_cursor_follows_its_process_until_moved() {
+        let mut app = app();
+        assert!(!app.follow);
+        assert_eq!(key(&mut app, KeyCode::Char('F')), Action::Redraw);
+        assert!(app.follow);
+        app.update(make_exits());
+        assert_eq!(app.cursor(), 5, "followed to the bottom");
+        assert_eq!(app.selected_process().unwrap().pid, 1200);
+        // A move ends following, as in htop.
+        key(&mut app, KeyCode::Up);
+        assert!(!app.follow);
+        assert_eq!(app.selected_process().unwrap().pid, 1203);
+        app.update(testdata::report());
+        assert_eq!(app.cursor(), 4);
+        // Following ends when the process leaves the list.
+        key(&mut app, KeyCode::Home);
+        key(&mut app, KeyCode::Down);
+        key(&mut app, KeyCode::Down);
+        press(&mut app, "F");
+        assert_eq!(app.selected_process().unwrap().pid, 1202);
+        let mut next = testdata::report();
+        next.processes.retain(|p| p.pid != 1202);
+        app.update(next);
+        assert!(!app.follow);
         key(&mut app, KeyCode::End);
         assert_eq!(app.cursor(), app.rows().len() - 1);
         key(&mut app, KeyCode::Home);
         assert_eq!(app.cursor(), 0);
         key(&mut app, KeyCode::Up);
         assert_eq!(app.cursor(), 0);
+    }
+
+    #[test]
+    fn k_asks_which_signal_sigterm_first_and_esc_sends_none() {
+        let mut app = app();
+        assert_eq!(app.selected_process().unwrap().pid, 1200);
+        assert_eq!(key(&mut app, KeyCode::Char('k')), Action::Redraw);
+        let menu = app.signal_menu.clone().unwrap();
+        assert_eq!((menu.pid, SIGNALS[menu.choice].1), (1200, "SIGTERM"));
+        // While the menu is open, keys are the menu's: q does not quit.
+        assert_eq!(key(&mut app, KeyCode::Char('q')), Action::Redraw);
+        assert!(app.signal_menu.is_none());
+        assert_eq!(app.message.as_deref(), Some("no signal sent"));
+        press(&mut app, "k");
+        assert_eq!(
+            key(&mut app, KeyCode::Enter),
+            Action::Signal {
+                pid: 1200,
+                signal: libc::SIGTERM
+            }
+        );
+        assert!(app.signal_menu.is_none());
+        app.signal_sent(1200, libc::SIGTERM, Ok(()));
+        assert_eq!(app.message.as_deref(), Some("sent SIGTERM to 1200"));
+        // Another signal from the list, by arrow or by number.
+        press(&mut app, "k");
+        key(&mut app, KeyCode::Down);
+        assert_eq!(
+            key(&mut app, KeyCode::Enter),
+            Action::Signal {
+                pid: 1200,
+                signal: libc::SIGKILL
+            }
+        );
+        press(&mut app, "k6");
+        assert_eq!(
+            key(&mut app, KeyCode::Enter),
+            Action::Signal {
+                pid: 1200,
+                signal: libc::SIGSTOP
+            }
+        );
+        app.signal_sent(
+            1200,
+            libc::SIGSTOP,
+            Err("No such process (os error 3)".into()),
+        );
+        assert_eq!(
+            app.message.as_deref(),
+            Some("kill(1200, SIGSTOP): No such process (os error 3)")
+        );
+        // The next key clears the message.
+        key(&mut app, KeyCode::Down);
+        assert!(app.message.is_none());
+    }
+
+    #[test]
+    fn k_on_init_needs_a_second_yes_and_an_exited_process_gets_none() {
+        let mut app = app();
+        // Rows by power: 1200 1201 1202 880 1 1203 (exited).
+        key(&mut app, KeyCode::End);
+        assert_eq!(app.selected_process().unwrap().pid, 1203);
+        assert_eq!(key(&mut app, KeyCode::Char('k')), Action::Redraw);
+        assert!(app.signal_menu.is_none());
+        assert!(app.message.as_deref().unwrap().contains("has exited"));
+        key(&mut app, KeyCode::Up);
+        assert_eq!(app.selected_process().unwrap().pid, 1);
+        press(&mut app, "k");
+        assert_eq!(key(&mut app, KeyCode::Enter), Action::Redraw);
+        assert_eq!(
+            app.signal_menu.as_ref().unwrap().confirm,
+            Some("pid 1 is init")
+        );
+        // Anything but y cancels.
+        assert_eq!(key(&mut app, KeyCode::Enter), Action::Redraw);
+        assert!(app.signal_menu.is_none());
+        press(&mut app, "k");
+        key(&mut app, KeyCode::Enter);
+        assert_eq!(
+            key(&mut app, KeyCode::Char('y')),
+            Action::Signal {
+                pid: 1,
+                signal: libc::SIGTERM
+            }
+        );
+    }
+
+    #[test]
+    fn d_shows_the_selected_processs_power_history_kept_per_process() {
+        let mut app = app();
+        assert_eq!(key(&mut app, KeyCode::Char('d')), Action::Redraw);
+        assert!(app.details);
+        for i in 0..(POWER_HISTORY_POINTS + 5) {
+            let mut next = testdata::report();
+            next.processes[2].power_w = i as f64;
+            app.update(next);
+        }
+        // make (1200): the first update (6 W) and 305 more, the oldest dropped.
+        let history = app.selected_power_history().unwrap();
+        assert_eq!(history.len(), POWER_HISTORY_POINTS);
+        assert_eq!(history.back(), Some(&((POWER_HISTORY_POINTS + 4) as f64)));
+        // A process that leaves the list is forgotten.
+        let mut next = testdata::report();
+        next.processes.retain(|p| p.pid != 1200);
+        app.update(next);
+        assert!(app.power_history.keys().all(|&id| id != 2));
+        assert_eq!(app.power_history.len(), 5);
+        press(&mut app, "d");
+        assert!(!app.details);
     }
 
     #[test]

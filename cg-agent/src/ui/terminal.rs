@@ -1,5 +1,5 @@
 //! Taking the terminal for the view and always giving it back: raw mode, the alternate
-//! screen and a hidden cursor while the view runs; on the way out (quit, end of the run,
+//! screen, mouse reports and a hidden cursor while the view runs; on the way out (quit, end of the run,
 //! SIGTERM, an error) or on a panic (the hook restores the terminal *before* the panic is
 //! printed) the terminal is restored. While the view runs, our own stderr goes to an
 //! unlinked temporary file so that warnings do not tear the screen; they are printed once the
@@ -20,6 +20,7 @@ use ratatui::{
     backend::CrosstermBackend,
     crossterm::{
         cursor::{Hide, Show},
+        event::{DisableMouseCapture, EnableMouseCapture},
         execute,
         terminal::{EnterAlternateScreen, LeaveAlternateScreen, disable_raw_mode, enable_raw_mode},
     },
@@ -54,7 +55,7 @@ impl Taken {
         let taken = (|| {
             enable_raw_mode()?;
             ACTIVE.store(true, Ordering::SeqCst);
-            execute!(io::stdout(), EnterAlternateScreen, Hide)?;
+            execute!(io::stdout(), EnterAlternateScreen, Hide, EnableMouseCapture)?;
             Terminal::new(CrosstermBackend::new(io::stdout()))
         })();
         match taken {
@@ -78,7 +79,12 @@ impl Drop for Taken {
 pub fn restore() {
     if ACTIVE.swap(false, Ordering::SeqCst) {
         let _ = disable_raw_mode();
-        let _ = execute!(io::stdout(), LeaveAlternateScreen, Show);
+        let _ = execute!(
+            io::stdout(),
+            DisableMouseCapture,
+            LeaveAlternateScreen,
+            Show
+        );
     }
     let saved = SAVED_STDERR.swap(-1, Ordering::SeqCst);
     if saved >= 0 {

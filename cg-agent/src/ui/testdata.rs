@@ -145,6 +145,7 @@ pub fn report() -> LiveReport {
             energy_j: p.energy_j,
             share_pct: 100.0 * p.energy_j / total_j,
             cpu_time_s: p.cpu_pct / 100.0 * 20.0,
+            kernel_thread: false,
             domain_power_w: vec![p.power_w],
         })
         .collect();
@@ -164,6 +165,7 @@ pub fn report() -> LiveReport {
         interval_ms: 100,
         window_s: 1.0,
         cpu_count: 2,
+        cpu_busy_pct: vec![92.5, 41.0],
         sources: vec![SourceEntry {
             name: "model",
             provenance: Provenance::Estimated,
@@ -198,6 +200,32 @@ pub fn report() -> LiveReport {
         lost_events: LostEvents::new(&Default::default(), 0),
         history,
     }
+}
+
+/// The same, with two kernel threads that ran (pid 2's children, no user known).
+pub fn report_with_kernel_threads() -> LiveReport {
+    let mut r = report();
+    for (pid, name, power_w) in [(15, "ksoftirqd/1", 0.3), (98, "kworker/0:1-events", 0.2)] {
+        let id = r.processes.len() as ProcId;
+        r.processes.push(LiveProcess {
+            id,
+            pid,
+            ppid: Some(2),
+            uid: None,
+            comm: name.into(),
+            command: format!("[{name}]"),
+            root: false,
+            alive: true,
+            cpu_pct: 1.0,
+            power_w,
+            energy_j: power_w * 20.0,
+            share_pct: 100.0 * power_w * 20.0 / r.totals.energy_j,
+            cpu_time_s: 0.2,
+            kernel_thread: true,
+            domain_power_w: vec![power_w],
+        });
+    }
+    r
 }
 
 /// The same, with function figures (uprobes) for make and one of its workers.
