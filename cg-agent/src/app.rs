@@ -122,7 +122,10 @@ pub fn main_with(cli: Cli) -> i32 {
             },
         );
         if let Some(path) = command_output.filter(|p| p.exists()) {
-            eprintln!("cg-trace: the command's output is in {}", path.display());
+            crate::console::say(format_args!(
+                "the command's output is in {}",
+                path.display()
+            ));
         }
         result
     };
@@ -140,7 +143,7 @@ pub fn main_with(cli: Cli) -> i32 {
     let mut exit_code = outcome.exit_code;
     if let Some(path) = &args.output {
         match json::write_to_path(&report, path, &invoker) {
-            Ok(()) if path != Path::new("-") => {
+            Ok(()) if path != Path::new("-") && !args.quiet => {
                 messages.push(format!("cg-trace: report written to {}", path.display()));
             }
             Ok(()) => {}
@@ -165,6 +168,7 @@ pub fn main_with(cli: Cli) -> i32 {
     for (path, what, write) in function_outputs {
         if let Some(path) = path {
             match write(&report, path, &invoker) {
+                Ok(()) if args.quiet => {}
                 Ok(()) => messages.push(format!("cg-trace: {what} written to {}", path.display())),
                 Err(err) => {
                     messages.push(format!("cg-trace: the {what}: {err}"));

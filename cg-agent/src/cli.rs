@@ -24,9 +24,19 @@ Needs root, or CAP_BPF and CAP_PERFMON. Under sudo the command runs as the invok
 Every figure says whether it was measured (RAPL, NVML, a meter) or estimated (the built-in
 power model).";
 
+/// `cg-trace --version`: the version, the commit built and the eBPF object inside (both from
+/// build.rs).
+pub const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    "\ncommit: ",
+    env!("CG_TRACE_GIT_COMMIT"),
+    "\neBPF object: ",
+    env!("CG_TRACE_EBPF_INFO"),
+);
+
 /// cg-trace: how many joules a process, and each of its children, cost. No instrumentation.
 #[derive(Debug, Parser)]
-#[command(name = "cg-trace", version, about, after_help = EXAMPLES)]
+#[command(name = "cg-trace", version, long_version = LONG_VERSION, about, after_help = EXAMPLES)]
 pub struct Cli {
     #[command(subcommand)]
     pub subcommand: Option<Command>,
@@ -201,8 +211,8 @@ pub struct FunctionArgs {
     #[arg(long)]
     pub profile: bool,
 
-    /// Samples per second per CPU for --profile
-    #[arg(long, value_name = "HZ", default_value_t = crate::functions::DEFAULT_SAMPLE_HZ,
+    /// Samples per second per CPU for --profile (-F/--freq as in perf and py-spy)
+    #[arg(short = 'F', long, visible_alias = "freq", value_name = "HZ", default_value_t = crate::functions::DEFAULT_SAMPLE_HZ,
           value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub sample_hz: u64,
 
@@ -467,6 +477,23 @@ mod tests {
         assert_eq!(cli.run.functions.sample_hz, 999);
         assert!(!cli.run.functions.profile);
         assert!(parse(&["--sample-hz", "0", "--all"]).is_err());
+        // perf's and py-spy's spelling.
+        assert_eq!(
+            parse(&["-F", "49", "--all"])
+                .unwrap()
+                .run
+                .functions
+                .sample_hz,
+            49
+        );
+        assert_eq!(
+            parse(&["--freq", "97", "--all"])
+                .unwrap()
+                .run
+                .functions
+                .sample_hz,
+            97
+        );
         assert_eq!(parse(&["--all"]).unwrap().run.functions.func_limit, 1000);
     }
 

@@ -174,7 +174,7 @@ pub fn resolve_specs(
     }
     let resolution = resolve::resolve(&options.specs, &scope, options.func_limit)?;
     for note in &resolution.notes {
-        eprintln!("cg-trace: {note}");
+        crate::console::say(note);
     }
     warn_about_exceptions(&resolution.functions);
     Ok(resolution)
@@ -195,13 +195,13 @@ fn warn_about_exceptions(functions: &[ResolvedFunction]) {
         if let Ok(elf) = crate::functions::elf::ElfInfo::open(module)
             && returns::unwinds(&elf)
         {
-            eprintln!(
-                "cg-trace: warning: {} unwinds its stack for C++ exceptions or Rust panics: an \
-                 exception or a panic that passes through a probed function still running \
-                 terminates the program (a return probe replaces the return address that the \
-                 unwinder follows); probe functions that exceptions and panics do not cross",
+            crate::console::warn(format_args!(
+                "{} unwinds its stack for C++ exceptions or Rust panics: an exception or a panic \
+                 that passes through a probed function still running terminates the program (a \
+                 return probe replaces the return address that the unwinder follows); probe \
+                 functions that exceptions and panics do not cross",
                 module.display()
-            );
+            ));
         }
     }
 }
@@ -615,7 +615,7 @@ impl FunctionSession {
                         .collect::<Vec<_>>()
                         .join(", ")
                 );
-                eprintln!("cg-trace: warning: {text}");
+                crate::console::warn(&text);
                 self.pending.notes.push(text);
             }
         }
@@ -720,15 +720,15 @@ impl FunctionSession {
                     && self.warned.insert(func)
                     && let Some(f) = self.functions.get(func as usize)
                 {
-                    eprintln!(
-                        "cg-trace: warning: {} is called {:.0} times/s (measured); its probes \
+                    crate::console::warn(format_args!(
+                        "{} is called {:.0} times/s (measured); its probes \
                          cost about {:.0} µs per call (estimated, {} first instruction), which \
                          inflates its time and the program's: probe less frequent functions",
                         f.name,
                         rate,
                         f.first_instruction.estimated_pair_cost_us(),
                         f.first_instruction.describe()
-                    );
+                    ));
                 }
             }
         }
@@ -986,7 +986,7 @@ impl FunctionSession {
                     spec.text,
                     spec.object.as_deref().unwrap_or_default()
                 );
-                eprintln!("cg-trace: warning: {text}");
+                crate::console::warn(&text);
                 notes.push(text);
             }
         }
@@ -1103,7 +1103,7 @@ fn attach_functions(
     functions: &[ResolvedFunction],
 ) -> Result<AttachPath, ProbeError> {
     let stop = StopOnSignal::install();
-    let terminal = std::io::stderr().is_terminal();
+    let terminal = std::io::stderr().is_terminal() && !crate::console::is_quiet();
     let started = Instant::now();
     let mut shown = false;
     let mut last_shown = started;

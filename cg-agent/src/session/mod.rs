@@ -255,7 +255,7 @@ async fn run_async(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Ou
         let (checked, warnings) =
             targets::check(&config.proc_root, pids).map_err(RunError::Usage)?;
         for warning in warnings {
-            eprintln!("cg-trace: {warning}");
+            crate::console::say(warning);
         }
         *pids = checked;
     }
@@ -272,8 +272,8 @@ async fn run_async(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Ou
     for source in &selection.sources {
         tracing::info!("energy source: {}", source.describe());
     }
-    eprintln!(
-        "cg-trace: energy source: {} ({}): {}",
+    crate::console::say(format_args!(
+        "energy source: {} ({}): {}",
         selection
             .sources
             .iter()
@@ -290,9 +290,9 @@ async fn run_async(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Ou
             "ESTIMATED"
         },
         selection.reason
-    );
+    ));
     for note in &selection.notes {
-        eprintln!("cg-trace: warning: {}", note.text);
+        crate::console::warn(&note.text);
     }
 
     let (observer, quit, command_output) = match hooks {
@@ -546,12 +546,11 @@ async fn run_async(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Ou
         Vec::new()
     };
     for process in &still_running {
-        eprintln!(
-            "cg-trace: warning: pid {} ({}) that the command started is still running; cg-trace \
-             stopped tracing it",
+        crate::console::warn(format_args!(
+            "pid {} ({}) that the command started is still running; cg-trace stopped tracing it",
             process.pid,
             process.command.join(" ")
-        );
+        ));
     }
     let other_carried_past_end_ns = sampler.tracker.carried_other_ns();
     let run_end_ns = monotonic_ns();
@@ -595,7 +594,7 @@ async fn run_async(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Ou
         ),
     };
     if !never_started.is_empty() {
-        eprintln!("cg-trace: {stop_reason}");
+        crate::console::say(&stop_reason);
     }
     let losses = sampler.probes.losses().unwrap_or_default();
     // Reads that failed and were never made good are unknown; sources that lag behind the run
