@@ -62,6 +62,8 @@ pub fn main_with(cli: Cli) -> i32 {
         Some(Command::Sources(sources_args)) => {
             return inventory::main(&source_options(&cli.run), sources_args.json);
         }
+        Some(Command::Completions(args)) => return crate::manual::print_completions(args.shell),
+        Some(Command::ManPage) => return crate::manual::print_man_page(),
         Some(Command::Top(args)) => {
             if let Some(option) = option_before_top(&cli.run) {
                 eprintln!("cg-trace: {option} goes after `top`: `cg-trace top [OPTIONS]`");

@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::{session::IdleWatts, sources::SourceChoice};
 
-const EXAMPLES: &str = "\
+pub(crate) const EXAMPLES: &str = "\
 Examples:
   cg-trace -- ./build.sh --release         run a command, report its energy and its children's
   sudo cg-trace --pid 1234,1240 -o run.json attach to running processes until Ctrl-C
@@ -58,6 +58,21 @@ pub enum Command {
     /// those targets). q quits, ? lists the keys; the report is written on quit with -o.
     /// Options go after `top`
     Top(Box<RunArgs>),
+    /// Print a shell completion script for cg-trace on stdout, e.g.
+    /// `cg-trace completions bash > /usr/share/bash-completion/completions/cg-trace`
+    /// (the install script places them)
+    Completions(CompletionsArgs),
+    /// Print the man page (roff) on stdout: `cg-trace man-page | man -l -`
+    #[command(hide = true)]
+    ManPage,
+}
+
+/// Options of `cg-trace completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 /// Options of `cg-trace sources` (the source options, such as --powercap-root, apply too).
@@ -535,6 +550,27 @@ mod tests {
             Some(ReportFormat::Json)
         );
         assert_eq!(ReportFormat::from_extension("txt"), None);
+    }
+
+    #[test]
+    fn completions_and_the_man_page_are_subcommands() {
+        let cli = parse(&["completions", "zsh"]).unwrap();
+        assert!(matches!(
+            cli.subcommand,
+            Some(Command::Completions(CompletionsArgs {
+                shell: clap_complete::Shell::Zsh
+            }))
+        ));
+        assert!(parse(&["completions", "tcsh"]).is_err());
+        assert!(matches!(
+            parse(&["man-page"]).unwrap().subcommand,
+            Some(Command::ManPage)
+        ));
+        // A command named `completions` is still run after `--`.
+        assert_eq!(
+            parse(&["--", "completions"]).unwrap().run.command,
+            ["completions"]
+        );
     }
 
     #[test]

@@ -193,3 +193,104 @@ fn version_names_the_commit_and_the_ebpf_object() {
         concat!("cg-trace ", env!("CARGO_PKG_VERSION"))
     );
 }
+
+/// The completions of `words` (the last one being completed) from a bash completion script,
+/// run in a real bash.
+fn bash_complete(script: &std::path::Path, words: &[&str]) -> Vec<String> {
+    let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
+    let line = format!(
+        "source '{}'; COMP_WORDS=({}); COMP_CWORD={}; _cg__trace cg-trace {} {}; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+        script.display(),
+        quoted.join(" "),
+        words.len() - 1,
+        quoted[words.len() - 1],
+        quoted[words.len() - 2],
+    );
+    let out = Command::new("bash")
+        .args(["--norc", "--noprofile", "-c", &line])
+        .output()
+        .expect("bash");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout).lines().map(str::to_string).collect()
+}
+
+#[test]
+fn completions_for_bash_zsh_and_fish_come_from_the_options() {
+    let dir = tempfile::tempdir().unwrap();
+    let bash = dir.path().join("cg-trace.bash");
+    let out = cg(&["completions", "bash"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    std::fs::write(&bash, &out.stdout).unwrap();
+    let syntax = Command::new("bash").arg("-n").arg(&bash).output().unwrap();
+    assert!(syntax.status.success(), "bash -n: {}", text(&syntax.stderr));
+    assert_eq!(
+        bash_complete(&bash, &["cg-trace", "--sam"]),
+        ["--sample-hz"]
+    );
+    assert_eq!(
+        bash_complete(&bash, &["cg-trace", "--source", ""]),
+        ["auto", "perf", "powercap", "model"]
+    );
+    let zsh = text(&cg(&["completions", "zsh"], &[]).stdout);
+    assert!(zsh.starts_with("#compdef cg-trace"), "{zsh}");
+    assert!(zsh.contains("--sample-hz") && zsh.contains("--freq"));
+    let fish = text(&cg(&["completions", "fish"], &[]).stdout);
+    assert!(fish.contains("complete -c cg-trace"), "{fish}");
+    assert!(fish.contains("sample-hz"));
+    // A shell we do not know is bad usage.
+    assert_eq!(cg(&["completions", "tcsh"], &[]).status.code(), Some(2));
+}
+
+#[test]
+fn the_man_page_renders_and_documents_the_main_options() {
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("cg-trace.1");
+    let out = cg(&["man-page"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    std::fs::write(&page, &out.stdout).unwrap();
+    // man -l renders a file as man(1) would (warnings from groff on stderr fail the test).
+    let rendered = Command::new("man")
+        .arg("-l")
+        .arg(&page)
+        .env("MANWIDTH", "100")
+        .env("MANPAGER", "cat")
+        .env("MAN_KEEP_FORMATTING", "0")
+        .output()
+        .expect("man (apt package man-db)");
+    assert!(rendered.status.success(), "{}", text(&rendered.stderr));
+    assert_eq!(text(&rendered.stderr), "", "man -l warned");
+    // Bold and underline come as overstrikes (`N\bN`, `_\bx`): keep the last character.
+    let mut shown = String::new();
+    for c in text(&rendered.stdout).chars() {
+        if c == '\x08' {
+            shown.pop();
+        } else {
+            shown.push(c);
+        }
+    }
+    for needle in [
+        "NAME",
+        "SYNOPSIS",
+        "--pid",
+        "--all",
+        "--output",
+        "--source",
+        "--sample-hz",
+        "--func",
+        "--profile",
+        "--quiet",
+        "sources",
+        "top",
+        "EXAMPLES",
+        "cg-trace -- ./build.sh",
+        "EXIT STATUS",
+        "CG_TRACE_LOG",
+        "NO_COLOR",
+        "setcap",
+    ] {
+        assert!(
+            shown.contains(needle),
+            "the rendered page lacks {needle:?}:\n{shown}"
+        );
+    }
+}

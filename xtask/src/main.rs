@@ -129,6 +129,8 @@ const APT_PACKAGES: &[&str] = &[
     "sudo",
     // libfuzzer-sys builds libFuzzer (C++) for the fuzz targets.
     "g++",
+    // The man page test renders `cg-trace man-page` with `man -l` (tests/tests/cli.rs).
+    "man-db",
 ];
 
 fn setup() -> Result<()> {
