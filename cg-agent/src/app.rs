@@ -124,10 +124,8 @@ pub fn main_with(cli: Cli) -> i32 {
             },
         );
         if let Some(path) = command_output.filter(|p| p.exists()) {
-            crate::console::say(format_args!(
-                "the command's output is in {}",
-                path.display()
-            ));
+            // Said even with -q: the command's output would be lost otherwise.
+            eprintln!("cg-trace: the command's output is in {}", path.display());
         }
         result
     };

@@ -594,7 +594,8 @@ async fn run_async(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Ou
         ),
     };
     if !never_started.is_empty() {
-        crate::console::say(&stop_reason);
+        // Why the exit status is not the command's: said even with -q.
+        eprintln!("cg-trace: {stop_reason}");
     }
     let losses = sampler.probes.losses().unwrap_or_default();
     // Reads that failed and were never made good are unknown; sources that lag behind the run
