@@ -15,7 +15,8 @@
 //!   sources, the live view's cost and function-level profiling's cost (probes, sampling,
 //!   symbolization, stack loss and the sampler's kernel time); prints figures (`--overhead`,
 //!   `--sources`, `--tui`, `--functions`: only those; `--functions --sampler`: only the
-//!   sampler's loss and kernel time).
+//!   sampler's loss and kernel time; `--functions --globs`: only the cost of matching `--func`
+//!   globs).
 //! - `dist [--profile release|debug] [--no-build] [--out DIR]`: the release tarball
 //!   (`target/dist/cg-trace-VERSION-ARCH-linux.tar.gz` and its `.sha256`) that installs
 //!   without a toolchain: binary, completions, man page, README, `install.sh` (see `dist`).
@@ -37,7 +38,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup | build [--release] | run -- CG-TRACE-ARGS... | test | fuzz [TARGET] [SECONDS] | bench [--quick] [--overhead | --sources | --tui | --functions [--sampler]] | dist [--profile release|debug] [--no-build] [--out DIR] | gpu-check [-- CMD ARGS...]>";
+const USAGE: &str = "usage: cargo xtask <setup | build [--release] | run -- CG-TRACE-ARGS... | test | fuzz [TARGET] [SECONDS] | bench [--quick] [--overhead | --sources | --tui | --functions [--sampler | --globs]] | dist [--profile release|debug] [--no-build] [--out DIR] | gpu-check [-- CMD ARGS...]>";
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
