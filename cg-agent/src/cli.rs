@@ -163,7 +163,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub timeseries: bool,
 
-    /// Do not print the summary on stderr
+    /// Only errors on stderr: no summary, no source line, no warnings (the report has them)
     #[arg(short = 'q', long)]
     pub quiet: bool,
 
