@@ -66,6 +66,8 @@ pub fn main_with(cli: Cli) -> i32 {
         Some(Command::Sources(sources_args)) => {
             return inventory::main(&source_options(&cli.run), sources_args.json);
         }
+        Some(Command::Completions(args)) => return crate::manual::print_completions(args.shell),
+        Some(Command::ManPage) => return crate::manual::print_man_page(),
         Some(Command::Top(args)) => {
             if let Some(option) = option_before_top(&cli.run) {
                 eprintln!("cg-trace: {option} goes after `top`: `cg-trace top [OPTIONS]`");
@@ -157,6 +159,7 @@ pub fn main_with(cli: Cli) -> i32 {
             },
         );
         if let Some(path) = command_output.filter(|p| p.exists()) {
+            // Said even with -q: the command's output would be lost otherwise.
             eprintln!("cg-trace: the command's output is in {}", path.display());
         }
         result
@@ -199,7 +202,7 @@ fn write_and_summarize(
     let mut exit_code = exit_code;
     if let Some(path) = &args.output {
         match json::write_to_path(&report, path, invoker) {
-            Ok(()) if path != Path::new("-") => {
+            Ok(()) if path != Path::new("-") && !args.quiet => {
                 messages.push(format!("cg-trace: report written to {}", path.display()));
             }
             Ok(()) => {}
@@ -224,6 +227,7 @@ fn write_and_summarize(
     for (path, what, write) in function_outputs {
         if let Some(path) = path {
             match write(&report, path, invoker) {
+                Ok(()) if args.quiet => {}
                 Ok(()) => messages.push(format!("cg-trace: {what} written to {}", path.display())),
                 Err(err) => {
                     messages.push(format!("cg-trace: the {what}: {err}"));
@@ -458,8 +462,12 @@ fn print_notice(notice: &session::Notice) {
             if *warmup { "warm-up " } else { "" }
         ),
     };
-    // Not eprintln!, which panics when stderr is gone (a closed pipe, a terminal hung up).
-    let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("{line}\n").as_bytes());
+    // With -q only errors, and why the exit status is not the command's, are said.
+    let always = matches!(notice, Notice::NeverStarted(_) | Notice::MeasuredNothing(_));
+    if always || !crate::console::is_quiet() {
+        // Not eprintln!, which panics when stderr is gone (a closed pipe, a terminal hung up).
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("{line}\n").as_bytes());
+    }
 }
 
 /// The options that choose and configure the energy sources.

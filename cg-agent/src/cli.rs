@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::{session::IdleWatts, sources::SourceChoice};
 
-const EXAMPLES: &str = "\
+pub(crate) const EXAMPLES: &str = "\
 Examples:
   cg-trace -- ./build.sh --release         run a command, report its energy and its children's
   sudo cg-trace --pid 1234,1240 -o run.json attach to running processes until Ctrl-C
@@ -24,9 +24,19 @@ Needs root, or CAP_BPF and CAP_PERFMON. Under sudo the command runs as the invok
 Every figure says whether it was measured (RAPL, NVML, a meter) or estimated (the built-in
 power model).";
 
+/// `cg-trace --version`: the version, the commit built and the eBPF object inside (both from
+/// build.rs).
+pub const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    "\ncommit: ",
+    env!("CG_TRACE_GIT_COMMIT"),
+    "\neBPF object: ",
+    env!("CG_TRACE_EBPF_INFO"),
+);
+
 /// cg-trace: how many joules a process, and each of its children, cost. No instrumentation.
 #[derive(Debug, Parser)]
-#[command(name = "cg-trace", version, about, after_help = EXAMPLES)]
+#[command(name = "cg-trace", version, long_version = LONG_VERSION, about, after_help = EXAMPLES)]
 pub struct Cli {
     #[command(subcommand)]
     pub subcommand: Option<Command>,
@@ -48,6 +58,21 @@ pub enum Command {
     /// those targets). q quits, ? lists the keys; the report is written on quit with -o.
     /// Options go after `top`
     Top(Box<RunArgs>),
+    /// Print a shell completion script for cg-trace on stdout, e.g.
+    /// `cg-trace completions bash > /usr/share/bash-completion/completions/cg-trace`
+    /// (the install script places them)
+    Completions(CompletionsArgs),
+    /// Print the man page (roff) on stdout: `cg-trace man-page | man -l -`
+    #[command(hide = true)]
+    ManPage,
+}
+
+/// Options of `cg-trace completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 /// Options of `cg-trace sources` (the source options, such as --powercap-root, apply too).
@@ -138,7 +163,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub timeseries: bool,
 
-    /// Do not print the summary on stderr
+    /// Only errors on stderr: no summary, no source line, no warnings (the report has them)
     #[arg(short = 'q', long)]
     pub quiet: bool,
 
@@ -209,8 +234,8 @@ pub struct FunctionArgs {
     #[arg(long)]
     pub profile: bool,
 
-    /// Samples per second per CPU for --profile
-    #[arg(long, value_name = "HZ", default_value_t = crate::functions::DEFAULT_SAMPLE_HZ,
+    /// Samples per second per CPU for --profile (-F/--freq as in perf and py-spy)
+    #[arg(short = 'F', long, visible_alias = "freq", value_name = "HZ", default_value_t = crate::functions::DEFAULT_SAMPLE_HZ,
           value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub sample_hz: u64,
 
@@ -478,6 +503,23 @@ mod tests {
         assert_eq!(cli.run.functions.sample_hz, 999);
         assert!(!cli.run.functions.profile);
         assert!(parse(&["--sample-hz", "0", "--all"]).is_err());
+        // perf's and py-spy's spelling.
+        assert_eq!(
+            parse(&["-F", "49", "--all"])
+                .unwrap()
+                .run
+                .functions
+                .sample_hz,
+            49
+        );
+        assert_eq!(
+            parse(&["--freq", "97", "--all"])
+                .unwrap()
+                .run
+                .functions
+                .sample_hz,
+            97
+        );
         assert_eq!(parse(&["--all"]).unwrap().run.functions.func_limit, 1000);
     }
 
@@ -519,6 +561,27 @@ mod tests {
             Some(ReportFormat::Json)
         );
         assert_eq!(ReportFormat::from_extension("txt"), None);
+    }
+
+    #[test]
+    fn completions_and_the_man_page_are_subcommands() {
+        let cli = parse(&["completions", "zsh"]).unwrap();
+        assert!(matches!(
+            cli.subcommand,
+            Some(Command::Completions(CompletionsArgs {
+                shell: clap_complete::Shell::Zsh
+            }))
+        ));
+        assert!(parse(&["completions", "tcsh"]).is_err());
+        assert!(matches!(
+            parse(&["man-page"]).unwrap().subcommand,
+            Some(Command::ManPage)
+        ));
+        // A command named `completions` is still run after `--`.
+        assert_eq!(
+            parse(&["--", "completions"]).unwrap().run.command,
+            ["completions"]
+        );
     }
 
     #[test]

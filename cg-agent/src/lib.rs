@@ -19,16 +19,20 @@
 //!   [`report::live`], the report's counterpart while a run goes on.
 //! - [`functions`] is function-level profiling's user-space half (SPECs, ELF symbols,
 //!   CPython, symbolization); its kernel half is in [`probes`].
+//! - [`console`] is what cg-trace says on stderr besides the summary (`-q`, the log).
+//! - [`manual`] generates the shell completions and the man page from the command line.
 //! - [`privileges`] decides whom a run is for (sudo's user, or ourselves); [`output`] creates
 //!   every file cg-trace writes, as that user, without following links.
 
 pub mod app;
 pub mod attribution;
 pub mod cli;
+pub mod console;
 pub mod export;
 pub mod functions;
 pub mod host;
 pub mod inventory;
+pub mod manual;
 pub mod output;
 pub mod privileges;
 pub mod probes;

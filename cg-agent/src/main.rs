@@ -1,15 +1,29 @@
-//! The `cg-trace` binary: parses the command line and hands it to [`cg_agent::app`].
+//! The `cg-trace` binary: parses the command line, sets up what it prints on stderr
+//! ([`cg_agent::console`]) and hands the run to [`cg_agent::app`].
 
+use std::ffi::OsString;
+
+use cg_agent::{
+    cli::{Cli, Command},
+    console,
+};
 use clap::Parser;
 
 fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("CG_TRACE_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let cli = cg_agent::cli::Cli::parse();
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(err) => {
+            let hint = console::missing_double_dash_hint(&err, args.get(1..).unwrap_or_default());
+            let _ = err.print();
+            if let Some(hint) = hint {
+                eprintln!("\ncg-trace: {hint}");
+            }
+            std::process::exit(err.exit_code());
+        }
+    };
+    let quiet = cli.run.quiet || matches!(&cli.subcommand, Some(Command::Top(args)) if args.quiet);
+    console::set_quiet(quiet);
+    console::init_logging(quiet);
     std::process::exit(cg_agent::app::main_with(cli));
 }

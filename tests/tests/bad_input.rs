@@ -210,10 +210,10 @@ fn a_thread_id_is_traced_as_its_process_and_says_so() {
     let before_s = thread_cpu_s();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("r.json");
+    // Without -q, which keeps warnings such as this one off stderr.
     let output = cg(&[
         "--source",
         "model",
-        "-q",
         "--pid",
         &tid.to_string(),
         "--duration",
@@ -250,7 +250,8 @@ fn kernel_threads_are_refused_and_init_is_traced_with_a_warning() {
         stderr.contains("kernel thread") && stderr.contains("--all"),
         "{stderr}"
     );
-    let output = cg(&["--source", "model", "-q", "--pid", "1", "--duration", "0.5"]);
+    // Without -q, which keeps warnings off stderr.
+    let output = cg(&["--source", "model", "--pid", "1", "--duration", "0.5"]);
     let stderr = text(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("pid 1 is init"), "{stderr}");
@@ -281,7 +282,8 @@ fn sigterm_during_the_calibration_exits_as_interrupted_and_says_the_command_neve
     let mut child = Command::new(bin("cg-trace"))
         .args(["--source", "powercap", "--powercap-root"])
         .arg(rapl.root())
-        .args(["--calibrate-ms", "60000", "-q", "-o"])
+        // Not -q: the source line on stderr says when the calibration has begun.
+        .args(["--calibrate-ms", "60000", "-o"])
         .arg(&out)
         .arg("--")
         .arg("touch")

@@ -1067,7 +1067,8 @@ fn what_the_command_leaves_running_is_named_on_stderr_and_in_the_report() {
         "setsid sleep 30 </dev/null >/dev/null 2>&1 & echo $! > {}; sleep 0.3",
         pidfile.display()
     );
-    let run = cg_trace(&["--source", "model", "-q", "--", "sh", "-c", &script]);
+    // Not -q: it keeps warnings such as this one off stderr.
+    let run = cg_trace(&["--source", "model", "--", "sh", "-c", &script]);
     let daemon = pid_in(&pidfile);
     // SAFETY: ending the daemon the test started.
     let _kill = KillOnDrop(daemon);
@@ -1093,7 +1094,7 @@ fn what_the_command_leaves_running_is_named_on_stderr_and_in_the_report() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("r.json");
     let child = Command::new(bin("cg-trace"))
-        .args(["--source", "model", "-q", "-o"])
+        .args(["--source", "model", "-o"])
         .arg(&out)
         .args([
             "--",

@@ -360,7 +360,7 @@ fn perf_and_powercap_disagreeing_is_warned_about() {
         "--powercap-root",
         &powercap_root,
         "--no-gpu",
-        "-q",
+        // Not -q: it keeps warnings off stderr.
         "--",
         "true",
     ]);

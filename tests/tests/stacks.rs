@@ -313,10 +313,10 @@ fn a_library_named_nowhere_waits_in_vain_with_a_warning_or_exits_2_for_the_whole
     require_root();
     let funcs = bin("cg-funcs").display().to_string();
     // Wrap mode: the command might load it later; at the end, a warning says it never did.
+    // Not -q: it keeps warnings off stderr.
     let run = cg_trace(&[
         "--source",
         "model",
-        "-q",
         "--func",
         "libnope.so:f",
         "--",

@@ -20,6 +20,9 @@
 //!    (`CG_TRACE_BENCH_BPF_STATS=1`): per run, and per sample of a target (runs on other
 //!    tasks cost what a run of `sleep` measures, taken off). Only this part:
 //!    `cargo xtask bench --functions --sampler`.
+//! 6. Matching `--func` globs (globset) against every function symbol of the release
+//!    cg-trace binary and of libc, in ns per symbol (`cg-agent/examples/glob_bench.rs`). Only
+//!    this part: `cargo xtask bench --functions --globs`.
 
 use std::{
     path::Path,
@@ -41,6 +44,9 @@ pub fn run(args: &[String]) -> Result<()> {
     let cg_trace = release.join("cg-trace");
     if args.iter().any(|a| a == "--sampler") {
         return sampler(&cg_trace, if quick { 1 } else { 3 });
+    }
+    if args.iter().any(|a| a == "--globs") {
+        return globs(&cg_trace);
     }
     let funcs = release.join("cg-funcs");
     let spin = release.join("cg-spin");
@@ -223,10 +229,31 @@ pub fn run(args: &[String]) -> Result<()> {
     );
     let _ = std::fs::remove_dir_all(&out);
     println!();
-    sampler(&cg_trace, if quick { 1 } else { 3 })
+    sampler(&cg_trace, if quick { 1 } else { 3 })?;
+    globs(&cg_trace)
 }
 
 /// Part 5: stack loss and the sampler's kernel cost at 999 Hz, `rounds` runs a workload.
+/// 6. The cost of matching `--func` globs, per symbol.
+fn globs(cg_trace: &Path) -> Result<()> {
+    status(cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "cg-agent",
+        "--example",
+        "glob_bench",
+    ]))?;
+    let bench = root().join("target/release/examples/glob_bench");
+    println!();
+    for elf in [cg_trace, Path::new("/lib/x86_64-linux-gnu/libc.so.6")] {
+        if elf.exists() {
+            status(Command::new(&bench).arg(elf))?;
+        }
+    }
+    Ok(())
+}
+
 fn sampler(cg_trace: &Path, rounds: usize) -> Result<()> {
     let out = std::env::temp_dir().join(format!("cg-trace-bench-sampler-{}", std::process::id()));
     std::fs::create_dir_all(&out)?;

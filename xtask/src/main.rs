@@ -15,13 +15,18 @@
 //!   sources, the live view's cost and function-level profiling's cost (probes, sampling,
 //!   symbolization, stack loss and the sampler's kernel time); prints figures (`--overhead`,
 //!   `--sources`, `--tui`, `--functions`: only those; `--functions --sampler`: only the
-//!   sampler's loss and kernel time).
+//!   sampler's loss and kernel time; `--functions --globs`: only the cost of matching `--func`
+//!   globs).
+//! - `dist [--profile release|debug] [--no-build] [--out DIR]`: the release tarball
+//!   (`target/dist/cg-trace-VERSION-ARCH-linux.tar.gz` and its `.sha256`) that installs
+//!   without a toolchain: binary, completions, man page, README, `install.sh` (see `dist`).
 //! - `gpu-check`: on a machine with an NVIDIA GPU, cg-trace's GPU energy next to nvidia-smi's.
 
 mod bench;
 mod bench_functions;
 mod bench_sources;
 mod bench_view;
+mod dist;
 mod fuzz;
 mod gpu_check;
 
@@ -33,7 +38,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup | build [--release] | run -- CG-TRACE-ARGS... | test | fuzz [TARGET] [SECONDS] | bench [--quick] [--overhead | --sources | --tui | --functions [--sampler]] | gpu-check [-- CMD ARGS...]>";
+const USAGE: &str = "usage: cargo xtask <setup | build [--release] | run -- CG-TRACE-ARGS... | test | fuzz [TARGET] [SECONDS] | bench [--quick] [--overhead | --sources | --tui | --functions [--sampler | --globs]] | dist [--profile release|debug] [--no-build] [--out DIR] | gpu-check [-- CMD ARGS...]>";
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -44,6 +49,8 @@ fn main() -> ExitCode {
         Some("test") => setup().and_then(|()| test()),
         Some("fuzz") => setup().and_then(|()| fuzz::run(&args[1..])),
         Some("bench") => setup().and_then(|()| bench::run(&args[1..])),
+        Some("dist") if dist::builds(&args[1..]) => setup().and_then(|()| dist::run(&args[1..])),
+        Some("dist") => dist::run(&args[1..]),
         Some("gpu-check") => setup().and_then(|()| gpu_check::run(&args[1..])),
         _ => {
             eprintln!("{USAGE}");
@@ -129,6 +136,8 @@ const APT_PACKAGES: &[&str] = &[
     "sudo",
     // libfuzzer-sys builds libFuzzer (C++) for the fuzz targets.
     "g++",
+    // The man page test renders `cg-trace man-page` with `man -l` (tests/tests/cli.rs).
+    "man-db",
 ];
 
 fn setup() -> Result<()> {

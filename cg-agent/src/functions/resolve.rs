@@ -16,7 +16,7 @@ use super::{
     elf::{ElfInfo, FirstInstruction},
     maps::ProcMaps,
     returns::{self, EntryOnly},
-    spec::{FuncSpec, closest, glob_match, is_glob},
+    spec::{FuncSpec, SymbolGlob, closest, glob_match, is_glob},
 };
 
 /// Where the SPECs are looked up.
@@ -168,8 +168,10 @@ fn match_in(
     let mut matched = 0usize;
     // The file's image, for decoding the functions' code, once something matches.
     let mut image: Option<Vec<u8>> = None;
+    let glob = SymbolGlob::new(&spec.pattern)
+        .map_err(|err| FunctionError::Usage(format!("--func {:?}: {err}", spec.text)))?;
     for (index, symbol) in elf.functions.iter().enumerate() {
-        if !glob_match(&spec.pattern, &symbol.name) && !glob_match(&spec.pattern, &symbol.raw) {
+        if !glob.is_match(&symbol.name) && !glob.is_match(&symbol.raw) {
             continue;
         }
         matched += 1;
@@ -260,13 +262,13 @@ fn count_rest(
             {
                 cache.push(elf);
             }
-            if let Some(elf) = cache.iter().find(|e| e.path == object) {
+            if let Some(elf) = cache.iter().find(|e| e.path == object)
+                && let Ok(glob) = SymbolGlob::new(&spec.pattern)
+            {
                 count += elf
                     .functions
                     .iter()
-                    .filter(|f| {
-                        glob_match(&spec.pattern, &f.name) || glob_match(&spec.pattern, &f.raw)
-                    })
+                    .filter(|f| glob.is_match(&f.name) || glob.is_match(&f.raw))
                     .count();
             }
         }

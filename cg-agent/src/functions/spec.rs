@@ -36,6 +36,10 @@ impl FuncSpec {
                 "--func {text:?}: empty binary or library before ':'"
             ));
         }
+        // A glob globset cannot compile (`[z-a]`) is bad input, said before tracing.
+        for glob in std::iter::once(pattern).chain(object.filter(|o| is_glob(o))) {
+            SymbolGlob::new(glob).map_err(|err| format!("--func {text:?}: {err}"))?;
+        }
         Ok(FuncSpec {
             text: text.to_string(),
             object: object.map(str::to_string),
@@ -44,88 +48,85 @@ impl FuncSpec {
     }
 }
 
-/// Shell-style glob match: `*` any run of characters, `?` one character, `[...]` a class
-/// (`[!...]` negated, ranges `a-z`). Everything else matches itself.
-pub fn glob_match(pattern: &str, text: &str) -> bool {
-    let p: Vec<char> = pattern.chars().collect();
-    let t: Vec<char> = text.chars().collect();
-    // Iterative matching with backtracking to the last `*`.
-    let (mut pi, mut ti) = (0usize, 0usize);
-    let mut star: Option<(usize, usize)> = None;
-    while ti < t.len() {
-        if pi < p.len() {
-            match p[pi] {
-                '*' => {
-                    star = Some((pi, ti));
-                    pi += 1;
-                    continue;
-                }
-                '?' => {
-                    pi += 1;
-                    ti += 1;
-                    continue;
-                }
-                '[' => {
-                    if let Some((matched, next)) = class_match(&p, pi, t[ti]) {
-                        if matched {
-                            pi = next;
-                            ti += 1;
-                            continue;
-                        }
-                    } else if t[ti] == '[' {
-                        pi += 1;
-                        ti += 1;
-                        continue;
-                    }
-                }
-                c if c == t[ti] => {
-                    pi += 1;
-                    ti += 1;
-                    continue;
-                }
-                _ => {}
-            }
-        }
-        match star {
-            Some((star_pi, star_ti)) => {
-                pi = star_pi + 1;
-                ti = star_ti + 1;
-                star = Some((star_pi, star_ti + 1));
-            }
-            None => return false,
-        }
-    }
-    p[pi..].iter().all(|&c| c == '*')
+/// A SPEC's symbol or library glob, compiled once (by `globset`) and matched against many
+/// names: `*` any run of characters, `?` one (one byte of a non-ASCII character), `[...]` a
+/// class (`[!...]` or `[^...]` negated, ranges `a-z`, `]` first is literal). Everything else
+/// matches itself, braces and backslashes included: demangled names carry them
+/// (`{{closure}}`, `{lambda()#1}`), so they are not globset's alternations or escapes, and an
+/// unclosed `[` is a plain `[`.
+#[derive(Clone, Debug)]
+pub struct SymbolGlob {
+    matcher: globset::GlobMatcher,
 }
 
-/// Matches `c` against the class starting at `p[start] == '['`; returns whether it matched
-/// and the index after the class, or `None` when the class is not closed.
-fn class_match(p: &[char], start: usize, c: char) -> Option<(bool, usize)> {
-    let mut i = start + 1;
-    let negated = matches!(p.get(i), Some('!') | Some('^'));
-    if negated {
+impl SymbolGlob {
+    /// Compiles `pattern`.
+    pub fn new(pattern: &str) -> Result<Self, String> {
+        let glob = globset::GlobBuilder::new(&literal_braces(pattern))
+            .literal_separator(false)
+            .backslash_escape(false)
+            .build()
+            .map_err(|err| format!("{pattern:?} is not a glob: {err}"))?;
+        Ok(SymbolGlob {
+            matcher: glob.compile_matcher(),
+        })
+    }
+
+    /// Whether `text` matches as a whole.
+    pub fn is_match(&self, text: &str) -> bool {
+        self.matcher
+            .is_match_candidate(&globset::Candidate::from_bytes(text.as_bytes()))
+    }
+}
+
+/// `pattern` with `{`, `}` and an unclosed `[` outside classes turned into one-character
+/// classes, so that globset matches them as themselves; classes are kept as they are.
+fn literal_braces(pattern: &str) -> String {
+    let chars: Vec<char> = pattern.chars().collect();
+    let mut out = String::with_capacity(pattern.len() + 8);
+    let mut i = 0;
+    while i < chars.len() {
+        match chars[i] {
+            '[' => match class_end(&chars, i) {
+                Some(end) => {
+                    out.extend(&chars[i..end]);
+                    i = end;
+                    continue;
+                }
+                None => out.push_str("[[]"),
+            },
+            '{' => out.push_str("[{]"),
+            '}' => out.push_str("[}]"),
+            c => out.push(c),
+        }
         i += 1;
     }
-    let mut matched = false;
-    let mut first = true;
+    out
+}
+
+/// The index after the class that starts at `p[start] == '['`, or `None` when it is not
+/// closed. `!` or `^` first negates; a `]` first (after them) is a member.
+fn class_end(p: &[char], start: usize) -> Option<usize> {
+    let mut i = start + 1;
+    if matches!(p.get(i), Some('!' | '^')) {
+        i += 1;
+    }
+    if p.get(i) == Some(&']') {
+        i += 1;
+    }
     while i < p.len() {
-        if p[i] == ']' && !first {
-            return Some((matched != negated, i + 1));
+        if p[i] == ']' {
+            return Some(i + 1);
         }
-        first = false;
-        if i + 2 < p.len() && p[i + 1] == '-' && p[i + 2] != ']' {
-            if p[i] <= c && c <= p[i + 2] {
-                matched = true;
-            }
-            i += 3;
-        } else {
-            if p[i] == c {
-                matched = true;
-            }
-            i += 1;
-        }
+        i += 1;
     }
     None
+}
+
+/// Whether `pattern` matches `text` as a whole (see [`SymbolGlob`]); a pattern that is not a
+/// glob matches nothing. For one-off matches: compile a [`SymbolGlob`] to match many names.
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    SymbolGlob::new(pattern).is_ok_and(|glob| glob.is_match(text))
 }
 
 /// Whether the text has glob characters.
@@ -196,6 +197,39 @@ mod tests {
         assert!(!glob_match("exact", "exactly"));
         assert!(glob_match("a*b*c", "axxbyyc"));
         assert!(!glob_match("a*b*c", "axxbyy"));
+    }
+
+    #[test]
+    fn braces_backslashes_and_unclosed_brackets_match_themselves() {
+        // Demangled names carry braces: not alternations.
+        assert!(glob_match("*::{{closure}}", "app::main::{{closure}}"));
+        assert!(!glob_match("*::{{closure}}", "app::main::closure"));
+        assert!(glob_match("f{a,b}", "f{a,b}"));
+        assert!(!glob_match("f{a,b}", "fa"));
+        assert!(glob_match(
+            "ns::f()::{lambda(int)#1}::*",
+            "ns::f()::{lambda(int)#1}::operator()"
+        ));
+        assert!(glob_match("a\\b*", "a\\bc"));
+        assert!(glob_match("operator[*", "operator[]"));
+        assert!(glob_match("x[", "x["));
+        // Classes: `]` first is a member, `^` negates like `!`, braces inside are members.
+        assert!(glob_match("f[]a]o", "f]o"));
+        assert!(glob_match("f[^a-c]o", "fzo"));
+        assert!(!glob_match("f[^a-c]o", "fbo"));
+        assert!(glob_match("f[{}]o", "f}o"));
+        // `**` is `*`, across `/` and `::` alike.
+        assert!(glob_match("a**b", "a/x::yb"));
+        assert!(glob_match("*", ""));
+        assert!(!glob_match("?", ""));
+    }
+
+    #[test]
+    fn a_glob_that_cannot_compile_is_refused_when_parsed() {
+        let err = FuncSpec::parse("f[z-a]").unwrap_err();
+        assert!(err.contains("f[z-a]"), "{err}");
+        assert!(FuncSpec::parse("lib[z-a].so:f").is_err());
+        assert!(!glob_match("f[z-a]", "fz"));
     }
 
     #[test]

@@ -1198,7 +1198,7 @@ fn attach_functions(
     functions: &[ResolvedFunction],
 ) -> Result<AttachPath, ProbeError> {
     let stop = StopOnSignal::install();
-    let terminal = std::io::stderr().is_terminal();
+    let terminal = std::io::stderr().is_terminal() && !crate::console::is_quiet();
     let started = Instant::now();
     let mut shown = false;
     let mut last_shown = started;

@@ -1,0 +1,164 @@
+//! What cg-trace says on stderr besides the summary, and how: `-q` (errors only: the source
+//! choice, warnings and "written to" lines are left to the report), the log's set-up (colour
+//! only on a terminal, never with `NO_COLOR`), and the hint for a command given without `--`.
+
+use std::{
+    ffi::OsString,
+    fmt::Display,
+    io::{IsTerminal as _, Write as _},
+    sync::atomic::{AtomicBool, Ordering},
+};
+
+/// `-q`: set once, from the command line, before anything runs.
+static QUIET: AtomicBool = AtomicBool::new(false);
+
+/// Says that only errors are to be printed from now on (`-q`).
+pub fn set_quiet(quiet: bool) {
+    QUIET.store(quiet, Ordering::Relaxed);
+}
+
+/// Whether only errors are printed (`-q`).
+pub fn is_quiet() -> bool {
+    QUIET.load(Ordering::Relaxed)
+}
+
+/// Prints `cg-trace: {line}` on stderr unless `-q` was given: a message that is not an
+/// error (which source was chosen, a warning that the report also holds, where a file went).
+/// Never panics when stderr is gone.
+pub fn say(line: impl Display) {
+    if !is_quiet() {
+        let _ = writeln!(std::io::stderr(), "cg-trace: {line}");
+    }
+}
+
+/// Prints `cg-trace: warning: {text}` on stderr unless `-q` was given.
+pub fn warn(text: impl Display) {
+    say(format_args!("warning: {text}"));
+}
+
+/// Whether log lines may carry colour: stderr is a terminal and `NO_COLOR` is unset or
+/// empty (<https://no-color.org>).
+pub fn log_colour(stderr_is_terminal: bool, no_color: Option<OsString>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
+/// The log filter when `CG_TRACE_LOG` does not give one: warnings, or errors alone with `-q`.
+pub fn default_log_level(quiet: bool) -> &'static str {
+    if quiet { "error" } else { "warn" }
+}
+
+/// Sets up the log (`tracing`) on stderr: the level from `CG_TRACE_LOG` (an `EnvFilter`,
+/// e.g. `debug` or `cg_agent::sources=trace`), else [`default_log_level`]; colour as
+/// [`log_colour`] says.
+pub fn init_logging(quiet: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("CG_TRACE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_log_level(quiet)));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(log_colour(
+            std::io::stderr().is_terminal(),
+            std::env::var_os("NO_COLOR"),
+        ))
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// A hint to add to clap's error when a word that is not a subcommand stands where a
+/// subcommand could: the user meant to run a command and left out `--`. `args` are the
+/// arguments after the program's name.
+pub fn missing_double_dash_hint(err: &clap::Error, args: &[OsString]) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if !matches!(
+        err.kind(),
+        ErrorKind::UnknownArgument | ErrorKind::InvalidSubcommand
+    ) {
+        return None;
+    }
+    let word = match err
+        .get(ContextKind::InvalidArg)
+        .or_else(|| err.get(ContextKind::InvalidSubcommand))?
+    {
+        ContextValue::String(word) => word.clone(),
+        _ => return None,
+    };
+    if word.starts_with('-') || args.iter().any(|a| a == "--") {
+        return None;
+    }
+    // Everything from the stray word on is the command the user meant.
+    let at = args.iter().position(|a| *a == *word)?;
+    let options: Vec<String> = args[..at]
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let command: Vec<String> = args[at..]
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let cli = <crate::cli::Cli as clap::CommandFactory>::command();
+    let similar = cli
+        .get_subcommands()
+        .map(|s| s.get_name())
+        .find(|s| strsim::jaro_winkler(s, &word) > 0.8)
+        .map(|s| format!(" (or did you mean the subcommand `{s}`?)"))
+        .unwrap_or_default();
+    let mut shown = vec!["cg-trace".to_string()];
+    shown.extend(options);
+    shown.push("--".into());
+    shown.extend(command);
+    Some(format!(
+        "`{word}` is not a cg-trace subcommand: to trace a command, put `--` before it: \
+         `{}`{similar}",
+        shown.join(" ")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+    use crate::cli::Cli;
+
+    fn hint(args: &[&str]) -> Option<String> {
+        let args: Vec<OsString> = args.iter().map(OsString::from).collect();
+        let err =
+            Cli::try_parse_from(std::iter::once(OsString::from("cg-trace")).chain(args.clone()))
+                .expect_err("the arguments must not parse");
+        missing_double_dash_hint(&err, &args)
+    }
+
+    #[test]
+    fn colour_only_on_a_terminal_and_never_with_no_color() {
+        assert!(log_colour(true, None));
+        assert!(log_colour(true, Some("".into())));
+        assert!(!log_colour(true, Some("1".into())));
+        assert!(!log_colour(false, None));
+        assert!(!log_colour(false, Some("1".into())));
+    }
+
+    #[test]
+    fn quiet_logs_errors_only() {
+        assert_eq!(default_log_level(true), "error");
+        assert_eq!(default_log_level(false), "warn");
+    }
+
+    #[test]
+    fn a_command_without_double_dash_gets_the_hint() {
+        let text = hint(&["ls"]).unwrap();
+        assert!(
+            text.contains("put `--` before it: `cg-trace -- ls`"),
+            "{text}"
+        );
+        let text = hint(&["-o", "r.json", "ls", "-la"]).unwrap();
+        assert!(text.contains("`cg-trace -o r.json -- ls -la`"), "{text}");
+        let text = hint(&["sourcs"]).unwrap();
+        assert!(
+            text.contains("did you mean the subcommand `sources`"),
+            "{text}"
+        );
+        // Other errors keep clap's words alone.
+        let args = [OsString::from("--bogus")];
+        let err = Cli::try_parse_from(["cg-trace", "--bogus"]).unwrap_err();
+        assert_eq!(missing_double_dash_hint(&err, &args), None);
+    }
+}
