@@ -13,7 +13,10 @@
  *   name I TEXT...                  GPU I's name (rest of the line)
  *   uuid I TEXT                     GPU I's UUID
  *   set I key=value ...             energy_mj power_mw temp_c util_gpu util_mem mem_total
- *                                   mem_used power_limit_mw
+ *                                   mem_used power_limit_mw at_ns (CLOCK_MONOTONIC when
+ *                                   energy_mj was true: the counter then goes on advancing
+ *                                   at power_mw, as a real one does, however late the
+ *                                   script's writer is)
  *   sample I pid=P ts=T sm=S        a per-process utilisation sample (ts in microseconds)
  *   running I PID compute|graphics  a process with a context on GPU I
  *   error I WHAT ERROR              WHAT: all energy power temp util mem samples processes
@@ -25,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 typedef int nvmlReturn_t;
 typedef struct nvmlDevice_st *nvmlDevice_t;
@@ -75,7 +79,7 @@ enum { E_ALL, E_ENERGY, E_POWER, E_TEMP, E_UTIL, E_MEM, E_SAMPLES, E_PROCESSES, 
 struct nvmlDevice_st {
     char name[96];
     char uuid[96];
-    unsigned long long energy_mj, mem_total, mem_used;
+    unsigned long long energy_mj, at_ns, mem_total, mem_used;
     unsigned int power_mw, temp_c, util_gpu, util_mem, power_limit_mw;
     int errors[E_KINDS];
     nvmlProcessUtilizationSample_t samples[MAX_SAMPLES];
@@ -144,6 +148,7 @@ static struct nvmlDevice_st *device_at(const char *index) {
 static void set_value(struct nvmlDevice_st *d, const char *key, const char *value) {
     unsigned long long v = strtoull(value, NULL, 10);
     if (!strcmp(key, "energy_mj")) d->energy_mj = v;
+    else if (!strcmp(key, "at_ns")) d->at_ns = v;
     else if (!strcmp(key, "power_mw")) d->power_mw = (unsigned)v;
     else if (!strcmp(key, "temp_c")) d->temp_c = (unsigned)v;
     else if (!strcmp(key, "util_gpu")) d->util_gpu = (unsigned)v;
@@ -344,6 +349,13 @@ nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device,
     nvmlReturn_t r = enter(device, E_ENERGY);
     if (r) return r;
     *energy = device->energy_mj;
+    if (device->at_ns) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        unsigned long long now_ns = (unsigned long long)now.tv_sec * 1000000000ull + now.tv_nsec;
+        if (now_ns > device->at_ns)
+            *energy += (unsigned long long)device->power_mw * (now_ns - device->at_ns) / 1000000000ull;
+    }
     return NVML_SUCCESS;
 }
 

@@ -798,6 +798,17 @@ pub fn fake_nvml_source() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fake-nvml/fake_nvml.c")
 }
 
+/// CLOCK_MONOTONIC in nanoseconds (what the NVML stand-in's `at_ns` is in).
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Builds the NVML stand-in into `dir` (as `libnvidia-ml.so.1`) with the system C compiler.
 pub fn build_fake_nvml(dir: &Path) -> PathBuf {
     let lib = dir.join("libnvidia-ml.so.1");
@@ -843,15 +854,23 @@ impl FakeNvml {
         let dir = tempfile::tempdir().expect("tempdir");
         let lib = build_fake_nvml(dir.path());
         let script = dir.path().join("fake-nvml.script");
-        let started = Instant::now();
-        let write = move |elapsed: Duration| {
+        let started_ns = monotonic_ns();
+        let power_mw = (gpu.power_w * 1e3) as u64;
+        let write = move || {
+            // The counter's value now, and when now is: the stand-in advances it from there
+            // at the board's power until the next write, so a writer the machine keeps
+            // waiting does not freeze it. (In whole millijoules from the same instant, so the
+            // stand-in's advance never overshoots the next value written.)
+            let at_ns = monotonic_ns();
+            let elapsed = Duration::from_nanos(at_ns - started_ns);
+            let energy_mj = (u128::from(power_mw) * elapsed.as_nanos() / 1_000_000_000) as u64;
             let mut text = format!(
-                "devices 1\nname 0 {}\nuuid 0 {}\nset 0 energy_mj={} power_mw={} temp_c=55 \
-                 util_gpu={} mem_total=17179869184 mem_used=1073741824 power_limit_mw=300000\n",
+                "devices 1\nname 0 {}\nuuid 0 {}\nset 0 energy_mj={} at_ns={at_ns} power_mw={power_mw} \
+                 temp_c=55 util_gpu={} mem_total=17179869184 mem_used=1073741824 \
+                 power_limit_mw=300000\n",
                 gpu.name,
                 gpu.uuid,
-                (gpu.power_w * elapsed.as_secs_f64() * 1e3) as u64 + 1_000_000,
-                (gpu.power_w * 1e3) as u64,
+                energy_mj + 1_000_000,
                 gpu.util_pct
             );
             // Samples every 20 ms of the last second, timestamps in microseconds.
@@ -872,10 +891,8 @@ impl FakeNvml {
             fs::write(&tmp, text).unwrap();
             fs::rename(&tmp, &script).unwrap();
         };
-        write(Duration::ZERO);
-        let ticker = Ticker::start(Duration::from_millis(10), move |_, _| {
-            write(started.elapsed())
-        });
+        write();
+        let ticker = Ticker::start(Duration::from_millis(10), move |_, _| write());
         FakeNvml {
             dir,
             lib,
