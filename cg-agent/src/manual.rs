@@ -74,6 +74,11 @@ const EXTRA_SECTIONS: &[(&str, &[(&str, &str)])] = &[
                 "Bad usage or input, said before anything is traced (no such pid, an unusable \
                  source, an output that cannot be written, missing privileges).",
             ),
+            (
+                "3",
+                "A budget (--max-energy, --max-power) was exceeded (the report is still \
+                 written), unless the wrapped command failed: its own status wins.",
+            ),
         ],
     ),
     (
