@@ -1,0 +1,166 @@
+//! The report's formats: the JSON Schema (`docs/report.schema.json`) against the documented
+//! example and broken reports, the guard that every test reads reports through the
+//! validating helpers, CSV output checked against the JSON of the same run, and
+//! `cg-trace diff`.
+
+use std::{fs, path::Path};
+
+use cg_tests::{REPORT_SCHEMA, assert_valid_report, schema_errors};
+use serde_json::{Value, json};
+
+/// The example report in `docs/report.md` (its first ```json block).
+fn documented_example() -> Value {
+    let doc = include_str!("../../docs/report.md");
+    let start = doc.find("```json\n").expect("docs/report.md has a JSON example") + 8;
+    let end = start + doc[start..].find("```").expect("the example block ends");
+    serde_json::from_str(&doc[start..end]).expect("the documented example is JSON")
+}
+
+#[test]
+fn the_schema_is_draft_2020_12_and_pins_the_major_version() {
+    let schema: Value = serde_json::from_str(REPORT_SCHEMA).unwrap();
+    assert_eq!(
+        schema["$schema"],
+        "https://json-schema.org/draft/2020-12/schema"
+    );
+    let mut report = documented_example();
+    for (version, valid) in [("1.3", true), ("1.99", true), ("2.0", false), ("1", false)] {
+        report["meta"]["schema_version"] = json!(version);
+        assert_eq!(schema_errors(&report).is_empty(), valid, "{version}");
+    }
+}
+
+#[test]
+fn the_documented_example_validates() {
+    assert_valid_report(&documented_example());
+}
+
+/// One error at least, and one naming `pointer`.
+fn assert_rejected(report: &Value, pointer: &str) {
+    let errors = schema_errors(report);
+    assert!(
+        errors.iter().any(|e| e.starts_with(pointer)),
+        "expected an error at {pointer}, got {errors:#?}"
+    );
+}
+
+#[test]
+fn the_schema_rejects_a_missing_field_a_wrong_type_and_an_unknown_enum() {
+    let good = documented_example();
+
+    let mut missing = good.clone();
+    missing["totals"].as_object_mut().unwrap().remove("energy_j");
+    assert_rejected(&missing, "/totals");
+
+    let mut wrong_type = good.clone();
+    wrong_type["processes"][0]["energy_j"] = json!("1.4 J");
+    assert_rejected(&wrong_type, "/processes/0/energy_j");
+
+    let mut negative_count = good.clone();
+    negative_count["totals"]["intervals_count"] = json!(-1);
+    assert_rejected(&negative_count, "/totals/intervals_count");
+
+    let mut provenance = good.clone();
+    provenance["meta"]["sources"][0]["provenance"] = json!("guessed");
+    assert_rejected(&provenance, "/meta/sources/0/provenance");
+
+    let mut mode = good.clone();
+    mode["meta"]["mode"] = json!("daemon");
+    assert_rejected(&mode, "/meta/mode");
+
+    let mut not_ours = good.clone();
+    not_ours["meta"]["tool"] = json!("other-tool");
+    assert_rejected(&not_ours, "/meta/tool");
+
+    // Minor versions may add fields anywhere.
+    let mut added = good;
+    added["meta"]["new_field_pct"] = json!(1.0);
+    added["totals"]["domains"]["model"]["new_figure_j"] = json!(2.0);
+    assert_valid_report(&added);
+}
+
+#[test]
+fn a_null_figure_is_valid_only_where_the_report_says_it_was_not_finite() {
+    let mut report = documented_example();
+    report["totals"]["domains"]["model"]["avg_power_w"] = Value::Null;
+    assert_rejected(&report, "/totals/domains/model/avg_power_w");
+    // cg-trace's own note for a figure found not to be finite (report::check_finite).
+    report["meta"]["measurement_quality"]["grade"] = json!("degraded");
+    report["meta"]["measurement_quality"]["notes"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!(
+            "not a finite figure: totals.domains.model.avg_power_w is not a number (shown as \
+             null; this is a bug in cg-trace, please report it)"
+        ));
+    assert_valid_report(&report);
+    // Null still is no string, and counts are never null.
+    report["totals"]["intervals_count"] = Value::Null;
+    assert_rejected(&report, "/totals/intervals_count");
+}
+
+#[test]
+fn the_repeat_object_follows_its_contract() {
+    let mut report = documented_example();
+    let run = |index: u64, outlier: bool| {
+        json!({
+            "index": index, "started_at": "2026-11-21T05:56:54.234Z",
+            "ended_at": "2026-11-21T05:56:55.234Z", "duration_s": 1.0, "energy_j": 10.0,
+            "domains": {"model": {"energy_j": 10.0}},
+            "process_groups": [{"group": "sh", "command": "sh -c x", "energy_j": 4.0,
+                                "cpu_time_s": 0.5}],
+            "functions": [{"function": "main", "energy_j": 1.0}],
+            "outlier": outlier
+        })
+    };
+    report["repeat"] = json!({
+        "runs": [run(1, false), run(2, true)],
+        "statistics": {"energy_j": {"median": 10.0}},
+        "noise_verdict": "excellent"
+    });
+    assert_valid_report(&report);
+
+    let mut bad = report.clone();
+    bad["repeat"]["noise_verdict"] = json!("fine");
+    assert_rejected(&bad, "/repeat/noise_verdict");
+    let mut bad = report.clone();
+    bad["repeat"]["runs"][1]["index"] = json!(0);
+    assert_rejected(&bad, "/repeat/runs/1/index");
+    let mut bad = report;
+    bad["repeat"]["runs"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("energy_j");
+    assert_rejected(&bad, "/repeat/runs/0");
+}
+
+/// Every test file reads reports through `cg_tests::read_report`/`parse_report` (which
+/// validate them) or, where it must parse by hand, says so on the line before and validates.
+#[test]
+fn every_test_reads_reports_through_the_validating_helpers() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let mut unchecked = Vec::new();
+    for entry in fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "rs") || path.ends_with("formats.rs") {
+            continue;
+        }
+        let text = fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            if !line.contains("serde_json::from_") {
+                continue;
+            }
+            let before = if i > 0 { lines[i - 1] } else { "" };
+            if !(before.contains("// Validated below") || before.contains("// Not a report")) {
+                unchecked.push(format!("{}:{}: {}", path.display(), i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        unchecked.is_empty(),
+        "parse reports with cg_tests::read_report/parse_report (they validate against \
+         docs/report.schema.json), or say on the line before why not:\n{}",
+        unchecked.join("\n")
+    );
+}
