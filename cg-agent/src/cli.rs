@@ -70,14 +70,19 @@ pub struct RunArgs {
     #[arg(short = 'a', long, conflicts_with = "command")]
     pub all: bool,
 
-    /// Write the report to FILE, in the format its extension names (*.json) or --format
-    /// gives; `-` for JSON on stdout (the wrapped command's stdout then goes to stderr)
+    /// Write the report to FILE, in the format its extension names (*.json, *.csv) or
+    /// --format gives; `-` for standard output (JSON unless --format says otherwise; the
+    /// wrapped command's stdout then goes to stderr)
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<PathBuf>,
 
     /// Format of the report written with -o (default: from the file's extension)
     #[arg(long, value_enum, value_name = "FORMAT", requires = "output")]
     pub format: Option<ReportFormat>,
+
+    /// Also write the report as CSV to FILE (next to -o's JSON: both from the same run)
+    #[arg(long, value_name = "FILE.csv")]
+    pub csv: Option<PathBuf>,
 
     /// Attribution interval in milliseconds
     #[arg(long, value_name = "MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(10..=60_000))]
@@ -239,6 +244,9 @@ pub struct FunctionArgs {
 pub enum ReportFormat {
     /// The JSON report (docs/report.md)
     Json,
+    /// One row per domain, process and function (and per run with --repeat), units in the
+    /// header
+    Csv,
 }
 
 impl ReportFormat {
@@ -246,6 +254,7 @@ impl ReportFormat {
     pub fn from_extension(extension: &str) -> Option<Self> {
         match extension {
             "json" => Some(ReportFormat::Json),
+            "csv" => Some(ReportFormat::Csv),
             _ => None,
         }
     }
@@ -498,15 +507,18 @@ mod tests {
     }
 
     #[test]
-    fn format_needs_an_output_and_knows_json() {
+    fn format_needs_an_output_and_knows_json_and_csv() {
         let cli = parse(&["--all", "-o", "run.out", "--format", "json"]).unwrap();
         assert_eq!(cli.run.format, Some(ReportFormat::Json));
         assert!(parse(&["--all", "--format", "json"]).is_err());
-        assert!(parse(&["--all", "-o", "r", "--format", "csv"]).is_err());
+        let cli = parse(&["--all", "-o", "-", "--format", "csv"]).unwrap();
+        assert_eq!(cli.run.format, Some(ReportFormat::Csv));
+        assert!(parse(&["--all", "-o", "r", "--format", "xml"]).is_err());
         assert_eq!(
             ReportFormat::from_extension("json"),
             Some(ReportFormat::Json)
         );
+        assert_eq!(ReportFormat::from_extension("csv"), Some(ReportFormat::Csv));
         assert_eq!(ReportFormat::from_extension("txt"), None);
     }
 

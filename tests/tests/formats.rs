@@ -1,17 +1,25 @@
 //! The report's formats: the JSON Schema (`docs/report.schema.json`) against the documented
 //! example and broken reports, the guard that every test reads reports through the
-//! validating helpers, CSV output checked against the JSON of the same run, and
-//! `cg-trace diff`.
+//! validating helpers, and CSV output checked against the JSON of the same run.
 
-use std::{fs, path::Path};
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::{Command, Output, Stdio},
+};
 
-use cg_tests::{REPORT_SCHEMA, assert_valid_report, schema_errors};
+use cg_tests::{
+    REPORT_SCHEMA, assert_adds_up, assert_valid_report, bin, cg_trace, require_root, schema_errors,
+};
 use serde_json::{Value, json};
 
 /// The example report in `docs/report.md` (its first ```json block).
 fn documented_example() -> Value {
     let doc = include_str!("../../docs/report.md");
-    let start = doc.find("```json\n").expect("docs/report.md has a JSON example") + 8;
+    let start = doc
+        .find("```json\n")
+        .expect("docs/report.md has a JSON example")
+        + 8;
     let end = start + doc[start..].find("```").expect("the example block ends");
     serde_json::from_str(&doc[start..end]).expect("the documented example is JSON")
 }
@@ -49,7 +57,10 @@ fn the_schema_rejects_a_missing_field_a_wrong_type_and_an_unknown_enum() {
     let good = documented_example();
 
     let mut missing = good.clone();
-    missing["totals"].as_object_mut().unwrap().remove("energy_j");
+    missing["totals"]
+        .as_object_mut()
+        .unwrap()
+        .remove("energy_j");
     assert_rejected(&missing, "/totals");
 
     let mut wrong_type = good.clone();
@@ -163,4 +174,202 @@ fn every_test_reads_reports_through_the_validating_helpers() {
          docs/report.schema.json), or say on the line before why not:\n{}",
         unchecked.join("\n")
     );
+}
+
+// ---- CSV ----
+
+/// A run of cg-burn (a parent and two children with known CPU times), sampled so that there
+/// are function rows too, written as JSON (`-o`) and CSV (`--csv`) at once.
+fn burn_run(dir: &Path) -> (Value, PathBuf) {
+    let csv_path = dir.join("run.csv");
+    let burn = bin("cg-burn").display().to_string();
+    let run = cg_trace(&[
+        "--source",
+        "model",
+        "--model-watts",
+        "10:30",
+        "--profile",
+        "-q",
+        "--csv",
+        csv_path.to_str().unwrap(),
+        "--",
+        &burn,
+        "--children",
+        "150,80",
+        "--self",
+        "50",
+    ]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    (run.report().clone(), csv_path)
+}
+
+fn csv_records(text: &str) -> (csv::StringRecord, Vec<csv::StringRecord>) {
+    let mut reader = csv::Reader::from_reader(text.as_bytes());
+    let header = reader.headers().expect("a header").clone();
+    let records = reader
+        .records()
+        .map(|r| r.expect("an RFC 4180 record"))
+        .collect();
+    (header, records)
+}
+
+fn cell<'a>(header: &csv::StringRecord, record: &'a csv::StringRecord, column: &str) -> &'a str {
+    let i = header
+        .iter()
+        .position(|h| h == column)
+        .unwrap_or_else(|| panic!("no column {column} in {header:?}"));
+    &record[i]
+}
+
+/// The CSV's figure is the JSON's, digit for digit (both come from the same numbers).
+fn same(csv_cell: &str, json: &Value) {
+    match json {
+        Value::Null => assert_eq!(csv_cell, ""),
+        Value::Number(n) => assert_eq!(csv_cell, n.to_string()),
+        other => panic!("not a figure: {other}"),
+    }
+}
+
+#[test]
+fn csv_rows_match_the_json_report_of_the_same_run() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let (report, csv_path) = burn_run(dir.path());
+    assert_adds_up(&report);
+    let (header, records) = csv_records(&fs::read_to_string(&csv_path).unwrap());
+    for column in [
+        "energy_j",
+        "cpu_time_s",
+        "avg_power_w",
+        "share_pct",
+        "duration_s",
+        "self_energy_j",
+        "self_cpu_time_s",
+        "calls_count",
+        "samples_count",
+    ] {
+        assert!(header.iter().any(|h| h == column), "{column} in {header:?}");
+    }
+    let of = |record: &str| -> Vec<&csv::StringRecord> {
+        records.iter().filter(|r| &r[0] == record).collect()
+    };
+
+    let processes = report["processes"].as_array().unwrap();
+    let rows = of("process");
+    assert_eq!(rows.len(), processes.len());
+    assert!(processes.len() >= 3, "cg-burn and two children");
+    for (row, p) in rows.iter().zip(processes) {
+        same(cell(&header, row, "pid"), &p["pid"]);
+        same(cell(&header, row, "energy_j"), &p["energy_j"]);
+        same(cell(&header, row, "cpu_time_s"), &p["cpu_time_s"]);
+        same(cell(&header, row, "share_pct"), &p["share_pct"]);
+        assert_eq!(cell(&header, row, "comm"), p["comm"]);
+        assert_eq!(cell(&header, row, "provenance"), "estimated");
+    }
+    let rows = of("domain");
+    let domains = report["totals"]["domains"].as_object().unwrap();
+    assert_eq!(rows.len(), domains.len());
+    for row in rows {
+        same(
+            cell(&header, row, "energy_j"),
+            &domains[cell(&header, row, "domain")]["energy_j"],
+        );
+    }
+    let functions = report["functions"].as_array().unwrap();
+    assert!(!functions.is_empty(), "--profile gives function rows");
+    let rows = of("function");
+    assert_eq!(rows.len(), functions.len());
+    for (row, f) in rows.iter().zip(functions) {
+        same(cell(&header, row, "pid"), &f["pid"]);
+        same(cell(&header, row, "self_energy_j"), &f["self_energy_j"]);
+        same(cell(&header, row, "samples_count"), &f["samples"]);
+    }
+    assert_eq!(
+        of("function_total").len(),
+        report["function_totals"].as_array().unwrap().len()
+    );
+}
+
+fn cg(args: &[&str]) -> Output {
+    Command::new(bin("cg-trace"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("running cg-trace")
+}
+
+#[test]
+fn csv_by_extension_and_on_stdout_with_format() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let by_name = dir.path().join("r.csv");
+    let out = cg(&[
+        "--source",
+        "model",
+        "-q",
+        "-o",
+        by_name.to_str().unwrap(),
+        "--",
+        "true",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (header, records) = csv_records(&fs::read_to_string(&by_name).unwrap());
+    assert_eq!(&header[0], "record");
+    assert!(records.iter().any(|r| &r[0] == "process"));
+
+    let out = cg(&[
+        "--source", "model", "-q", "-o", "-", "--format", "csv", "--", "true",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (header, _) = csv_records(&String::from_utf8_lossy(&out.stdout));
+    assert!(header.iter().any(|h| h == "energy_j"));
+
+    // An unknown extension is refused before anything is traced, naming both formats.
+    let out = cg(&[
+        "--source",
+        "model",
+        "-q",
+        "-o",
+        dir.path().join("r.txt").to_str().unwrap(),
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("*.csv"));
+}
+
+#[test]
+fn csv_goes_through_the_safe_output_path() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let victim = dir.path().join("victim");
+    fs::write(&victim, "keep me").unwrap();
+    let link = dir.path().join("r.csv");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    for args in [
+        vec!["-o", link.to_str().unwrap()],
+        vec!["--csv", link.to_str().unwrap(), "-o", "-"],
+    ] {
+        let mut all = vec!["--source", "model", "-q"];
+        all.extend(args);
+        all.extend(["--", "true"]);
+        let out = cg(&all);
+        assert_eq!(out.status.code(), Some(2), "{all:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("symbolic link"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "keep me");
+    }
 }

@@ -237,8 +237,7 @@ fn the_one_perf_event_per_probe_path_is_just_as_safe() {
         said.contains("(PerfEvent)"),
         "not the perf-event path:\n{said}"
     );
-    let report: Value =
-        read_report(&report_path);
+    let report: Value = read_report(&report_path);
     assert_eq!(
         report["meta"]["function_profiling"]["uprobes"]["attach_method"],
         "perf_event"

@@ -103,8 +103,7 @@ fn planted_links_at_output_names_are_never_followed() {
         0,
         "no sudo started cg-trace: the report stays root's"
     );
-    let _: Value =
-        read_report(&dir.path().join("report.json"));
+    let _: Value = read_report(&dir.path().join("report.json"));
     for victim in &victims {
         victim.assert_untouched();
     }
