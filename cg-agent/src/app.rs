@@ -59,6 +59,16 @@ pub fn main_with(cli: Cli) -> i32 {
         };
     }
     let (mut args, view) = match cli.subcommand {
+        Some(Command::Diff(diff_args)) => {
+            if let Some(option) = option_before_top(&cli.run) {
+                eprintln!(
+                    "cg-trace: {option} is a run option, not one of `diff`: `cg-trace diff \
+                     BASE.json NEW.json [--max-increase PCT] [--format text|markdown|json]`"
+                );
+                return EXIT_USAGE;
+            }
+            return crate::compare::main(&diff_args);
+        }
         Some(Command::Sources(sources_args)) => {
             return inventory::main(&source_options(&cli.run), sources_args.json);
         }

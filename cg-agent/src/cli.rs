@@ -48,6 +48,40 @@ pub enum Command {
     /// those targets). q quits, ? lists the keys; the report is written on quit with -o.
     /// Options go after `top`
     Top(Box<RunArgs>),
+    /// Compare two reports: the change in energy and CPU time per domain, process group and
+    /// function; with --repeat runs on both sides, a Mann-Whitney U test per row. Exits 3
+    /// on a regression beyond --max-increase, 2 on a report it cannot read
+    Diff(DiffArgs),
+}
+
+/// Options of `cg-trace diff`.
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The base report (JSON, as `-o FILE.json` writes it)
+    #[arg(value_name = "BASE.json")]
+    pub base: PathBuf,
+
+    /// The new report
+    #[arg(value_name = "NEW.json")]
+    pub new: PathBuf,
+
+    /// Fail (exit 3) when the total energy or a top-level domain's rose by more than PCT
+    /// percent: significantly, when both reports have --repeat runs; by the figures alone
+    /// (untested) otherwise
+    #[arg(long, value_name = "PCT")]
+    pub max_increase: Option<f64>,
+
+    /// Output: a text table, a Markdown table (for a pull-request comment) or JSON
+    #[arg(long, value_enum, default_value_t = DiffFormat::Text)]
+    pub format: DiffFormat,
+}
+
+/// `cg-trace diff --format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DiffFormat {
+    Text,
+    Markdown,
+    Json,
 }
 
 /// Options of `cg-trace sources` (the source options, such as --powercap-root, apply too).
@@ -520,6 +554,29 @@ mod tests {
         );
         assert_eq!(ReportFormat::from_extension("csv"), Some(ReportFormat::Csv));
         assert_eq!(ReportFormat::from_extension("txt"), None);
+    }
+
+    #[test]
+    fn diff_takes_two_reports_a_threshold_and_a_format() {
+        let cli = parse(&[
+            "diff",
+            "a.json",
+            "b.json",
+            "--max-increase",
+            "5",
+            "--format",
+            "markdown",
+        ])
+        .unwrap();
+        let Some(Command::Diff(args)) = cli.subcommand else {
+            panic!("not diff");
+        };
+        assert_eq!(args.base, PathBuf::from("a.json"));
+        assert_eq!(args.new, PathBuf::from("b.json"));
+        assert_eq!(args.max_increase, Some(5.0));
+        assert_eq!(args.format, DiffFormat::Markdown);
+        assert!(parse(&["diff", "a.json"]).is_err());
+        assert!(parse(&["diff", "a", "b", "--format", "html"]).is_err());
     }
 
     #[test]

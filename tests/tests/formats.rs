@@ -1,6 +1,7 @@
 //! The report's formats: the JSON Schema (`docs/report.schema.json`) against the documented
 //! example and broken reports, the guard that every test reads reports through the
-//! validating helpers, and CSV output checked against the JSON of the same run.
+//! validating helpers, CSV output checked against the JSON of the same run, and
+//! `cg-trace diff`.
 
 use std::{
     fs,
@@ -9,7 +10,8 @@ use std::{
 };
 
 use cg_tests::{
-    REPORT_SCHEMA, assert_adds_up, assert_valid_report, bin, cg_trace, require_root, schema_errors,
+    REPORT_SCHEMA, assert_adds_up, assert_valid_report, bin, cg_trace, read_report, require_root,
+    schema_errors,
 };
 use serde_json::{Value, json};
 
@@ -372,4 +374,221 @@ fn csv_goes_through_the_safe_output_path() {
         );
         assert_eq!(fs::read_to_string(&victim).unwrap(), "keep me");
     }
+}
+
+// ---- diff ----
+
+fn diff(args: &[&str]) -> Output {
+    let mut all = vec!["diff"];
+    all.extend_from_slice(args);
+    cg(&all)
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The documented example with `--repeat` runs of these total energies (its one domain
+/// and one group following the total), written to `dir/name`.
+fn repeat_report(dir: &Path, name: &str, energies: &[f64]) -> PathBuf {
+    let mut report = documented_example();
+    let runs: Vec<Value> = energies
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            json!({
+                "index": i + 1, "started_at": "2026-11-21T05:56:54.234Z",
+                "ended_at": "2026-11-21T05:56:55.234Z", "duration_s": 1.0, "energy_j": e,
+                "domains": {"model": {"energy_j": e}},
+                "process_groups": [{"group": "build.sh", "command": "./build.sh",
+                                    "energy_j": e / 2.0, "cpu_time_s": 0.3}],
+                "functions": [], "outlier": false
+            })
+        })
+        .collect();
+    report["repeat"] = json!({"runs": runs, "statistics": {}, "noise_verdict": "good"});
+    // The hand-made report keeps the contract the tests hold cg-trace's own to.
+    assert_valid_report(&report);
+    let path = dir.join(name);
+    fs::write(&path, report.to_string()).unwrap();
+    path
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn diff_tells_a_significant_regression_from_noise() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let base = repeat_report(
+        d,
+        "base.json",
+        &[10.0, 10.3, 9.8, 10.1, 9.9, 10.2, 10.05, 9.95],
+    );
+    // +10 %, every new run above every base run: significant.
+    let worse = repeat_report(
+        d,
+        "worse.json",
+        &[11.0, 11.3, 10.8, 11.1, 10.9, 11.2, 11.05, 10.95],
+    );
+    // +8 % in the median, but as noisy as that: not significant.
+    let noisy = repeat_report(
+        d,
+        "noisy.json",
+        &[8.0, 12.9, 9.0, 11.7, 10.9, 13.0, 10.8, 9.2],
+    );
+
+    let out = diff(&[s(&base), s(&worse), "--max-increase", "5"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("significant increase"), "{stdout}");
+    assert!(stdout.contains("Mann-Whitney U"), "{stdout}");
+    assert!(text(&out.stderr).contains("energy regression beyond --max-increase 5 %"));
+
+    // Within the threshold: significant, but allowed.
+    let out = diff(&[s(&base), s(&worse), "--max-increase", "15"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
+    let out = diff(&[
+        s(&base),
+        s(&noisy),
+        "--max-increase",
+        "5",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let total = &v["rows"][0];
+    assert_eq!(total["kind"], "total");
+    assert!(
+        total["change_energy_pct"].as_f64().unwrap() > 5.0,
+        "{total}"
+    );
+    assert_eq!(
+        total["significance"]["verdict"],
+        "no significant difference"
+    );
+    assert_eq!(total["significance"]["method"], "exact");
+    assert_eq!(v["regression"], false);
+
+    // Markdown: a table for a pull-request comment.
+    let out = diff(&[
+        s(&base),
+        s(&worse),
+        "--max-increase",
+        "5",
+        "--format",
+        "markdown",
+    ]);
+    assert_eq!(out.status.code(), Some(3));
+    let md = text(&out.stdout);
+    assert!(
+        md.starts_with("### cg-trace energy diff: **regression**"),
+        "{md}"
+    );
+    assert!(md.contains("|---|---:|"), "{md}");
+}
+
+#[test]
+fn diff_refuses_unknown_schemas_and_what_is_not_a_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let good = repeat_report(d, "good.json", &[1.0, 2.0, 3.0]);
+    let mut future = documented_example();
+    future["meta"]["schema_version"] = json!("2.0");
+    let future_path = d.join("future.json");
+    fs::write(&future_path, future.to_string()).unwrap();
+    let other = d.join("other.json");
+    fs::write(&other, r#"{"meta": {"tool": "perf"}, "totals": {}}"#).unwrap();
+    let truncated = d.join("truncated.json");
+    let full = fs::read_to_string(&good).unwrap();
+    fs::write(&truncated, &full[..full.len() / 2]).unwrap();
+    for (bad, says) in [
+        (
+            &future_path,
+            "schema version 2.0 is not one this cg-trace reads",
+        ),
+        (&other, "not a cg-trace report"),
+        (&truncated, "not JSON"),
+        (&d.join("missing.json"), "cannot read it"),
+    ] {
+        for (a, b) in [(bad, &good), (&good, bad)] {
+            let out = diff(&[s(a), s(b)]);
+            assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+            assert!(text(&out.stderr).contains(says), "{}", text(&out.stderr));
+            assert!(out.stdout.is_empty());
+        }
+    }
+    let out = diff(&[s(&good), s(&good), "--max-increase", "-5"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = cg(&["-o", "x.json", "diff", s(&good), s(&good)]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+}
+
+#[test]
+fn diff_of_two_real_runs() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let (first, _) = burn_run(dir.path());
+    let (second, _) = burn_run(dir.path());
+    let base = dir.path().join("base.json");
+    let new = dir.path().join("new.json");
+    fs::write(&base, first.to_string()).unwrap();
+    fs::write(&new, second.to_string()).unwrap();
+    // Re-read through the validating helper: these are the files diff reads.
+    read_report(&base);
+
+    let out = diff(&[s(&base), s(&new), "--format", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["tested"], false);
+    let rows = v["rows"].as_array().unwrap();
+    let row = |kind: &str, name: &str| {
+        rows.iter()
+            .find(|r| r["kind"] == kind && r["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} {name}: {rows:#?}"))
+    };
+    let total = row("total", "energy");
+    assert_eq!(
+        total["base_energy_j"].as_f64(),
+        first["totals"]["energy_j"].as_f64()
+    );
+    assert_eq!(
+        total["new_energy_j"].as_f64(),
+        second["totals"]["energy_j"].as_f64()
+    );
+    // The burner's processes form one group (the parent and its forked children).
+    let group = row("process_group", "cg-burn");
+    let sum = |r: &Value| -> f64 {
+        r["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["comm"] == "cg-burn")
+            .map(|p| p["energy_j"].as_f64().unwrap())
+            .sum()
+    };
+    assert!((group["base_energy_j"].as_f64().unwrap() - sum(&first)).abs() < 1e-9);
+    assert!((group["new_energy_j"].as_f64().unwrap() - sum(&second)).abs() < 1e-9);
+    assert!(rows.iter().any(|r| r["kind"] == "function"));
+    // Same machine, same source: no warning.
+    assert!(v["warnings"].as_array().unwrap().is_empty(), "{v}");
+
+    // The same pair, gated: the energy of the same workload does not double.
+    let out = diff(&[s(&base), s(&new), "--max-increase", "100"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains("untested for significance"));
+
+    // The new run made to cost twice as much: a regression beyond 5 %, untested.
+    let mut doubled = second.clone();
+    for pointer in ["/totals/energy_j", "/totals/domains/model/energy_j"] {
+        let v = doubled.pointer_mut(pointer).unwrap();
+        *v = json!(v.as_f64().unwrap() * 2.0);
+    }
+    fs::write(&new, doubled.to_string()).unwrap();
+    let out = diff(&[s(&base), s(&new), "--max-increase", "5"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stdout));
 }

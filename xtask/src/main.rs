@@ -15,10 +15,12 @@
 //!   sources, the live view's cost and function-level profiling's cost (probes, sampling,
 //!   symbolization, stack loss and the sampler's kernel time); prints figures (`--overhead`,
 //!   `--sources`, `--tui`, `--functions`: only those; `--functions --sampler`: only the
-//!   sampler's loss and kernel time).
+//!   sampler's loss and kernel time); `--diff`: only the time `cg-trace diff` takes on two
+//!   20-run reports (not in the full run: it measures no overhead).
 //! - `gpu-check`: on a machine with an NVIDIA GPU, cg-trace's GPU energy next to nvidia-smi's.
 
 mod bench;
+mod bench_diff;
 mod bench_functions;
 mod bench_sources;
 mod bench_view;
@@ -33,7 +35,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup | build [--release] | run -- CG-TRACE-ARGS... | test | fuzz [TARGET] [SECONDS] | bench [--quick] [--overhead | --sources | --tui | --functions [--sampler]] | gpu-check [-- CMD ARGS...]>";
+const USAGE: &str = "usage: cargo xtask <setup | build [--release] | run -- CG-TRACE-ARGS... | test | fuzz [TARGET] [SECONDS] | bench [--quick] [--overhead | --sources | --tui | --functions [--sampler] | --diff] | gpu-check [-- CMD ARGS...]>";
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
