@@ -139,12 +139,32 @@ fn the_repeat_object_follows_its_contract() {
     let mut bad = report.clone();
     bad["repeat"]["runs"][1]["index"] = json!(0);
     assert_rejected(&bad, "/repeat/runs/1/index");
-    let mut bad = report;
+    let mut bad = report.clone();
     bad["repeat"]["runs"][0]
         .as_object_mut()
         .unwrap()
         .remove("energy_j");
     assert_rejected(&bad, "/repeat/runs/0");
+
+    // Each run may carry its complete report: validated as a report.
+    let mut nested = report;
+    nested["repeat"]["runs"][0]["report"] = documented_example();
+    assert_valid_report(&nested);
+    nested["repeat"]["runs"][0]["report"]["totals"]["energy_j"] = json!("a lot");
+    assert_rejected(&nested, "/repeat/runs/0/report/totals/energy_j");
+}
+
+#[test]
+fn budgets_follow_their_contract() {
+    let mut report = documented_example();
+    report["budgets"] = json!([{
+        "kind": "energy", "unit": "J", "program": "build.sh", "limit": 1.0, "value": 1.4,
+        "exceeded": true, "excess_pct": 40.0, "statistic": "single run",
+        "provenance": "estimated", "processes_count": 1
+    }]);
+    assert_valid_report(&report);
+    report["budgets"][0]["kind"] = json!("time");
+    assert_rejected(&report, "/budgets/0/kind");
 }
 
 /// Every test file reads reports through `cg_tests::read_report`/`parse_report` (which

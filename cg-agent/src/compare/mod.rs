@@ -417,11 +417,8 @@ fn figures(report: &ReportView) -> Figures {
                 );
             }
             for f in &report.function_totals {
-                let key = if f.module.is_empty() {
-                    f.symbol.clone()
-                } else {
-                    format!("{} ({})", f.symbol, f.module)
-                };
+                // As `repeat.runs[].functions[].function` names it.
+                let key = format!("{}:{}", f.module, f.symbol);
                 add((RowKind::Function, key), f.energy_j, Some(f.cpu_time_s));
             }
             Figures {

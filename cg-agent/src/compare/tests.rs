@@ -39,7 +39,7 @@ fn repeated(energies: &[f64]) -> Value {
             "domains": {"package-0": {"energy_j": e}},
             "process_groups": [{"group": "app", "command": "app --flag",
                                 "energy_j": e * 0.6, "cpu_time_s": 1.0}],
-            "functions": [{"function": "hot", "energy_j": e * 0.25}],
+            "functions": [{"function": "app:hot", "energy_j": e * 0.25}],
             "outlier": false
         })).collect::<Vec<_>>(),
         "statistics": {}, "noise_verdict": "good"
@@ -91,7 +91,7 @@ fn single_reports_compare_per_domain_group_and_function() {
     assert_eq!(row(&c, RowKind::ProcessGroup, "sh").new_energy_j, 0.0);
     let gzip = row(&c, RowKind::ProcessGroup, "gzip");
     assert_eq!((gzip.base_energy_j, gzip.change_energy_pct), (0.0, None));
-    assert_eq!(row(&c, RowKind::Function, "hot (app)").new_energy_j, 3.0);
+    assert_eq!(row(&c, RowKind::Function, "app:hot").new_energy_j, 3.0);
     assert_eq!(row(&c, RowKind::Domain, "core-0").top_level, Some(false));
     assert!(c.warnings.is_empty(), "{:?}", c.warnings);
 }
