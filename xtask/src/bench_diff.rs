@@ -1,8 +1,9 @@
 //! `cargo xtask bench --diff`: how long `cg-trace diff` takes on two 20-run `--repeat`
-//! reports (generated: 50 process groups and 50 functions per run, 200 processes, 50
-//! functions), the whole command as a CI job runs it (start, reading, the tests, the
-//! output), median of 11; also with a one-hour time series (36,000 intervals) in each
-//! report, the largest report a run writes. Nothing here asserts, it prints.
+//! reports (generated: 50 process groups and 50 functions per run, each run with its own
+//! complete report of 200 processes and 50 functions, as `--repeat` writes them), the whole
+//! command as a CI job runs it (start, reading, the tests, the output), median of 11; also
+//! with a one-hour time series (36,000 intervals) at the top level of each report, the
+//! largest a single run writes. Nothing here asserts, it prints.
 
 use std::{path::Path, process::Command, time::Instant};
 
@@ -97,6 +98,17 @@ fn report(level: f64, seed: u64, timeseries_points: usize) -> Value {
         },
         "repeat": {"runs": runs, "statistics": {}, "noise_verdict": "good"}
     });
+    // As --repeat writes them, each run carries its complete report.
+    let single = report.clone();
+    for run in report["repeat"]["runs"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+    {
+        let mut own = single.clone();
+        own.as_object_mut().map(|o| o.remove("repeat"));
+        run["report"] = own;
+    }
     if timeseries_points > 0 {
         report["timeseries"] = (0..timeseries_points)
             .map(|i| {
