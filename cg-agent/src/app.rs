@@ -9,7 +9,7 @@ use std::{
 
 use crate::{
     cli::{Cli, Command, FunctionArgs, ReportFormat, RunArgs},
-    export::{flamegraph, folded, json, summary},
+    export::{csv, flamegraph, folded, json, summary},
     functions::{FunctionOptions, spec::FuncSpec},
     inventory, output,
     output::OutputError,
@@ -63,6 +63,16 @@ pub fn main_with(cli: Cli) -> i32 {
         };
     }
     let (mut args, view) = match cli.subcommand {
+        Some(Command::Diff(diff_args)) => {
+            if let Some(option) = option_before_top(&cli.run) {
+                eprintln!(
+                    "cg-trace: {option} is a run option, not one of `diff`: `cg-trace diff \
+                     BASE.json NEW.json [--max-increase PCT] [--format text|markdown|json]`"
+                );
+                return EXIT_USAGE;
+            }
+            return crate::compare::main(&diff_args);
+        }
         Some(Command::Sources(sources_args)) => {
             return inventory::main(&source_options(&cli.run), sources_args.json);
         }
@@ -201,13 +211,32 @@ fn write_and_summarize(
     let mut messages = Vec::new();
     let mut exit_code = exit_code;
     if let Some(path) = &args.output {
-        match json::write_to_path(&report, path, invoker) {
+        let write = match report_format(path, args.format) {
+            Some(ReportFormat::Csv) => csv::write_to_path,
+            _ => json::write_to_path,
+        };
+        match write(&report, path, invoker) {
             Ok(()) if path != Path::new("-") && !args.quiet => {
                 messages.push(format!("cg-trace: report written to {}", path.display()));
             }
             Ok(()) => {}
             Err(err) => {
                 messages.push(format!("cg-trace: the report (-o): {err}"));
+                exit_code = 1;
+            }
+        }
+    }
+    if let Some(path) = &args.csv {
+        match csv::write_to_path(&report, path, invoker) {
+            Ok(()) if path != Path::new("-") => {
+                messages.push(format!(
+                    "cg-trace: CSV report written to {}",
+                    path.display()
+                ));
+            }
+            Ok(()) => {}
+            Err(err) => {
+                messages.push(format!("cg-trace: the CSV report (--csv): {err}"));
                 exit_code = 1;
             }
         }
@@ -300,6 +329,7 @@ fn option_before_top(run: &RunArgs) -> Option<&'static str> {
         (run.all, "--all"),
         (run.output.is_some(), "-o"),
         (run.format.is_some(), "--format"),
+        (run.csv.is_some(), "--csv"),
         (run.interval != 100, "--interval"),
         (run.duration.is_some(), "--duration"),
         (run.idle_watts.is_some(), "--idle-watts"),
@@ -379,8 +409,12 @@ pub fn run_config(args: &RunArgs, invoker: &Invoker) -> Result<RunConfig, String
     if let Some(path) = &args.output {
         check_report_path(path, args.format, invoker)?;
     }
+    if let Some(path) = args.csv.as_deref().filter(|p| *p != Path::new("-")) {
+        check_output(path, "--csv", invoker)?;
+    }
     let outputs = [
         (&args.output, "-o"),
+        (&args.csv, "--csv"),
         (&args.functions.folded, "--folded"),
         (&args.functions.flamegraph, "--flamegraph"),
         (&args.view.command_output, "--command-output"),
@@ -389,7 +423,7 @@ pub fn run_config(args: &RunArgs, invoker: &Invoker) -> Result<RunConfig, String
         for (b, b_name) in &outputs[i + 1..] {
             if let (Some(a), Some(b)) = (a, b)
                 && a == b
-                && a != Path::new("-")
+                && (a != Path::new("-") || *b_name == "--csv")
             {
                 return Err(format!(
                     "{a_name} and {b_name} name the same file {}: give each its own",
@@ -404,7 +438,8 @@ pub fn run_config(args: &RunArgs, invoker: &Invoker) -> Result<RunConfig, String
     }
     Ok(RunConfig {
         command_stdout_to_stderr: matches!(mode, Mode::Wrap { .. })
-            && args.output.as_deref() == Some(Path::new("-")),
+            && (args.output.as_deref() == Some(Path::new("-"))
+                || args.csv.as_deref() == Some(Path::new("-"))),
         invoker: invoker.clone(),
         mode,
         interval: Duration::from_millis(args.interval),
@@ -498,16 +533,12 @@ fn check_report_path(
     if path == Path::new("-") {
         return Ok(());
     }
-    let from_name = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .and_then(ReportFormat::from_extension);
-    match format.or(from_name) {
-        Some(ReportFormat::Json) => {}
+    match report_format(path, format) {
+        Some(ReportFormat::Json | ReportFormat::Csv) => {}
         None => {
             return Err(format!(
-                "-o {}: unknown report format: name the file *.json, add `--format json`, or \
-                 use `-o -` for JSON on stdout",
+                "-o {}: unknown report format: name the file *.json or *.csv, add `--format \
+                 json` or `--format csv`, or use `-o -` for JSON on stdout",
                 path.display()
             ));
         }
@@ -520,6 +551,18 @@ fn check_report_path(
         };
         format!("-o: {err}{hint}")
     })
+}
+
+/// `--format`, else the format the file's extension names; JSON on stdout (`-o -`).
+fn report_format(path: &Path, format: Option<ReportFormat>) -> Option<ReportFormat> {
+    if path == Path::new("-") {
+        return Some(format.unwrap_or(ReportFormat::Json));
+    }
+    let from_name = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .and_then(ReportFormat::from_extension);
+    format.or(from_name)
 }
 
 type WriteFn = fn(&report::Report, &Path, &Invoker) -> Result<(), OutputError>;

@@ -65,6 +65,10 @@ pub enum Command {
     /// Print the man page (roff) on stdout: `cg-trace man-page | man -l -`
     #[command(hide = true)]
     ManPage,
+    /// Compare two reports: the change in energy and CPU time per domain, process group and
+    /// function; with --repeat runs on both sides, a Mann-Whitney U test per row. Exits 3
+    /// on a regression beyond --max-increase, 2 on a report it cannot read
+    Diff(DiffArgs),
 }
 
 /// Options of `cg-trace completions`.
@@ -73,6 +77,36 @@ pub struct CompletionsArgs {
     /// The shell to complete for
     #[arg(value_enum)]
     pub shell: clap_complete::Shell,
+}
+
+/// Options of `cg-trace diff`.
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The base report (JSON, as `-o FILE.json` writes it)
+    #[arg(value_name = "BASE.json")]
+    pub base: PathBuf,
+
+    /// The new report
+    #[arg(value_name = "NEW.json")]
+    pub new: PathBuf,
+
+    /// Fail (exit 3) when the total energy or a top-level domain's rose by more than PCT
+    /// percent: significantly, when both reports have --repeat runs; by the figures alone
+    /// (untested) otherwise
+    #[arg(long, value_name = "PCT")]
+    pub max_increase: Option<f64>,
+
+    /// Output: a text table, a Markdown table (for a pull-request comment) or JSON
+    #[arg(long, value_enum, default_value_t = DiffFormat::Text)]
+    pub format: DiffFormat,
+}
+
+/// `cg-trace diff --format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DiffFormat {
+    Text,
+    Markdown,
+    Json,
 }
 
 /// Options of `cg-trace sources` (the source options, such as --powercap-root, apply too).
@@ -95,14 +129,19 @@ pub struct RunArgs {
     #[arg(short = 'a', long, conflicts_with = "command")]
     pub all: bool,
 
-    /// Write the report to FILE, in the format its extension names (*.json) or --format
-    /// gives; `-` for JSON on stdout (the wrapped command's stdout then goes to stderr)
+    /// Write the report to FILE, in the format its extension names (*.json, *.csv) or
+    /// --format gives; `-` for standard output (JSON unless --format says otherwise; the
+    /// wrapped command's stdout then goes to stderr)
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<PathBuf>,
 
     /// Format of the report written with -o (default: from the file's extension)
     #[arg(long, value_enum, value_name = "FORMAT", requires = "output")]
     pub format: Option<ReportFormat>,
+
+    /// Also write the report as CSV to FILE (next to -o's JSON: both from the same run)
+    #[arg(long, value_name = "FILE.csv")]
+    pub csv: Option<PathBuf>,
 
     /// Attribution interval in milliseconds
     #[arg(long, value_name = "MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(10..=60_000))]
@@ -272,6 +311,9 @@ pub struct FunctionArgs {
 pub enum ReportFormat {
     /// The JSON report (docs/report.md)
     Json,
+    /// One row per domain, process and function (and per run with --repeat), units in the
+    /// header
+    Csv,
 }
 
 impl ReportFormat {
@@ -279,6 +321,7 @@ impl ReportFormat {
     pub fn from_extension(extension: &str) -> Option<Self> {
         match extension {
             "json" => Some(ReportFormat::Json),
+            "csv" => Some(ReportFormat::Csv),
             _ => None,
         }
     }
@@ -551,15 +594,18 @@ mod tests {
     }
 
     #[test]
-    fn format_needs_an_output_and_knows_json() {
+    fn format_needs_an_output_and_knows_json_and_csv() {
         let cli = parse(&["--all", "-o", "run.out", "--format", "json"]).unwrap();
         assert_eq!(cli.run.format, Some(ReportFormat::Json));
         assert!(parse(&["--all", "--format", "json"]).is_err());
-        assert!(parse(&["--all", "-o", "r", "--format", "csv"]).is_err());
+        let cli = parse(&["--all", "-o", "-", "--format", "csv"]).unwrap();
+        assert_eq!(cli.run.format, Some(ReportFormat::Csv));
+        assert!(parse(&["--all", "-o", "r", "--format", "xml"]).is_err());
         assert_eq!(
             ReportFormat::from_extension("json"),
             Some(ReportFormat::Json)
         );
+        assert_eq!(ReportFormat::from_extension("csv"), Some(ReportFormat::Csv));
         assert_eq!(ReportFormat::from_extension("txt"), None);
     }
 
@@ -582,6 +628,29 @@ mod tests {
             parse(&["--", "completions"]).unwrap().run.command,
             ["completions"]
         );
+    }
+
+    #[test]
+    fn diff_takes_two_reports_a_threshold_and_a_format() {
+        let cli = parse(&[
+            "diff",
+            "a.json",
+            "b.json",
+            "--max-increase",
+            "5",
+            "--format",
+            "markdown",
+        ])
+        .unwrap();
+        let Some(Command::Diff(args)) = cli.subcommand else {
+            panic!("not diff");
+        };
+        assert_eq!(args.base, PathBuf::from("a.json"));
+        assert_eq!(args.new, PathBuf::from("b.json"));
+        assert_eq!(args.max_increase, Some(5.0));
+        assert_eq!(args.format, DiffFormat::Markdown);
+        assert!(parse(&["diff", "a.json"]).is_err());
+        assert!(parse(&["diff", "a", "b", "--format", "html"]).is_err());
     }
 
     #[test]

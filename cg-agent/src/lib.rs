@@ -14,7 +14,8 @@
 //!   (`cg-trace sources`).
 //! - [`attribution`] is pure: it splits each domain's energy into idle, targets and other.
 //! - [`session`] runs a mode (wrap, attach, system) and records every interval.
-//! - [`report`] builds the report model; [`export`] writes it.
+//! - [`report`] builds the report model; [`export`] writes it; [`compare`] compares two
+//!   written reports (`cg-trace diff`).
 //! - [`ui`] is the live terminal view (`cg-trace top`, `--tui`); it reads
 //!   [`report::live`], the report's counterpart while a run goes on.
 //! - [`functions`] is function-level profiling's user-space half (SPECs, ELF symbols,
@@ -27,6 +28,7 @@
 pub mod app;
 pub mod attribution;
 pub mod cli;
+pub mod compare;
 pub mod console;
 pub mod export;
 pub mod functions;

@@ -8,7 +8,7 @@ use std::{
     path::{Path, PathBuf},
     process::{Command, Output},
     sync::{
-        Arc,
+        Arc, OnceLock,
         atomic::{AtomicBool, Ordering},
     },
     thread::JoinHandle,
@@ -104,8 +104,54 @@ pub fn cg_trace_with_env(args: &[&str], env: &[(&str, &str)]) -> Run {
         .expect("running cg-trace");
     let report = fs::read_to_string(&report_path)
         .ok()
-        .map(|text| serde_json::from_str(&text).expect("the report is valid JSON"));
+        .map(|text| parse_report(&text));
     Run { output, report }
+}
+
+/// `docs/report.schema.json`, the report's contract in machine-readable form.
+pub const REPORT_SCHEMA: &str = include_str!("../../docs/report.schema.json");
+
+/// The schema, compiled once per test binary.
+fn report_validator() -> &'static jsonschema::Validator {
+    static VALIDATOR: OnceLock<jsonschema::Validator> = OnceLock::new();
+    VALIDATOR.get_or_init(|| {
+        let schema: Value =
+            serde_json::from_str(REPORT_SCHEMA).expect("docs/report.schema.json is JSON");
+        jsonschema::draft202012::new(&schema).expect("docs/report.schema.json is a valid schema")
+    })
+}
+
+/// Where `report` breaks `docs/report.schema.json`, one line per error (empty: it validates).
+pub fn schema_errors(report: &Value) -> Vec<String> {
+    report_validator()
+        .iter_errors(report)
+        .map(|e| format!("{}: {e}", e.instance_path()))
+        .collect()
+}
+
+/// Panics, naming every error, when `report` does not validate against the schema.
+pub fn assert_valid_report(report: &Value) {
+    let errors = schema_errors(report);
+    assert!(
+        errors.is_empty(),
+        "the report breaks docs/report.schema.json:\n{}",
+        errors.join("\n")
+    );
+}
+
+/// Parses a cg-trace report and validates it against the schema: every test reads reports
+/// through this (or [`read_report`]), so every report the tests produce is checked.
+pub fn parse_report(text: &str) -> Value {
+    let report: Value = serde_json::from_str(text).expect("the report is valid JSON");
+    assert_valid_report(&report);
+    report
+}
+
+/// [`parse_report`] of the file at `path`.
+pub fn read_report(path: &Path) -> Value {
+    let text = fs::read_to_string(path)
+        .unwrap_or_else(|err| panic!("no report at {}: {err}", path.display()));
+    parse_report(&text)
 }
 
 /// The pid of the report's root process (the wrapped command or an attached pid).

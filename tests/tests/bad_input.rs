@@ -11,7 +11,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use cg_tests::{Background, FakePowercap, Linear, bin, process, require_root};
+use cg_tests::{
+    Background, FakePowercap, Linear, assert_valid_report, bin, process, read_report, require_root,
+};
 use serde_json::Value;
 
 fn text(bytes: &[u8]) -> String {
@@ -132,12 +134,14 @@ fn report_on_stdout_keeps_the_commands_stdout_off_it() {
     require_root();
     let output = cg(&["--source", "model", "-q", "-o", "-", "--", "echo", "hello"]);
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    // Validated below (parsed here to say what stdout held instead).
     let report: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
         panic!(
             "stdout is not the JSON report ({err}): {}",
             text(&output.stdout)
         )
     });
+    assert_valid_report(&report);
     assert_eq!(report["meta"]["command"][0], "echo");
     assert!(text(&output.stderr).contains("hello\n"));
 }
@@ -166,7 +170,7 @@ fn durations_take_spans_and_absurd_ones_are_refused() {
         out.to_str().unwrap(),
     ]);
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let report: Value = read_report(&out);
     assert_eq!(report["meta"]["stop_reason"], "--duration reached");
 }
 
@@ -227,7 +231,7 @@ fn a_thread_id_is_traced_as_its_process_and_says_so() {
         stderr.contains(&format!("pid {tid} is a thread of process {pid}")),
         "{stderr}"
     );
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let report: Value = read_report(&out);
     // The spinning thread's time is there: not nothing, and no more than the kernel says it
     // ran while cg-trace was up (which includes cg-trace's start, before it traced).
     let kernel_s = thread_cpu_s() - before_s;
@@ -315,7 +319,7 @@ fn sigterm_during_the_calibration_exits_as_interrupted_and_says_the_command_neve
         "{seen}{rest}"
     );
     assert!(!marker.exists());
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let report: Value = read_report(&out);
     let reason = report["meta"]["stop_reason"].as_str().unwrap();
     assert!(reason.contains("never started"), "{reason}");
 }
@@ -350,7 +354,7 @@ fn the_report_format_follows_the_extension_or_format() {
         "true",
     ]);
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&plain).unwrap()).unwrap();
+    let report: Value = read_report(&plain);
     assert_eq!(report["meta"]["command"][0], "true");
     // The name given is the name written: no extension is added.
     assert_eq!(names_in(dir.path()), ["run.out"]);

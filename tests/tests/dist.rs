@@ -181,9 +181,7 @@ fn the_tarball_installs_and_runs_without_a_toolchain() {
 
     let run = clean(&installed, &["-o", "r.json", "--", "true"], work.path());
     assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
-    let report: Value =
-        serde_json::from_str(&std::fs::read_to_string(work.path().join("r.json")).unwrap())
-            .unwrap();
+    let report: Value = cg_tests::read_report(&work.path().join("r.json"));
     assert_eq!(report["meta"]["command"], serde_json::json!(["true"]));
     assert_eq!(report["meta"]["command_exit_code"], 0);
     assert_adds_up(&report);

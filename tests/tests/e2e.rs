@@ -9,7 +9,8 @@ use std::{
 };
 
 use cg_tests::{
-    Background, FakePowercap, Linear, assert_adds_up, bin, cg_trace, num, process, require_root,
+    Background, FakePowercap, Linear, assert_adds_up, bin, cg_trace, num, process, read_report,
+    require_root,
 };
 use serde_json::Value;
 
@@ -512,7 +513,7 @@ fn sigterm_still_writes_the_report_and_summary() {
     assert_eq!(output.status.code(), Some(0));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("interrupted by SIGTERM"), "{stderr}");
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let report: Value = read_report(&out);
     assert_adds_up(&report);
     assert!(num(&report, "/totals/intervals_count") >= 5.0);
 }
@@ -571,7 +572,7 @@ fn sigint_in_wrap_mode_stops_the_command_and_keeps_what_was_measured() {
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let output = child.wait_with_output().unwrap();
     assert_eq!(output.status.code(), Some(128 + libc::SIGINT));
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let report: Value = read_report(&out);
     assert_adds_up(&report);
     let root = report["processes"]
         .as_array()
@@ -731,7 +732,7 @@ fn a_starved_agent_says_so_and_its_intervals_still_hold_no_more_cpu_than_exists(
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let report: Value = read_report(&out);
     assert_adds_up(&report);
     for point in report["timeseries"].as_array().unwrap() {
         let watts = num(point, "/power_w");
@@ -910,7 +911,7 @@ fn traced_report(tracer: std::process::Child, dir: &std::path::Path) -> Value {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    serde_json::from_str(&std::fs::read_to_string(dir.join("r.json")).unwrap()).unwrap()
+    read_report(&dir.join("r.json"))
 }
 
 fn records_of(report: &Value, pid: u32) -> Vec<Value> {
@@ -1123,7 +1124,7 @@ fn what_the_command_leaves_running_is_named_on_stderr_and_in_the_report() {
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let output = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let report: Value = read_report(&out);
     let left = report["meta"]["still_running"]
         .as_array()
         .cloned()

@@ -642,6 +642,7 @@ fn sources_needs_no_root_and_says_what_root_would_change() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
+    // Not a report: `cg-trace sources --json`.
     let inventory: Value = serde_json::from_slice(&output.stdout).expect("JSON");
     let source = |name: &str| {
         inventory["sources"]

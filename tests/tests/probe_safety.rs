@@ -9,7 +9,7 @@ use std::{
     process::{Command, Stdio},
 };
 
-use cg_tests::{assert_adds_up, bin, cg_trace, require_root};
+use cg_tests::{assert_adds_up, bin, cg_trace, read_report, require_root};
 use serde_json::Value;
 
 /// The program's stdout and exit code, run on its own.
@@ -237,8 +237,7 @@ fn the_one_perf_event_per_probe_path_is_just_as_safe() {
         said.contains("(PerfEvent)"),
         "not the perf-event path:\n{said}"
     );
-    let report: Value =
-        serde_json::from_str(&std::fs::read_to_string(&report_path).expect("a report")).unwrap();
+    let report: Value = read_report(&report_path);
     assert_eq!(
         report["meta"]["function_profiling"]["uprobes"]["attach_method"],
         "perf_event"

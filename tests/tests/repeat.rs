@@ -408,7 +408,7 @@ fn sigint_keeps_the_runs_completed_so_far() {
     }
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130), "{said}");
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let report: Value = cg_tests::read_report(&out);
     let repeat = &report["repeat"];
     assert_eq!(runs(&report).len(), 2, "{repeat:#}");
     assert!(
@@ -445,7 +445,7 @@ fn sigint_during_the_cooldown_ends_the_set_at_once() {
     assert_eq!(status.code(), Some(130), "{said}");
     // Not after the 30 s pause.
     assert!(started.elapsed() < Duration::from_secs(25), "{said}");
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let report: Value = cg_tests::read_report(&out);
     assert_eq!(runs(&report).len(), 1);
     assert_eq!(
         report["repeat"]["stopped_early"],

@@ -17,7 +17,7 @@ use std::{
     process::{Command, Output},
 };
 
-use cg_tests::{bin, require_root, target_dir};
+use cg_tests::{bin, read_report, require_root, target_dir};
 use serde_json::Value;
 
 const NOBODY: u32 = 65534;
@@ -103,8 +103,7 @@ fn planted_links_at_output_names_are_never_followed() {
         0,
         "no sudo started cg-trace: the report stays root's"
     );
-    let _: Value =
-        serde_json::from_str(&fs::read_to_string(dir.path().join("report.json")).unwrap()).unwrap();
+    let _: Value = read_report(&dir.path().join("report.json"));
     for victim in &victims {
         victim.assert_untouched();
     }
@@ -450,7 +449,7 @@ fn profile_jit(mode: &str) -> (Value, u32) {
         .unwrap_or_else(|_| panic!("cg-jit printed no pid: {}", text(&output.stderr)));
     let _ = fs::remove_file(format!("/tmp/perf-{pid}.map"));
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
-    let report = serde_json::from_str(&fs::read_to_string(&out).unwrap()).unwrap();
+    let report = read_report(&out);
     (report, pid)
 }
 

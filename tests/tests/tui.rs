@@ -11,7 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use cg_tests::{Background, assert_adds_up, bin, require_root};
+use cg_tests::{Background, assert_adds_up, assert_valid_report, bin, read_report, require_root};
 use serde_json::Value;
 
 /// Generous: the machine is shared and loaded.
@@ -639,7 +639,7 @@ fn top_in_tmux_sorts_filters_quits_and_gives_the_terminal_back() {
     let stderr = fs::read_to_string(tmux.path("stderr")).unwrap();
     assert!(stderr.contains("quit from the live view"), "{stderr}");
     assert!(stderr.contains("report written to"), "{stderr}");
-    let report: Value = serde_json::from_str(&fs::read_to_string(&report).unwrap()).unwrap();
+    let report: Value = read_report(&report);
     assert_adds_up(&report);
     assert_eq!(report["meta"]["mode"], "system");
     assert_eq!(report["meta"]["stop_reason"], "quit from the live view");
@@ -744,7 +744,7 @@ fn tui_wrap_keeps_the_commands_output_off_the_screen_and_its_final_figures_on_it
     let text = fs::read_to_string(&output).unwrap();
     assert_eq!(text, "hello-from-the-command\noops\n");
     assert!(tmux.history().contains("the command's output is in"));
-    let report: Value = serde_json::from_str(&fs::read_to_string(&report).unwrap()).unwrap();
+    let report: Value = cg_tests::read_report(&report);
     assert_adds_up(&report);
     assert_eq!(report["meta"]["stop_reason"], "command exited");
 }
@@ -792,7 +792,7 @@ fn tui_exit_on_end_closes_with_the_command_and_a_signal_closes_the_final_screen(
     unsafe { libc::kill(pid, libc::SIGTERM) };
     assert_eq!(tmux.wait_file("code2"), "5", "the command's status");
     tmux.assert_terminal_restored("before2", "after2");
-    let report: Value = serde_json::from_str(&fs::read_to_string(&report).unwrap()).unwrap();
+    let report: Value = cg_tests::read_report(&report);
     assert_adds_up(&report);
     assert_eq!(report["meta"]["stop_reason"], "command exited");
 }
@@ -877,6 +877,7 @@ fn a_terminal_that_hangs_up_stops_the_run_and_the_report_is_still_written() {
     let start = Instant::now();
     let report: Value = loop {
         if let Ok(text) = fs::read_to_string(&report_path)
+            // Validated below (a half-written file is not a report yet).
             && let Ok(report) = serde_json::from_str(&text)
         {
             break report;
@@ -887,6 +888,7 @@ fn a_terminal_that_hangs_up_stops_the_run_and_the_report_is_still_written() {
         );
         std::thread::sleep(Duration::from_millis(100));
     };
+    assert_valid_report(&report);
     assert_adds_up(&report);
     let reason = report["meta"]["stop_reason"].as_str().unwrap();
     assert!(

@@ -24,6 +24,9 @@ struct Config {
 pub fn run(args: &[String]) -> Result<()> {
     let quick = args.iter().any(|a| a == "--quick");
     let (view_rounds, view_s) = if quick { (2, 10.0) } else { (3, 20.0) };
+    if args.iter().any(|a| a == "--diff") {
+        return crate::bench_diff::run();
+    }
     if args.iter().any(|a| a == "--sources") {
         return crate::bench_sources::run(quick);
     }

@@ -16,13 +16,15 @@
 //!   symbolization, stack loss and the sampler's kernel time); prints figures (`--overhead`,
 //!   `--sources`, `--tui`, `--functions`: only those; `--functions --sampler`: only the
 //!   sampler's loss and kernel time; `--functions --globs`: only the cost of matching `--func`
-//!   globs).
+//!   globs); `--diff`: only the time `cg-trace diff` takes on two 20-run reports (not in the
+//!   full run: it measures no overhead).
 //! - `dist [--profile release|debug] [--no-build] [--out DIR]`: the release tarball
 //!   (`target/dist/cg-trace-VERSION-ARCH-linux.tar.gz` and its `.sha256`) that installs
 //!   without a toolchain: binary, completions, man page, README, `install.sh` (see `dist`).
 //! - `gpu-check`: on a machine with an NVIDIA GPU, cg-trace's GPU energy next to nvidia-smi's.
 
 mod bench;
+mod bench_diff;
 mod bench_functions;
 mod bench_sources;
 mod bench_view;
@@ -38,7 +40,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup | build [--release] | run -- CG-TRACE-ARGS... | test | fuzz [TARGET] [SECONDS] | bench [--quick] [--overhead | --sources | --tui | --functions [--sampler | --globs]] | dist [--profile release|debug] [--no-build] [--out DIR] | gpu-check [-- CMD ARGS...]>";
+const USAGE: &str = "usage: cargo xtask <setup | build [--release] | run -- CG-TRACE-ARGS... | test | fuzz [TARGET] [SECONDS] | bench [--quick] [--overhead | --sources | --tui | --functions [--sampler | --globs] | --diff] | dist [--profile release|debug] [--no-build] [--out DIR] | gpu-check [-- CMD ARGS...]>";
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();

@@ -1,7 +1,8 @@
 //! Outputs: writers that turn a [`Report`](crate::report::Report) into bytes for people
-//! (the summary on stderr, energy flamegraphs) and for programs (JSON, folded stacks). They
-//! only read the report model.
+//! (the summary on stderr, energy flamegraphs) and for programs (JSON, CSV, folded stacks).
+//! They only read the report model.
 
+pub mod csv;
 pub mod flamegraph;
 pub mod folded;
 pub mod functions;

@@ -1,0 +1,331 @@
+//! `cg-trace diff`'s outputs: a text table for a terminal, a Markdown table for a
+//! pull-request comment, JSON for programs. Every figure says its unit; the header says
+//! whether each side's energy was measured or estimated, and how significance was tested.
+
+use super::{Comparison, Row, RowKind};
+
+/// Groups and functions shown in the tables (largest changes first); JSON has every row.
+pub const TABLE_ROWS_PER_KIND: usize = 20;
+
+fn side(s: &super::SideInfo) -> String {
+    let runs = if s.runs_count == 1 {
+        "1 run".to_string()
+    } else {
+        format!("median of {} runs", s.runs_count)
+    };
+    format!("{} ({runs}, energy {})", s.path, s.provenance)
+}
+
+fn testing(c: &Comparison) -> String {
+    if c.tested {
+        let methods: Vec<&str> = {
+            let mut m: Vec<&str> = c
+                .rows
+                .iter()
+                .filter_map(|r| r.significance.as_ref().map(|t| t.method))
+                .collect();
+            m.sort();
+            m.dedup();
+            m
+        };
+        format!(
+            "significance: Mann-Whitney U test on the per-run energies, two-sided, p < {} \
+             ({})",
+            c.alpha,
+            methods.join("; ")
+        )
+    } else {
+        "significance: not tested (both reports need --repeat runs); changes are single \
+         figures"
+            .to_string()
+    }
+}
+
+fn gate(c: &Comparison) -> String {
+    match c.max_increase_pct {
+        Some(max) if c.tested => format!(
+            "gate: a significant increase of the total or a top-level domain beyond {max} %"
+        ),
+        Some(max) => format!(
+            "gate: an increase of the total or a top-level domain beyond {max} % (untested \
+             for significance)"
+        ),
+        None => "gate: none (--max-increase PCT sets one)".to_string(),
+    }
+}
+
+/// The rows a table shows: every total and domain row, the first groups and functions.
+fn shown(c: &Comparison) -> (Vec<&Row>, Vec<(RowKind, usize)>) {
+    let mut rows = Vec::new();
+    let mut hidden = Vec::new();
+    for kind in [
+        RowKind::Total,
+        RowKind::Domain,
+        RowKind::ProcessGroup,
+        RowKind::Function,
+    ] {
+        let of_kind: Vec<&Row> = c.rows.iter().filter(|r| r.kind == kind).collect();
+        let limit = match kind {
+            RowKind::Total | RowKind::Domain => usize::MAX,
+            _ => TABLE_ROWS_PER_KIND,
+        };
+        if of_kind.len() > limit {
+            hidden.push((kind, of_kind.len() - limit));
+        }
+        rows.extend(of_kind.into_iter().take(limit));
+    }
+    (rows, hidden)
+}
+
+fn signed(v: f64, decimals: usize) -> String {
+    format!("{v:+.decimals$}")
+}
+
+fn pct(v: Option<f64>) -> String {
+    v.map_or_else(|| "new".to_string(), |p| format!("{p:+.1} %"))
+}
+
+/// A row's energy change in percent: `new` when it had none before, `-` when neither had.
+fn energy_pct(r: &Row) -> String {
+    if r.base_energy_j == 0.0 && r.new_energy_j == 0.0 {
+        "-".to_string()
+    } else {
+        pct(r.change_energy_pct)
+    }
+}
+
+fn p_value(p: f64) -> String {
+    if p < 0.001 {
+        "< 0.001".to_string()
+    } else {
+        format!("= {p:.3}")
+    }
+}
+
+fn name(r: &Row) -> String {
+    let mut name = match r.kind {
+        RowKind::Domain if r.top_level == Some(false) => format!("{} (nested)", r.name),
+        _ => r.name.clone(),
+    };
+    if let Some(label) = &r.label {
+        name = format!("{name}: {label}");
+    }
+    name.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
+fn verdict(r: &Row) -> String {
+    let mut v = match &r.significance {
+        Some(t) => format!("{} (p {})", t.verdict, p_value(t.p_value)),
+        None => String::new(),
+    };
+    if r.regression {
+        v = format!("REGRESSION {v}").trim_end().to_string();
+    }
+    v
+}
+
+fn cpu(r: &Row) -> [String; 3] {
+    match (r.base_cpu_time_s, r.new_cpu_time_s) {
+        (Some(b), Some(n)) => [
+            format!("{b:.3}"),
+            format!("{n:.3}"),
+            if b == 0.0 && n == 0.0 {
+                "-".to_string()
+            } else {
+                pct(r.change_cpu_time_pct)
+            },
+        ],
+        _ => ["-".into(), "-".into(), "-".into()],
+    }
+}
+
+/// The one line said when the gate fails.
+pub fn regression_line(c: &Comparison) -> String {
+    let rows: Vec<String> = c
+        .rows
+        .iter()
+        .filter(|r| r.regression)
+        .map(|r| {
+            format!(
+                "{} {} {:.3} J -> {:.3} J ({})",
+                r.kind.label(),
+                r.name,
+                r.base_energy_j,
+                r.new_energy_j,
+                pct(r.change_energy_pct)
+            )
+        })
+        .collect();
+    format!(
+        "energy regression beyond --max-increase {} %: {}",
+        c.max_increase_pct.unwrap_or(0.0),
+        rows.join("; ")
+    )
+}
+
+/// A table for a terminal.
+pub fn text(c: &Comparison) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "base: {}\nnew:  {}\n",
+        side(&c.base),
+        side(&c.new)
+    ));
+    out.push_str(&format!(
+        "energy in joules (J), CPU time in seconds (s); {}\n{}\n",
+        testing(c),
+        gate(c)
+    ));
+    for w in &c.warnings {
+        out.push_str(&format!("warning: {w}\n"));
+    }
+    let (rows, hidden) = shown(c);
+    let header = [
+        "KIND",
+        "NAME",
+        "BASE J",
+        "NEW J",
+        "CHANGE J",
+        "CHANGE",
+        "BASE CPU s",
+        "NEW CPU s",
+        "CPU CHANGE",
+        "VERDICT",
+    ];
+    let mut table: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+    for r in rows {
+        let [bc, nc, cc] = cpu(r);
+        let mut n = name(r);
+        if n.chars().count() > 48 {
+            n = n.chars().take(47).collect::<String>() + "…";
+        }
+        table.push(vec![
+            r.kind.label().to_string(),
+            n,
+            format!("{:.3}", r.base_energy_j),
+            format!("{:.3}", r.new_energy_j),
+            signed(r.change_energy_j, 3),
+            energy_pct(r),
+            bc,
+            nc,
+            cc,
+            verdict(r),
+        ]);
+    }
+    let widths: Vec<usize> = (0..header.len())
+        .map(|i| {
+            table
+                .iter()
+                .map(|row| row[i].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for row in &table {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            let pad = widths[i] - cell.chars().count();
+            // Names and words left-aligned, figures right-aligned.
+            if i < 2 || i == header.len() - 1 {
+                line.push_str(cell);
+                line.push_str(&" ".repeat(pad));
+            } else {
+                line.push_str(&" ".repeat(pad));
+                line.push_str(cell);
+            }
+            line.push_str("  ");
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    for (kind, n) in hidden {
+        out.push_str(&format!(
+            "... {n} more {} rows (--format json has them all)\n",
+            kind.label()
+        ));
+    }
+    out.push_str(if c.regression {
+        "result: REGRESSION\n"
+    } else {
+        "result: no regression\n"
+    });
+    out
+}
+
+/// Markdown-escapes outside text (command lines, symbols) for one table cell: no pipes,
+/// no HTML, no mentions, no links, on one line.
+fn md(text: &str) -> String {
+    let mut out = String::new();
+    for c in text.chars().take(120) {
+        match c {
+            '\\' | '`' | '*' | '_' | '[' | ']' | '<' | '>' | '|' | '#' | '@' | '!' | '~' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if c.is_control() => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A Markdown table fit for a pull-request comment.
+pub fn markdown(c: &Comparison) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "### cg-trace energy diff: {}\n\n",
+        if c.regression {
+            "**regression**"
+        } else {
+            "no regression"
+        }
+    ));
+    out.push_str(&format!(
+        "Base: {}  \nNew: {}  \n{}; {}.\n\n",
+        md(&side(&c.base)),
+        md(&side(&c.new)),
+        md(&testing(c)),
+        md(&gate(c))
+    ));
+    for w in &c.warnings {
+        out.push_str(&format!("> **Warning:** {}\n\n", md(w)));
+    }
+    out.push_str(
+        "| | Base (J) | New (J) | Change (J) | Change | CPU base (s) | CPU new (s) | CPU change | Verdict |\n",
+    );
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    let (rows, hidden) = shown(c);
+    for r in rows {
+        let [bc, nc, cc] = cpu(r);
+        let what = format!("{} {}", r.kind.label(), md(&name(r)));
+        let what = if matches!(r.kind, RowKind::Total) || r.regression {
+            format!("**{what}**")
+        } else {
+            what
+        };
+        out.push_str(&format!(
+            "| {what} | {:.3} | {:.3} | {} | {} | {bc} | {nc} | {cc} | {} |\n",
+            r.base_energy_j,
+            r.new_energy_j,
+            signed(r.change_energy_j, 3),
+            energy_pct(r),
+            md(&verdict(r)),
+        ));
+    }
+    for (kind, n) in hidden {
+        out.push_str(&format!("\n_{n} more {} rows not shown._\n", kind.label()));
+    }
+    out
+}
+
+/// The comparison as JSON (pretty, with a final newline).
+pub fn json(c: &Comparison) -> String {
+    let mut text = serde_json::to_string_pretty(c).unwrap_or_else(|err| {
+        // Serializing plain structs of numbers and strings cannot fail; say so if it does.
+        serde_json::json!({ "error": err.to_string() }).to_string()
+    });
+    text.push('\n');
+    text
+}

@@ -1,0 +1,313 @@
+//! `diff` on hand-made reports: rows, medians, the test and its verdicts, the gate,
+//! warnings, refusals, and the three renderings.
+
+use serde_json::{Value, json};
+
+use super::*;
+
+/// A single-run report: `processes` as (cmdline, energy_j, cpu_time_s).
+fn single(energy_j: f64, processes: &[(&str, f64, f64)]) -> Value {
+    json!({
+        "meta": {
+            "schema_version": "1.3", "tool": "cg-trace", "run_id": "r1", "hostname": "vm",
+            "cpu_model": "EPYC", "sources": [{"name": "perf", "provenance": "measured"}]
+        },
+        "processes": processes.iter().map(|(cmd, e, c)| json!({
+            "comm": cmd.rsplit('/').next().unwrap(), "cmdline": [cmd, "--flag"],
+            "cpu_time_s": c, "energy_j": e
+        })).collect::<Vec<_>>(),
+        "functions": [],
+        "function_totals": [{"symbol": "hot", "module": "app", "cpu_time_s": 0.5,
+                             "energy_j": energy_j / 4.0}],
+        "totals": {
+            "energy_j": energy_j, "cpu_time_s": 1.0,
+            "domains": {
+                "package-0": {"energy_j": energy_j, "top_level": true, "provenance": "measured"},
+                "core-0": {"energy_j": energy_j / 2.0, "top_level": false,
+                           "provenance": "measured"}
+            }
+        }
+    })
+}
+
+/// A `--repeat` report whose runs have these total energies (one group, `app`, with 60 %).
+fn repeated(energies: &[f64]) -> Value {
+    let mut report = single(energies[0], &[("/usr/bin/app", energies[0] * 0.6, 1.0)]);
+    report["repeat"] = json!({
+        "runs": energies.iter().enumerate().map(|(i, e)| json!({
+            "index": i + 1, "energy_j": e,
+            "domains": {"package-0": {"energy_j": e}},
+            "process_groups": [{"group": "app", "command": "app --flag",
+                                "energy_j": e * 0.6, "cpu_time_s": 1.0}],
+            "functions": [{"function": "app:hot", "energy_j": e * 0.25}],
+            "outlier": false
+        })).collect::<Vec<_>>(),
+        "statistics": {}, "noise_verdict": "good"
+    });
+    report
+}
+
+fn view(v: &Value) -> ReportView {
+    parse("test.json", v.to_string().as_bytes()).unwrap()
+}
+
+fn run(base: &Value, new: &Value, max: Option<f64>) -> Comparison {
+    compare(("base.json", &view(base)), ("new.json", &view(new)), max)
+}
+
+fn row<'a>(c: &'a Comparison, kind: RowKind, name: &str) -> &'a Row {
+    c.rows
+        .iter()
+        .find(|r| r.kind == kind && r.name == name)
+        .unwrap_or_else(|| panic!("no {kind:?} {name} in {:#?}", c.rows))
+}
+
+#[test]
+fn single_reports_compare_per_domain_group_and_function() {
+    let base = single(10.0, &[("/usr/bin/app", 4.0, 1.0), ("/bin/sh", 1.0, 0.5)]);
+    let new = single(
+        12.0,
+        &[
+            ("/opt/app", 5.0, 1.5),
+            ("/opt/app", 1.0, 0.5),
+            ("/usr/bin/gzip", 2.0, 0.2),
+        ],
+    );
+    let c = run(&base, &new, None);
+    assert!(!c.tested && !c.regression);
+    let total = row(&c, RowKind::Total, "energy");
+    assert_eq!((total.base_energy_j, total.new_energy_j), (10.0, 12.0));
+    assert!((total.change_energy_pct.unwrap() - 20.0).abs() < 1e-9);
+    assert!(total.significance.is_none());
+    // Processes group by program, whatever its directory: app's two processes add up.
+    let app = row(&c, RowKind::ProcessGroup, "app");
+    assert_eq!((app.base_energy_j, app.new_energy_j), (4.0, 6.0));
+    assert_eq!(
+        (app.base_cpu_time_s, app.new_cpu_time_s),
+        (Some(1.0), Some(2.0))
+    );
+    assert!((app.change_cpu_time_pct.unwrap() - 100.0).abs() < 1e-9);
+    // Gone and new groups: 0 on the other side; a new one has no percentage.
+    assert_eq!(row(&c, RowKind::ProcessGroup, "sh").new_energy_j, 0.0);
+    let gzip = row(&c, RowKind::ProcessGroup, "gzip");
+    assert_eq!((gzip.base_energy_j, gzip.change_energy_pct), (0.0, None));
+    assert_eq!(row(&c, RowKind::Function, "app:hot").new_energy_j, 3.0);
+    assert_eq!(row(&c, RowKind::Domain, "core-0").top_level, Some(false));
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+}
+
+#[test]
+fn without_runs_the_gate_is_the_figure_alone() {
+    let base = single(10.0, &[]);
+    assert!(
+        run(&base, &single(10.4, &[]), Some(5.0))
+            .rows
+            .iter()
+            .all(|r| !r.regression)
+    );
+    let c = run(&base, &single(10.6, &[]), Some(5.0));
+    assert!(c.regression);
+    assert!(row(&c, RowKind::Total, "energy").regression);
+    assert!(row(&c, RowKind::Domain, "package-0").regression);
+    // A nested domain is not gated (its energy is in its parent's).
+    assert!(!row(&c, RowKind::Domain, "core-0").regression);
+    // No --max-increase, no gate.
+    assert!(!run(&base, &single(20.0, &[]), None).regression);
+    assert!(render::text(&c).contains("untested for significance"));
+}
+
+#[test]
+fn repeated_runs_are_tested_and_told_apart() {
+    let base = repeated(&[10.0, 10.2, 9.9, 10.1, 10.05, 9.95, 10.15, 9.85]);
+    // Clearly above: every new run beats every base run.
+    let higher = repeated(&[11.0, 11.2, 10.9, 11.1, 11.05, 10.95, 11.15, 10.85]);
+    let c = run(&base, &higher, Some(5.0));
+    assert!(c.tested);
+    let total = row(&c, RowKind::Total, "energy");
+    let t = total.significance.as_ref().unwrap();
+    assert_eq!(t.verdict, "significant increase");
+    assert_eq!(t.method, "exact");
+    assert!(t.p_value < 0.001, "{}", t.p_value);
+    assert!(c.regression && total.regression);
+    // Medians are compared: 10.025 -> 11.025.
+    assert!((total.base_energy_j - 10.025).abs() < 1e-9);
+    assert_eq!(
+        row(&c, RowKind::ProcessGroup, "app").label.as_deref(),
+        Some("app --flag")
+    );
+    // Within the threshold, significant or not: no regression.
+    assert!(!run(&base, &higher, Some(15.0)).regression);
+
+    // The same level, shuffled: no significant difference, whatever the threshold.
+    let same = repeated(&[10.1, 9.9, 10.0, 10.2, 9.85, 10.15, 9.95, 10.05]);
+    let c = run(&base, &same, Some(0.0));
+    let t = row(&c, RowKind::Total, "energy")
+        .significance
+        .clone()
+        .unwrap();
+    assert_eq!(t.verdict, "no significant difference");
+    assert!(t.p_value > 0.5, "{}", t.p_value);
+    assert!(!c.regression);
+
+    // A noisy rise of 8 % that the test cannot tell from noise is not a regression.
+    let noisy_base = repeated(&[8.0, 12.0, 9.0, 11.0, 10.0]);
+    let noisy_new = repeated(&[9.5, 12.5, 8.5, 13.0, 10.8]);
+    let c = run(&noisy_base, &noisy_new, Some(5.0));
+    let total = row(&c, RowKind::Total, "energy");
+    assert!(total.change_energy_pct.unwrap() > 5.0);
+    let t = total.significance.as_ref().unwrap();
+    assert_eq!(t.verdict, "no significant difference");
+    // Counted over all 252 splits of the ten runs (U = 16 of 25).
+    assert!((t.p_value - 138.0 / 252.0).abs() < 1e-12, "{}", t.p_value);
+    assert!(!c.regression);
+
+    // Lower: a significant decrease.
+    let lower = repeated(&[9.0, 9.2, 8.9, 9.1, 9.05, 8.95, 9.15, 8.85]);
+    let c = run(&base, &lower, Some(0.0));
+    assert_eq!(
+        row(&c, RowKind::Total, "energy")
+            .significance
+            .as_ref()
+            .unwrap()
+            .verdict,
+        "significant decrease"
+    );
+    assert!(!c.regression);
+}
+
+#[test]
+fn ties_switch_to_the_normal_approximation() {
+    let base = repeated(&[10.0, 10.0, 10.0, 11.0, 11.0]);
+    let new = repeated(&[12.0, 12.0, 13.0, 13.0, 13.0]);
+    let c = run(&base, &new, None);
+    let t = row(&c, RowKind::Total, "energy")
+        .significance
+        .clone()
+        .unwrap();
+    assert!(t.method.starts_with("normal approximation"), "{}", t.method);
+    assert_eq!(t.verdict, "significant increase");
+}
+
+#[test]
+fn different_sources_and_machines_are_warned_about() {
+    let base = single(10.0, &[]);
+    let mut new = single(10.0, &[]);
+    new["meta"]["sources"] = json!([{"name": "model", "provenance": "estimated"}]);
+    new["meta"]["hostname"] = json!("laptop");
+    let c = run(&base, &new, None);
+    assert_eq!(c.warnings.len(), 2, "{:?}", c.warnings);
+    assert!(c.warnings[0].contains("measured") && c.warnings[0].contains("estimated"));
+    assert!(c.warnings[1].contains("different machines"));
+    let mut other_source = single(10.0, &[]);
+    other_source["meta"]["sources"] = json!([{"name": "powercap", "provenance": "measured"}]);
+    let c = run(&base, &other_source, None);
+    assert!(
+        c.warnings[0].contains("different energy sources"),
+        "{:?}",
+        c.warnings
+    );
+    // One side repeated, the other not: said, and not tested.
+    let c = run(&repeated(&[10.0, 11.0, 12.0]), &base, None);
+    assert!(!c.tested);
+    assert!(c.warnings.iter().any(|w| w.contains("only one side")));
+}
+
+#[test]
+fn refuses_what_is_not_a_report_of_a_known_major_version() {
+    let mut report = single(1.0, &[]);
+    report["meta"]["schema_version"] = json!("2.0");
+    let err = parse("x.json", report.to_string().as_bytes()).unwrap_err();
+    assert!(matches!(err, LoadError::UnknownVersion { .. }), "{err}");
+    assert!(err.to_string().contains("2.0"));
+    for version in [json!("1"), json!("one.two"), json!(1.3), Value::Null] {
+        report["meta"]["schema_version"] = version;
+        assert!(matches!(
+            parse("x.json", report.to_string().as_bytes()),
+            Err(LoadError::UnknownVersion { .. })
+        ));
+    }
+    let mut other = single(1.0, &[]);
+    other["meta"]["tool"] = json!("perf");
+    assert!(matches!(
+        parse("x.json", other.to_string().as_bytes()),
+        Err(LoadError::NotCgTrace { .. })
+    ));
+    assert!(matches!(
+        parse("x.json", b"[1, 2"),
+        Err(LoadError::NotJson { .. })
+    ));
+    for not_a_report in [&b"[1, 2]"[..], b"{}", b"{\"meta\": 5}", b"null"] {
+        assert!(matches!(
+            parse("x.json", not_a_report),
+            Err(LoadError::NotCgTrace { .. })
+        ));
+    }
+    // A report cut short is not JSON (however far its header got).
+    let text = single(1.0, &[]).to_string();
+    assert!(matches!(
+        parse("x.json", &text.as_bytes()[..text.len() - 3]),
+        Err(LoadError::NotJson { .. })
+    ));
+    let mut broken = single(1.0, &[]);
+    broken["totals"]["energy_j"] = json!("a lot");
+    let err = parse("x.json", broken.to_string().as_bytes()).unwrap_err();
+    assert!(matches!(err, LoadError::Shape { .. }), "{err}");
+}
+
+#[test]
+fn load_refuses_what_is_not_a_regular_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo.json");
+    let name = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+    assert!(matches!(load(&fifo), Err(LoadError::NotRegular { .. })));
+    assert!(matches!(
+        load(dir.path()),
+        Err(LoadError::NotRegular { .. })
+    ));
+    assert!(matches!(
+        load(&dir.path().join("missing.json")),
+        Err(LoadError::Read { .. })
+    ));
+    let file = dir.path().join("r.json");
+    std::fs::write(&file, single(1.0, &[]).to_string()).unwrap();
+    assert!(load(&file).is_ok());
+}
+
+#[test]
+fn markdown_is_a_table_and_defuses_outside_text() {
+    let base = single(10.0, &[("/bin/x|<img src=y>@team", 1.0, 0.1)]);
+    let new = single(11.0, &[("/bin/x|<img src=y>@team", 2.0, 0.1)]);
+    let c = run(&base, &new, Some(5.0));
+    let md = render::markdown(&c);
+    assert!(md.starts_with("### cg-trace energy diff: **regression**"));
+    let table: Vec<&str> = md.lines().filter(|l| l.starts_with('|')).collect();
+    // Header, separator, total, 2 domains, 1 group, 1 function; every row 10 cells wide.
+    assert_eq!(table.len(), 7, "{md}");
+    for line in &table {
+        let unescaped_pipes = line.matches('|').count() - line.matches("\\|").count();
+        assert_eq!(unescaped_pipes, 10, "{line}");
+    }
+    assert!(md.contains("x\\|\\<img src=y\\>\\@team"), "{md}");
+    assert!(!md.replace("\\<", "").contains('<'), "{md}");
+    assert!(md.contains("+10.0 %"));
+}
+
+#[test]
+fn json_and_text_carry_every_row_and_the_units() {
+    let c = run(
+        &repeated(&[10.0, 10.5, 9.5]),
+        &repeated(&[11.0, 11.5, 10.5]),
+        None,
+    );
+    let v: Value = serde_json::from_str(&render::json(&c)).unwrap();
+    assert_eq!(v["rows"].as_array().unwrap().len(), c.rows.len());
+    assert_eq!(v["rows"][0]["kind"], "total");
+    assert!(v["rows"][0]["significance"]["p_value"].is_number());
+    assert_eq!(v["base"]["runs_count"], 3);
+    let text = render::text(&c);
+    assert!(text.contains("energy in joules (J)"));
+    assert!(text.contains("median of 3 runs, energy measured"));
+    assert!(text.contains("BASE J") && text.contains("CPU CHANGE"));
+}
