@@ -303,10 +303,9 @@ struct Samples {
     cpu_time_s: Option<Vec<f64>>,
 }
 
-/// One report reduced to rows: `(kind, key) -> samples`, plus the label shown per key.
+/// One report reduced to rows: `(kind, key) -> samples`.
 struct Figures {
     rows: BTreeMap<(RowKind, String), Samples>,
-    labels: BTreeMap<(RowKind, String), String>,
     runs: usize,
     repeat: bool,
     top_level: BTreeMap<String, bool>,
@@ -319,6 +318,18 @@ fn program(p: &ProcessView) -> String {
         .map(|a| a.rsplit('/').next().unwrap_or(a).to_string())
         .filter(|a| !a.is_empty())
         .unwrap_or_else(|| p.comm.clone())
+}
+
+/// The program of a `--repeat` process group: its command's first word without the
+/// directory (the group's key when the command says nothing).
+fn group_program(g: &RunGroupView) -> String {
+    command_label(&g.command)
+        .and_then(|c| {
+            let first = c.split_whitespace().next()?;
+            Some(first.rsplit('/').next().unwrap_or(first).to_string())
+        })
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| g.group.clone())
 }
 
 fn command_label(command: &Value) -> Option<String> {
@@ -336,7 +347,6 @@ fn command_label(command: &Value) -> Option<String> {
 
 fn figures(report: &ReportView) -> Figures {
     let mut rows: BTreeMap<(RowKind, String), Samples> = BTreeMap::new();
-    let mut labels = BTreeMap::new();
     let top_level = report
         .totals
         .domains
@@ -371,11 +381,11 @@ fn figures(report: &ReportView) -> Figures {
                 for (name, d) in &run.domains {
                     add((RowKind::Domain, name.clone()), i, d.energy_j, None);
                 }
+                // By program, as a single run's processes are, so that a repeat report and a
+                // plain one (or two repeat sets whose arguments differ) meet row for row; the
+                // finer groups of one set are in its own statistics.
                 for g in &run.process_groups {
-                    let key = (RowKind::ProcessGroup, g.group.clone());
-                    if let Some(label) = command_label(&g.command) {
-                        labels.entry(key.clone()).or_insert(label);
-                    }
+                    let key = (RowKind::ProcessGroup, group_program(g));
                     add(key, i, g.energy_j, g.cpu_time_s);
                 }
                 for f in &run.functions {
@@ -384,7 +394,6 @@ fn figures(report: &ReportView) -> Figures {
             }
             Figures {
                 rows,
-                labels,
                 runs: n,
                 repeat: true,
                 top_level,
@@ -423,7 +432,6 @@ fn figures(report: &ReportView) -> Figures {
             }
             Figures {
                 rows,
-                labels,
                 runs: 1,
                 repeat: false,
                 top_level,
@@ -449,11 +457,8 @@ pub struct TestResult {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Row {
     pub kind: RowKind,
-    /// The domain, the group's key, the function.
+    /// The domain, the group's program, the function.
     pub name: String,
-    /// The group's command (process groups of `--repeat` reports), when it says more.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub label: Option<String>,
     /// Top-level domain (its energy is in the total); domains only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub top_level: Option<bool>,
@@ -644,16 +649,9 @@ pub fn compare(
         };
         let is_regression = gated && beyond && significant_rise;
         regression |= is_regression;
-        let label = fb
-            .labels
-            .get(key)
-            .or(fnew.labels.get(key))
-            .filter(|l| **l != key.1)
-            .cloned();
         rows.push(Row {
             kind: key.0,
             name: key.1.clone(),
-            label,
             top_level: (key.0 == RowKind::Domain)
                 .then(|| fb.top_level.get(&key.1).or(fnew.top_level.get(&key.1)) == Some(&true)),
             base_energy_j,

@@ -103,13 +103,10 @@ fn p_value(p: f64) -> String {
 }
 
 fn name(r: &Row) -> String {
-    let mut name = match r.kind {
+    let name = match r.kind {
         RowKind::Domain if r.top_level == Some(false) => format!("{} (nested)", r.name),
         _ => r.name.clone(),
     };
-    if let Some(label) = &r.label {
-        name = format!("{name}: {label}");
-    }
     name.chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect()

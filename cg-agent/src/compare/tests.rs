@@ -37,7 +37,7 @@ fn repeated(energies: &[f64]) -> Value {
         "runs": energies.iter().enumerate().map(|(i, e)| json!({
             "index": i + 1, "energy_j": e,
             "domains": {"package-0": {"energy_j": e}},
-            "process_groups": [{"group": "app", "command": "app --flag",
+            "process_groups": [{"group": "/opt/app --flag#1", "command": "/opt/app --flag",
                                 "energy_j": e * 0.6, "cpu_time_s": 1.0}],
             "functions": [{"function": "app:hot", "energy_j": e * 0.25}],
             "outlier": false
@@ -131,9 +131,12 @@ fn repeated_runs_are_tested_and_told_apart() {
     assert!(c.regression && total.regression);
     // Medians are compared: 10.025 -> 11.025.
     assert!((total.base_energy_j - 10.025).abs() < 1e-9);
-    assert_eq!(
-        row(&c, RowKind::ProcessGroup, "app").label.as_deref(),
-        Some("app --flag")
+    // Process groups are programs, as in a single run's report (the group `app` of command
+    // `/opt/app --flag` is the program `app`).
+    assert!(
+        c.rows
+            .iter()
+            .any(|r| r.kind == RowKind::ProcessGroup && r.name == "app")
     );
     // Within the threshold, significant or not: no regression.
     assert!(!run(&base, &higher, Some(15.0)).regression);
@@ -310,4 +313,25 @@ fn json_and_text_carry_every_row_and_the_units() {
     assert!(text.contains("energy in joules (J)"));
     assert!(text.contains("median of 3 runs, energy measured"));
     assert!(text.contains("BASE J") && text.contains("CPU CHANGE"));
+}
+
+#[test]
+fn a_repeat_report_and_a_single_run_meet_program_for_program() {
+    // The repeat set's group is keyed by its whole command line and place in the tree; the
+    // single run's processes by program: both are the program `app` here.
+    let base = repeated(&[10.0, 10.2, 9.9]);
+    let new = single(11.0, &[("/usr/local/bin/app", 7.0, 1.2)]);
+    let c = run(&base, &new, None);
+    let groups: Vec<&Row> = c
+        .rows
+        .iter()
+        .filter(|r| r.kind == RowKind::ProcessGroup)
+        .collect();
+    assert_eq!(groups.len(), 1, "{groups:#?}");
+    let app = row(&c, RowKind::ProcessGroup, "app");
+    assert!(
+        (app.base_energy_j - 6.0).abs() < 1e-9,
+        "median of 6.0, 6.12, 5.94"
+    );
+    assert!((app.new_energy_j - 7.0).abs() < 1e-9);
 }
