@@ -325,6 +325,12 @@ fn program(p: &ProcessView) -> String {
 fn group_program(g: &RunGroupView) -> String {
     command_label(&g.command)
         .and_then(|c| {
+            // A process without a command line is named `[comm]`: its program is its comm,
+            // as for a single run's processes.
+            let c = c
+                .strip_prefix('[')
+                .and_then(|c| c.strip_suffix(']'))
+                .unwrap_or(&c);
             let first = c.split_whitespace().next()?;
             Some(first.rsplit('/').next().unwrap_or(first).to_string())
         })
