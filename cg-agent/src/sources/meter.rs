@@ -13,7 +13,10 @@
 //! ```
 //!
 //! Times without an offset are local wall-clock times, read in cg-trace's time zone (`TZ`).
-//! A UTF-8 byte-order mark and CRLF line ends (a log written on Windows) are accepted. A power
+//! Rows are read by csv's incremental parser (`csv-core`, the `csv` crate's core, as the file
+//! is followed piece by piece): quoted fields (with commas or doubled quotes inside),
+//! CRLF line ends and a UTF-8 byte-order mark (a log written on Windows) are accepted; blank
+//! lines and lines starting with `#` are skipped. A power
 //! that is negative, not finite or above [`MAX_POWER_W`] is not a reading: the row is an error
 //! naming the file and line. The file is followed while the logger appends to it (a partial last line is kept until its
 //! newline arrives). Energy over an interval is the integral of the power between the samples,
@@ -114,10 +117,20 @@ pub struct MeterSource {
     file: File,
     /// Bytes consumed so far.
     offset: u64,
-    /// Bytes after the last newline (a line the logger is still writing).
-    partial: Vec<u8>,
+    /// Still at the start of the file, whose first bytes (`head`) may be a byte-order mark.
+    at_start: bool,
+    head: Vec<u8>,
     /// Complete lines consumed (for line numbers in errors).
     lines: usize,
+    /// csv's incremental parser, fed as the file grows, with the buffers it writes the current
+    /// record's fields (`csv_len` bytes) and their ends (`csv_ends_len`) into, and the bytes
+    /// it consumed since the last record (for the line's text and number in messages).
+    csv: csv_core::Reader,
+    csv_fields: Vec<u8>,
+    csv_len: usize,
+    csv_ends: Vec<usize>,
+    csv_ends_len: usize,
+    csv_text: Vec<u8>,
     layout: Option<Layout>,
     samples: Vec<Sample>,
     domains: Vec<DomainSpec>,
@@ -149,8 +162,15 @@ impl MeterSource {
             path: path.to_path_buf(),
             file,
             offset: 0,
-            partial: Vec::new(),
+            at_start: true,
+            head: Vec::new(),
             lines: 0,
+            csv: csv_core::ReaderBuilder::new().comment(Some(b'#')).build(),
+            csv_fields: Vec::new(),
+            csv_len: 0,
+            csv_ends: Vec::new(),
+            csv_ends_len: 0,
+            csv_text: Vec::new(),
             layout: None,
             samples: Vec::new(),
             domains: vec![DomainSpec {
@@ -209,21 +229,79 @@ impl MeterSource {
         }
         buf.truncate(filled);
         self.offset += filled as u64;
-        self.partial.extend_from_slice(&buf);
-        let mut first_error = None;
-        while let Some(newline) = self.partial.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = self.partial.drain(..=newline).collect();
-            self.lines += 1;
-            let mut text = String::from_utf8_lossy(&line[..line.len() - 1]).into_owned();
-            if self.lines == 1 && text.starts_with('\u{feff}') {
-                // A byte-order mark, as Windows tools write: not part of the first field.
-                text.drain(..'\u{feff}'.len_utf8());
+        let mut input = &buf[..];
+        let head;
+        if self.at_start {
+            // A byte-order mark, as Windows tools write, is not part of the first field; wait
+            // until its three bytes can be told apart.
+            self.head.extend_from_slice(input);
+            let bom = "\u{feff}".as_bytes();
+            if self.head.len() < bom.len() && bom.starts_with(&self.head) {
+                return Ok(());
             }
+            self.at_start = false;
+            head = std::mem::take(&mut self.head);
+            input = head.strip_prefix(bom).unwrap_or(&head);
+        }
+        // csv-core is fed every byte as it arrives and keeps a record that has not ended (a
+        // line the logger is still writing) until the rest comes: the log reads the same in
+        // any number of pieces.
+        let mut first_error = None;
+        while !input.is_empty() {
+            let need = self.csv_len + input.len() + 1;
+            if self.csv_fields.len() < need {
+                self.csv_fields.resize(need, 0);
+            }
+            let need = self.csv_ends_len + input.len() + 2;
+            if self.csv_ends.len() < need {
+                self.csv_ends.resize(need, 0);
+            }
+            let (result, read, written, ended) = self.csv.read_record(
+                input,
+                &mut self.csv_fields[self.csv_len..],
+                &mut self.csv_ends[self.csv_ends_len..],
+            );
+            self.csv_text.extend_from_slice(&input[..read]);
+            input = &input[read..];
+            self.csv_len += written;
+            self.csv_ends_len += ended;
+            if result != csv_core::ReadRecordResult::Record {
+                // InputEmpty: all fed, the record goes on in the next bytes. Neither output
+                // can fill (both are sized for the whole input) and End needs an empty input.
+                continue;
+            }
+            let text = std::mem::take(&mut self.csv_text);
+            // The record's own text: past the line ends and `#` lines csv skipped before it.
+            let mut first = 0;
+            while first < text.len() {
+                match text[first] {
+                    b'\r' | b'\n' => first += 1,
+                    b'#' if first == 0 || text[first - 1] == b'\n' => {
+                        first = text[first..]
+                            .iter()
+                            .position(|&b| b == b'\n')
+                            .map_or(text.len(), |n| first + n + 1);
+                    }
+                    _ => break,
+                }
+            }
+            let line = self.lines + 1 + text[..first].iter().filter(|&&b| b == b'\n').count();
+            self.lines += text.iter().filter(|&&b| b == b'\n').count();
+            let mut fields = Vec::with_capacity(self.csv_ends_len);
+            let mut field_start = 0;
+            for &end in &self.csv_ends[..self.csv_ends_len] {
+                fields.push(String::from_utf8_lossy(&self.csv_fields[field_start..end]));
+                field_start = end;
+            }
+            let fields: Vec<String> = fields.iter().map(|f| f.trim().to_string()).collect();
+            (self.csv_len, self.csv_ends_len) = (0, 0);
+            let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
+            let line_text = String::from_utf8_lossy(&text[first..]);
             // A bad row is reported (once) but does not stop the rows after it.
-            if let Err(reason) = self.parse_line(&text)
+            if let Err(reason) = self.parse_record(&fields, line_text.trim())
                 && first_error.is_none()
             {
-                first_error = Some(self.error(Some(self.lines), reason));
+                first_error = Some(self.error(Some(line), reason));
             }
         }
         first_error.map_or(Ok(()), Err)
@@ -237,19 +315,15 @@ impl MeterSource {
         }
     }
 
-    fn parse_line(&mut self, line: &str) -> Result<(), String> {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
+    /// One CSV record (`fields`, trimmed and unquoted), `line` its text for messages.
+    fn parse_record(&mut self, fields: &[&str], line: &str) -> Result<(), String> {
+        if fields.iter().all(|f| f.is_empty()) || fields[0].starts_with('#') {
             return Ok(());
         }
-        let fields: Vec<&str> = line
-            .split(',')
-            .map(|f| f.trim().trim_matches('"').trim())
-            .collect();
         let layout = match self.layout {
             Some(layout) => layout,
             None => {
-                let (layout, header) = detect_layout(&fields)?;
+                let (layout, header) = detect_layout(fields)?;
                 self.layout = Some(layout);
                 if header {
                     return Ok(());
@@ -1079,6 +1153,72 @@ mod tests {
         // Only at the very start: elsewhere it is a malformed row.
         let (_dir, path) = log("time,watts\n\u{feff}1770200123,100\n");
         assert!(MeterSource::open(&path, Duration::ZERO).is_err());
+    }
+
+    #[test]
+    fn quoted_fields_are_read_as_csv() {
+        // A logger that quotes every field; its meter name holds a comma and a quote.
+        let (_dir, path) = log("\"time\",\"id\",\"pm1\",\"pm2\",\"sum\"\r\n\
+             \"1770200123\",\"rack 2, \"\"left\"\"\",\"1\",\"2\",\"244.5\"\r\n\
+             \"1770200124\",\"rack 2, right\",1,2,245\r\n\
+             1770200125,x,1,2,\"lots, really\"\r\n");
+        let err = MeterSource::open(&path, Duration::ZERO)
+            .unwrap_err()
+            .to_string();
+        // The bad row is line 4, named whole.
+        assert!(err.contains("power.csv:4: power \"lots, really\""), "{err}");
+        // Comment and blank lines count in line numbers.
+        let (_dir, path) =
+            log("time,watts\n# a \"comment, quoted\n\n1770200123,100\n\n1770200124,x\n");
+        let err = MeterSource::open(&path, Duration::ZERO)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("power.csv:6: power \"x\""), "{err}");
+        let (_dir, path) = log("\"time\",\"id\",\"pm1\",\"pm2\",\"sum\"\r\n\
+             \"1770200123\",\"rack 2, \"\"left\"\"\",\"1\",\"2\",\"244.5\"\r\n\
+             \"1770200124\",\"rack 2, right\",1,2,245\r\n");
+        let m = MeterSource::open(&path, Duration::ZERO).unwrap();
+        assert_eq!(m.layout.unwrap().format, LogFormat::PmSum);
+        assert_eq!(
+            m.samples(),
+            [
+                Sample {
+                    t_ns: T0 * S,
+                    power_w: 244.5
+                },
+                Sample {
+                    t_ns: (T0 + 1) * S,
+                    power_w: 245.0
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn a_log_reads_the_same_written_byte_by_byte() {
+        // A mark, a quoted field over two lines, CRLF, a comment: in one piece and byte by byte.
+        let text = "\u{feff}time,id,pm1,pm2,sum\r\n# x\r\n1770200123,\"a,\r\nb\",1,2,244\r\n\
+                    1770200124,c,1,2,245\r\n1770200125,d,1,2,x\r\n";
+        let (_dir, whole) = log(text);
+        let err = MeterSource::open(&whole, Duration::ZERO)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("power.csv:6: power \"x\""), "{err}");
+        let (_dir, path) = log("");
+        let mut m = MeterSource::open(&path, Duration::ZERO).unwrap();
+        let mut errors = Vec::new();
+        for byte in text.as_bytes() {
+            let mut f = fs::OpenOptions::new().append(true).open(&path).unwrap();
+            f.write_all(&[*byte]).unwrap();
+            if let Err(err) = m.poll() {
+                errors.push(err.to_string());
+            }
+        }
+        assert_eq!(m.layout.unwrap().format, LogFormat::PmSum);
+        let powers: Vec<f64> = m.samples().iter().map(|s| s.power_w).collect();
+        assert_eq!(powers, [244.0, 245.0]);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(errors[0].contains("power.csv:6: power \"x\""), "{errors:?}");
     }
 
     #[test]
