@@ -2,7 +2,8 @@
 //! counters, powercap, a growing power log, NVML through nvml-wrapper) on generated trees and
 //! files, read at 1 kHz and at the default 100 ms interval, measured in this thread's CPU time.
 //! Prints figures; asserts nothing. Run by `cargo xtask bench --sources`, which builds the NVML
-//! stand-in and passes it as `--nvml-lib LIB`.
+//! stand-in and passes it as `--nvml-lib LIB`. `--only TEXT` keeps the rows whose name holds
+//! TEXT (`--only "power log"`: the power-log reader alone).
 //!
 //! What it leaves out: the kernel's (or the driver's) cost of producing a real value, such as
 //! the MSR read behind a real `energy_uj` or a real NVML query; a file read here stands in
@@ -181,6 +182,8 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(3.0);
     let nvml_lib = value("--nvml-lib").map(PathBuf::from);
+    let only = value("--only");
+    let wanted = |name: &str| only.as_deref().is_none_or(|o| name.contains(o));
 
     let dir = tempfile::tempdir().expect("tempdir");
     let host = HostInfo::read();
@@ -255,7 +258,7 @@ fn main() {
         "{:<30} {:>8} {:>8} {:>12} {:>16}  target",
         "sources", "rate", "reads", "CPU/read", "% of one core"
     );
-    for (name, open) in &cases {
+    for (name, open) in cases.iter().filter(|(name, _)| wanted(name)) {
         for (hz, target) in [(1000.0, "<= 2 %"), (10.0, "<= 0.2 %")] {
             let mut sources = open();
             let (reads, cpu_ns) = poll(&mut sources, hz, seconds);
@@ -271,4 +274,58 @@ fn main() {
         }
     }
     stop.store(true, Ordering::Relaxed);
+    if wanted("power log parse") {
+        parse_throughput(dir.path(), seconds);
+    }
+}
+
+/// The power-log reader's throughput on a whole log read at once (a long log given after the
+/// fact): both forms (epoch seconds; local times as a WattsUp logger writes them), the best of as many opens as fit in `seconds`.
+fn parse_throughput(dir: &Path, seconds: f64) {
+    const ROWS: usize = 100_000;
+    let plain = dir.join("parse-plain.csv");
+    let mut text = String::from("time,watts\n");
+    for k in 0..ROWS {
+        text.push_str(&format!(
+            "{:.3},{}.{}\n",
+            1_770_200_123.0 + k as f64 * 0.1,
+            100 + k % 7,
+            k % 10
+        ));
+    }
+    fs::write(&plain, text).unwrap();
+    let pm = dir.join("parse-pm-sum.csv");
+    let mut text = String::from("time,id,pm1,pm2,sum\n");
+    for k in 0..ROWS {
+        text.push_str(&format!(
+            "2026-02-04 {:02}:{:02}:{:02}.{},{k},125.3,118.7,244.{}\n",
+            (k / 36_000) % 24,
+            (k / 600) % 60,
+            (k / 10) % 60,
+            k % 10,
+            k % 10
+        ));
+    }
+    fs::write(&pm, text).unwrap();
+    for (name, path) in [
+        ("power log parse, time,watts", &plain),
+        ("power log parse, local-time pm-sum", &pm),
+    ] {
+        let started = Instant::now();
+        let mut best_ns = u64::MAX;
+        let mut opens = 0;
+        while opens < 3 || started.elapsed().as_secs_f64() < seconds {
+            let cpu_before = thread_cpu_ns();
+            let source = MeterSource::open(path, Duration::ZERO).expect("parse fixture");
+            best_ns = best_ns.min(thread_cpu_ns() - cpu_before);
+            assert_eq!(source.samples().len(), ROWS);
+            opens += 1;
+        }
+        println!(
+            "{:<34} {:>8} rows {:>9.1} ns/row (best of {opens} opens)",
+            name,
+            ROWS,
+            best_ns as f64 / ROWS as f64
+        );
+    }
 }

@@ -908,3 +908,107 @@ fn a_terminal_that_hangs_up_stops_the_run_and_the_report_is_still_written() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// A user that only NSS knows (a systemd userdb drop-in, read by `nss-systemd`), removed on drop.
+struct NssUser {
+    files: [PathBuf; 2],
+}
+
+impl Drop for NssUser {
+    fn drop(&mut self) {
+        for file in &self.files {
+            let _ = fs::remove_file(file);
+        }
+    }
+}
+
+/// A child killed on drop, also when the test fails.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn the_user_column_names_users_that_only_nss_knows() {
+    require_root();
+    let known = |what: &str| {
+        Command::new("getent")
+            .args(["passwd", what])
+            .output()
+            .expect("getent")
+            .status
+            .success()
+    };
+    let name = "cgnss";
+    let uid = (61_000..62_000)
+        .find(|uid| !known(&uid.to_string()))
+        .expect("a free uid");
+    assert!(!known(name), "a user {name} already exists");
+    let dir = Path::new("/run/userdb");
+    fs::create_dir_all(dir).unwrap();
+    let user = NssUser {
+        files: [
+            dir.join(format!("{name}.user")),
+            dir.join(format!("{uid}.user")),
+        ],
+    };
+    fs::write(
+        &user.files[0],
+        format!(
+            r#"{{"userName":"{name}","uid":{uid},"gid":{uid},"disposition":"regular","homeDirectory":"/nonexistent"}}"#
+        ),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(format!("{name}.user"), &user.files[1]).unwrap();
+    if !known(name) {
+        panic!(
+            "nss-systemd does not read /run/userdb here: is `systemd` on the passwd line of /etc/nsswitch.conf?"
+        );
+    }
+    assert!(
+        !fs::read_to_string("/etc/passwd").unwrap().contains(name),
+        "{name} is in /etc/passwd: the test would not show NSS at work"
+    );
+    let sleeper = Killed(
+        Command::new("setpriv")
+            .args([
+                &format!("--reuid={uid}"),
+                &format!("--regid={uid}"),
+                "--clear-groups",
+            ])
+            // It wakes every 100 ms, so the probes see it run.
+            .args(["sh", "-c", "while :; do sleep 0.1; done"])
+            .spawn()
+            .expect("setpriv"),
+    );
+    let pid = sleeper.0.id().to_string();
+    let tmux = Tmux::start(130, 30);
+    tmux.line(&format!(
+        "{bin} top --source model --refresh 300 -q; echo $? > {code}",
+        bin = shell_quote(&bin("cg-trace")),
+        code = shell_quote(&tmux.path("code")),
+    ));
+    tmux.wait_for("the view", |s| table_rows(s).len() >= 3);
+    tmux.keys(&["/"]);
+    tmux.line(&pid);
+    let screen = tmux.wait_for("the sleeper's row", |s| {
+        table_rows(s)
+            .iter()
+            .any(|row| row.split_whitespace().next() == Some(pid.as_str()))
+    });
+    let row = table_rows(&screen)
+        .into_iter()
+        .find(|row| row.split_whitespace().next() == Some(pid.as_str()))
+        .unwrap();
+    assert_eq!(
+        row.split_whitespace().nth(2),
+        Some(name),
+        "the USER column of {row}\n{screen}"
+    );
+    tmux.keys(&["q"]);
+    assert_eq!(tmux.wait_file("code"), "0");
+}

@@ -2,6 +2,11 @@
 //! byte offset of a struct member (Rust eBPF has no CO-RE relocations here, so user space
 //! hands the offsets of `task_struct.pid` and friends to the programs as globals) and the
 //! number of arguments of a BTF tracepoint.
+//!
+//! Hand-written on purpose: aya-obj 0.3 (aya 0.14's object loader) parses BTF, but its public
+//! API stops at `Btf::parse` and `id_by_type_name_kind`; reading a struct's members, their
+//! names and bit offsets (`type_by_id`, `string_at`, `members`, `member_bit_offset`) is
+//! crate-private, and no other maintained crate reads kernel BTF without pulling in libbpf.
 
 use std::path::Path;
 

@@ -12,8 +12,14 @@
 //! 1770196523.5,244.0                  seconds since the Unix epoch
 //! ```
 //!
-//! Times without an offset are local wall-clock times, read in cg-trace's time zone (`TZ`).
-//! A UTF-8 byte-order mark and CRLF line ends (a log written on Windows) are accepted. A power
+//! Times without an offset are local wall-clock times, read in cg-trace's time zone (`TZ`,
+//! else `/etc/localtime`) by `jiff`: a time the clocks skipped when DST started is read one
+//! hour later, one they repeated when it ended as the first of the two (jiff's `compatible`
+//! rule, that of java.time and RFC 5545).
+//! Rows are read by csv's incremental parser (`csv-core`, the `csv` crate's core, as the file
+//! is followed piece by piece): quoted fields (with commas or doubled quotes inside),
+//! CRLF line ends and a UTF-8 byte-order mark (a log written on Windows) are accepted; blank
+//! lines and lines starting with `#` are skipped. A power
 //! that is negative, not finite or above [`MAX_POWER_W`] is not a reading: the row is an error
 //! naming the file and line. The file is followed while the logger appends to it (a partial last line is kept until its
 //! newline arrives). Energy over an interval is the integral of the power between the samples,
@@ -114,10 +120,20 @@ pub struct MeterSource {
     file: File,
     /// Bytes consumed so far.
     offset: u64,
-    /// Bytes after the last newline (a line the logger is still writing).
-    partial: Vec<u8>,
+    /// Still at the start of the file, whose first bytes (`head`) may be a byte-order mark.
+    at_start: bool,
+    head: Vec<u8>,
     /// Complete lines consumed (for line numbers in errors).
     lines: usize,
+    /// csv's incremental parser, fed as the file grows, with the buffers it writes the current
+    /// record's fields (`csv_len` bytes) and their ends (`csv_ends_len`) into, and the bytes
+    /// it consumed since the last record (for the line's text and number in messages).
+    csv: csv_core::Reader,
+    csv_fields: Vec<u8>,
+    csv_len: usize,
+    csv_ends: Vec<usize>,
+    csv_ends_len: usize,
+    csv_text: Vec<u8>,
     layout: Option<Layout>,
     samples: Vec<Sample>,
     domains: Vec<DomainSpec>,
@@ -149,8 +165,15 @@ impl MeterSource {
             path: path.to_path_buf(),
             file,
             offset: 0,
-            partial: Vec::new(),
+            at_start: true,
+            head: Vec::new(),
             lines: 0,
+            csv: csv_core::ReaderBuilder::new().comment(Some(b'#')).build(),
+            csv_fields: Vec::new(),
+            csv_len: 0,
+            csv_ends: Vec::new(),
+            csv_ends_len: 0,
+            csv_text: Vec::new(),
             layout: None,
             samples: Vec::new(),
             domains: vec![DomainSpec {
@@ -209,21 +232,79 @@ impl MeterSource {
         }
         buf.truncate(filled);
         self.offset += filled as u64;
-        self.partial.extend_from_slice(&buf);
-        let mut first_error = None;
-        while let Some(newline) = self.partial.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = self.partial.drain(..=newline).collect();
-            self.lines += 1;
-            let mut text = String::from_utf8_lossy(&line[..line.len() - 1]).into_owned();
-            if self.lines == 1 && text.starts_with('\u{feff}') {
-                // A byte-order mark, as Windows tools write: not part of the first field.
-                text.drain(..'\u{feff}'.len_utf8());
+        let mut input = &buf[..];
+        let head;
+        if self.at_start {
+            // A byte-order mark, as Windows tools write, is not part of the first field; wait
+            // until its three bytes can be told apart.
+            self.head.extend_from_slice(input);
+            let bom = "\u{feff}".as_bytes();
+            if self.head.len() < bom.len() && bom.starts_with(&self.head) {
+                return Ok(());
             }
+            self.at_start = false;
+            head = std::mem::take(&mut self.head);
+            input = head.strip_prefix(bom).unwrap_or(&head);
+        }
+        // csv-core is fed every byte as it arrives and keeps a record that has not ended (a
+        // line the logger is still writing) until the rest comes: the log reads the same in
+        // any number of pieces.
+        let mut first_error = None;
+        while !input.is_empty() {
+            let need = self.csv_len + input.len() + 1;
+            if self.csv_fields.len() < need {
+                self.csv_fields.resize(need, 0);
+            }
+            let need = self.csv_ends_len + input.len() + 2;
+            if self.csv_ends.len() < need {
+                self.csv_ends.resize(need, 0);
+            }
+            let (result, read, written, ended) = self.csv.read_record(
+                input,
+                &mut self.csv_fields[self.csv_len..],
+                &mut self.csv_ends[self.csv_ends_len..],
+            );
+            self.csv_text.extend_from_slice(&input[..read]);
+            input = &input[read..];
+            self.csv_len += written;
+            self.csv_ends_len += ended;
+            if result != csv_core::ReadRecordResult::Record {
+                // InputEmpty: all fed, the record goes on in the next bytes. Neither output
+                // can fill (both are sized for the whole input) and End needs an empty input.
+                continue;
+            }
+            let text = std::mem::take(&mut self.csv_text);
+            // The record's own text: past the line ends and `#` lines csv skipped before it.
+            let mut first = 0;
+            while first < text.len() {
+                match text[first] {
+                    b'\r' | b'\n' => first += 1,
+                    b'#' if first == 0 || text[first - 1] == b'\n' => {
+                        first = text[first..]
+                            .iter()
+                            .position(|&b| b == b'\n')
+                            .map_or(text.len(), |n| first + n + 1);
+                    }
+                    _ => break,
+                }
+            }
+            let line = self.lines + 1 + text[..first].iter().filter(|&&b| b == b'\n').count();
+            self.lines += text.iter().filter(|&&b| b == b'\n').count();
+            let mut fields = Vec::with_capacity(self.csv_ends_len);
+            let mut field_start = 0;
+            for &end in &self.csv_ends[..self.csv_ends_len] {
+                fields.push(String::from_utf8_lossy(&self.csv_fields[field_start..end]));
+                field_start = end;
+            }
+            let fields: Vec<String> = fields.iter().map(|f| f.trim().to_string()).collect();
+            (self.csv_len, self.csv_ends_len) = (0, 0);
+            let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
+            let line_text = String::from_utf8_lossy(&text[first..]);
             // A bad row is reported (once) but does not stop the rows after it.
-            if let Err(reason) = self.parse_line(&text)
+            if let Err(reason) = self.parse_record(&fields, line_text.trim())
                 && first_error.is_none()
             {
-                first_error = Some(self.error(Some(self.lines), reason));
+                first_error = Some(self.error(Some(line), reason));
             }
         }
         first_error.map_or(Ok(()), Err)
@@ -237,19 +318,15 @@ impl MeterSource {
         }
     }
 
-    fn parse_line(&mut self, line: &str) -> Result<(), String> {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
+    /// One CSV record (`fields`, trimmed and unquoted), `line` its text for messages.
+    fn parse_record(&mut self, fields: &[&str], line: &str) -> Result<(), String> {
+        if fields.iter().all(|f| f.is_empty()) || fields[0].starts_with('#') {
             return Ok(());
         }
-        let fields: Vec<&str> = line
-            .split(',')
-            .map(|f| f.trim().trim_matches('"').trim())
-            .collect();
         let layout = match self.layout {
             Some(layout) => layout,
             None => {
-                let (layout, header) = detect_layout(&fields)?;
+                let (layout, header) = detect_layout(fields)?;
                 self.layout = Some(layout);
                 if header {
                     return Ok(());
@@ -566,6 +643,12 @@ fn detect_layout(fields: &[&str]) -> Result<(Layout, bool), String> {
 /// (`1770196523.25`), RFC 3339 with an offset (`2026-02-04T10:15:23.25Z`, `+01:00`), or a local
 /// date and time (`2026-02-04 10:15:23[.25]`, also with `T`).
 pub fn parse_time(text: &str) -> Result<i64, String> {
+    parse_time_in(text, None)
+}
+
+/// [`parse_time`] with local times read in `zone` (`None`: the system's, looked up only for
+/// a local time: the lookup costs as much as reading epoch seconds).
+fn parse_time_in(text: &str, zone: Option<&jiff::tz::TimeZone>) -> Result<i64, String> {
     let text = text.trim();
     if !text.is_empty() && text.chars().all(|c| c.is_ascii_digit() || c == '.') {
         let (secs, frac) = text.split_once('.').unwrap_or((text, ""));
@@ -577,68 +660,46 @@ pub fn parse_time(text: &str) -> Result<i64, String> {
             .ok_or("out of range")?
             .saturating_add(fraction_ns(frac)?));
     }
+    const EXPECTED: &str = "expected YYYY-MM-DD HH:MM:SS, RFC 3339 or epoch seconds";
+    // The shape jiff would also take in shorter forms (a date alone, no seconds) is required.
     let bytes = text.as_bytes();
-    let digits = |range: std::ops::Range<usize>| -> Result<i64, String> {
-        text.get(range)
-            .filter(|s| s.chars().all(|c| c.is_ascii_digit()))
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| "expected YYYY-MM-DD HH:MM:SS, RFC 3339 or epoch seconds".to_string())
-    };
+    let digit_at = |i: usize| bytes.get(i).is_some_and(u8::is_ascii_digit);
     if bytes.len() < 19
+        || ![0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18]
+            .into_iter()
+            .all(digit_at)
         || bytes[4] != b'-'
         || bytes[7] != b'-'
         || !matches!(bytes[10], b' ' | b'T' | b't')
         || bytes[13] != b':'
         || bytes[16] != b':'
     {
-        return Err("expected YYYY-MM-DD HH:MM:SS, RFC 3339 or epoch seconds".into());
+        return Err(EXPECTED.into());
     }
-    let (year, month, day) = (digits(0..4)?, digits(5..7)?, digits(8..10)?);
-    let (hour, minute, second) = (digits(11..13)?, digits(14..16)?, digits(17..19)?);
-    if !(1..=12).contains(&month)
-        || !(1..=31).contains(&day)
-        || hour > 23
-        || minute > 59
-        || second > 60
-    {
-        return Err("date or time out of range".into());
-    }
-    let mut rest = &text[19..];
-    let mut frac_ns = 0;
-    if let Some(after_dot) = rest.strip_prefix('.') {
-        let end = after_dot
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(after_dot.len());
-        frac_ns = fraction_ns(&after_dot[..end])?;
-        rest = &after_dot[end..];
-    }
-    let offset_s: Option<i64> = match rest {
-        "" => None,
-        "Z" | "z" => Some(0),
-        _ => {
-            let sign = match rest.as_bytes()[0] {
-                b'+' => 1,
-                b'-' => -1,
-                _ => return Err(format!("unexpected {rest:?} after the time")),
-            };
-            let hhmm: String = rest[1..].chars().filter(|c| *c != ':').collect();
-            if hhmm.len() != 4 || !hhmm.chars().all(|c| c.is_ascii_digit()) {
-                return Err(format!("offset {rest:?}: expected +HH:MM"));
+    // With an offset (RFC 3339) it is an instant; without, a local wall-clock time in the
+    // system's time zone, where a time the clocks skipped (DST starts) is read one hour later
+    // and a time they repeated (DST ends) as the first of the two (`compatible`).
+    let after_seconds = text[19..].strip_prefix('.').unwrap_or(&text[19..]);
+    let timestamp = if after_seconds.bytes().all(|b| b.is_ascii_digit()) {
+        let civil: jiff::civil::DateTime =
+            text.parse().map_err(|err| format!("{EXPECTED} ({err})"))?;
+        let system;
+        let zone = match zone {
+            Some(zone) => zone,
+            None => {
+                system = jiff::tz::TimeZone::system();
+                &system
             }
-            let h: i64 = hhmm[..2].parse().map_err(|_| "bad offset")?;
-            let m: i64 = hhmm[2..].parse().map_err(|_| "bad offset")?;
-            Some(sign * (h * 3600 + m * 60))
-        }
+        };
+        zone.to_ambiguous_timestamp(civil)
+            .compatible()
+            .map_err(|err| format!("not a valid local time: {err}"))?
+    } else {
+        text.parse::<jiff::Timestamp>()
+            .map_err(|err| format!("{EXPECTED} ({err})"))?
     };
-    let seconds = match offset_s {
-        Some(offset) => {
-            days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second - offset
-        }
-        None => local_to_epoch(year, month, day, hour, minute, second)?,
-    };
-    seconds
-        .checked_mul(1_000_000_000)
-        .and_then(|ns| ns.checked_add(frac_ns))
+    i64::try_from(timestamp.as_nanosecond())
+        .ok()
         .filter(|ns| *ns >= 0)
         .ok_or_else(|| "out of range (times from 1970 to 2262 are read)".to_string())
 }
@@ -658,44 +719,6 @@ fn fraction_ns(digits: &str) -> Result<i64, String> {
     padded
         .parse()
         .map_err(|_| "bad fraction of a second".into())
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// A local date and time (cg-trace's time zone, `TZ`) in seconds since the epoch.
-fn local_to_epoch(
-    year: i64,
-    month: i64,
-    day: i64,
-    hour: i64,
-    minute: i64,
-    second: i64,
-) -> Result<i64, String> {
-    // SAFETY: tm is a plain C struct; mktime reads and normalises it and reads the time zone.
-    let t = unsafe {
-        let mut tm: libc::tm = std::mem::zeroed();
-        tm.tm_year = (year - 1900) as libc::c_int;
-        tm.tm_mon = (month - 1) as libc::c_int;
-        tm.tm_mday = day as libc::c_int;
-        tm.tm_hour = hour as libc::c_int;
-        tm.tm_min = minute as libc::c_int;
-        tm.tm_sec = second as libc::c_int;
-        tm.tm_isdst = -1;
-        libc::mktime(&mut tm)
-    };
-    if t == -1 {
-        return Err("not a valid local time".into());
-    }
-    Ok(t)
 }
 
 /// Power at `t` with the samples linearly interpolated and held flat beyond both ends.
@@ -1082,6 +1105,72 @@ mod tests {
     }
 
     #[test]
+    fn quoted_fields_are_read_as_csv() {
+        // A logger that quotes every field; its meter name holds a comma and a quote.
+        let (_dir, path) = log("\"time\",\"id\",\"pm1\",\"pm2\",\"sum\"\r\n\
+             \"1770200123\",\"rack 2, \"\"left\"\"\",\"1\",\"2\",\"244.5\"\r\n\
+             \"1770200124\",\"rack 2, right\",1,2,245\r\n\
+             1770200125,x,1,2,\"lots, really\"\r\n");
+        let err = MeterSource::open(&path, Duration::ZERO)
+            .unwrap_err()
+            .to_string();
+        // The bad row is line 4, named whole.
+        assert!(err.contains("power.csv:4: power \"lots, really\""), "{err}");
+        // Comment and blank lines count in line numbers.
+        let (_dir, path) =
+            log("time,watts\n# a \"comment, quoted\n\n1770200123,100\n\n1770200124,x\n");
+        let err = MeterSource::open(&path, Duration::ZERO)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("power.csv:6: power \"x\""), "{err}");
+        let (_dir, path) = log("\"time\",\"id\",\"pm1\",\"pm2\",\"sum\"\r\n\
+             \"1770200123\",\"rack 2, \"\"left\"\"\",\"1\",\"2\",\"244.5\"\r\n\
+             \"1770200124\",\"rack 2, right\",1,2,245\r\n");
+        let m = MeterSource::open(&path, Duration::ZERO).unwrap();
+        assert_eq!(m.layout.unwrap().format, LogFormat::PmSum);
+        assert_eq!(
+            m.samples(),
+            [
+                Sample {
+                    t_ns: T0 * S,
+                    power_w: 244.5
+                },
+                Sample {
+                    t_ns: (T0 + 1) * S,
+                    power_w: 245.0
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn a_log_reads_the_same_written_byte_by_byte() {
+        // A mark, a quoted field over two lines, CRLF, a comment: in one piece and byte by byte.
+        let text = "\u{feff}time,id,pm1,pm2,sum\r\n# x\r\n1770200123,\"a,\r\nb\",1,2,244\r\n\
+                    1770200124,c,1,2,245\r\n1770200125,d,1,2,x\r\n";
+        let (_dir, whole) = log(text);
+        let err = MeterSource::open(&whole, Duration::ZERO)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("power.csv:6: power \"x\""), "{err}");
+        let (_dir, path) = log("");
+        let mut m = MeterSource::open(&path, Duration::ZERO).unwrap();
+        let mut errors = Vec::new();
+        for byte in text.as_bytes() {
+            let mut f = fs::OpenOptions::new().append(true).open(&path).unwrap();
+            f.write_all(&[*byte]).unwrap();
+            if let Err(err) = m.poll() {
+                errors.push(err.to_string());
+            }
+        }
+        assert_eq!(m.layout.unwrap().format, LogFormat::PmSum);
+        let powers: Vec<f64> = m.samples().iter().map(|s| s.power_w).collect();
+        assert_eq!(powers, [244.0, 245.0]);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(errors[0].contains("power.csv:6: power \"x\""), "{errors:?}");
+    }
+
+    #[test]
     fn a_log_without_a_sample_in_the_run_is_an_error_not_measured_energy() {
         // Samples every second, ending 100 s before the run.
         let mut text = String::from("time,watts\n");
@@ -1140,8 +1229,34 @@ mod tests {
         assert!(parse_time("yesterday").is_err());
         assert!(parse_time("2026-02-04 25:00:00").is_err());
         assert!(parse_time("2026-02-04T10:15:23+1").is_err());
-        assert_eq!(days_from_civil(1970, 1, 1), 0);
-        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
+    }
+
+    #[test]
+    fn local_times_across_dst_edges_and_rfc3339_offsets() {
+        let paris = jiff::tz::TimeZone::get("Europe/Paris").unwrap();
+        let utc = |text: &str| parse_time_in(text, Some(&jiff::tz::TimeZone::UTC)).unwrap();
+        let at = |text: &str| parse_time_in(text, Some(&paris)).unwrap();
+        // Clocks go from 02:00 to 03:00 on 2026-03-29: one second apart across the edge...
+        assert_eq!(at("2026-03-29 03:00:00") - at("2026-03-29 01:59:59"), S);
+        assert_eq!(at("2026-03-29 03:00:00"), utc("2026-03-29 01:00:00"));
+        // ...and a skipped time is read one hour later.
+        assert_eq!(at("2026-03-29 02:30:00"), utc("2026-03-29 01:30:00"));
+        // Back from 03:00 to 02:00 on 2026-10-25: a repeated time is the first of the two.
+        assert_eq!(at("2026-10-25 02:30:00"), utc("2026-10-25 00:30:00"));
+        assert_eq!(at("2026-10-25 03:00:00"), utc("2026-10-25 02:00:00"));
+        // Winter and summer offsets.
+        assert_eq!(at("2026-02-04 11:15:23"), T0 * S);
+        assert_eq!(at("2026-07-01 12:00:00"), utc("2026-07-01 10:00:00"));
+        // An RFC 3339 offset wins over the zone.
+        for zone in [Some(&paris), Some(&jiff::tz::TimeZone::UTC), None] {
+            assert_eq!(parse_time_in("2026-02-04T11:45:23+01:30", zone), Ok(T0 * S));
+            assert_eq!(
+                parse_time_in("2026-02-04T00:15:23.25-10:00", zone),
+                Ok(T0 * S + S / 4)
+            );
+        }
+        assert!(parse_time_in("2026-02-04T10:15:23+1:00", Some(&paris)).is_err());
+        assert!(parse_time_in("2026-02-04", Some(&paris)).is_err());
     }
 
     /// Found by the `power_log` fuzz target: a time after 2262 overflowed the nanoseconds.

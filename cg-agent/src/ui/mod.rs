@@ -160,7 +160,7 @@ pub fn run(config: RunConfig, options: ViewOptions) -> Result<Outcome, ViewError
             refresh: options.refresh,
             command_output: options.command_output.clone(),
         },
-        users::Users::load("/etc/passwd"),
+        users::Users::system(),
     );
     let panic_key = std::env::var(TEST_PANIC_KEY_ENV)
         .ok()

@@ -1,32 +1,34 @@
-//! User names for the view's USER column: the uid -> name map of `/etc/passwd`, read once
-//! when the view starts (and again, at most every few seconds, when an unknown uid shows up).
+//! User names for the view's USER column: uid -> name through the C library's user database
+//! (`getpwuid_r`, via `uzers`), so that users from NSS (LDAP, systemd-homed, SSSD) show as
+//! well as those of `/etc/passwd`. Each uid is looked up once and kept; a uid the database
+//! does not know is asked again at most every few seconds, so an interval costs a map lookup
+//! per process however many there are.
 
 use std::{
     collections::HashMap,
-    path::PathBuf,
     time::{Duration, Instant},
 };
 
-/// How often an unknown uid may trigger a new read of the passwd file.
+/// How often a uid the database did not know may be looked up again.
 const REREAD_AFTER: Duration = Duration::from_secs(5);
 
 /// Names by uid.
 #[derive(Debug, Default)]
 pub struct Users {
     names: HashMap<u32, String>,
-    path: Option<PathBuf>,
-    read_at: Option<Instant>,
+    /// Uids the database did not know, and when it was asked.
+    missed: HashMap<u32, Instant>,
+    /// Whether unknown uids are looked up in the system's database (not in tests).
+    system: bool,
 }
 
 impl Users {
-    /// Reads `path` (`/etc/passwd`); an unreadable file leaves every uid shown as a number.
-    pub fn load(path: impl Into<PathBuf>) -> Self {
-        let mut users = Users {
-            path: Some(path.into()),
+    /// Names from the system's user database, looked up as uids show up.
+    pub fn system() -> Self {
+        Users {
+            system: true,
             ..Users::default()
-        };
-        users.reread();
-        users
+        }
     }
 
     /// Fixed names (tests).
@@ -37,20 +39,30 @@ impl Users {
         }
     }
 
-    fn reread(&mut self) {
-        if let Some(path) = &self.path {
-            if let Ok(text) = std::fs::read_to_string(path) {
-                self.names = parse_passwd(&text);
-            }
-            self.read_at = Some(Instant::now());
-        }
-    }
-
-    /// Makes sure every uid in `uids` has a name, if the passwd file has it.
+    /// Makes sure every uid in `uids` has a name, if the user database has it.
     pub fn learn(&mut self, uids: impl IntoIterator<Item = u32>) {
-        let unknown = uids.into_iter().any(|uid| !self.names.contains_key(&uid));
-        if unknown && self.read_at.is_none_or(|t| t.elapsed() >= REREAD_AFTER) {
-            self.reread();
+        if !self.system {
+            return;
+        }
+        for uid in uids {
+            if self.names.contains_key(&uid)
+                || self
+                    .missed
+                    .get(&uid)
+                    .is_some_and(|t| t.elapsed() < REREAD_AFTER)
+            {
+                continue;
+            }
+            match uzers::get_user_by_uid(uid) {
+                Some(user) => {
+                    let name = user.name().to_string_lossy().into_owned();
+                    self.names.insert(uid, name);
+                    self.missed.remove(&uid);
+                }
+                None => {
+                    self.missed.insert(uid, Instant::now());
+                }
+            }
         }
     }
 
@@ -67,32 +79,9 @@ impl Users {
     }
 }
 
-/// `name:password:uid:gid:...` lines; malformed lines are skipped.
-pub fn parse_passwd(text: &str) -> HashMap<u32, String> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|line| {
-            let mut fields = line.split(':');
-            let name = fields.next()?.trim();
-            let uid = fields.nth(1)?.trim().parse().ok()?;
-            (!name.is_empty()).then(|| (uid, name.to_string()))
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_passwd_and_skips_junk() {
-        let names = parse_passwd(
-            "root:x:0:0:root:/root:/bin/bash\n# comment\nbroken\nalice:x:1000:1000::/home/alice:/bin/sh\nbob:x:notanumber:1::/:/bin/sh\n",
-        );
-        assert_eq!(names.len(), 2);
-        assert_eq!(names[&0], "root");
-        assert_eq!(names[&1000], "alice");
-    }
 
     #[test]
     fn unknown_uids_show_as_numbers() {
@@ -100,5 +89,30 @@ mod tests {
         assert_eq!(users.name(Some(0)), "root");
         assert_eq!(users.name(Some(4242)), "4242");
         assert_eq!(users.name(None), "?");
+    }
+
+    #[test]
+    fn names_come_from_the_system_user_database_and_misses_are_kept() {
+        // What the C library says (files, or NSS modules such as LDAP or systemd-homed).
+        let expected =
+            |uid: u32| uzers::get_user_by_uid(uid).map(|u| u.name().to_string_lossy().into_owned());
+        let me = uzers::get_current_uid();
+        let mut users = Users::system();
+        // A uid no database holds.
+        let nobody_has = (3_000_000_000..)
+            .find(|uid| expected(*uid).is_none())
+            .unwrap();
+        users.learn([0, me, nobody_has]);
+        assert_eq!(users.name(Some(0)), expected(0).unwrap());
+        assert_eq!(
+            users.name(Some(me)),
+            expected(me).unwrap_or_else(|| me.to_string())
+        );
+        assert_eq!(users.name(Some(nobody_has)), nobody_has.to_string());
+        assert!(users.missed.contains_key(&nobody_has));
+        // Learnt once: not looked up again.
+        let asked_at = users.missed[&nobody_has];
+        users.learn([nobody_has]);
+        assert_eq!(users.missed[&nobody_has], asked_at);
     }
 }
