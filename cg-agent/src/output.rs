@@ -246,6 +246,21 @@ pub fn write_file(
     new.commit().map(drop)
 }
 
+/// [`write_file`], or standard output when `path` is `-` (as `-o -` asks for a report).
+pub fn write_file_or_stdout(
+    path: &Path,
+    who: &Invoker,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> Result<(), OutputError> {
+    if path == Path::new("-") {
+        return write(&mut io::stdout().lock()).map_err(|source| OutputError::Write {
+            path: "standard output".into(),
+            source,
+        });
+    }
+    write_file(path, who, write)
+}
+
 /// Checks, before a run, that `path` can be written for `who`: its directory opens, an
 /// existing file there is one cg-trace may replace, and a fresh file can be created there
 /// (it is removed at once).

@@ -246,13 +246,7 @@ pub fn write(report: &Report, out: &mut dyn Write) -> io::Result<()> {
 /// Writes the report as CSV to `path` (`-` for stdout), through [`crate::output`] as the
 /// JSON report is.
 pub fn write_to_path(report: &Report, path: &Path, who: &Invoker) -> Result<(), OutputError> {
-    if path == Path::new("-") {
-        return write(report, &mut io::stdout().lock()).map_err(|source| OutputError::Write {
-            path: "standard output".into(),
-            source,
-        });
-    }
-    output::write_file(path, who, |out| write(report, out))
+    output::write_file_or_stdout(path, who, |out| write(report, out))
 }
 
 #[cfg(test)]

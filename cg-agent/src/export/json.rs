@@ -22,11 +22,5 @@ pub fn write(report: &Report, out: &mut dyn Write) -> io::Result<()> {
 /// next to its final name, renamed into place (a reader never sees half a report), created
 /// for `who` (under sudo, as the user who ran it).
 pub fn write_to_path(report: &Report, path: &Path, who: &Invoker) -> Result<(), OutputError> {
-    if path == Path::new("-") {
-        return write(report, &mut io::stdout().lock()).map_err(|source| OutputError::Write {
-            path: "standard output".into(),
-            source,
-        });
-    }
-    output::write_file(path, who, |out| write(report, out))
+    output::write_file_or_stdout(path, who, |out| write(report, out))
 }
