@@ -974,18 +974,8 @@ fn render_signal_menu(menu: &SignalMenu, area: Rect, buf: &mut Buffer) {
         lines.push(Line::raw(""));
         lines.push(Line::raw(" ↑ ↓ or 1-9 choose · Enter sends · Esc cancels"));
     }
-    let width = 50.min(area.width);
-    let height = (lines.len() as u16 + 2).min(area.height);
-    let popup = Rect {
-        x: area.x + (area.width - width) / 2,
-        y: area.y + (area.height - height) / 2,
-        width,
-        height,
-    };
-    Clear.render(popup, buf);
-    Paragraph::new(lines)
-        .block(Block::bordered().title(format!(" send a signal to {} ", menu.pid)))
-        .render(popup, buf);
+    let title = format!(" send a signal to {} ", menu.pid);
+    render_popup(area, buf, 50, title, lines);
 }
 
 fn render_help(area: Rect, buf: &mut Buffer) {
@@ -997,7 +987,13 @@ fn render_help(area: Rect, buf: &mut Buffer) {
         lines.push(Line::raw(""));
         lines.extend(HELP_NOTES.iter().map(|note| Line::raw(*note)));
     }
-    let width = 66.min(area.width);
+    render_popup(area, buf, 66, " keys ".to_string(), lines);
+}
+
+/// A bordered box of `lines` under `title`, at most `width` wide, centred in `area` over
+/// what was drawn there.
+fn render_popup(area: Rect, buf: &mut Buffer, width: u16, title: String, lines: Vec<Line>) {
+    let width = width.min(area.width);
     let height = (lines.len() as u16 + 2).min(area.height);
     let popup = Rect {
         x: area.x + (area.width - width) / 2,
@@ -1007,7 +1003,7 @@ fn render_help(area: Rect, buf: &mut Buffer) {
     };
     Clear.render(popup, buf);
     Paragraph::new(lines)
-        .block(Block::bordered().title(" keys "))
+        .block(Block::bordered().title(title))
         .render(popup, buf);
 }
 
