@@ -6,7 +6,7 @@
 use std::{
     fs,
     path::{Path, PathBuf},
-    process::{Command, Output},
+    process::{Command, Output, Stdio},
     sync::{
         Arc, OnceLock,
         atomic::{AtomicBool, Ordering},
@@ -84,6 +84,16 @@ impl Run {
 /// Runs cg-trace with `args`, writing its report into a temp dir (`-o` is added).
 pub fn cg_trace(args: &[&str]) -> Run {
     cg_trace_with_env(args, &[])
+}
+
+/// Runs cg-trace with exactly these arguments (no `-o` added, stdin `/dev/null`), for tests
+/// of what it prints and writes itself.
+pub fn cg_trace_as_given(args: &[&str]) -> Output {
+    Command::new(bin("cg-trace"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("running cg-trace")
 }
 
 /// [`cg_trace`] with these environment variables set for cg-trace.

@@ -7,25 +7,18 @@
 use std::{
     io::{BufRead, BufReader},
     path::{Path, PathBuf},
-    process::{Command, Output, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
 use cg_tests::{
-    Background, FakePowercap, Linear, assert_valid_report, bin, process, read_report, require_root,
+    Background, FakePowercap, Linear, assert_valid_report, bin, cg_trace_as_given as cg, process,
+    read_report, require_root,
 };
 use serde_json::Value;
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn cg(args: &[&str]) -> Output {
-    Command::new(bin("cg-trace"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("running cg-trace")
 }
 
 /// A read-only file system (tmpfs mounted `ro`), unmounted when dropped.

@@ -6,12 +6,12 @@
 use std::{
     fs,
     path::{Path, PathBuf},
-    process::{Command, Output, Stdio},
+    process::Output,
 };
 
 use cg_tests::{
-    REPORT_SCHEMA, assert_adds_up, assert_valid_report, bin, cg_trace, read_report, require_root,
-    schema_errors,
+    REPORT_SCHEMA, assert_adds_up, assert_valid_report, bin, cg_trace, cg_trace_as_given as cg,
+    read_report, require_root, schema_errors,
 };
 use serde_json::{Value, json};
 
@@ -310,14 +310,6 @@ fn csv_rows_match_the_json_report_of_the_same_run() {
         of("function_total").len(),
         report["function_totals"].as_array().unwrap().len()
     );
-}
-
-fn cg(args: &[&str]) -> Output {
-    Command::new(bin("cg-trace"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("running cg-trace")
 }
 
 #[test]
