@@ -107,6 +107,17 @@ impl Mark {
     }
 }
 
+/// Time read but not yet charged to an interval, handed over when a run ends: a slice the
+/// kernel reported only when it ended (it missed the switch that started it, so no read
+/// showed it running) can be longer than the run's last intervals.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Carried {
+    /// (thread, CPU, nanoseconds owed).
+    pub threads: Vec<(ThreadKey, u32, u64)>,
+    /// Other tasks' time owed, per CPU id.
+    pub other_ns_per_cpu: Vec<u64>,
+}
+
 /// Remembers the previous cumulative values (see the module docs).
 ///
 /// An interval never shows more busy time on a CPU than the interval lasted: when the time
@@ -287,6 +298,37 @@ impl ActivityTracker {
     /// The same for other tasks' time.
     pub fn carried_other_ns(&self) -> u64 {
         self.cpus.iter().map(Mark::owed_ns).sum()
+    }
+
+    /// Everything still carried, marked as charged: what the run's intervals could not hold
+    /// by its end (see [`Carried`]).
+    pub fn take_carried(&mut self) -> Carried {
+        let mut carrying = std::mem::take(&mut self.carrying);
+        carrying.sort_unstable();
+        carrying.dedup();
+        let mut threads = Vec::new();
+        for (thread, cpu) in carrying {
+            if let Some(mark) = self.threads.get_mut(&(thread, cpu)) {
+                let owed_ns = mark.owed_ns();
+                mark.charged_ns = mark.seen_ns;
+                if owed_ns > 0 {
+                    threads.push((thread, cpu, owed_ns));
+                }
+            }
+        }
+        let other_ns_per_cpu = self
+            .cpus
+            .iter_mut()
+            .map(|mark| {
+                let owed_ns = mark.owed_ns();
+                mark.charged_ns = mark.seen_ns;
+                owed_ns
+            })
+            .collect();
+        Carried {
+            threads,
+            other_ns_per_cpu,
+        }
     }
 
     /// Forgets a thread whose kernel entry was deleted (it exited and its last time was read
@@ -575,6 +617,35 @@ mod tests {
         let a = tracker.advance(&snap, |_| true).unwrap();
         assert_eq!(slices_of(&a, key(1, 1)), 0);
         assert_eq!(a.cpus[0].idle_ns, 100 * MS);
+    }
+
+    #[test]
+    fn what_is_still_carried_is_handed_over_once() {
+        // A slice whose start the kernel never reported shows up whole when it ends: 900 ms
+        // of thread 1/1 on cpu0 read at the end of a 100 ms interval; 800 ms stay owed.
+        let mut tracker = ActivityTracker::new();
+        let mut snap = Snapshot {
+            taken_ns: 0,
+            cpus: vec![idle_cpu()],
+            threads: vec![],
+        };
+        tracker.advance(&snap, |_| true);
+        snap.taken_ns = 100 * MS;
+        snap.cpus[0].other_ns = 130 * MS;
+        snap.threads = vec![(key(1, 1), vec![900 * MS])];
+        let a = tracker.advance(&snap, |_| true).unwrap();
+        assert_eq!(slices_of(&a, key(1, 1)), 100 * MS);
+        let carried = tracker.take_carried();
+        assert_eq!(carried.threads, vec![(key(1, 1), 0, 800 * MS)]);
+        assert_eq!(carried.other_ns_per_cpu, vec![130 * MS]);
+        assert!(!tracker.owes(1, None));
+        assert_eq!(tracker.carried_target_ns() + tracker.carried_other_ns(), 0);
+        // Handed over: neither owed again nor charged twice.
+        assert_eq!(tracker.take_carried().threads, vec![]);
+        snap.taken_ns = 200 * MS;
+        let a = tracker.advance(&snap, |_| true).unwrap();
+        assert_eq!(slices_of(&a, key(1, 1)), 0);
+        assert_eq!(a.cpus[0].other_ns, 0);
     }
 
     #[test]

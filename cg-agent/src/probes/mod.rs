@@ -514,10 +514,11 @@ impl Probes {
         // leaves the CPU anyway).
         let mut in_progress: Vec<Option<u64>> = states
             .iter()
-            .map(|state| {
+            .enumerate()
+            .map(|(cpu, state)| {
                 state
                     .filter(|s| s.valid != 0 && s.tid != 0)
-                    .and_then(|s| running_since(&s))
+                    .and_then(|s| running_since(&s, cpu))
             })
             .collect();
         if in_progress.iter().any(Option::is_some) {
@@ -664,12 +665,34 @@ fn switch_every_cpu() {
 
 /// How long the task a CPU is running has run since it got the CPU: its `sum_exec_runtime`
 /// now (the kernel brings it up to date when schedstat is read) minus its value then. `None`
-/// when the task is already gone.
-fn running_since(state: &CpuState) -> Option<u64> {
-    let path = format!("/proc/{}/task/{}/schedstat", state.tgid, state.tid);
-    let text = std::fs::read_to_string(path).ok()?;
+/// when the task is already gone, or is not running on `cpu` at all: the kernel did not
+/// report the switch that took it off (it happens), so the CPU's record is stale and the
+/// task's runtime may be growing on another CPU, where it is counted already.
+fn running_since(state: &CpuState, cpu: usize) -> Option<u64> {
+    let task = format!("/proc/{}/task/{}", state.tgid, state.tid);
+    let stat = std::fs::read_to_string(format!("{task}/stat")).ok()?;
+    if running_on(&stat)? != cpu {
+        return None;
+    }
+    let text = std::fs::read_to_string(format!("{task}/schedstat")).ok()?;
     let runtime_ns = parse_schedstat_runtime_ns(&text)?;
     Some(runtime_ns.saturating_sub(state.start_runtime_ns))
+}
+
+/// From `/proc/PID/task/TID/stat`: the CPU the task is running on, `None` unless it is
+/// running (state `R`). The command name may hold anything, parentheses included: the
+/// fields are counted from the last `)`.
+pub fn running_on(stat: &str) -> Option<usize> {
+    let fields: Vec<&str> = stat
+        .get(stat.rfind(')')? + 1..)?
+        .split_whitespace()
+        .take(40)
+        .collect();
+    // state is field 3 of stat, processor field 39.
+    if fields.first() != Some(&"R") {
+        return None;
+    }
+    fields.get(36)?.parse().ok()
 }
 
 /// `/proc/PID/task/TID/schedstat` (`run_ns wait_ns timeslices`): the task's `sum_exec_runtime`.
@@ -693,4 +716,30 @@ pub fn monotonic_ns() -> u64 {
     // SAFETY: clock_gettime writes into the timespec we own.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn knows_where_a_task_runs_from_its_stat() {
+        let running = "4242 (cg (spin) R) R 1 4242 4242 0 -1 4194304 100 0 0 0 300 2 0 0 20 0 \
+                       1 0 5000 2000000 200 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 \
+                       0 0 0 0 0";
+        assert_eq!(running_on(running), Some(1));
+        let sleeping = running.replacen(") R 1", ") S 1", 1);
+        assert_eq!(running_on(&sleeping), None);
+        assert_eq!(running_on("4242 (cut) R 1 2"), None);
+        assert_eq!(running_on("garbage"), None);
+    }
+
+    #[test]
+    fn reads_the_runtime_from_schedstat() {
+        assert_eq!(
+            parse_schedstat_runtime_ns("1234567 89 10\n"),
+            Some(1_234_567)
+        );
+        assert_eq!(parse_schedstat_runtime_ns("x 1 2"), None);
+    }
 }

@@ -957,10 +957,18 @@ fn quality(rec: &Recording, baselines: &[IdleBaseline], ledger: &Ledger) -> Qual
             crate::sources::human_duration((starved.longest_s * 1e9) as u64)
         ));
     }
+    if rec.late_placed_ns > 0 {
+        notes.push(format!(
+            "{} of the targets' CPU time was read only when its slice ended (the kernel did not \
+             report the switch that started it, so no read showed it running) and was placed \
+             back in the run's last intervals where its CPU showed room",
+            crate::sources::human_duration(rec.late_placed_ns)
+        ));
+    }
     if rec.carried_past_end_ns > 0 {
         degraded = true;
         notes.push(format!(
-            "{} of the targets' CPU time read at the end of the run fitted in no interval (each \
+            "{} of the targets' CPU time read at the end of the run fitted in no interval, not even placed back (each \
              holds at most its length per CPU) and is not charged",
             crate::sources::human_duration(rec.carried_past_end_ns)
         ));
@@ -1062,6 +1070,7 @@ mod tests {
             stop_reason: "command exited".into(),
             command_ending: None,
             calibration_s: 0.0,
+            late_placed_ns: 0,
             carried_past_end_ns: 0,
             other_carried_past_end_ns: 0,
             still_running: Vec::new(),

@@ -204,8 +204,11 @@ pub struct Recording {
     pub stop_reason: String,
     pub command_ending: Option<Ending>,
     pub calibration_s: f64,
-    /// Targets' CPU time that was read but could not be placed in any interval before the run
-    /// ended (see [`ActivityTracker`]); normally 0.
+    /// Targets' CPU time read only after the run's last interval (a slice whose start the
+    /// kernel did not report) and placed back into the intervals where its CPU had room.
+    pub late_placed_ns: u64,
+    /// Targets' CPU time that was read but could not be placed in any interval, even back
+    /// (see [`ActivityTracker`] and [`Recorder::place_late`]); normally 0.
     pub carried_past_end_ns: u64,
     /// The same for other tasks: on a machine kept busy the last moments of read jitter.
     pub other_carried_past_end_ns: u64,
@@ -516,8 +519,7 @@ struct Measured {
     spawned: bool,
     child_pid: u32,
     started_at: SystemTime,
-    carried_past_end_ns: u64,
-    other_carried_past_end_ns: u64,
+    late: LateTime,
     still_running: Vec<RunningProcess>,
     run_end_ns: u64,
 }
@@ -802,7 +804,10 @@ async fn measure(setup: &mut Setup) -> Result<Measured, RunError> {
         tokio::time::sleep(DRAIN_INTERVAL).await;
         sampler.sample(Phase::Run);
     }
-    let carried_past_end_ns = sampler.tracker.carried_target_ns();
+    // What is still owed is a slice the kernel reported only when it ended (it missed the
+    // switch that started it, so no read showed it running): it ran during the run, while its
+    // CPU looked idle, and goes back there (see Recorder::place_late).
+    let late = place_late_time(sampler);
     // A wrapped command that outlived the run (it ignored the stop signal) or a daemon it
     // started: the user should know that what cg-trace started is still running.
     let still_running: Vec<RunningProcess> = if matches!(config.mode, Mode::Wrap { .. }) {
@@ -831,11 +836,68 @@ async fn measure(setup: &mut Setup) -> Result<Measured, RunError> {
         spawned: child.is_some(),
         child_pid,
         started_at,
-        carried_past_end_ns,
-        other_carried_past_end_ns: sampler.tracker.carried_other_ns(),
+        late,
         still_running,
         run_end_ns: monotonic_ns(),
     })
+}
+
+/// What the end of a run did with time read too late for its intervals.
+#[derive(Clone, Copy, Debug, Default)]
+struct LateTime {
+    /// Targets' time placed back into the run's intervals.
+    placed_ns: u64,
+    /// Targets' time that found no room (not charged).
+    unplaced_ns: u64,
+    /// Other tasks' time that found no room or whose room a target's late time took.
+    other_unplaced_ns: u64,
+}
+
+/// Hands the time still carried at the end of a run to the recorder (see
+/// [`Recorder::place_late`]).
+fn place_late_time(sampler: &mut Sampler) -> LateTime {
+    let carried = sampler.tracker.take_carried();
+    let mut late = LateTime::default();
+    // Estimates that follow CPU activity follow the placed time too.
+    let joules_per_busy_ns: Vec<f64> = sampler
+        .sources
+        .iter()
+        .flat_map(|source| {
+            source
+                .joules_per_busy_ns()
+                .filter(|j| j.len() == source.domains().len())
+                .unwrap_or_else(|| vec![0.0; source.domains().len()])
+        })
+        .collect();
+    let mut busier = |interval: &mut Interval, ns: u64| {
+        for (domain, &per_ns) in joules_per_busy_ns.iter().enumerate() {
+            if per_ns != 0.0
+                && let Some((joules, _)) = interval.energy_mut(domain)
+            {
+                *joules += per_ns * ns as f64;
+            }
+        }
+    };
+    let now_ns = monotonic_ns();
+    for (thread, cpu, ns) in carried.threads {
+        let id = sampler.table.id_of_thread(thread, now_ns);
+        let not_before_ns = sampler.table.records()[id as usize]
+            .start_ns
+            .map_or(0, |s| s.saturating_sub(sampler.run_start_ns));
+        let placement = sampler
+            .recorder
+            .place_late(id, cpu, ns, not_before_ns, &mut busier);
+        late.placed_ns += placement.placed_ns;
+        late.unplaced_ns += ns - placement.placed_ns;
+        late.other_unplaced_ns += placement.displaced_other_ns;
+    }
+    for (cpu, ns) in carried.other_ns_per_cpu.into_iter().enumerate() {
+        late.other_unplaced_ns += ns
+            - sampler
+                .recorder
+                .place_late_other(cpu as u32, ns, &mut busier);
+    }
+    late
 }
 
 /// The end of a measured run: its exit code, the sources' last word (a power log settles),
@@ -849,8 +911,7 @@ fn conclude(setup: &mut Setup, measured: Measured) -> Outcome {
         spawned,
         child_pid,
         started_at,
-        carried_past_end_ns,
-        other_carried_past_end_ns,
+        late,
         still_running,
         run_end_ns,
     } = measured;
@@ -951,8 +1012,9 @@ fn conclude(setup: &mut Setup, measured: Measured) -> Outcome {
             stop_reason,
             command_ending,
             calibration_s: setup.calibration_s,
-            carried_past_end_ns,
-            other_carried_past_end_ns,
+            late_placed_ns: late.placed_ns,
+            carried_past_end_ns: late.unplaced_ns,
+            other_carried_past_end_ns: late.other_unplaced_ns,
             still_running,
             profiler: ProfilerCost {
                 attach_ms: setup.attach_ms,

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::attribution::{CpuTime, Interval, Slice, gpu::GpuUsage};
+use crate::attribution::{CpuTime, Interval, ProcId, Slice, gpu::GpuUsage};
 
 /// Default budget of stored (process, CPU) slices: about 16 bytes each, so ~6 MB.
 pub const DEFAULT_SLICE_BUDGET: usize = 400_000;
@@ -60,6 +60,116 @@ impl Recorder {
         self.calibration.iter_mut().chain(self.intervals.iter_mut())
     }
 
+    /// Places `ns` of process `process`'s time on `cpu` that was read only after the run's
+    /// last interval (see [`crate::probes::activity::Carried`]) back into the latest
+    /// intervals, newest first, that end after `not_before_ns` (the process's start, in run
+    /// time). It ran then, while its CPU looked idle (the kernel missed the switch that
+    /// started it): idle room is taken first, in every interval; then other tasks' time,
+    /// since targets' time is exact and other time comes second (as in
+    /// [`crate::probes::activity::ActivityTracker`]). No interval becomes busier than it was
+    /// long. `busier(interval, ns)` is told of idle time that became busy (energy estimated
+    /// from CPU activity follows it).
+    pub fn place_late(
+        &mut self,
+        process: ProcId,
+        cpu: u32,
+        ns: u64,
+        not_before_ns: u64,
+        busier: &mut dyn FnMut(&mut Interval, u64),
+    ) -> LatePlacement {
+        let mut left_ns = ns;
+        let mut displaced_other_ns = 0;
+        for take_other in [false, true] {
+            for interval in self.intervals.iter_mut().rev() {
+                if left_ns == 0 {
+                    break;
+                }
+                let end_ns = interval.start_ns + interval.duration_ns;
+                if end_ns <= not_before_ns {
+                    break;
+                }
+                let after_start_ns = end_ns - not_before_ns.max(interval.start_ns);
+                let busy_ns: u64 = interval
+                    .slices
+                    .iter()
+                    .filter(|s| s.process == process && s.cpu == cpu)
+                    .map(|s| s.on_cpu_ns)
+                    .sum();
+                let Some(time) = interval.cpus.get_mut(cpu as usize) else {
+                    continue;
+                };
+                let room_ns = if take_other {
+                    time.other_ns
+                } else {
+                    time.idle_ns
+                };
+                let take_ns = left_ns
+                    .min(room_ns)
+                    .min(after_start_ns.saturating_sub(busy_ns));
+                if take_ns == 0 {
+                    continue;
+                }
+                if take_other {
+                    time.other_ns -= take_ns;
+                    displaced_other_ns += take_ns;
+                } else {
+                    time.idle_ns -= take_ns;
+                }
+                left_ns -= take_ns;
+                if !take_other {
+                    busier(interval, take_ns);
+                }
+                match interval
+                    .slices
+                    .iter_mut()
+                    .find(|s| s.process == process && s.cpu == cpu)
+                {
+                    Some(slice) => slice.on_cpu_ns += take_ns,
+                    None => {
+                        interval.slices.push(Slice {
+                            process,
+                            cpu,
+                            on_cpu_ns: take_ns,
+                        });
+                        interval.slices.sort_by_key(|s| (s.process, s.cpu));
+                        self.stored += 1;
+                    }
+                }
+            }
+        }
+        LatePlacement {
+            placed_ns: ns - left_ns,
+            displaced_other_ns,
+        }
+    }
+
+    /// Places other tasks' time on `cpu` read after the run's last interval into the idle
+    /// room of the latest intervals; returns how much found room. (`busier` as in
+    /// [`Self::place_late`].)
+    pub fn place_late_other(
+        &mut self,
+        cpu: u32,
+        ns: u64,
+        busier: &mut dyn FnMut(&mut Interval, u64),
+    ) -> u64 {
+        let mut left_ns = ns;
+        for interval in self.intervals.iter_mut().rev() {
+            if left_ns == 0 {
+                break;
+            }
+            if let Some(time) = interval.cpus.get_mut(cpu as usize) {
+                let take_ns = left_ns.min(time.idle_ns);
+                time.idle_ns -= take_ns;
+                time.other_ns += take_ns;
+                left_ns -= take_ns;
+                if take_ns > 0 {
+                    busier(interval, take_ns);
+                }
+            }
+        }
+        ns - left_ns
+    }
+
     fn compact(&mut self) {
         let old = std::mem::take(&mut self.intervals);
         let mut merged = Vec::with_capacity(old.len().div_ceil(2));
@@ -74,6 +184,14 @@ impl Recorder {
         self.intervals = merged;
         self.merges += 1;
     }
+}
+
+/// What [`Recorder::place_late`] did with late time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LatePlacement {
+    pub placed_ns: u64,
+    /// Other tasks' time it took the place of (no longer in any interval).
+    pub displaced_other_ns: u64,
 }
 
 /// One interval covering `a` then `b`.
@@ -181,6 +299,111 @@ mod tests {
         assert_eq!(ledger.cpu_ns[&9], 100);
         // Starts stay in order and the first interval starts at 0.
         assert_eq!(rec.intervals()[0].start_ns, 0);
+    }
+
+    fn busy_at_most_long(rec: &Recorder) {
+        for interval in rec.intervals() {
+            for (cpu, time) in interval.cpus.iter().enumerate() {
+                let targets_ns: u64 = interval
+                    .slices
+                    .iter()
+                    .filter(|s| s.cpu == cpu as u32)
+                    .map(|s| s.on_cpu_ns)
+                    .sum();
+                assert_eq!(
+                    targets_ns + time.other_ns + time.idle_ns,
+                    interval.duration_ns,
+                    "{interval:?}"
+                );
+            }
+        }
+    }
+
+    fn quiet(i: u64, idle_ns: u64, other_ns: u64) -> Interval {
+        Interval {
+            start_ns: i * 100,
+            duration_ns: 100,
+            cpus: vec![CpuTime { idle_ns, other_ns }],
+            ..Interval::default()
+        }
+    }
+
+    #[test]
+    fn late_time_goes_back_to_where_its_cpu_looked_idle() {
+        // Process 4 spun on cpu0 for 250 ns while the kernel had not reported its start: the
+        // intervals showed cpu0 idle (the last one partly busy with it). Read only at the
+        // end, its time goes back into the idle room, newest first.
+        let mut rec = Recorder::new(1000);
+        rec.push(quiet(0, 100, 0));
+        rec.push(quiet(1, 90, 10));
+        rec.push(quiet(2, 80, 20));
+        let mut last = quiet(3, 30, 20);
+        last.slices.push(Slice {
+            process: 4,
+            cpu: 0,
+            on_cpu_ns: 50,
+        });
+        rec.push(last);
+        let placed = rec.place_late(4, 0, 150, 0, &mut |_, _| {});
+        assert_eq!(
+            placed,
+            LatePlacement {
+                placed_ns: 150,
+                displaced_other_ns: 0
+            }
+        );
+        let on_cpu0 = |i: usize| -> u64 {
+            rec.intervals()[i]
+                .slices
+                .iter()
+                .filter(|s| s.process == 4)
+                .map(|s| s.on_cpu_ns)
+                .sum()
+        };
+        assert_eq!(
+            [on_cpu0(0), on_cpu0(1), on_cpu0(2), on_cpu0(3)],
+            [0, 40, 80, 80]
+        );
+        busy_at_most_long(&rec);
+    }
+
+    #[test]
+    fn late_time_displaces_other_time_only_when_idle_room_is_short() {
+        let mut rec = Recorder::new(1000);
+        rec.push(quiet(0, 10, 90));
+        rec.push(quiet(1, 20, 80));
+        let mut busier_ns = 0;
+        let placed = rec.place_late(7, 0, 100, 0, &mut |_, ns| busier_ns += ns);
+        assert_eq!(placed.placed_ns, 100);
+        // 30 ns of idle room first (both intervals), then 70 ns of other time, newest first.
+        assert_eq!(placed.displaced_other_ns, 70);
+        assert_eq!(busier_ns, 30, "only idle room becomes busier");
+        assert_eq!(rec.intervals()[1].cpus[0].other_ns, 10);
+        assert_eq!(rec.intervals()[0].cpus[0].other_ns, 90);
+        busy_at_most_long(&rec);
+        // More than the run had room for: the rest stays unplaced.
+        let placed = rec.place_late(7, 0, 1000, 0, &mut |_, _| {});
+        assert_eq!(placed.placed_ns, 100);
+        busy_at_most_long(&rec);
+        // Other tasks' late time only fills idle room.
+        let mut rec = Recorder::new(1000);
+        rec.push(quiet(0, 10, 90));
+        assert_eq!(rec.place_late_other(0, 25, &mut |_, _| {}), 10);
+        busy_at_most_long(&rec);
+    }
+
+    #[test]
+    fn late_time_never_lands_before_its_process_started() {
+        let mut rec = Recorder::new(1000);
+        for i in 0..4 {
+            rec.push(quiet(i, 100, 0));
+        }
+        // Started at 250 ns: half of interval 2 and interval 3 can hold it.
+        let placed = rec.place_late(3, 0, 400, 250, &mut |_, _| {});
+        assert_eq!(placed.placed_ns, 150);
+        assert!(rec.intervals()[..2].iter().all(|i| i.slices.is_empty()));
+        assert_eq!(rec.intervals()[2].slices[0].on_cpu_ns, 50);
+        busy_at_most_long(&rec);
     }
 
     #[test]

@@ -261,6 +261,13 @@ pub trait EnergySource {
     fn known_idle_w(&self) -> Option<Vec<f64>> {
         None
     }
+    /// For a source whose figures follow from CPU activity (the model): per domain, the
+    /// joules it adds for each nanosecond more of busy CPU time, so that time placed in an
+    /// interval after it was read (see `Recorder::place_late`) changes its estimate as a
+    /// read would have. `None` for measured sources: their joules are what they are.
+    fn joules_per_busy_ns(&self) -> Option<Vec<f64>> {
+        None
+    }
     /// Per domain, the watts one fully busy unit (a GPU) is assumed to add when the idle
     /// baseline cannot be fitted; `None` uses the CPU prior.
     fn busy_slope_w(&self) -> Option<Vec<f64>> {

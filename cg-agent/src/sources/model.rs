@@ -142,6 +142,13 @@ impl EnergySource for ModelSource {
         Some(vec![self.params.idle_w])
     }
 
+    fn joules_per_busy_ns(&self) -> Option<Vec<f64>> {
+        // power = idle + (max - idle) x busy / (duration x CPUs): linear in busy time.
+        Some(vec![
+            (self.params.max_w - self.params.idle_w) / self.cpu_count as f64 / 1e9,
+        ])
+    }
+
     fn describe(&self) -> String {
         format!(
             "built-in model: power = {:.1} W + ({:.1} W - {:.1} W) x CPU utilisation ({})",
@@ -186,6 +193,10 @@ mod tests {
             .unwrap();
         assert_eq!(half, vec![Reading::Joules(10.0)]);
         assert!((m.params().watts_per_busy_cpu(2) - 10.0).abs() < 1e-12);
+        // Time placed in an interval after its read changes the estimate as a read would:
+        // 0.5 s of one CPU is the 5 J between the two reads above.
+        let per_ns = m.joules_per_busy_ns().unwrap();
+        assert!((per_ns[0] * 500_000_000.0 - 5.0).abs() < 1e-9);
     }
 
     #[test]
