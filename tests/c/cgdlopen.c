@@ -1,8 +1,10 @@
 /* Workload of the late-attach tests: `cgdlopen LIBRARY DELAY_MS CALLS` sleeps DELAY_MS,
  * loads LIBRARY with dlopen(), then waits (up to 20 s) until cgdl_work's first byte is an
  * int3: the breakpoint a uprobe puts there, which shows that cg-trace has probed the library
- * it just mapped. Only then does it make CALLS calls, so that a test can demand the exact
- * count. Prints `probed=1 calls=N` (probed=0 when no probe came: the calls are made anyway). */
+ * it just mapped. The entry and the return probe are two attachments (with perf_event
+ * uprobes, two perf events) and either puts the int3 there: it then waits 300 ms more, so
+ * that the other one is in too (a loaded machine once ran all the calls between the two),
+ * and only then makes CALLS calls, so that a test can demand the exact count. Prints `probed=1 calls=N` (probed=0 when no probe came: the calls are made anyway). */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -38,6 +40,9 @@ int main(int argc, char **argv) {
         if (!probed) {
             sleep_ms(10);
         }
+    }
+    if (probed) {
+        sleep_ms(300);
     }
     uint64_t x = 1;
     for (long i = 0; i < calls; i++) {
