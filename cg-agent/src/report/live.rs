@@ -641,6 +641,7 @@ mod tests {
             ended_ns,
             ending: None,
             root: pid == 10,
+            thread_names: Default::default(),
         }
     }
 
@@ -662,11 +663,13 @@ mod tests {
             slices: vec![
                 Slice {
                     process: 0,
+                    tid: 0,
                     cpu: 0,
                     on_cpu_ns: a_ms * MS,
                 },
                 Slice {
                     process: 1,
+                    tid: 1,
                     cpu: 1,
                     on_cpu_ns: b_ms * MS,
                 },

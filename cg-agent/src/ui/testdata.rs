@@ -448,6 +448,7 @@ pub fn wrapped_run(intervals: u64, mut observer: impl FnMut(LiveEvent<'_>)) {
         ended_ns: None,
         ending: None,
         root: pid == 500,
+        thread_names: Default::default(),
     };
     let processes = [
         record(500, 400, &["make", "-j2"]),
@@ -470,16 +471,19 @@ pub fn wrapped_run(intervals: u64, mut observer: impl FnMut(LiveEvent<'_>)) {
             slices: vec![
                 Slice {
                     process: 0,
+                    tid: 0,
                     cpu: 1,
                     on_cpu_ns: 10 * MS,
                 },
                 Slice {
                     process: 1,
+                    tid: 1,
                     cpu: 0,
                     on_cpu_ns: 100 * MS,
                 },
                 Slice {
                     process: 2,
+                    tid: 2,
                     cpu: 1,
                     on_cpu_ns: 60 * MS,
                 },
