@@ -266,6 +266,20 @@ pub fn assert_adds_up(report: &Value) {
     for p in report["processes"].as_array().unwrap() {
         assert_threads_add_up(p);
     }
+    if let Some(points) = report["timeseries"].as_array() {
+        for (i, point) in points.iter().enumerate() {
+            // Schema 1.5: each point's processes add up to its attributed energy.
+            let Some(processes) = point["processes"].as_array() else {
+                continue;
+            };
+            let sum: f64 = processes.iter().map(|p| num(p, "/energy_j")).sum();
+            assert!(
+                close(sum, num(point, "/attributed_energy_j")),
+                "timeseries[{i}]: processes sum to {sum}, attributed {}",
+                num(point, "/attributed_energy_j")
+            );
+        }
+    }
     let processes: f64 = report["processes"]
         .as_array()
         .unwrap()

@@ -167,3 +167,61 @@ fn group_by_comm_folds_a_shells_many_sh_children_into_one_row_that_adds_up() {
         "{stderr}"
     );
 }
+
+#[test]
+fn timeseries_points_list_their_busiest_processes_and_fold_the_rest_adding_up() {
+    require_root();
+    // 14 children burning 80 ms of CPU each at once: more than 10 processes per interval.
+    let children = vec!["80"; 14].join(",");
+    let burn = bin("cg-burn").display().to_string();
+    let run = cg_trace(&["--timeseries", "--", &burn, "--children", &children]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let report = run.report();
+    assert_valid_report(report);
+    // Per point: the processes add up to the attributed energy (and the rest of the books).
+    assert_adds_up(report);
+    let points = report["timeseries"].as_array().expect("timeseries");
+    let pids: Vec<u64> = report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["pid"].as_u64().unwrap())
+        .collect();
+    let mut folded_points = 0;
+    let (mut sum_j, mut sum_cpu_s) = (0.0, 0.0);
+    for point in points {
+        let processes = point["processes"].as_array().expect("processes");
+        let listed: Vec<&Value> = processes.iter().filter(|p| p["pid"].is_u64()).collect();
+        assert!(listed.len() <= 10, "{point:#}");
+        for p in &listed {
+            assert!(pids.contains(&p["pid"].as_u64().unwrap()), "{p:#}");
+        }
+        if let Some(folded) = processes.iter().find(|p| p["pid"].is_null()) {
+            assert_eq!(listed.len(), 10, "{point:#}");
+            assert!(folded["folded_processes_count"].as_u64().unwrap() >= 1);
+            folded_points += 1;
+        }
+        // Busiest first.
+        for pair in listed.windows(2) {
+            assert!(
+                num(pair[0], "/energy_j") >= num(pair[1], "/energy_j"),
+                "{point:#}"
+            );
+        }
+        sum_j += processes.iter().map(|p| num(p, "/energy_j")).sum::<f64>();
+        sum_cpu_s += processes.iter().map(|p| num(p, "/cpu_time_s")).sum::<f64>();
+    }
+    assert!(folded_points >= 1, "no point folded processes: {points:#?}");
+    // Over the run, the points' processes are the targets.
+    let totals = &report["totals"];
+    let attributed = num(totals, "/attributed_energy_j");
+    assert!(
+        (sum_j - attributed).abs() <= 1e-6 * (1.0 + attributed),
+        "{sum_j} vs {attributed}"
+    );
+    let cpu = num(totals, "/cpu_time_s");
+    assert!(
+        (sum_cpu_s - cpu).abs() <= 1e-6 * (1.0 + cpu),
+        "{sum_cpu_s} vs {cpu}"
+    );
+}

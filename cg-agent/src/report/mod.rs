@@ -11,6 +11,7 @@ pub mod budget;
 pub mod finite;
 pub mod functions;
 pub mod repeat;
+pub mod series;
 pub mod threads;
 
 pub mod live;
@@ -323,6 +324,9 @@ pub struct TimePoint {
     /// Whether every top-level domain's energy is known over the whole interval.
     pub energy_known: bool,
     pub domains: BTreeMap<String, TimeDomain>,
+    /// The interval's busiest processes, then one entry folding the rest: they add up to
+    /// `attributed_energy_j`.
+    pub processes: Vec<series::TimeProcess>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -654,6 +658,13 @@ fn time_point(
                 )
             })
             .collect(),
+        processes: series::processes_of(
+            interval,
+            splits,
+            top,
+            &rec.processes,
+            series::TOP_PROCESSES,
+        ),
     }
 }
 
