@@ -268,7 +268,13 @@ fn write_and_summarize(
     let mut text = if args.quiet {
         String::new()
     } else {
-        summary::render(&report)
+        summary::render_with(
+            &report,
+            summary::SummaryOptions {
+                threads: args.threads,
+                group_by: args.group_by,
+            },
+        )
     };
     if let Some(repeat) = &report.repeat {
         if !args.quiet {
@@ -336,6 +342,11 @@ fn option_before_top(run: &RunArgs) -> Option<&'static str> {
         (run.calibrate_ms != 500, "--calibrate-ms"),
         (run.timeseries, "--timeseries"),
         (run.quiet, "-q"),
+        (run.threads, "--threads"),
+        (
+            run.group_by != crate::export::summary::GroupBy::None,
+            "--group-by",
+        ),
         (run.view.tui, "--tui"),
         (run.view.refresh != 1000, "--refresh"),
         (run.view.command_output.is_some(), "--command-output"),

@@ -206,6 +206,15 @@ pub struct RunArgs {
     #[arg(short = 'q', long)]
     pub quiet: bool,
 
+    /// Summary: list each process's busiest threads under it (the report always has them)
+    #[arg(long)]
+    pub threads: bool,
+
+    /// Summary: one row per program name (comm), per process subtree (tree: each child of the
+    /// command with its descendants), or per process (none)
+    #[arg(long, value_enum, value_name = "HOW", default_value_t = crate::export::summary::GroupBy::None)]
+    pub group_by: crate::export::summary::GroupBy,
+
     #[command(flatten)]
     pub view: ViewArgs,
 

@@ -263,6 +263,23 @@ pub fn assert_adds_up(report: &Value) {
         "totals: {parts} != {}",
         num(totals, "/energy_j")
     );
+    for p in report["processes"].as_array().unwrap() {
+        assert_threads_add_up(p);
+    }
+    if let Some(points) = report["timeseries"].as_array() {
+        for (i, point) in points.iter().enumerate() {
+            // Schema 1.5: each point's processes add up to its attributed energy.
+            let Some(processes) = point["processes"].as_array() else {
+                continue;
+            };
+            let sum: f64 = processes.iter().map(|p| num(p, "/energy_j")).sum();
+            assert!(
+                close(sum, num(point, "/attributed_energy_j")),
+                "timeseries[{i}]: processes sum to {sum}, attributed {}",
+                num(point, "/attributed_energy_j")
+            );
+        }
+    }
     let processes: f64 = report["processes"]
         .as_array()
         .unwrap()
@@ -274,6 +291,38 @@ pub fn assert_adds_up(report: &Value) {
         "processes sum to {processes}, attributed {}",
         num(totals, "/attributed_energy_j")
     );
+}
+
+/// A process's `threads` (schema 1.5) add up to it: CPU time, energy, and energy per domain.
+pub fn assert_threads_add_up(process: &Value) {
+    let Some(threads) = process["threads"].as_array() else {
+        return;
+    };
+    let pid = &process["pid"];
+    let sum = |pointer: &str| -> f64 {
+        threads
+            .iter()
+            .filter_map(|t| t.pointer(pointer)?.as_f64())
+            .sum()
+    };
+    for field in ["cpu_time_s", "energy_j"] {
+        let pointer = format!("/{field}");
+        assert!(
+            close(sum(&pointer), num(process, &pointer)),
+            "pid {pid}: threads' {field} sum to {}, the process has {}: {threads:#?}",
+            sum(&pointer),
+            num(process, &pointer)
+        );
+    }
+    for (name, d) in process["domains"].as_object().expect("domains") {
+        let pointer = format!("/domains/{name}/energy_j");
+        assert!(
+            close(sum(&pointer), num(d, "/energy_j")),
+            "pid {pid}, domain {name}: threads sum to {}, the process has {}",
+            sum(&pointer),
+            num(d, "/energy_j")
+        );
+    }
 }
 
 /// Busy CPU seconds of the whole machine so far (all CPUs, from /proc/stat).

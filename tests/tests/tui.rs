@@ -1012,3 +1012,41 @@ fn the_user_column_names_users_that_only_nss_knows() {
     tmux.keys(&["q"]);
     assert_eq!(tmux.wait_file("code"), "0");
 }
+
+#[test]
+fn h_lists_a_worker_pools_threads_under_it_busiest_first_and_hides_them_again() {
+    require_root();
+    let tmux = Tmux::start(110, 30);
+    // One thread busy for up to 60 s of CPU, four sleeping: the only target, so selected.
+    tmux.line(&format!(
+        "{bin} --tui --source model -q --refresh 300 --command-output {output} -- {pool} 60 4; \
+         echo $? > {code}",
+        bin = shell_quote(&bin("cg-trace")),
+        output = shell_quote(&tmux.path("command.out")),
+        pool = shell_quote(&bin("cg-pool")),
+        code = shell_quote(&tmux.path("code")),
+    ));
+    tmux.wait_for("the pool in the table", |s| {
+        table_rows(s).iter().any(|r| r.contains("cg-pool"))
+    });
+    tmux.keys(&["H"]);
+    let screen = tmux.wait_for("its threads, the busy one first", |s| {
+        let rows = table_rows(s);
+        rows.len() >= 7 && rows[1].contains("├─ busy") && rows[6].contains("└─ ")
+    });
+    let rows = table_rows(&screen);
+    assert!(rows[0].contains("cg-pool"), "{screen}");
+    let idle = rows[2..7].iter().filter(|r| r.contains("idle-")).count();
+    assert_eq!(idle, 4, "{screen}");
+    // The busy thread's TID is its own, not the process's pid.
+    let pid = rows[0].split_whitespace().next().unwrap();
+    let tid = rows[1].split_whitespace().next().unwrap();
+    assert_ne!(pid, tid, "{screen}");
+    tmux.keys(&["H"]);
+    tmux.wait_for("the threads hidden again", |s| {
+        let rows = table_rows(s);
+        rows.iter().any(|r| r.contains("cg-pool")) && !rows.iter().any(|r| r.contains("─ busy"))
+    });
+    tmux.keys(&["q"]);
+    tmux.wait_file("code");
+}

@@ -115,6 +115,7 @@ pub fn split(usage: Option<&GpuUsage>, measured_j: f64, baseline_j: f64) -> Doma
         idle_j,
         other_j,
         targets_j,
+        threads_j: Vec::new(),
         unexplained_j,
     }
 }

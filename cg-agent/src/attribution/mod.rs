@@ -58,13 +58,19 @@ pub struct CpuTime {
     pub other_ns: u64,
 }
 
-/// On-CPU time of one target process on one CPU in one interval.
+/// On-CPU time of one thread of a target process on one CPU in one interval.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Slice {
     pub process: ProcId,
+    /// The thread's id (the kernel's tid; the process's pid for its main thread).
+    pub tid: u32,
     pub cpu: u32,
     pub on_cpu_ns: u64,
 }
+
+/// A thread of a process: the process's [`ProcId`] and the thread's tid (a tid names one
+/// thread within one process's life).
+pub type ThreadId = (ProcId, u32);
 
 /// Everything attribution needs to know about one interval.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -74,7 +80,7 @@ pub struct Interval {
     pub duration_ns: u64,
     /// Per CPU id.
     pub cpus: Vec<CpuTime>,
-    /// Targets' on-CPU time, at most one slice per (process, cpu).
+    /// Targets' on-CPU time, at most one slice per (process, tid, cpu).
     pub slices: Vec<Slice>,
     /// Energy per domain (index = domain index), joules: only what is known.
     pub energy_j: Vec<f64>,
@@ -153,6 +159,9 @@ pub struct DomainSplit {
     pub other_j: f64,
     /// Energy per target process (only processes that ran on the domain's CPUs).
     pub targets_j: Vec<(ProcId, f64)>,
+    /// The same per thread of those processes, by each thread's on-CPU time (empty for GPU
+    /// domains: the GPU's per-process figures name no thread).
+    pub threads_j: Vec<(ThreadId, f64)>,
     /// The part of `other_j` that no process accounts for (GPU domains: busy time that the
     /// GPU's per-process figures do not explain); 0 for CPU domains.
     pub unexplained_j: f64,
@@ -209,8 +218,10 @@ fn split_domain(
     baseline_j: f64,
 ) -> DomainSplit {
     let mut per_process: BTreeMap<ProcId, u64> = BTreeMap::new();
+    let mut per_thread: BTreeMap<ThreadId, u64> = BTreeMap::new();
     for slice in interval.slices.iter().filter(|s| coverage.covers(s.cpu)) {
         *per_process.entry(slice.process).or_default() += slice.on_cpu_ns;
+        *per_thread.entry((slice.process, slice.tid)).or_default() += slice.on_cpu_ns;
     }
     let other_ns: u64 = interval
         .cpus
@@ -234,6 +245,10 @@ fn split_domain(
         .into_iter()
         .map(|(pid, ns)| (pid, ns as f64 * per_ns))
         .collect();
+    let threads_j: Vec<(ThreadId, f64)> = per_thread
+        .into_iter()
+        .map(|(thread, ns)| (thread, ns as f64 * per_ns))
+        .collect();
     // Other takes the remainder, so the parts add up to the measurement exactly up to one
     // rounding step rather than accumulating per-process rounding errors.
     let attributed: f64 = targets_j.iter().map(|(_, j)| j).sum();
@@ -243,6 +258,7 @@ fn split_domain(
         idle_j,
         other_j,
         targets_j,
+        threads_j,
         unexplained_j: 0.0,
     }
 }
@@ -253,6 +269,8 @@ pub struct Ledger {
     pub domains: Vec<DomainLedger>,
     /// Targets' on-CPU time per process, nanoseconds.
     pub cpu_ns: BTreeMap<ProcId, u64>,
+    /// The same per thread (adds up to `cpu_ns` per process).
+    pub thread_cpu_ns: BTreeMap<ThreadId, u64>,
     /// Intervals added.
     pub intervals: u64,
     pub duration_ns: u64,
@@ -267,6 +285,8 @@ pub struct DomainLedger {
     /// The part of `other_j` no process accounts for (see [`DomainSplit::unexplained_j`]).
     pub unexplained_j: f64,
     pub by_process_j: BTreeMap<ProcId, f64>,
+    /// Per thread of those processes (CPU domains only: see [`DomainSplit::threads_j`]).
+    pub by_thread_j: BTreeMap<ThreadId, f64>,
     /// Reads whose energy is unknown (not in `measured_j`), and the time they cover.
     pub unknown_count: u64,
     pub unknown_ns: u64,
@@ -295,6 +315,10 @@ impl Ledger {
         self.duration_ns += interval.duration_ns;
         for slice in &interval.slices {
             *self.cpu_ns.entry(slice.process).or_default() += slice.on_cpu_ns;
+            *self
+                .thread_cpu_ns
+                .entry((slice.process, slice.tid))
+                .or_default() += slice.on_cpu_ns;
         }
         for (d, (ledger, split)) in self.domains.iter_mut().zip(splits).enumerate() {
             let state = interval.energy_state(d);
@@ -307,6 +331,9 @@ impl Ledger {
             ledger.unexplained_j += split.unexplained_j;
             for &(pid, j) in &split.targets_j {
                 *ledger.by_process_j.entry(pid).or_default() += j;
+            }
+            for &(thread, j) in &split.threads_j {
+                *ledger.by_thread_j.entry(thread).or_default() += j;
             }
         }
     }
@@ -354,8 +381,13 @@ mod tests {
     }
 
     fn slice(pid: ProcId, cpu: u32, ms: u64) -> Slice {
+        thread_slice(pid, pid, cpu, ms)
+    }
+
+    fn thread_slice(pid: ProcId, tid: u32, cpu: u32, ms: u64) -> Slice {
         Slice {
             process: pid,
+            tid,
             cpu,
             on_cpu_ns: ms * MS,
         }
@@ -611,6 +643,54 @@ mod tests {
             close(split.idle_j, 1.0) && close(target(split, 1), 3.0),
             "{split:?}"
         );
+    }
+
+    #[test]
+    fn a_worker_pools_busy_thread_gets_the_joules_and_threads_add_up_to_the_process() {
+        // Process 1 is a pool of four threads: thread 11 works, 12..14 wake briefly.
+        // 100 ms, two CPUs, 2 W baseline, 8 J measured:
+        //   t      0        100       200 ms
+        //   cpu0   |11111111|11111111|
+        //   cpu1   |2.3.4...|2.......|   12, 13, 14: 10 ms each in the first interval
+        let intervals = vec![
+            Interval {
+                start_ns: 0,
+                duration_ns: 100 * MS,
+                cpus: vec![cpu(0, 0), cpu(70, 0)],
+                slices: vec![
+                    thread_slice(1, 11, 0, 100),
+                    thread_slice(1, 12, 1, 10),
+                    thread_slice(1, 13, 1, 10),
+                    thread_slice(1, 14, 1, 10),
+                ],
+                energy_j: vec![8.0],
+                ..Interval::default()
+            },
+            Interval {
+                start_ns: 100 * MS,
+                duration_ns: 100 * MS,
+                cpus: vec![cpu(0, 0), cpu(90, 0)],
+                slices: vec![thread_slice(1, 11, 0, 100), thread_slice(1, 12, 1, 10)],
+                energy_j: vec![6.0],
+                ..Interval::default()
+            },
+        ];
+        let ledger = attribute(&intervals, &[Coverage::AllCpus], &[2.0]);
+        let d = &ledger.domains[0];
+        // Active: 8 - 0.2 = 7.8 J over 130 ms, then 6 - 0.2 = 5.8 J over 110 ms.
+        let busy_j = 7.8 * 100.0 / 130.0 + 5.8 * 100.0 / 110.0;
+        assert!(close(d.by_thread_j[&(1, 11)], busy_j), "{d:?}");
+        assert!(close(
+            d.by_thread_j[&(1, 12)],
+            7.8 * 10.0 / 130.0 + 5.8 * 10.0 / 110.0
+        ));
+        assert!(close(d.by_thread_j[&(1, 14)], 7.8 * 10.0 / 130.0));
+        let threads_j: f64 = d.by_thread_j.values().sum();
+        assert!(close(threads_j, d.by_process_j[&1]));
+        assert_eq!(ledger.thread_cpu_ns[&(1, 11)], 200 * MS);
+        assert_eq!(ledger.thread_cpu_ns[&(1, 13)], 10 * MS);
+        let threads_ns: u64 = ledger.thread_cpu_ns.values().sum();
+        assert_eq!(threads_ns, ledger.cpu_ns[&1]);
     }
 
     #[test]

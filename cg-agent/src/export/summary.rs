@@ -3,15 +3,44 @@
 //! figure goes through [`fixed`], which prints `-` for one that is not finite (the report's
 //! quality notes then say which and why) rather than `inf` or `NaN`.
 
-use std::fmt::Write as _;
+use std::{collections::BTreeMap, fmt::Write as _};
 
-use crate::{report::Report, sources::human_duration};
+use crate::{
+    report::{ProcessEntry, Report},
+    sources::human_duration,
+};
 
 /// How many processes the summary lists (the report has them all).
 const MAX_ROWS: usize = 15;
 
-/// Renders the summary as text.
+/// How the summary lists processes (`--group-by`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum GroupBy {
+    /// One row per program name (the basename of argv[0], else the kernel's name).
+    Comm,
+    /// One row per process subtree: each child of the wrapped command (or of an attached
+    /// pid, or a process whose parent is not traced) with all its descendants.
+    Tree,
+    /// One row per process.
+    #[default]
+    None,
+}
+
+/// What the summary shows beyond the defaults.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SummaryOptions {
+    /// Thread rows under each process (`--threads`).
+    pub threads: bool,
+    pub group_by: GroupBy,
+}
+
+/// Renders the summary as text, with the default options.
 pub fn render(report: &Report) -> String {
+    render_with(report, SummaryOptions::default())
+}
+
+/// Renders the summary as text.
+pub fn render_with(report: &Report, options: SummaryOptions) -> String {
     let mut out = String::new();
     let meta = &report.meta;
     let totals = &report.totals;
@@ -58,31 +87,7 @@ pub fn render(report: &Report) -> String {
         "\n{:>8}  {:<26} {:>9} {:>11} {:>9} {:>7}",
         "PID", "COMMAND", "CPU [s]", "ENERGY [J]", "AVG [W]", "SHARE"
     );
-    for p in report.processes.iter().take(MAX_ROWS) {
-        let name = if p.cmdline.is_empty() {
-            p.comm.clone()
-        } else {
-            p.cmdline.join(" ")
-        };
-        let _ = writeln!(
-            out,
-            "{:>8}  {:<26} {} {} {} {}%",
-            p.pid,
-            shorten(&name, 26),
-            fixed(p.cpu_time_s, 9, 3),
-            fixed(p.energy_j, 11, 3),
-            fixed(p.avg_power_w, 9, 2),
-            fixed(p.share_pct, 6, 1)
-        );
-    }
-    if report.processes.len() > MAX_ROWS {
-        let _ = writeln!(
-            out,
-            "{:>8}  … {} more processes in the report",
-            "",
-            report.processes.len() - MAX_ROWS
-        );
-    }
+    render_processes(&mut out, &report.processes, totals.energy_j, options);
     let share = |j: f64| {
         if totals.energy_j > 0.0 {
             fixed(100.0 * j / totals.energy_j, 6, 1)
@@ -194,6 +199,228 @@ pub fn render(report: &Report) -> String {
     out
 }
 
+/// One row of the process table: a process, or a group of them (`--group-by`).
+struct Row<'a> {
+    processes: Vec<&'a ProcessEntry>,
+}
+
+impl Row<'_> {
+    fn energy_j(&self) -> f64 {
+        self.processes.iter().map(|p| p.energy_j).sum()
+    }
+
+    fn cpu_time_s(&self) -> f64 {
+        self.processes.iter().map(|p| p.cpu_time_s).sum()
+    }
+
+    fn share_pct(&self) -> f64 {
+        self.processes.iter().map(|p| p.share_pct).sum()
+    }
+
+    /// Energy over the time from the first member's start to the last one's end.
+    fn avg_power_w(&self) -> f64 {
+        if let [only] = self.processes[..] {
+            return only.avg_power_w;
+        }
+        let start = self
+            .processes
+            .iter()
+            .map(|p| p.started_s)
+            .fold(f64::INFINITY, f64::min);
+        let end = self
+            .processes
+            .iter()
+            .map(|p| p.started_s + p.alive_s)
+            .fold(f64::NEG_INFINITY, f64::max);
+        let span = end - start;
+        if span > 0.0 {
+            self.energy_j() / span
+        } else {
+            0.0
+        }
+    }
+}
+
+/// The process rows (at most [`MAX_ROWS`], then one line rolling up the rest so that the
+/// rows still add up to the targets' line), with thread rows under each process when asked.
+fn render_processes(
+    out: &mut String,
+    processes: &[ProcessEntry],
+    total_j: f64,
+    options: SummaryOptions,
+) {
+    let rows = group(processes, options.group_by);
+    for row in rows.iter().take(MAX_ROWS) {
+        let first = row.processes[0];
+        let (id, name) = match row.processes.len() {
+            1 => (first.pid.to_string(), command_name(first)),
+            n => (
+                format!("×{n}"),
+                match options.group_by {
+                    GroupBy::Comm => program_of(first),
+                    _ => format!("{} +{} below", command_name(first), n - 1),
+                },
+            ),
+        };
+        let _ = writeln!(
+            out,
+            "{:>8}  {:<26} {} {} {} {}%",
+            id,
+            shorten(&name, 26),
+            fixed(row.cpu_time_s(), 9, 3),
+            fixed(row.energy_j(), 11, 3),
+            fixed(row.avg_power_w(), 9, 2),
+            fixed(row.share_pct(), 6, 1)
+        );
+        if options.threads && row.processes.len() == 1 {
+            render_threads(out, total_j, first);
+        }
+    }
+    if rows.len() > MAX_ROWS {
+        let rest = &rows[MAX_ROWS..];
+        let count: usize = rest.iter().map(|r| r.processes.len()).sum();
+        let _ = writeln!(
+            out,
+            "{:>8}  {:<26} {} {} {:>9} {}%",
+            "",
+            format!(
+                "… {count} more process{}",
+                if count == 1 { "" } else { "es" }
+            ),
+            fixed(rest.iter().map(Row::cpu_time_s).sum(), 9, 3),
+            fixed(rest.iter().map(Row::energy_j).sum(), 11, 3),
+            "",
+            fixed(rest.iter().map(Row::share_pct).sum(), 6, 1)
+        );
+    }
+}
+
+/// A process's threads (`--threads`), as the report lists them.
+fn render_threads(out: &mut String, total_j: f64, process: &ProcessEntry) {
+    for thread in &process.threads {
+        let name = match (thread.tid, thread.folded_threads_count) {
+            (Some(tid), _) => format!("  tid {tid} {}", thread.comm.as_deref().unwrap_or("?")),
+            (None, Some(0)) => "  (not per thread: GPU)".to_string(),
+            (None, count) => format!("  … {} more threads", count.unwrap_or(0)),
+        };
+        let share = if total_j > 0.0 {
+            100.0 * thread.energy_j / total_j
+        } else {
+            0.0
+        };
+        let _ = writeln!(
+            out,
+            "{:>8}  {:<26} {} {} {:>9} {}%",
+            "",
+            shorten(&name, 26),
+            fixed(thread.cpu_time_s, 9, 3),
+            fixed(thread.energy_j, 11, 3),
+            "",
+            fixed(share, 6, 1)
+        );
+    }
+}
+
+/// The processes in rows, by energy (see [`GroupBy`]).
+fn group(processes: &[ProcessEntry], by: GroupBy) -> Vec<Row<'_>> {
+    let mut rows: Vec<Row<'_>> = match by {
+        GroupBy::None => processes
+            .iter()
+            .map(|p| Row { processes: vec![p] })
+            .collect(),
+        GroupBy::Comm => {
+            let mut by_name: BTreeMap<String, Vec<&ProcessEntry>> = BTreeMap::new();
+            // `processes` is sorted by energy: so is each group.
+            for p in processes {
+                by_name.entry(program_of(p)).or_default().push(p);
+            }
+            by_name
+                .into_values()
+                .map(|processes| Row { processes })
+                .collect()
+        }
+        GroupBy::Tree => {
+            let heads = tree_heads(processes);
+            let mut by_head: BTreeMap<usize, Vec<&ProcessEntry>> = BTreeMap::new();
+            for (i, p) in processes.iter().enumerate() {
+                by_head.entry(heads[i]).or_default().push(p);
+            }
+            by_head
+                .into_iter()
+                .map(|(head, mut members)| {
+                    // The head first (the row is named after it), then by energy.
+                    members.sort_by(|a, b| {
+                        (a.pid != processes[head].pid)
+                            .cmp(&(b.pid != processes[head].pid))
+                            .then(b.energy_j.total_cmp(&a.energy_j))
+                    });
+                    Row { processes: members }
+                })
+                .collect()
+        }
+    };
+    rows.sort_by(|a, b| {
+        b.energy_j()
+            .total_cmp(&a.energy_j())
+            .then(a.processes[0].pid.cmp(&b.processes[0].pid))
+    });
+    rows
+}
+
+/// For each process, the index of the head of its subtree: the nearest ancestor (or itself)
+/// that is a root target, a child of one, or a process whose parent is not in the list.
+fn tree_heads(processes: &[ProcessEntry]) -> Vec<usize> {
+    let by_pid: BTreeMap<u32, usize> = processes
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.pid, i))
+        .collect();
+    let parent = |i: usize| -> Option<usize> {
+        let p = &processes[i];
+        if p.root {
+            return None;
+        }
+        p.ppid
+            .and_then(|pp| by_pid.get(&pp).copied())
+            .filter(|&j| j != i)
+    };
+    let is_head = |i: usize| match parent(i) {
+        None => true,
+        Some(j) => processes[j].root,
+    };
+    (0..processes.len())
+        .map(|i| {
+            let mut at = i;
+            // At most one step per process: a loop in the parent links (a reused pid) ends.
+            for _ in 0..processes.len() {
+                if is_head(at) {
+                    break;
+                }
+                match parent(at) {
+                    Some(j) => at = j,
+                    None => break,
+                }
+            }
+            at
+        })
+        .collect()
+}
+
+/// The program a process runs: the basename of its argv[0], else the kernel's name.
+fn program_of(p: &ProcessEntry) -> String {
+    match p.cmdline.first() {
+        Some(argv0) if !argv0.is_empty() => argv0.rsplit('/').next().unwrap_or(argv0).to_string(),
+        _ => p.comm.clone(),
+    }
+}
+
+/// COMMAND: the program's name, then the rest of its arguments.
+fn command_name(p: &ProcessEntry) -> String {
+    let mut words = vec![program_of(p)];
+    words.extend(p.cmdline.iter().skip(1).cloned());
+    words.join(" ")
+}
+
 /// GPUs and the power meter: what they were, and which of their figures were measured.
 fn render_devices(out: &mut String, report: &Report) {
     let meta = &report.meta;
@@ -286,6 +513,191 @@ fn shorten(text: &str, width: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::{report::threads::ThreadEntry, sources::Provenance};
+
+    fn process(pid: u32, ppid: u32, argv: &str, energy_j: f64) -> ProcessEntry {
+        ProcessEntry {
+            pid,
+            ppid: Some(ppid),
+            comm: argv
+                .split(' ')
+                .next()
+                .unwrap_or("")
+                .rsplit('/')
+                .next()
+                .unwrap()
+                .into(),
+            cmdline: argv.split(' ').map(String::from).collect(),
+            root: false,
+            cpu_time_s: energy_j / 10.0,
+            energy_j,
+            avg_power_w: energy_j,
+            share_pct: energy_j,
+            domains: Default::default(),
+            started_s: 0.0,
+            ended_s: Some(1.0),
+            alive_s: 1.0,
+            exit_code: Some(0),
+            exit_signal: None,
+            threads: Vec::new(),
+        }
+    }
+
+    /// A shell (pid 10, the command) that ran 20 `sh -c` children, each a `sleep`'s parent,
+    /// and one `python3`; energy falls with the pid so the order is fixed. Total: 100 J.
+    fn shell_run() -> Vec<ProcessEntry> {
+        let mut ps = vec![process(10, 1, "/bin/bash ./run.sh", 10.0)];
+        ps[0].root = true;
+        ps.push(process(
+            11,
+            10,
+            "/usr/bin/python3 -u work.py --long-option",
+            30.0,
+        ));
+        for i in 0..20 {
+            ps.push(process(100 + 2 * i, 10, "sh -c sleep 0", 2.5));
+            ps.push(process(101 + 2 * i, 100 + 2 * i, "sleep 0", 0.5));
+        }
+        ps.sort_by(|a, b| b.energy_j.total_cmp(&a.energy_j).then(a.pid.cmp(&b.pid)));
+        ps
+    }
+
+    /// (the PID and COMMAND columns, CPU, energy) of each row.
+    fn rows_of(text: &str) -> Vec<(String, f64, f64)> {
+        text.lines()
+            .map(|l| {
+                let label: String = l.chars().take(36).collect();
+                let rest: String = l.chars().skip(36).collect();
+                let figures: Vec<f64> = rest
+                    .split_whitespace()
+                    .map(|w| w.parse().unwrap())
+                    .take(2)
+                    .collect();
+                (label.trim().to_string(), figures[0], figures[1])
+            })
+            .collect()
+    }
+
+    fn table(processes: &[ProcessEntry], options: SummaryOptions) -> String {
+        let mut out = String::new();
+        render_processes(&mut out, processes, 100.0, options);
+        out
+    }
+
+    #[test]
+    fn rows_past_the_limit_roll_up_into_one_line_so_the_table_adds_up() {
+        let ps = shell_run();
+        let text = table(&ps, SummaryOptions::default());
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), MAX_ROWS + 1, "{text}");
+        let last = lines[MAX_ROWS];
+        assert!(
+            last.contains(&format!("… {} more processes", ps.len() - MAX_ROWS)),
+            "{last}"
+        );
+        let sum_j: f64 = rows_of(&text).iter().map(|r| r.2).sum();
+        let sum_cpu: f64 = rows_of(&text).iter().map(|r| r.1).sum();
+        assert!((sum_j - 100.0).abs() < 0.01, "{sum_j}\n{text}");
+        assert!((sum_cpu - 10.0).abs() < 0.01, "{sum_cpu}\n{text}");
+    }
+
+    #[test]
+    fn command_starts_with_the_programs_name() {
+        let ps = shell_run();
+        let text = table(&ps[..1], SummaryOptions::default());
+        assert!(
+            text.contains("      11  python3 -u work.py --long…"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn group_by_comm_gives_one_row_per_program() {
+        let text = table(
+            &shell_run(),
+            SummaryOptions {
+                group_by: GroupBy::Comm,
+                ..SummaryOptions::default()
+            },
+        );
+        let rows = rows_of(&text);
+        let names: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "×20  sh",
+                "11  python3 -u work.py --long…",
+                "10  bash ./run.sh",
+                "×20  sleep"
+            ]
+            .map(|n| n),
+            "{text}"
+        );
+        assert!((rows[0].2 - 50.0).abs() < 1e-9);
+        let sum_j: f64 = rows.iter().map(|r| r.2).sum();
+        assert!((sum_j - 100.0).abs() < 0.01, "{text}");
+    }
+
+    #[test]
+    fn group_by_tree_folds_each_childs_subtree_into_it() {
+        let text = table(
+            &shell_run(),
+            SummaryOptions {
+                group_by: GroupBy::Tree,
+                ..SummaryOptions::default()
+            },
+        );
+        // The root alone, python3 alone, each `sh -c` with its `sleep`: 22 rows, 15 shown.
+        let rows = rows_of(&text);
+        assert_eq!(rows.len(), MAX_ROWS + 1, "{text}");
+        assert!(rows[0].0.contains("python3"), "{text}");
+        assert!(rows[1].0.starts_with("10  bash"), "{text}");
+        assert!(
+            rows[2].0.starts_with("×2  sh -c sleep 0 +1 below"),
+            "{text}"
+        );
+        assert!((rows[2].2 - 3.0).abs() < 1e-9, "{text}");
+        assert!(text.contains("… 14 more processes"), "{text}");
+        let sum_j: f64 = rows.iter().map(|r| r.2).sum();
+        assert!((sum_j - 100.0).abs() < 0.01, "{text}");
+    }
+
+    #[test]
+    fn threads_are_listed_under_their_process() {
+        let mut ps = vec![process(10, 1, "pool", 10.0)];
+        let thread = |tid: Option<u32>, comm: Option<&str>, folded, energy_j| ThreadEntry {
+            tid,
+            comm: comm.map(String::from),
+            folded_threads_count: folded,
+            cpu_time_s: energy_j / 10.0,
+            energy_j,
+            domains: Default::default(),
+            provenance: Provenance::Measured,
+        };
+        ps[0].threads = vec![
+            thread(Some(12), Some("busy"), None, 9.0),
+            thread(Some(10), Some("pool"), None, 0.5),
+            thread(None, None, Some(3), 0.5),
+        ];
+        let plain = table(&ps, SummaryOptions::default());
+        assert_eq!(plain.lines().count(), 1, "{plain}");
+        let text = table(
+            &ps,
+            SummaryOptions {
+                threads: true,
+                ..SummaryOptions::default()
+            },
+        );
+        let rows = rows_of(&text);
+        let names: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
+        assert_eq!(
+            names,
+            ["10  pool", "tid 12 busy", "tid 10 pool", "… 3 more threads"],
+            "{text}"
+        );
+        assert!((rows[1].2 - 9.0).abs() < 1e-9);
+    }
 
     #[test]
     fn shortens_long_names_with_an_ellipsis() {

@@ -148,6 +148,28 @@ pub struct LiveProcess {
     pub kernel_thread: bool,
     /// Power over the window per domain, indexed like [`LiveReport::domains`].
     pub domain_power_w: Vec<f64>,
+    /// Its threads, busiest now first: at most [`LIVE_THREADS`], then one entry folding the
+    /// rest (they add up to the process in every column).
+    pub threads: Vec<LiveThread>,
+}
+
+/// How many threads of a process the live view lists one by one.
+pub const LIVE_THREADS: usize = 10;
+
+/// One thread of a process, now and so far, or the entry that folds the threads not listed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LiveThread {
+    /// `None` on the folded entry.
+    pub tid: Option<u32>,
+    /// Its name (`comm`), empty when it could not be read.
+    pub name: String,
+    /// On the folded entry: how many threads it holds.
+    pub folded_count: Option<usize>,
+    pub cpu_pct: f64,
+    pub power_w: f64,
+    pub energy_j: f64,
+    pub share_pct: f64,
+    pub cpu_time_s: f64,
 }
 
 /// A power series for the chart: `(seconds since the start, watts)`.
@@ -517,6 +539,7 @@ impl LiveModel {
                         .iter()
                         .map(|l| per_s(l.by_process_j.get(&id).copied().unwrap_or(0.0)))
                         .collect(),
+                    threads: self.threads_of(id, p, window_s, totals_energy_j),
                 })
             })
             .collect();
@@ -590,6 +613,75 @@ impl LiveModel {
     }
 }
 
+impl LiveModel {
+    /// Process `id`'s threads so far, busiest now first (see [`LiveProcess::threads`]).
+    fn threads_of(
+        &self,
+        id: ProcId,
+        p: &ProcessRecord,
+        window_s: f64,
+        total_j: f64,
+    ) -> Vec<LiveThread> {
+        let energy = |ledger: &Ledger, tid: u32| -> f64 {
+            self.top
+                .iter()
+                .filter_map(|&d| ledger.domains.get(d)?.by_thread_j.get(&(id, tid)))
+                .sum::<f64>()
+                + 0.0
+        };
+        let per_s = |x: f64| if window_s > 0.0 { x / window_s } else { 0.0 };
+        let mut threads: Vec<LiveThread> = self
+            .total
+            .thread_cpu_ns
+            .range((id, 0)..=(id, u32::MAX))
+            .map(|(&(_, tid), &cpu_ns)| {
+                let window_ns = self
+                    .window
+                    .thread_cpu_ns
+                    .get(&(id, tid))
+                    .copied()
+                    .unwrap_or(0);
+                let energy_j = energy(&self.total, tid);
+                LiveThread {
+                    tid: Some(tid),
+                    name: p.thread_names.get(&tid).cloned().unwrap_or_default(),
+                    folded_count: None,
+                    cpu_pct: 100.0 * per_s(window_ns as f64 / 1e9),
+                    power_w: per_s(energy(&self.window, tid)),
+                    energy_j,
+                    share_pct: if total_j > 0.0 {
+                        100.0 * energy_j / total_j
+                    } else {
+                        0.0
+                    },
+                    cpu_time_s: cpu_ns as f64 / 1e9,
+                }
+            })
+            .collect();
+        threads.sort_by(|a, b| {
+            b.power_w
+                .total_cmp(&a.power_w)
+                .then(b.energy_j.total_cmp(&a.energy_j))
+                .then(a.tid.cmp(&b.tid))
+        });
+        if threads.len() > LIVE_THREADS {
+            let rest = threads.split_off(LIVE_THREADS);
+            let sum = |f: &dyn Fn(&LiveThread) -> f64| rest.iter().map(f).sum::<f64>();
+            threads.push(LiveThread {
+                tid: None,
+                name: String::new(),
+                folded_count: Some(rest.len()),
+                cpu_pct: sum(&|t| t.cpu_pct),
+                power_w: sum(&|t| t.power_w),
+                energy_j: sum(&|t| t.energy_j),
+                share_pct: sum(&|t| t.share_pct),
+                cpu_time_s: sum(&|t| t.cpu_time_s),
+            });
+        }
+        threads
+    }
+}
+
 /// Whether a process is a kernel thread: kthreadd (pid 2) or a thread it started, with no
 /// command line of its own (htop's test where the kernel's flag is not at hand).
 fn is_kernel_thread(p: &ProcessRecord) -> bool {
@@ -641,6 +733,7 @@ mod tests {
             ended_ns,
             ending: None,
             root: pid == 10,
+            thread_names: Default::default(),
         }
     }
 
@@ -662,11 +755,13 @@ mod tests {
             slices: vec![
                 Slice {
                     process: 0,
+                    tid: 0,
                     cpu: 0,
                     on_cpu_ns: a_ms * MS,
                 },
                 Slice {
                     process: 1,
+                    tid: 1,
                     cpu: 1,
                     on_cpu_ns: b_ms * MS,
                 },
@@ -715,6 +810,67 @@ mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 1e-9 * (1.0 + a.abs().max(b.abs()))
+    }
+
+    #[test]
+    fn a_processs_threads_busiest_first_then_the_rest_folded_adding_up() {
+        // Process 0 has 13 threads on CPU 0 in each 100 ms interval: thread 100 runs 40 ms,
+        // 101..=112 run 5 ms each. 10 listed (100 first), 3 folded.
+        let mut m = model(
+            Mode::Wrap {
+                command: vec!["pool".into()],
+            },
+            Some(2.0),
+        );
+        let mut pool = record(10, 1, "pool", None);
+        pool.thread_names.insert(100, "busy".into());
+        let procs = [pool];
+        for i in 0..3 {
+            let mut slices = vec![Slice {
+                process: 0,
+                tid: 100,
+                cpu: 0,
+                on_cpu_ns: 40 * MS,
+            }];
+            slices.extend((101..=112).map(|tid| Slice {
+                process: 0,
+                tid,
+                cpu: 0,
+                on_cpu_ns: 5 * MS,
+            }));
+            let iv = Interval {
+                start_ns: i * 100 * MS,
+                duration_ns: 100 * MS,
+                cpus: vec![CpuTime::default(), CpuTime::default()],
+                slices,
+                energy_j: vec![1.0],
+                ..Interval::default()
+            };
+            feed(&mut m, &procs, if i == 0 { &[0] } else { &[] }, &iv);
+        }
+        let r = m.snapshot();
+        let p = &r.processes[0];
+        assert_eq!(p.threads.len(), 11, "{:#?}", p.threads);
+        assert_eq!(
+            (p.threads[0].tid, p.threads[0].name.as_str()),
+            (Some(100), "busy")
+        );
+        assert_eq!(p.threads[1].name, "");
+        let rest = &p.threads[10];
+        assert_eq!((rest.tid, rest.folded_count), (None, Some(3)));
+        // All active: 0.8 J per interval over 100 ms busy; thread 100 has 40 % of it.
+        assert!(
+            close(p.threads[0].energy_j, 3.0 * 0.8 * 0.4),
+            "{:#?}",
+            p.threads
+        );
+        assert!(close(p.threads[0].cpu_pct, 40.0 * 3.0 / 3.0));
+        let sum = |f: &dyn Fn(&LiveThread) -> f64| p.threads.iter().map(f).sum::<f64>();
+        assert!(close(sum(&|t| t.energy_j), p.energy_j));
+        assert!(close(sum(&|t| t.power_w), p.power_w));
+        assert!(close(sum(&|t| t.cpu_pct), p.cpu_pct));
+        assert!(close(sum(&|t| t.cpu_time_s), p.cpu_time_s));
+        assert!(close(sum(&|t| t.share_pct), p.share_pct));
     }
 
     #[test]

@@ -11,6 +11,8 @@ pub mod budget;
 pub mod finite;
 pub mod functions;
 pub mod repeat;
+pub mod series;
+pub mod threads;
 
 pub mod live;
 
@@ -37,7 +39,7 @@ use crate::{
 
 /// Version of the report schema; the minor part is bumped when fields are added, the major
 /// part when a field changes meaning or disappears.
-pub const SCHEMA_VERSION: &str = "1.4";
+pub const SCHEMA_VERSION: &str = "1.5";
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
@@ -194,9 +196,11 @@ pub struct ProcessEntry {
     pub exit_code: Option<i32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit_signal: Option<i32>,
+    /// Its busiest threads, then one entry folding the rest: they add up to the process.
+    pub threads: Vec<threads::ThreadEntry>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ProcessDomain {
     pub energy_j: f64,
 }
@@ -320,6 +324,9 @@ pub struct TimePoint {
     /// Whether every top-level domain's energy is known over the whole interval.
     pub energy_known: bool,
     pub domains: BTreeMap<String, TimeDomain>,
+    /// The interval's busiest processes, then one entry folding the rest: they add up to
+    /// `attributed_energy_j`.
+    pub processes: Vec<series::TimeProcess>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -651,6 +658,13 @@ fn time_point(
                 )
             })
             .collect(),
+        processes: series::processes_of(
+            interval,
+            splits,
+            top,
+            &rec.processes,
+            series::TOP_PROCESSES,
+        ),
     }
 }
 
@@ -662,6 +676,13 @@ fn process_entries(
 ) -> Vec<ProcessEntry> {
     let run_start = rec.run_start_ns;
     let run_end = run_start + rec.duration_ns;
+    let thread_context = threads::ThreadContext {
+        ledger,
+        domains: &rec.header.domains,
+        top,
+        provenance: rec.header.provenance(),
+        shown: threads::TOP_THREADS,
+    };
     let mut entries: Vec<ProcessEntry> = rec
         .processes
         .iter()
@@ -716,6 +737,7 @@ fn process_entries(
                 alive_s,
                 exit_code,
                 exit_signal,
+                threads: threads::entries(&thread_context, id, &p.thread_names),
             })
         })
         .collect();
@@ -1064,6 +1086,7 @@ mod tests {
                 ended_ns: None,
                 ending: None,
                 root: true,
+                thread_names: BTreeMap::from([(10, "work".into()), (11, "worker".into())]),
             }],
             losses: Losses::default(),
             source_errors: BTreeMap::new(),
@@ -1084,18 +1107,20 @@ mod tests {
         }
     }
 
-    /// Interval `i`: process 0 busy `busy_ms` over two CPUs, at 10 W + 5 W per busy CPU.
+    /// Interval `i`: process 0 busy `busy_ms` over two CPUs (its thread 10 on CPU 0, 11 on 1), at 10 W + 5 W per busy CPU.
     fn interval(i: u64, busy_ms: u64) -> Interval {
         let on_cpu0 = busy_ms.min(100);
         let on_cpu1 = busy_ms - on_cpu0;
         let mut slices = vec![Slice {
             process: 0,
+            tid: 10,
             cpu: 0,
             on_cpu_ns: on_cpu0 * MS,
         }];
         if on_cpu1 > 0 {
             slices.push(Slice {
                 process: 0,
+                tid: 11,
                 cpu: 1,
                 on_cpu_ns: on_cpu1 * MS,
             });
@@ -1158,7 +1183,7 @@ mod tests {
                 .get("glitches")
                 .is_none()
         );
-        assert_eq!(report.meta.schema_version, "1.4");
+        assert_eq!(report.meta.schema_version, "1.5");
     }
 
     #[test]

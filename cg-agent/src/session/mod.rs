@@ -1442,11 +1442,12 @@ impl Sampler {
     }
 
     fn interval_of(&mut self, activity: &Activity, phase: Phase) -> Interval {
-        let mut slices: HashMap<(u32, u32), u64> = HashMap::new();
+        let mut slices: HashMap<(u32, u32, u32), u64> = HashMap::new();
         if phase == Phase::Run {
             for s in &activity.threads {
                 let id = self.table.id_of_thread(s.thread, activity.start_ns);
-                *slices.entry((id, s.cpu)).or_default() += s.on_cpu_ns;
+                self.table.name_thread(id, s.thread);
+                *slices.entry((id, s.thread.tid, s.cpu)).or_default() += s.on_cpu_ns;
             }
         }
         let mut cpus = activity.cpus.clone();
@@ -1460,13 +1461,14 @@ impl Sampler {
         }
         let mut slices: Vec<Slice> = slices
             .into_iter()
-            .map(|((process, cpu), on_cpu_ns)| Slice {
+            .map(|((process, tid, cpu), on_cpu_ns)| Slice {
                 process,
+                tid,
                 cpu,
                 on_cpu_ns,
             })
             .collect();
-        slices.sort_by_key(|s| (s.process, s.cpu));
+        slices.sort_by_key(|s| (s.process, s.tid, s.cpu));
         Interval {
             start_ns: activity.start_ns.saturating_sub(self.run_start_ns),
             duration_ns: activity.duration_ns,

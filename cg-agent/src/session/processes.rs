@@ -70,6 +70,32 @@ pub struct ProcessRecord {
     pub ending: Option<Ending>,
     /// The wrapped command or an attached pid (rather than a descendant).
     pub root: bool,
+    /// Names (`comm`) of its threads that ran, by tid: read from `/proc` when a thread is
+    /// first seen running, and the kernel's last word when it exits. At most
+    /// [`MAX_THREAD_NAMES`]; past that, threads show without a name.
+    pub thread_names: BTreeMap<u32, String>,
+}
+
+/// How many thread names one process keeps (a process that starts a thread per request
+/// would otherwise grow this without bound).
+pub const MAX_THREAD_NAMES: usize = 4096;
+
+/// A small `/proc` file (a thread's `comm`), read up to 256 bytes: what is beyond is not a
+/// name.
+fn read_small(path: &std::path::Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    fs::File::open(path)?.take(256).read_to_end(&mut bytes)?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// A thread name as read from the kernel: printable, at most the kernel's 16 bytes.
+fn clean_thread_name(raw: &str) -> String {
+    raw.trim_end_matches('\n')
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(cg_common::COMM_LEN)
+        .collect()
 }
 
 /// What the session must do after the next snapshot because of the events just applied.
@@ -218,12 +244,40 @@ impl ProcessTable {
             ended_ns: None,
             ending: None,
             root: false,
+            thread_names: BTreeMap::new(),
         };
         self.refresh_from_proc(&mut record);
         self.records.push(record);
         self.live.insert(pid, id);
         self.mark_changed(id);
         id
+    }
+
+    /// Records the name of `thread` of process `id` the first time it is seen running (from
+    /// `/proc/TGID/task/TID/comm`, where the thread still is).
+    pub fn name_thread(&mut self, id: ProcId, thread: ThreadKey) {
+        let Some(record) = self.records.get(id as usize) else {
+            return;
+        };
+        if record.thread_names.contains_key(&thread.tid)
+            || record.thread_names.len() >= MAX_THREAD_NAMES
+        {
+            return;
+        }
+        let path = self
+            .proc_root
+            .join(thread.tgid.to_string())
+            .join("task")
+            .join(thread.tid.to_string())
+            .join("comm");
+        let Ok(raw) = read_small(&path) else {
+            return;
+        };
+        let name = clean_thread_name(&raw);
+        self.records[id as usize]
+            .thread_names
+            .insert(thread.tid, name);
+        self.mark_changed(id);
     }
 
     /// Reads comm, parent and command line from `/proc/PID` where still there.
@@ -306,11 +360,23 @@ impl ProcessTable {
                     process_exited,
                     timestamp_ns,
                 } => {
-                    cleanup.threads.push(ThreadKey {
+                    let thread = ThreadKey {
                         tgid: pid,
                         tid,
                         start_ns: thread_start_ns,
-                    });
+                    };
+                    cleanup.threads.push(thread);
+                    // The kernel's name of the thread as it ended (it may have renamed itself
+                    // after it was first seen).
+                    if let Some(owner) = self.process_of_thread(&thread) {
+                        let names = &mut self.records[owner as usize].thread_names;
+                        let name = clean_thread_name(comm);
+                        if !name.is_empty()
+                            && (names.contains_key(&tid) || names.len() < MAX_THREAD_NAMES)
+                        {
+                            names.insert(tid, name);
+                        }
+                    }
                     if !process_exited {
                         continue;
                     }

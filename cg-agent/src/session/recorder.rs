@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use crate::attribution::{CpuTime, Interval, ProcId, Slice, gpu::GpuUsage};
 
-/// Default budget of stored (process, CPU) slices: about 16 bytes each, so ~6 MB.
+/// Default budget of stored (process, thread, CPU) slices: about 20 bytes each, so ~8 MB.
 pub const DEFAULT_SLICE_BUDGET: usize = 400_000;
 
 #[derive(Debug)]
@@ -209,9 +209,9 @@ pub fn merge(a: &Interval, b: &Interval) -> Interval {
             }
         })
         .collect();
-    let mut slices: BTreeMap<(u32, u32), u64> = BTreeMap::new();
+    let mut slices: BTreeMap<(u32, u32, u32), u64> = BTreeMap::new();
     for s in a.slices.iter().chain(&b.slices) {
-        *slices.entry((s.process, s.cpu)).or_default() += s.on_cpu_ns;
+        *slices.entry((s.process, s.tid, s.cpu)).or_default() += s.on_cpu_ns;
     }
     let domain_count = a.energy_j.len().max(b.energy_j.len());
     let energy_j = (0..domain_count)
@@ -240,8 +240,9 @@ pub fn merge(a: &Interval, b: &Interval) -> Interval {
         cpus,
         slices: slices
             .into_iter()
-            .map(|((process, cpu), on_cpu_ns)| Slice {
+            .map(|((process, tid, cpu), on_cpu_ns)| Slice {
                 process,
+                tid,
                 cpu,
                 on_cpu_ns,
             })
@@ -267,11 +268,13 @@ mod tests {
             slices: vec![
                 Slice {
                     process: (i % 3) as u32,
+                    tid: 100 + (i % 3) as u32,
                     cpu: 0,
                     on_cpu_ns: 70,
                 },
                 Slice {
                     process: 9,
+                    tid: 9,
                     cpu: 1,
                     on_cpu_ns: 5,
                 },

@@ -523,6 +523,9 @@ fn render_table(app: &App, r: &LiveReport, area: Rect, buf: &mut Buffer) {
         .style(Style::new().black().on_cyan().bold());
     let visible = rows.iter().skip(scroll).take(height).map(|row| {
         let p = &r.processes[row.index];
+        if let Some(t) = row.thread.and_then(|t| p.threads.get(t).map(|th| (t, th))) {
+            return thread_row(app, row, p, t, wide, domain_columns.len());
+        }
         // A folded row shows its subtree's sums in every column that adds up.
         let (cpu_pct, cpu_time_s, power_w, domain_power_w, energy_j, share_pct) = match &row.folded
         {
@@ -631,6 +634,51 @@ fn render_table(app: &App, r: &LiveReport, area: Rect, buf: &mut Buffer) {
         };
         Paragraph::new(message).dim().render(inner, buf);
     }
+}
+
+/// The row of one thread (or of the folded rest) under its expanded process: TID in the PID
+/// column, its name in the COMMAND column, its own CPU, power and energy.
+fn thread_row<'a>(
+    app: &App,
+    row: &crate::ui::state::Row,
+    p: &crate::report::live::LiveProcess,
+    (t, thread): (usize, &crate::report::live::LiveThread),
+    wide: bool,
+    domain_columns: usize,
+) -> Row<'a> {
+    let cell = |text: String, right: bool| {
+        if right {
+            Cell::from(Line::from(text).right_aligned())
+        } else {
+            Cell::from(text)
+        }
+    };
+    let mut cells = vec![cell(
+        thread.tid.map_or_else(String::new, |tid| tid.to_string()),
+        true,
+    )];
+    if wide {
+        cells.push(cell(String::new(), true));
+    }
+    cells.push(cell(app.user_of(row.index).to_string(), false));
+    cells.push(cell(format!("{:.1}", thread.cpu_pct), true));
+    if wide {
+        cells.push(cell(format!("{:.2}", thread.cpu_time_s), true));
+    }
+    cells.push(cell(watts(thread.power_w), true));
+    // Threads are not split per domain.
+    cells.extend((0..domain_columns).map(|_| cell(String::new(), true)));
+    cells.push(cell(joules(thread.energy_j), true));
+    cells.push(cell(format!("{:.1}%", thread.share_pct), true));
+    let last = t + 1 == p.threads.len();
+    let glyph = if last { "└─ " } else { "├─ " };
+    let name = match (thread.tid, thread.folded_count) {
+        (None, Some(n)) => format!("… {n} more threads"),
+        _ if thread.name.is_empty() => "(thread name not read)".to_string(),
+        _ => thread.name.clone(),
+    };
+    cells.push(Cell::from(format!("{}{glyph}{name}", row.prefix)));
+    Row::new(cells).style(Style::new().italic())
 }
 
 /// Lines of the detail pane: its title, and the sparkline beside the figures.
@@ -925,6 +973,7 @@ const HELP: &[(&str, &str)] = &[
         "Enter ← →",
         "tree view: fold or unfold the selected process",
     ),
+    ("H", "show or hide the selected process's threads"),
     ("K", "show or hide kernel threads (hidden at first)"),
     ("k", "send a signal to the selected process"),
     ("d", "details: the selected process's power, domains"),
@@ -1291,6 +1340,34 @@ mod tests {
             screen(&a, w, h);
             keys(&mut a, &[KeyCode::Esc]);
         }
+    }
+
+    #[test]
+    fn an_expanded_process_shows_its_threads_at_80x24() {
+        let mut a = app(testdata::report_with_threads(), None);
+        while a.selected_process().is_some_and(|p| p.pid != 1200) {
+            keys(&mut a, &[KeyCode::Down]);
+        }
+        keys(&mut a, &[KeyCode::Char('H')]);
+        let text = screen(&a, 80, 24);
+        let lines: Vec<&str> = text.lines().collect();
+        let at = lines
+            .iter()
+            .position(|l| l.contains("make -j2 all"))
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(
+            lines[at + 1].contains("1203") && lines[at + 1].contains("├─ worker-0"),
+            "{text}"
+        );
+        assert!(
+            lines[at + 2].contains("1200") && lines[at + 2].contains("├─ make"),
+            "{text}"
+        );
+        assert!(lines[at + 3].contains("└─ … 12 more threads"), "{text}");
+        // The help says how.
+        keys(&mut a, &[KeyCode::Char('?')]);
+        let text = screen(&a, 80, 30);
+        assert!(text.contains("the selected process's threads"), "{text}");
     }
 
     #[test]

@@ -146,6 +146,9 @@ pub struct Row {
     pub has_children: bool,
     /// Folded (tree view): how many descendants it hides, and the subtree's figures.
     pub folded: Option<Subtree>,
+    /// A thread row of an expanded process (`H`): the index into its
+    /// [`LiveProcess::threads`] (`index` and `id` are the process's).
+    pub thread: Option<usize>,
 }
 
 /// A folded process with everything below it: every column that adds up, added up.
@@ -183,6 +186,8 @@ pub struct App {
     pub editing_filter: bool,
     pub tree: bool,
     folded: HashSet<ProcId>,
+    /// Processes whose threads are listed under them (`H`).
+    expanded: HashSet<ProcId>,
     pub paused: bool,
     pub help: bool,
     /// The function pane shows the functions over all processes, not the selected one's.
@@ -233,6 +238,7 @@ impl App {
             editing_filter: false,
             tree: false,
             folded: HashSet::new(),
+            expanded: HashSet::new(),
             paused: false,
             help: false,
             all_functions: false,
@@ -412,6 +418,7 @@ impl App {
             KeyCode::Home | KeyCode::Char('g') => self.move_cursor(isize::MIN / 2),
             KeyCode::End | KeyCode::Char('G') => self.move_cursor(isize::MAX / 2),
             KeyCode::Enter if self.tree => self.set_fold(None),
+            KeyCode::Char('H') | KeyCode::Enter => self.toggle_threads(),
             KeyCode::Left | KeyCode::Char('-') if self.tree => self.set_fold(Some(true)),
             KeyCode::Right | KeyCode::Char('+') if self.tree => self.set_fold(Some(false)),
             _ => return Action::Nothing,
@@ -676,11 +683,12 @@ impl App {
                         prefix: String::new(),
                         has_children: false,
                         folded: None,
+                        thread: None,
                     })
                     .collect()
             }
         };
-        self.rows = rows;
+        self.rows = self.with_threads(rows);
         let kept = self
             .selected
             .filter(|_| keep_process)
@@ -693,6 +701,49 @@ impl App {
             self.cursor = self.cursor.min(self.rows.len().saturating_sub(1));
             self.selected = self.rows.get(self.cursor).map(|r| r.id);
         }
+    }
+
+    /// `rows` with the thread rows of each expanded process under it.
+    fn with_threads(&self, rows: Vec<Row>) -> Vec<Row> {
+        let Some(report) = &self.report else {
+            return rows;
+        };
+        if self.expanded.is_empty() {
+            return rows;
+        }
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let threads = if self.expanded.contains(&row.id) {
+                report.processes[row.index].threads.len()
+            } else {
+                0
+            };
+            let (index, id) = (row.index, row.id);
+            // Under the process's name in the tree view.
+            let indent = " ".repeat(row.prefix.chars().count());
+            out.push(row);
+            out.extend((0..threads).map(|t| Row {
+                index,
+                id,
+                prefix: indent.clone(),
+                has_children: false,
+                folded: None,
+                thread: Some(t),
+            }));
+        }
+        out
+    }
+
+    /// Shows or hides the selected process's threads (`H`).
+    fn toggle_threads(&mut self) {
+        let Some(id) = self.rows.get(self.cursor).map(|r| r.id) else {
+            return;
+        };
+        if !self.expanded.remove(&id) {
+            self.expanded.insert(id);
+        }
+        self.selected = Some(id);
+        self.rebuild();
     }
 
     fn tree_rows(&self, processes: &[LiveProcess]) -> Vec<Row> {
@@ -798,6 +849,7 @@ impl App {
                 prefix,
                 has_children: !children[i].is_empty(),
                 folded,
+                thread: None,
             });
         }
         rows
@@ -862,6 +914,47 @@ mod tests {
         );
         app.update(testdata::report());
         app
+    }
+
+    #[test]
+    fn h_lists_the_selected_processs_threads_under_it_and_again_hides_them() {
+        let mut app = app();
+        app.update(testdata::report_with_threads());
+        let at = pids(&app).iter().position(|&p| p == 1200).unwrap();
+        app.cursor = at;
+        app.selected = Some(app.rows[at].id);
+        let before = app.rows().len();
+        press(&mut app, "H");
+        assert_eq!(app.rows().len(), before + 3);
+        let threads: Vec<Option<usize>> = app.rows()[at + 1..at + 4]
+            .iter()
+            .map(|r| r.thread)
+            .collect();
+        assert_eq!(threads, [Some(0), Some(1), Some(2)]);
+        assert!(
+            app.rows()[at + 1..at + 4]
+                .iter()
+                .all(|r| r.id == app.rows()[at].id)
+        );
+        // New figures keep them listed; the cursor stays on the process.
+        app.update(testdata::report_with_threads());
+        assert_eq!(app.rows().len(), before + 3);
+        assert_eq!(app.selected_process().unwrap().pid, 1200);
+        press(&mut app, "H");
+        assert_eq!(app.rows().len(), before);
+        // Out of the tree view Enter does the same; in it, Enter folds and H still expands.
+        key(&mut app, KeyCode::Enter);
+        assert_eq!(app.rows().len(), before + 3);
+        key(&mut app, KeyCode::Enter);
+        assert_eq!(app.rows().len(), before);
+        press(&mut app, "t");
+        let at = pids(&app).iter().position(|&p| p == 1200).unwrap();
+        app.cursor = at;
+        app.selected = Some(app.rows[at].id);
+        let before = app.rows().len();
+        press(&mut app, "H");
+        assert_eq!(app.rows().len(), before + 3);
+        assert_eq!(app.rows()[at + 1].thread, Some(0));
     }
 
     #[test]

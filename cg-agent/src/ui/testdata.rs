@@ -7,7 +7,7 @@ use crate::{
     attribution::ProcId,
     report::{
         FunctionEntry, LostEvents, SourceEntry,
-        live::{LiveDomain, LiveProcess, LiveReport, LiveTotals, Series},
+        live::{LiveDomain, LiveProcess, LiveReport, LiveThread, LiveTotals, Series},
     },
     sources::{DomainKind, Provenance},
 };
@@ -147,6 +147,7 @@ pub fn report() -> LiveReport {
             cpu_time_s: p.cpu_pct / 100.0 * 20.0,
             kernel_thread: false,
             domain_power_w: vec![p.power_w],
+            threads: Vec::new(),
         })
         .collect();
     let history = vec![Series {
@@ -223,8 +224,37 @@ pub fn report_with_kernel_threads() -> LiveReport {
             cpu_time_s: 0.2,
             kernel_thread: true,
             domain_power_w: vec![power_w],
+            threads: Vec::new(),
         });
     }
+    r
+}
+
+/// The same, with the threads of pid 1200 (`make -j2 all`): a busy worker, the main thread,
+/// and 12 more folded into one entry.
+pub fn report_with_threads() -> LiveReport {
+    let mut r = report();
+    let total_j = r.totals.energy_j;
+    let p = r
+        .processes
+        .iter_mut()
+        .find(|p| p.pid == 1200)
+        .expect("pid 1200");
+    let thread = |tid: Option<u32>, name: &str, folded_count, share: f64| LiveThread {
+        tid,
+        name: name.into(),
+        folded_count,
+        cpu_pct: p.cpu_pct * share,
+        power_w: p.power_w * share,
+        energy_j: p.energy_j * share,
+        share_pct: 100.0 * p.energy_j * share / total_j,
+        cpu_time_s: p.cpu_time_s * share,
+    };
+    p.threads = vec![
+        thread(Some(1203), "worker-0", None, 0.9),
+        thread(Some(1200), "make", None, 0.06),
+        thread(None, "", Some(12), 0.04),
+    ];
     r
 }
 
@@ -448,6 +478,7 @@ pub fn wrapped_run(intervals: u64, mut observer: impl FnMut(LiveEvent<'_>)) {
         ended_ns: None,
         ending: None,
         root: pid == 500,
+        thread_names: Default::default(),
     };
     let processes = [
         record(500, 400, &["make", "-j2"]),
@@ -470,16 +501,19 @@ pub fn wrapped_run(intervals: u64, mut observer: impl FnMut(LiveEvent<'_>)) {
             slices: vec![
                 Slice {
                     process: 0,
+                    tid: 0,
                     cpu: 1,
                     on_cpu_ns: 10 * MS,
                 },
                 Slice {
                     process: 1,
+                    tid: 1,
                     cpu: 0,
                     on_cpu_ns: 100 * MS,
                 },
                 Slice {
                     process: 2,
+                    tid: 2,
                     cpu: 1,
                     on_cpu_ns: 60 * MS,
                 },
