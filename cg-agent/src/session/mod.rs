@@ -884,9 +884,10 @@ fn place_late_time(sampler: &mut Sampler) -> LateTime {
         let not_before_ns = sampler.table.records()[id as usize]
             .start_ns
             .map_or(0, |s| s.saturating_sub(sampler.run_start_ns));
-        let placement = sampler
-            .recorder
-            .place_late(id, cpu, ns, not_before_ns, &mut busier);
+        let placement =
+            sampler
+                .recorder
+                .place_late((id, thread.tid), cpu, ns, not_before_ns, &mut busier);
         late.placed_ns += placement.placed_ns;
         late.unplaced_ns += ns - placement.placed_ns;
         late.other_unplaced_ns += placement.displaced_other_ns;

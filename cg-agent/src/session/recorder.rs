@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::attribution::{CpuTime, Interval, ProcId, Slice, gpu::GpuUsage};
+use crate::attribution::{CpuTime, Interval, Slice, ThreadId, gpu::GpuUsage};
 
 /// Default budget of stored (process, thread, CPU) slices: about 20 bytes each, so ~8 MB.
 pub const DEFAULT_SLICE_BUDGET: usize = 400_000;
@@ -60,7 +60,7 @@ impl Recorder {
         self.calibration.iter_mut().chain(self.intervals.iter_mut())
     }
 
-    /// Places `ns` of process `process`'s time on `cpu` that was read only after the run's
+    /// Places `ns` of thread `thread`'s time on `cpu` that was read only after the run's
     /// last interval (see [`crate::probes::activity::Carried`]) back into the latest
     /// intervals, newest first, that end after `not_before_ns` (the process's start, in run
     /// time). It ran then, while its CPU looked idle (the kernel missed the switch that
@@ -71,7 +71,7 @@ impl Recorder {
     /// from CPU activity follows it).
     pub fn place_late(
         &mut self,
-        process: ProcId,
+        (process, tid): ThreadId,
         cpu: u32,
         ns: u64,
         not_before_ns: u64,
@@ -92,7 +92,7 @@ impl Recorder {
                 let busy_ns: u64 = interval
                     .slices
                     .iter()
-                    .filter(|s| s.process == process && s.cpu == cpu)
+                    .filter(|s| s.process == process && s.tid == tid && s.cpu == cpu)
                     .map(|s| s.on_cpu_ns)
                     .sum();
                 let Some(time) = interval.cpus.get_mut(cpu as usize) else {
@@ -122,16 +122,17 @@ impl Recorder {
                 match interval
                     .slices
                     .iter_mut()
-                    .find(|s| s.process == process && s.cpu == cpu)
+                    .find(|s| s.process == process && s.tid == tid && s.cpu == cpu)
                 {
                     Some(slice) => slice.on_cpu_ns += take_ns,
                     None => {
                         interval.slices.push(Slice {
                             process,
+                            tid,
                             cpu,
                             on_cpu_ns: take_ns,
                         });
-                        interval.slices.sort_by_key(|s| (s.process, s.cpu));
+                        interval.slices.sort_by_key(|s| (s.process, s.tid, s.cpu));
                         self.stored += 1;
                     }
                 }
@@ -343,11 +344,12 @@ mod tests {
         let mut last = quiet(3, 30, 20);
         last.slices.push(Slice {
             process: 4,
+            tid: 4,
             cpu: 0,
             on_cpu_ns: 50,
         });
         rec.push(last);
-        let placed = rec.place_late(4, 0, 150, 0, &mut |_, _| {});
+        let placed = rec.place_late((4, 4), 0, 150, 0, &mut |_, _| {});
         assert_eq!(
             placed,
             LatePlacement {
@@ -376,7 +378,7 @@ mod tests {
         rec.push(quiet(0, 10, 90));
         rec.push(quiet(1, 20, 80));
         let mut busier_ns = 0;
-        let placed = rec.place_late(7, 0, 100, 0, &mut |_, ns| busier_ns += ns);
+        let placed = rec.place_late((7, 7), 0, 100, 0, &mut |_, ns| busier_ns += ns);
         assert_eq!(placed.placed_ns, 100);
         // 30 ns of idle room first (both intervals), then 70 ns of other time, newest first.
         assert_eq!(placed.displaced_other_ns, 70);
@@ -385,7 +387,7 @@ mod tests {
         assert_eq!(rec.intervals()[0].cpus[0].other_ns, 90);
         busy_at_most_long(&rec);
         // More than the run had room for: the rest stays unplaced.
-        let placed = rec.place_late(7, 0, 1000, 0, &mut |_, _| {});
+        let placed = rec.place_late((7, 7), 0, 1000, 0, &mut |_, _| {});
         assert_eq!(placed.placed_ns, 100);
         busy_at_most_long(&rec);
         // Other tasks' late time only fills idle room.
@@ -402,7 +404,7 @@ mod tests {
             rec.push(quiet(i, 100, 0));
         }
         // Started at 250 ns: half of interval 2 and interval 3 can hold it.
-        let placed = rec.place_late(3, 0, 400, 250, &mut |_, _| {});
+        let placed = rec.place_late((3, 3), 0, 400, 250, &mut |_, _| {});
         assert_eq!(placed.placed_ns, 150);
         assert!(rec.intervals()[..2].iter().all(|i| i.slices.is_empty()));
         assert_eq!(rec.intervals()[2].slices[0].on_cpu_ns, 50);
