@@ -69,6 +69,22 @@ pub enum Command {
     /// function; with --repeat runs on both sides, a Mann-Whitney U test per row. Exits 3
     /// on a regression beyond --max-increase, 2 on a report it cannot read
     Diff(DiffArgs),
+    /// Turn a JSON report into one self-contained HTML page that opens offline (power over
+    /// time, energy per process group and function, repeat statistics, sources and quality):
+    /// `cg-trace report RUN.json -o report.html`
+    Report(ReportArgs),
+}
+
+/// Options of `cg-trace report`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The report (JSON, as `-o FILE.json` writes it)
+    #[arg(value_name = "RUN.json")]
+    pub input: PathBuf,
+
+    /// The HTML page to write (`-` for standard output)
+    #[arg(short = 'o', long = "output", value_name = "FILE.html")]
+    pub html_output: PathBuf,
 }
 
 /// Options of `cg-trace completions`.
@@ -96,7 +112,8 @@ pub struct DiffArgs {
     #[arg(long, value_name = "PCT")]
     pub max_increase: Option<f64>,
 
-    /// Output: a text table, a Markdown table (for a pull-request comment) or JSON
+    /// Output: a text table, a Markdown table (for a pull-request comment), JSON, or a
+    /// self-contained HTML page
     #[arg(long, value_enum, default_value_t = DiffFormat::Text)]
     pub format: DiffFormat,
 }
@@ -107,6 +124,7 @@ pub enum DiffFormat {
     Text,
     Markdown,
     Json,
+    Html,
 }
 
 /// Options of `cg-trace sources` (the source options, such as --powercap-root, apply too).
@@ -142,6 +160,11 @@ pub struct RunArgs {
     /// Also write the report as CSV to FILE (next to -o's JSON: both from the same run)
     #[arg(long, value_name = "FILE.csv")]
     pub csv: Option<PathBuf>,
+
+    /// Also write the report as one self-contained HTML page to FILE (charts, tables, the
+    /// energy flamegraph with --profile); it opens offline
+    #[arg(long, value_name = "FILE.html")]
+    pub html: Option<PathBuf>,
 
     /// Attribution interval in milliseconds
     #[arg(long, value_name = "MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(10..=60_000))]
