@@ -140,6 +140,8 @@ const APT_PACKAGES: &[&str] = &[
     "g++",
     // The man page test renders `cg-trace man-page` with `man -l` (tests/tests/cli.rs).
     "man-db",
+    // The HTML report tests open the page in headless Chromium (tests/tests/html.rs).
+    "chromium",
 ];
 
 fn setup() -> Result<()> {
