@@ -144,6 +144,8 @@ fn fig(value: Option<f64>, unit: &str) -> String {
                 format!("{v:.1}")
             } else if a >= 0.01 {
                 format!("{v:.3}")
+            } else if a >= 1e-4 {
+                format!("{v:.5}")
             } else {
                 format!("{v:.2e}")
             };
@@ -1091,12 +1093,23 @@ fn base64(bytes: &[u8]) -> String {
 fn flamegraph_section(body: &mut String, report: &Value, flamegraph: Option<&str>) {
     match flamegraph {
         Some(svg) => {
+            // As tall as the drawing (its root's `height`), within reason.
+            let height_px = svg
+                .find("<svg")
+                .and_then(|i| {
+                    let tag = &svg[i..i + svg[i..].find('>')?];
+                    let h = &tag[tag.find(" height=\"")? + 9..];
+                    h[..h.find('"')?].parse::<f64>().ok()
+                })
+                .filter(|h| h.is_finite())
+                .map_or(640.0, |h| (h + 8.0).clamp(120.0, 4000.0));
             let _ = writeln!(
                 body,
                 "<h2>Energy flamegraph</h2>\n<p class=\"note\">Each frame as wide as the energy \
                  (µJ) of the sampled stacks that contain it; click to zoom, Ctrl-F to search.</p>\n\
                  <iframe class=\"flamegraph\" id=\"flamegraph\" sandbox=\"allow-scripts\" \
-                 title=\"energy flamegraph\" src=\"data:image/svg+xml;base64,{}\"></iframe>",
+                 style=\"height:{height_px:.0}px\" title=\"energy flamegraph\" \
+                 src=\"data:image/svg+xml;base64,{}\"></iframe>",
                 base64(svg.as_bytes())
             );
         }
