@@ -328,3 +328,57 @@ fn report_refuses_what_is_not_a_report_and_says_which_file() {
         assert!(!out_path.exists());
     }
 }
+
+#[test]
+fn the_page_goes_through_the_safe_output_path() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "keep me").unwrap();
+    let link = dir.path().join("r.html");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    let marker = dir.path().join("ran");
+    // On a run: refused before anything runs.
+    let out = cg(&[
+        "--source",
+        "model",
+        "-q",
+        "--html",
+        link.to_str().unwrap(),
+        "--",
+        "touch",
+        marker.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--html") && stderr.contains("symbolic link"),
+        "{stderr}"
+    );
+    assert!(
+        !marker.exists(),
+        "the command ran though its page was refused"
+    );
+    // From a report.
+    let json = dir.path().join("run.json");
+    let out = cg(&[
+        "--source",
+        "model",
+        "-q",
+        "-o",
+        json.to_str().unwrap(),
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let out = cg(&[
+        "report",
+        json.to_str().unwrap(),
+        "-o",
+        link.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("symbolic link"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
+}

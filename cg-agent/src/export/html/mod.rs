@@ -61,8 +61,14 @@ pub fn write_to_path(report: &Report, path: &Path, who: &Invoker) -> Result<(), 
 }
 
 /// `cg-trace report RUN.json -o FILE.html`: returns the exit status (2 on a report it
-/// cannot read, 1 when the page cannot be written).
+/// cannot read or a page it may not create, 1 when writing the page fails).
 pub fn main(args: &ReportArgs, who: &Invoker) -> i32 {
+    if args.html_output != Path::new("-")
+        && let Err(err) = output::check(&args.html_output, who)
+    {
+        eprintln!("cg-trace report: -o: {err}");
+        return crate::compare::EXIT_BAD_INPUT;
+    }
     let report = match crate::compare::load_value(&args.input) {
         Ok(report) => report,
         Err(err) => {
