@@ -673,7 +673,23 @@ mod tests {
         assert_eq!(args.max_increase, Some(5.0));
         assert_eq!(args.format, DiffFormat::Markdown);
         assert!(parse(&["diff", "a.json"]).is_err());
-        assert!(parse(&["diff", "a", "b", "--format", "html"]).is_err());
+        let html = parse(&["diff", "a", "b", "--format", "html"]).unwrap();
+        assert!(matches!(html.subcommand, Some(Command::Diff(a)) if a.format == DiffFormat::Html));
+        assert!(parse(&["diff", "a", "b", "--format", "pdf"]).is_err());
+    }
+
+    #[test]
+    fn report_takes_a_report_and_the_page_to_write() {
+        let cli = parse(&["report", "run.json", "-o", "run.html"]).unwrap();
+        let Some(Command::Report(args)) = cli.subcommand else {
+            panic!("not report");
+        };
+        assert_eq!(args.input, PathBuf::from("run.json"));
+        assert_eq!(args.html_output, PathBuf::from("run.html"));
+        // The page must be named.
+        assert!(parse(&["report", "run.json"]).is_err());
+        let run = parse(&["--html", "r.html", "--", "true"]).unwrap();
+        assert_eq!(run.run.html, Some(PathBuf::from("r.html")));
     }
 
     #[test]
