@@ -223,6 +223,7 @@ fn write_and_summarize(
     if let Some(path) = &args.output {
         let write = match report_format(path, args.format) {
             Some(ReportFormat::Csv) => csv::write_to_path,
+            Some(ReportFormat::Html) => html::write_to_path,
             _ => json::write_to_path,
         };
         match write(&report, path, invoker) {
@@ -565,11 +566,11 @@ fn check_report_path(
         return Ok(());
     }
     match report_format(path, format) {
-        Some(ReportFormat::Json | ReportFormat::Csv) => {}
+        Some(ReportFormat::Json | ReportFormat::Csv | ReportFormat::Html) => {}
         None => {
             return Err(format!(
-                "-o {}: unknown report format: name the file *.json or *.csv, add `--format \
-                 json` or `--format csv`, or use `-o -` for JSON on stdout",
+                "-o {}: unknown report format: name the file *.json, *.csv or *.html, add \
+                 `--format json` (csv, html), or use `-o -` for JSON on stdout",
                 path.display()
             ));
         }

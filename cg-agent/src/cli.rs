@@ -147,7 +147,7 @@ pub struct RunArgs {
     #[arg(short = 'a', long, conflicts_with = "command")]
     pub all: bool,
 
-    /// Write the report to FILE, in the format its extension names (*.json, *.csv) or
+    /// Write the report to FILE, in the format its extension names (*.json, *.csv, *.html) or
     /// --format gives; `-` for standard output (JSON unless --format says otherwise; the
     /// wrapped command's stdout then goes to stderr)
     #[arg(short = 'o', long, value_name = "FILE")]
@@ -337,6 +337,8 @@ pub enum ReportFormat {
     /// One row per domain, process and function (and per run with --repeat), units in the
     /// header
     Csv,
+    /// One self-contained page that opens offline (as --html writes it)
+    Html,
 }
 
 impl ReportFormat {
@@ -345,6 +347,7 @@ impl ReportFormat {
         match extension {
             "json" => Some(ReportFormat::Json),
             "csv" => Some(ReportFormat::Csv),
+            "html" | "htm" => Some(ReportFormat::Html),
             _ => None,
         }
     }
@@ -629,6 +632,10 @@ mod tests {
             Some(ReportFormat::Json)
         );
         assert_eq!(ReportFormat::from_extension("csv"), Some(ReportFormat::Csv));
+        assert_eq!(
+            ReportFormat::from_extension("html"),
+            Some(ReportFormat::Html)
+        );
         assert_eq!(ReportFormat::from_extension("txt"), None);
     }
 

@@ -276,7 +276,8 @@ fn a_profiled_run_embeds_its_energy_flamegraph() {
         "model",
         "--profile",
         "-q",
-        "--html",
+        // The page as the report itself (`-o FILE.html`).
+        "-o",
         html.to_str().unwrap(),
         "--",
         "sh",
