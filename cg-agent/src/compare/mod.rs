@@ -177,12 +177,11 @@ pub fn load(path: &Path) -> Result<ReportView, LoadError> {
     parse(&name, &bytes)
 }
 
-/// [`load`]'s checks, keeping the whole report as JSON (what the HTML report renders).
-pub fn load_value(path: &Path) -> Result<Value, LoadError> {
-    let name = path.display().to_string();
+/// [`load`]'s checks, returning the report's bytes (the HTML report reads them its way).
+pub fn load_bytes(path: &Path) -> Result<Vec<u8>, LoadError> {
     let bytes = read(path)?;
-    check_header(&name, &bytes)?;
-    serde_json::from_slice(&bytes).map_err(|source| LoadError::NotJson { path: name, source })
+    check_header(&path.display().to_string(), &bytes)?;
+    Ok(bytes)
 }
 
 /// The bytes of a regular file of at most [`MAX_REPORT_BYTES`].

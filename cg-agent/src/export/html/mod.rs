@@ -11,6 +11,7 @@
 
 use std::{collections::BTreeMap, fmt::Write as _, io, path::Path};
 
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::{
@@ -69,14 +70,20 @@ pub fn main(args: &ReportArgs, who: &Invoker) -> i32 {
         eprintln!("cg-trace report: -o: {err}");
         return crate::compare::EXIT_BAD_INPUT;
     }
-    let report = match crate::compare::load_value(&args.input) {
-        Ok(report) => report,
+    let parsed = crate::compare::load_bytes(&args.input).and_then(|bytes| {
+        parse(&bytes).map_err(|source| crate::compare::LoadError::NotJson {
+            path: args.input.display().to_string(),
+            source,
+        })
+    });
+    let (report, points) = match parsed {
+        Ok(parsed) => parsed,
         Err(err) => {
             eprintln!("cg-trace report: {err}");
             return crate::compare::EXIT_BAD_INPUT;
         }
     };
-    let page = render(&report, None);
+    let page = render_parts(&report, &points, None);
     match output::write_file_or_stdout(&args.html_output, who, |out| out.write_all(page.as_bytes()))
     {
         Ok(()) => 0,
@@ -276,6 +283,15 @@ fn page(title: &str, body: &str, data: &Value) -> String {
 /// The page of one report (its JSON form). `flamegraph`: the energy flamegraph's SVG, shown
 /// in a sandboxed frame (its own script keeps search and zoom; it cannot reach the page).
 pub fn render(report: &Value, flamegraph: Option<&str>) -> String {
+    let points: Vec<Point> = array(report, &["timeseries"])
+        .iter()
+        .map(point_of)
+        .collect();
+    render_parts(report, &points, flamegraph)
+}
+
+/// [`render`] with the time series apart (as [`parse`] reads it).
+pub fn render_parts(report: &Value, points: &[Point], flamegraph: Option<&str>) -> String {
     let mut body = String::new();
     let mut data = serde_json::Map::new();
     let estimated = text(report, &["meta", "measurement_quality", "grade"]) == "estimated";
@@ -283,7 +299,7 @@ pub fn render(report: &Value, flamegraph: Option<&str>) -> String {
 
     header(&mut body, report);
     totals(&mut body, report, prov);
-    power_over_time(&mut body, &mut data, report, prov);
+    power_over_time(&mut body, &mut data, points, prov);
     budgets(&mut body, report);
     repeat(&mut body, &mut data, report, prov);
     process_groups(&mut body, report, prov);
@@ -427,11 +443,149 @@ fn totals(body: &mut String, report: &Value, prov: &str) {
     );
 }
 
-/// One chart series over the downsampled buckets.
-struct Series {
-    name: String,
-    energy_j: Vec<f64>,
-    known_s: Vec<f64>,
+/// One interval of the time series, as the charts read it (every field optional: a report
+/// of another version still draws what it has).
+#[derive(Debug, Default, Deserialize)]
+pub struct Point {
+    t_s: Option<f64>,
+    duration_s: Option<f64>,
+    energy_j: Option<f64>,
+    attributed_energy_j: Option<f64>,
+    other_energy_j: Option<f64>,
+    idle_energy_j: Option<f64>,
+    energy_known: Option<bool>,
+    #[serde(default)]
+    domains: BTreeMap<String, PointDomain>,
+    /// Per-process figures of the interval, when the report has them.
+    #[serde(default)]
+    processes: Vec<PointProcess>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct PointDomain {
+    energy_j: Option<f64>,
+    energy_known: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct PointProcess {
+    pid: Option<u64>,
+    command: Option<String>,
+    comm: Option<String>,
+    group: Option<String>,
+    name: Option<String>,
+    energy_j: Option<f64>,
+}
+
+impl PointProcess {
+    fn label(&self) -> String {
+        let name = [&self.command, &self.comm, &self.group, &self.name]
+            .into_iter()
+            .find_map(Option::as_deref)
+            .unwrap_or("");
+        match self.pid {
+            Some(pid) => format!("{name} ({pid})"),
+            None => name.to_string(),
+        }
+    }
+}
+
+/// A time point of the JSON, read as [`Point`]; field by field when its shape differs
+/// (`processes` as a map from name to figures, a field of another type).
+fn point_of(value: &Value) -> Point {
+    if let Ok(point) = Point::deserialize(value) {
+        return point;
+    }
+    let processes = match value.get("processes") {
+        Some(Value::Array(list)) => list
+            .iter()
+            .map(|p| PointProcess::deserialize(p).unwrap_or_default())
+            .collect(),
+        Some(Value::Object(map)) => map
+            .iter()
+            .map(|(name, p)| PointProcess {
+                name: Some(name.clone()),
+                energy_j: p.as_f64().or_else(|| num(p, &["energy_j"])),
+                ..PointProcess::default()
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    let domains = value
+        .get("domains")
+        .and_then(Value::as_object)
+        .map(|d| {
+            d.iter()
+                .map(|(name, d)| {
+                    (
+                        name.clone(),
+                        PointDomain {
+                            energy_j: num(d, &["energy_j"]),
+                            energy_known: d.get("energy_known").and_then(Value::as_bool),
+                        },
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Point {
+        t_s: num(value, &["t_s"]),
+        duration_s: num(value, &["duration_s"]),
+        energy_j: num(value, &["energy_j"]),
+        attributed_energy_j: num(value, &["attributed_energy_j"]),
+        other_energy_j: num(value, &["other_energy_j"]),
+        idle_energy_j: num(value, &["idle_energy_j"]),
+        energy_known: value.get("energy_known").and_then(Value::as_bool),
+        domains,
+        processes,
+    }
+}
+
+/// The parts of a report file the page reads: the time series typed (a one-hour run at
+/// 100 ms has 36,000 points: building them as JSON values would cost most of the time), the
+/// rest as JSON. Top-level fields the page does not show are skipped.
+#[derive(Deserialize)]
+struct ReportFile {
+    #[serde(default)]
+    meta: Value,
+    #[serde(default)]
+    processes: Value,
+    #[serde(default)]
+    functions: Value,
+    #[serde(default)]
+    function_totals: Value,
+    #[serde(default)]
+    totals: Value,
+    #[serde(default)]
+    timeseries: Option<Vec<Point>>,
+    #[serde(default)]
+    repeat: Value,
+    #[serde(default)]
+    budgets: Value,
+}
+
+/// Reads a report's bytes (already checked by [`crate::compare::load_bytes`]) into what
+/// [`render_parts`] takes: the typed fast path, or, when the time series has another
+/// shape, the whole JSON read point by point.
+pub fn parse(bytes: &[u8]) -> Result<(Value, Vec<Point>), serde_json::Error> {
+    match serde_json::from_slice::<ReportFile>(bytes) {
+        Ok(file) => {
+            let report = json!({
+                "meta": file.meta, "processes": file.processes, "functions": file.functions,
+                "function_totals": file.function_totals, "totals": file.totals,
+                "repeat": file.repeat, "budgets": file.budgets,
+            });
+            Ok((report, file.timeseries.unwrap_or_default()))
+        }
+        Err(_) => {
+            let report: Value = serde_json::from_slice(bytes)?;
+            let points = array(&report, &["timeseries"])
+                .iter()
+                .map(point_of)
+                .collect();
+            Ok((report, points))
+        }
+    }
 }
 
 /// `[start, end)` of each bucket of at most [`MAX_CHART_POINTS`] buckets over `n` points.
@@ -444,14 +598,38 @@ fn buckets(n: usize) -> (usize, Vec<(usize, usize)>) {
     (per, ranges)
 }
 
+/// Mean power of each bucket: the joules `energy` gives over the seconds it covers (points
+/// it gives nothing for are left out; a bucket with none is a gap).
+fn bucket_power(
+    points: &[Point],
+    ranges: &[(usize, usize)],
+    energy: impl Fn(&Point) -> Option<(f64, f64)>,
+) -> Vec<Value> {
+    ranges
+        .iter()
+        .map(|&(start, end)| {
+            let (mut j, mut s) = (0.0, 0.0);
+            for p in &points[start..end] {
+                if let Some((pj, ps)) = energy(p)
+                    && pj.is_finite()
+                    && ps.is_finite()
+                {
+                    j += pj;
+                    s += ps;
+                }
+            }
+            if s > 0.0 { round3(j / s) } else { Value::Null }
+        })
+        .collect()
+}
+
 fn power_over_time(
     body: &mut String,
     data: &mut serde_json::Map<String, Value>,
-    report: &Value,
+    points: &[Point],
     prov: &str,
 ) {
     body.push_str("<h2>Power over time</h2>\n");
-    let points = array(report, &["timeseries"]);
     if points.is_empty() {
         body.push_str(
             "<p class=\"note\">No time series in this report: run cg-trace with \
@@ -462,63 +640,42 @@ fn power_over_time(
     let (per, ranges) = buckets(points.len());
     let t: Vec<Value> = ranges
         .iter()
-        .map(|&(start, _)| round3(num(&points[start], &["t_s"]).unwrap_or(f64::NAN)))
+        .map(|&(start, _)| round3(points[start].t_s.unwrap_or(f64::NAN)))
         .collect();
-    let domain_names: Vec<String> = points
+    let domain_names: Vec<&String> = points
         .iter()
-        .find_map(|p| p.get("domains").and_then(Value::as_object))
-        .map(|d| d.keys().cloned().collect())
+        .find(|p| !p.domains.is_empty())
+        .map(|p| p.domains.keys().collect())
         .unwrap_or_default();
-    // Power over the known time of each bucket: joules known / seconds known.
-    let power = |energy: &dyn Fn(&Value) -> Option<(f64, f64)>| -> Vec<Value> {
-        ranges
-            .iter()
-            .map(|&(start, end)| {
-                let (mut j, mut s) = (0.0, 0.0);
-                for p in &points[start..end] {
-                    if let Some((pj, ps)) = energy(p)
-                        && pj.is_finite()
-                        && ps.is_finite()
-                    {
-                        j += pj;
-                        s += ps;
-                    }
-                }
-                if s > 0.0 { round3(j / s) } else { Value::Null }
-            })
-            .collect()
-    };
-    let known = |p: &Value| {
-        p.get("energy_known")
-            .and_then(Value::as_bool)
-            .unwrap_or(true)
-    };
-    let duration = |p: &Value| num(p, &["duration_s"]);
+    let known = |p: &Point| p.energy_known.unwrap_or(true);
     let mut series = vec![json!({
         "name": "total (top-level domains)",
-        "values": power(&|p| known(p).then(|| Some((num(p, &["energy_j"])?, duration(p)?))).flatten()),
+        "values": bucket_power(points, &ranges, |p| {
+            known(p).then(|| p.energy_j.zip(p.duration_s)).flatten()
+        }),
     })];
     for name in &domain_names {
         series.push(json!({
             "name": name,
-            "values": power(&|p| {
-                let d = p.get("domains")?.get(name)?;
-                if !known(d) {
-                    return None;
-                }
-                Some((num(d, &["energy_j"])?, duration(p)?))
+            "values": bucket_power(points, &ranges, |p| {
+                let d = p.domains.get(*name)?;
+                d.energy_known.unwrap_or(true).then(|| d.energy_j.zip(p.duration_s)).flatten()
             }),
         }));
     }
-    for (key, label) in [
-        ("attributed_energy_j", "targets"),
-        ("other_energy_j", "other tasks"),
-        ("idle_energy_j", "idle"),
-    ] {
-        if points[0].get(key).is_some() {
+    type Field = fn(&Point) -> Option<f64>;
+    let parts: [(Field, &str); 3] = [
+        (|p| p.attributed_energy_j, "targets"),
+        (|p| p.other_energy_j, "other tasks"),
+        (|p| p.idle_energy_j, "idle"),
+    ];
+    for (field, label) in parts {
+        if points.iter().any(|p| field(p).is_some()) {
             series.push(json!({
                 "name": label,
-                "values": power(&|p| known(p).then(|| Some((num(p, &[key])?, duration(p)?))).flatten()),
+                "values": bucket_power(points, &ranges, |p| {
+                    known(p).then(|| field(p).zip(p.duration_s)).flatten()
+                }),
             }));
         }
     }
@@ -547,52 +704,31 @@ fn power_over_time(
     process_power(body, data, points, &ranges, per, x_label, &t, prov);
 }
 
-/// Per-process energy of one time point, tolerant of the shape: `processes` as a list of
-/// objects (named by `comm`, `command`, `group` or `name`, with `pid`) or as a map from
-/// name to an object or a number.
-fn point_processes(point: &Value) -> Vec<(String, f64)> {
-    let label = |p: &Value| -> String {
-        let name = ["command", "comm", "group", "name", "program"]
-            .iter()
-            .find_map(|k| p.get(*k).map(scalar))
-            .unwrap_or_default();
-        match p.get("pid").and_then(Value::as_u64) {
-            Some(pid) => format!("{name} ({pid})"),
-            None => name,
-        }
-    };
-    let energy = |p: &Value| p.as_f64().or_else(|| num(p, &["energy_j"]));
-    match point.get("processes") {
-        Some(Value::Array(list)) => list
-            .iter()
-            .filter_map(|p| Some((label(p), energy(p)?)))
-            .collect(),
-        Some(Value::Object(map)) => map
-            .iter()
-            .filter_map(|(k, p)| Some((k.clone(), energy(p)?)))
-            .collect(),
-        _ => Vec::new(),
-    }
-}
-
 #[allow(clippy::too_many_arguments)]
 fn process_power(
     body: &mut String,
     data: &mut serde_json::Map<String, Value>,
-    points: &[Value],
+    points: &[Point],
     ranges: &[(usize, usize)],
     per: usize,
     x_label: &str,
     t: &[Value],
     prov: &str,
 ) {
-    let per_point: Vec<Vec<(String, f64)>> = points.iter().map(point_processes).collect();
+    // Each process's label once per point, and its energy over the run.
+    let labels: Vec<Vec<(String, f64)>> = points
+        .iter()
+        .map(|p| {
+            p.processes
+                .iter()
+                .filter_map(|q| Some((q.label(), q.energy_j.filter(|j| j.is_finite())?)))
+                .collect()
+        })
+        .collect();
     let mut totals: BTreeMap<&str, f64> = BTreeMap::new();
-    for list in &per_point {
+    for list in &labels {
         for (name, j) in list {
-            if j.is_finite() {
-                *totals.entry(name.as_str()).or_default() += j;
-            }
+            *totals.entry(name.as_str()).or_default() += j;
         }
     }
     if totals.is_empty() {
@@ -601,32 +737,28 @@ fn process_power(
     let mut top: Vec<(&str, f64)> = totals.into_iter().collect();
     top.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(b.0)));
     top.truncate(CHART_PROCESSES);
-    let series: Vec<Series> = top
+    let series: Vec<Value> = top
         .iter()
-        .map(|(name, _)| Series {
-            name: name.to_string(),
-            energy_j: vec![0.0; ranges.len()],
-            known_s: vec![0.0; ranges.len()],
-        })
-        .collect();
-    let mut series = series;
-    for (b, &(start, end)) in ranges.iter().enumerate() {
-        for i in start..end {
-            let d = num(&points[i], &["duration_s"]).unwrap_or(0.0);
-            for s in &mut series {
-                s.known_s[b] += d;
-                if let Some((_, j)) = per_point[i].iter().find(|(n, _)| *n == s.name) {
-                    s.energy_j[b] += j;
-                }
-            }
-        }
-    }
-    let series: Vec<Value> = series
-        .iter()
-        .map(|s| {
-            json!({"name": short(&s.name, 80), "values": s.energy_j.iter().zip(&s.known_s)
-                .map(|(j, d)| if *d > 0.0 { round3(j / d) } else { Value::Null })
-                .collect::<Vec<_>>()})
+        .map(|(name, _)| {
+            let values: Vec<Value> = ranges
+                .iter()
+                .map(|&(start, end)| {
+                    let (mut j, mut s) = (0.0, 0.0);
+                    for i in start..end {
+                        s += points[i]
+                            .duration_s
+                            .filter(|d| d.is_finite())
+                            .unwrap_or(0.0);
+                        j += labels[i]
+                            .iter()
+                            .filter(|(n, _)| n == name)
+                            .map(|(_, j)| j)
+                            .sum::<f64>();
+                    }
+                    if s > 0.0 { round3(j / s) } else { Value::Null }
+                })
+                .collect();
+            json!({"name": short(name, 80), "values": values})
         })
         .collect();
     data.insert(

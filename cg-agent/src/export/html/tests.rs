@@ -153,3 +153,29 @@ fn base64_matches_the_standard_alphabet() {
     assert_eq!(base64(b"foo"), "Zm9v");
     assert_eq!(base64(b"<svg>\xff"), "PHN2Zz7/");
 }
+
+#[test]
+fn a_report_file_renders_as_its_json_does_whatever_the_shape_of_its_series() {
+    let mut report = minimal("./app");
+    report["a_section_from_the_future"] = json!([1, 2, 3]);
+    let point = |i: usize, processes: Value| {
+        json!({"t_s": i as f64 * 0.1, "duration_s": 0.1, "energy_j": 0.3,
+               "energy_known": true, "domains": {"package-0": {"energy_j": 0.3,
+               "energy_known": true, "glitches": []}}, "processes": processes})
+    };
+    // As a list (the typed path), and as a map from name to figures (read point by point).
+    for processes in [
+        json!([{"pid": 7, "comm": "app", "energy_j": 0.2, "threads": []}]),
+        json!({"app (7)": {"energy_j": 0.2}}),
+    ] {
+        report["timeseries"] = (0..30).map(|i| point(i, processes.clone())).collect();
+        let bytes = serde_json::to_vec(&report).unwrap();
+        let (value, points) = parse(&bytes).unwrap();
+        assert_eq!(points.len(), 30);
+        let page = render_parts(&value, &points, None);
+        assert_eq!(page, render(&report, None));
+        let data = data_block(&page);
+        assert_eq!(data["process_power"]["series"][0]["name"], "app (7)");
+        assert_eq!(data["process_power"]["series"][0]["values"][29], json!(2.0));
+    }
+}
