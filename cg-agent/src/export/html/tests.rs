@@ -179,3 +179,25 @@ fn a_report_file_renders_as_its_json_does_whatever_the_shape_of_its_series() {
         assert_eq!(data["process_power"]["series"][0]["values"][29], json!(2.0));
     }
 }
+
+#[test]
+fn any_json_renders_without_panicking_and_figures_that_are_not_numbers_show_as_dashes() {
+    let odd = [
+        json!(null),
+        json!([]),
+        json!({"meta": 5, "processes": "x", "totals": [], "timeseries": [1, null, {"domains": 3}]}),
+        json!({"meta": {"command": [1, null], "sources": [7]}, "processes": [null, 3, {"pid": -1}],
+               "repeat": {"runs": [1, {"energy_j": "many"}], "statistics": []},
+               "budgets": {}, "function_totals": [{"energy_j": null}],
+               "timeseries": [{"t_s": "now", "processes": [1, {"energy_j": "x"}]}]}),
+    ];
+    for report in odd {
+        let page = render(&report, None);
+        assert!(page.ends_with("</html>\n"));
+        data_block(&page);
+    }
+    let mut report = minimal("./app");
+    report["totals"]["energy_j"] = Value::Null;
+    let page = render(&report, None);
+    assert!(page.contains("<td class=\"n\">—</td>"));
+}
