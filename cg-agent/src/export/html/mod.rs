@@ -171,6 +171,16 @@ fn fig(value: Option<f64>, unit: &str) -> String {
     }
 }
 
+/// A change: [`fig`] with its sign.
+fn signed(value: f64, unit: &str) -> String {
+    let text = fig(Some(value), unit);
+    if value > 0.0 {
+        format!("+{text}")
+    } else {
+        text
+    }
+}
+
 fn num(value: &Value, path: &[&str]) -> Option<f64> {
     get(value, path).and_then(Value::as_f64)
 }
@@ -1423,7 +1433,7 @@ pub fn diff(c: &Comparison) -> String {
         let _ = writeln!(
             body,
             "<h2>{}</h2>\n<table>\n<tr><th>name</th><th class=\"n\">base energy</th>\
-             <th class=\"n\">new energy</th><th class=\"n\">change</th><th class=\"n\">change</th>\
+             <th class=\"n\">new energy</th><th class=\"n\">change (J)</th><th class=\"n\">change (%)</th>\
              <th></th><th class=\"n\">base CPU</th><th class=\"n\">new CPU</th>\
              <th class=\"n\">p</th><th>verdict</th></tr>",
             match kind {
@@ -1454,9 +1464,8 @@ pub fn diff(c: &Comparison) -> String {
                 esc_short(&r.name),
                 fig(Some(r.base_energy_j), "J"),
                 fig(Some(r.new_energy_j), "J"),
-                fig(Some(r.change_energy_j), "J"),
-                pct.map(|p| fig(Some(p), "%"))
-                    .unwrap_or_else(|| "new".into()),
+                signed(r.change_energy_j, "J"),
+                pct.map(|p| signed(p, "%")).unwrap_or_else(|| "new".into()),
                 bar(fraction, class),
                 fig(r.base_cpu_time_s, "s"),
                 fig(r.new_cpu_time_s, "s"),
