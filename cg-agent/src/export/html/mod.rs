@@ -1433,7 +1433,8 @@ pub fn diff(c: &Comparison) -> String {
         let _ = writeln!(
             body,
             "<h2>{}</h2>\n<table>\n<tr><th>name</th><th class=\"n\">base energy</th>\
-             <th class=\"n\">new energy</th><th class=\"n\">change (J)</th><th class=\"n\">change (%)</th>\
+             <th class=\"n\">new energy</th><th class=\"n\">change (J)</th>\
+             <th class=\"n\">change (%)</th>\
              <th></th><th class=\"n\">base CPU</th><th class=\"n\">new CPU</th>\
              <th class=\"n\">p</th><th>verdict</th></tr>",
             match kind {
