@@ -9,7 +9,7 @@ use std::{
 
 use crate::{
     cli::{Cli, Command, FunctionArgs, ReportFormat, RunArgs},
-    export::{csv, flamegraph, folded, json, summary},
+    export::{csv, flamegraph, folded, html, json, summary},
     functions::{FunctionOptions, spec::FuncSpec},
     inventory, output,
     output::OutputError,
@@ -67,11 +67,21 @@ pub fn main_with(cli: Cli) -> i32 {
             if let Some(option) = option_before_top(&cli.run) {
                 eprintln!(
                     "cg-trace: {option} is a run option, not one of `diff`: `cg-trace diff \
-                     BASE.json NEW.json [--max-increase PCT] [--format text|markdown|json]`"
+                     BASE.json NEW.json [--max-increase PCT] [--format text|markdown|json|html]`"
                 );
                 return EXIT_USAGE;
             }
             return crate::compare::main(&diff_args);
+        }
+        Some(Command::Report(report_args)) => {
+            if let Some(option) = option_before_top(&cli.run) {
+                eprintln!(
+                    "cg-trace: {option} is a run option, not one of `report`: `cg-trace report \
+                     RUN.json -o report.html`"
+                );
+                return EXIT_USAGE;
+            }
+            return html::main(&report_args, &invoker);
         }
         Some(Command::Sources(sources_args)) => {
             return inventory::main(&source_options(&cli.run), sources_args.json);
@@ -213,6 +223,7 @@ fn write_and_summarize(
     if let Some(path) = &args.output {
         let write = match report_format(path, args.format) {
             Some(ReportFormat::Csv) => csv::write_to_path,
+            Some(ReportFormat::Html) => html::write_to_path,
             _ => json::write_to_path,
         };
         match write(&report, path, invoker) {
@@ -237,6 +248,21 @@ fn write_and_summarize(
             Ok(()) => {}
             Err(err) => {
                 messages.push(format!("cg-trace: the CSV report (--csv): {err}"));
+                exit_code = 1;
+            }
+        }
+    }
+    if let Some(path) = &args.html {
+        match html::write_to_path(&report, path, invoker) {
+            Ok(()) if path != Path::new("-") && !args.quiet => {
+                messages.push(format!(
+                    "cg-trace: HTML report written to {}",
+                    path.display()
+                ));
+            }
+            Ok(()) => {}
+            Err(err) => {
+                messages.push(format!("cg-trace: the HTML report (--html): {err}"));
                 exit_code = 1;
             }
         }
@@ -336,6 +362,7 @@ fn option_before_top(run: &RunArgs) -> Option<&'static str> {
         (run.output.is_some(), "-o"),
         (run.format.is_some(), "--format"),
         (run.csv.is_some(), "--csv"),
+        (run.html.is_some(), "--html"),
         (run.interval != 100, "--interval"),
         (run.duration.is_some(), "--duration"),
         (run.idle_watts.is_some(), "--idle-watts"),
@@ -423,9 +450,13 @@ pub fn run_config(args: &RunArgs, invoker: &Invoker) -> Result<RunConfig, String
     if let Some(path) = args.csv.as_deref().filter(|p| *p != Path::new("-")) {
         check_output(path, "--csv", invoker)?;
     }
+    if let Some(path) = args.html.as_deref().filter(|p| *p != Path::new("-")) {
+        check_output(path, "--html", invoker)?;
+    }
     let outputs = [
         (&args.output, "-o"),
         (&args.csv, "--csv"),
+        (&args.html, "--html"),
         (&args.functions.folded, "--folded"),
         (&args.functions.flamegraph, "--flamegraph"),
         (&args.view.command_output, "--command-output"),
@@ -434,7 +465,7 @@ pub fn run_config(args: &RunArgs, invoker: &Invoker) -> Result<RunConfig, String
         for (b, b_name) in &outputs[i + 1..] {
             if let (Some(a), Some(b)) = (a, b)
                 && a == b
-                && (a != Path::new("-") || *b_name == "--csv")
+                && (a != Path::new("-") || matches!(*b_name, "--csv" | "--html"))
             {
                 return Err(format!(
                     "{a_name} and {b_name} name the same file {}: give each its own",
@@ -450,7 +481,8 @@ pub fn run_config(args: &RunArgs, invoker: &Invoker) -> Result<RunConfig, String
     Ok(RunConfig {
         command_stdout_to_stderr: matches!(mode, Mode::Wrap { .. })
             && (args.output.as_deref() == Some(Path::new("-"))
-                || args.csv.as_deref() == Some(Path::new("-"))),
+                || args.csv.as_deref() == Some(Path::new("-"))
+                || args.html.as_deref() == Some(Path::new("-"))),
         invoker: invoker.clone(),
         mode,
         interval: Duration::from_millis(args.interval),
@@ -545,11 +577,11 @@ fn check_report_path(
         return Ok(());
     }
     match report_format(path, format) {
-        Some(ReportFormat::Json | ReportFormat::Csv) => {}
+        Some(ReportFormat::Json | ReportFormat::Csv | ReportFormat::Html) => {}
         None => {
             return Err(format!(
-                "-o {}: unknown report format: name the file *.json or *.csv, add `--format \
-                 json` or `--format csv`, or use `-o -` for JSON on stdout",
+                "-o {}: unknown report format: name the file *.json, *.csv or *.html, add \
+                 `--format json` (csv, html), or use `-o -` for JSON on stdout",
                 path.display()
             ));
         }

@@ -69,6 +69,22 @@ pub enum Command {
     /// function; with --repeat runs on both sides, a Mann-Whitney U test per row. Exits 3
     /// on a regression beyond --max-increase, 2 on a report it cannot read
     Diff(DiffArgs),
+    /// Turn a JSON report into one self-contained HTML page that opens offline (power over
+    /// time, energy per process group and function, repeat statistics, sources and quality):
+    /// `cg-trace report RUN.json -o report.html`
+    Report(ReportArgs),
+}
+
+/// Options of `cg-trace report`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The report (JSON, as `-o FILE.json` writes it)
+    #[arg(value_name = "RUN.json")]
+    pub input: PathBuf,
+
+    /// The HTML page to write (`-` for standard output)
+    #[arg(short = 'o', long = "output", value_name = "FILE.html")]
+    pub html_output: PathBuf,
 }
 
 /// Options of `cg-trace completions`.
@@ -96,7 +112,8 @@ pub struct DiffArgs {
     #[arg(long, value_name = "PCT")]
     pub max_increase: Option<f64>,
 
-    /// Output: a text table, a Markdown table (for a pull-request comment) or JSON
+    /// Output: a text table, a Markdown table (for a pull-request comment), JSON, or a
+    /// self-contained HTML page
     #[arg(long, value_enum, default_value_t = DiffFormat::Text)]
     pub format: DiffFormat,
 }
@@ -107,6 +124,7 @@ pub enum DiffFormat {
     Text,
     Markdown,
     Json,
+    Html,
 }
 
 /// Options of `cg-trace sources` (the source options, such as --powercap-root, apply too).
@@ -129,7 +147,7 @@ pub struct RunArgs {
     #[arg(short = 'a', long, conflicts_with = "command")]
     pub all: bool,
 
-    /// Write the report to FILE, in the format its extension names (*.json, *.csv) or
+    /// Write the report to FILE, in the format its extension names (*.json, *.csv, *.html) or
     /// --format gives; `-` for standard output (JSON unless --format says otherwise; the
     /// wrapped command's stdout then goes to stderr)
     #[arg(short = 'o', long, value_name = "FILE")]
@@ -142,6 +160,11 @@ pub struct RunArgs {
     /// Also write the report as CSV to FILE (next to -o's JSON: both from the same run)
     #[arg(long, value_name = "FILE.csv")]
     pub csv: Option<PathBuf>,
+
+    /// Also write the report as one self-contained HTML page to FILE (charts, tables, the
+    /// energy flamegraph with --profile); it opens offline
+    #[arg(long, value_name = "FILE.html")]
+    pub html: Option<PathBuf>,
 
     /// Attribution interval in milliseconds
     #[arg(long, value_name = "MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(10..=60_000))]
@@ -323,6 +346,8 @@ pub enum ReportFormat {
     /// One row per domain, process and function (and per run with --repeat), units in the
     /// header
     Csv,
+    /// One self-contained page that opens offline (as --html writes it)
+    Html,
 }
 
 impl ReportFormat {
@@ -331,6 +356,7 @@ impl ReportFormat {
         match extension {
             "json" => Some(ReportFormat::Json),
             "csv" => Some(ReportFormat::Csv),
+            "html" | "htm" => Some(ReportFormat::Html),
             _ => None,
         }
     }
@@ -615,6 +641,10 @@ mod tests {
             Some(ReportFormat::Json)
         );
         assert_eq!(ReportFormat::from_extension("csv"), Some(ReportFormat::Csv));
+        assert_eq!(
+            ReportFormat::from_extension("html"),
+            Some(ReportFormat::Html)
+        );
         assert_eq!(ReportFormat::from_extension("txt"), None);
     }
 
@@ -659,7 +689,23 @@ mod tests {
         assert_eq!(args.max_increase, Some(5.0));
         assert_eq!(args.format, DiffFormat::Markdown);
         assert!(parse(&["diff", "a.json"]).is_err());
-        assert!(parse(&["diff", "a", "b", "--format", "html"]).is_err());
+        let html = parse(&["diff", "a", "b", "--format", "html"]).unwrap();
+        assert!(matches!(html.subcommand, Some(Command::Diff(a)) if a.format == DiffFormat::Html));
+        assert!(parse(&["diff", "a", "b", "--format", "pdf"]).is_err());
+    }
+
+    #[test]
+    fn report_takes_a_report_and_the_page_to_write() {
+        let cli = parse(&["report", "run.json", "-o", "run.html"]).unwrap();
+        let Some(Command::Report(args)) = cli.subcommand else {
+            panic!("not report");
+        };
+        assert_eq!(args.input, PathBuf::from("run.json"));
+        assert_eq!(args.html_output, PathBuf::from("run.html"));
+        // The page must be named.
+        assert!(parse(&["report", "run.json"]).is_err());
+        let run = parse(&["--html", "r.html", "--", "true"]).unwrap();
+        assert_eq!(run.run.html, Some(PathBuf::from("r.html")));
     }
 
     #[test]

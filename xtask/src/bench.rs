@@ -27,6 +27,9 @@ pub fn run(args: &[String]) -> Result<()> {
     if args.iter().any(|a| a == "--diff") {
         return crate::bench_diff::run();
     }
+    if args.iter().any(|a| a == "--report") {
+        return crate::bench_report::run();
+    }
     if args.iter().any(|a| a == "--sources") {
         return crate::bench_sources::run(quick);
     }

@@ -31,7 +31,7 @@ impl Noise {
 }
 
 /// A schema-1 report with `RUNS` runs whose energies are `level` x (1 +- 3 % noise).
-fn report(level: f64, seed: u64, timeseries_points: usize) -> Value {
+pub(crate) fn report(level: f64, seed: u64, timeseries_points: usize) -> Value {
     let mut noise = Noise(seed);
     let runs: Vec<Value> = (0..RUNS)
         .map(|i| {

@@ -16,8 +16,9 @@
 //!   symbolization, stack loss and the sampler's kernel time); prints figures (`--overhead`,
 //!   `--sources`, `--tui`, `--functions`: only those; `--functions --sampler`: only the
 //!   sampler's loss and kernel time; `--functions --globs`: only the cost of matching `--func`
-//!   globs); `--diff`: only the time `cg-trace diff` takes on two 20-run reports (not in the
-//!   full run: it measures no overhead).
+//!   globs); `--diff`: only the time `cg-trace diff` takes on two 20-run reports; `--report`:
+//!   only the time and page size of `cg-trace report` on a one-hour run and of `diff --format
+//!   html` (neither in the full run: they measure no overhead).
 //! - `dist [--profile release|debug] [--no-build] [--out DIR]`: the release tarball
 //!   (`target/dist/cg-trace-VERSION-ARCH-linux.tar.gz` and its `.sha256`) that installs
 //!   without a toolchain: binary, completions, man page, README, `install.sh` (see `dist`).
@@ -26,6 +27,7 @@
 mod bench;
 mod bench_diff;
 mod bench_functions;
+mod bench_report;
 mod bench_sources;
 mod bench_view;
 mod dist;
@@ -40,7 +42,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup | build [--release] | run -- CG-TRACE-ARGS... | test | fuzz [TARGET] [SECONDS] | bench [--quick] [--overhead | --sources | --tui | --functions [--sampler | --globs] | --diff] | dist [--profile release|debug] [--no-build] [--out DIR] | gpu-check [-- CMD ARGS...]>";
+const USAGE: &str = "usage: cargo xtask <setup | build [--release] | run -- CG-TRACE-ARGS... | test | fuzz [TARGET] [SECONDS] | bench [--quick] [--overhead | --sources | --tui | --functions [--sampler | --globs] | --diff | --report] | dist [--profile release|debug] [--no-build] [--out DIR] | gpu-check [-- CMD ARGS...]>";
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -140,6 +142,8 @@ const APT_PACKAGES: &[&str] = &[
     "g++",
     // The man page test renders `cg-trace man-page` with `man -l` (tests/tests/cli.rs).
     "man-db",
+    // The HTML report tests open the page in headless Chromium (tests/tests/html.rs).
+    "chromium",
 ];
 
 fn setup() -> Result<()> {

@@ -173,6 +173,20 @@ pub struct RunFunctionView {
 /// by cg-trace, of a schema major version this build reads.
 pub fn load(path: &Path) -> Result<ReportView, LoadError> {
     let name = path.display().to_string();
+    let bytes = read(path)?;
+    parse(&name, &bytes)
+}
+
+/// [`load`]'s checks, returning the report's bytes (the HTML report reads them its way).
+pub fn load_bytes(path: &Path) -> Result<Vec<u8>, LoadError> {
+    let bytes = read(path)?;
+    check_header(&path.display().to_string(), &bytes)?;
+    Ok(bytes)
+}
+
+/// The bytes of a regular file of at most [`MAX_REPORT_BYTES`].
+fn read(path: &Path) -> Result<Vec<u8>, LoadError> {
+    let name = path.display().to_string();
     let read_err = |source| LoadError::Read {
         path: name.clone(),
         source,
@@ -197,7 +211,7 @@ pub fn load(path: &Path) -> Result<ReportView, LoadError> {
     if bytes.len() as u64 > MAX_REPORT_BYTES {
         return Err(LoadError::TooLarge { path: name });
     }
-    parse(&name, &bytes)
+    Ok(bytes)
 }
 
 /// What [`parse`] reads first: is this a cg-trace report, and of which schema version?
@@ -218,6 +232,15 @@ struct HeaderMeta {
 /// is deserialized straight into the views (the time series and other fields skipped, not
 /// built), after a first pass that reads only `meta.tool` and `meta.schema_version`.
 pub fn parse(name: &str, bytes: &[u8]) -> Result<ReportView, LoadError> {
+    check_header(name, bytes)?;
+    serde_json::from_slice(bytes).map_err(|source| LoadError::Shape {
+        path: name.to_string(),
+        source,
+    })
+}
+
+/// JSON, written by cg-trace, of a schema major version this build reads.
+fn check_header(name: &str, bytes: &[u8]) -> Result<(), LoadError> {
     let header: Header = match serde_json::from_slice(bytes) {
         Ok(header) => header,
         // JSON, but not shaped like a report (an array, no `meta` object).
@@ -259,10 +282,7 @@ pub fn parse(name: &str, bytes: &[u8]) -> Result<ReportView, LoadError> {
             version: chars(version, 40),
         });
     }
-    serde_json::from_slice(bytes).map_err(|source| LoadError::Shape {
-        path: name.to_string(),
-        source,
-    })
+    Ok(())
 }
 
 /// At most `max` characters of outside text, for a message.
@@ -723,6 +743,7 @@ pub fn main(args: &DiffArgs) -> i32 {
         DiffFormat::Text => render::text(&comparison),
         DiffFormat::Markdown => render::markdown(&comparison),
         DiffFormat::Json => render::json(&comparison),
+        DiffFormat::Html => crate::export::html::diff(&comparison),
     };
     if let Err(err) = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes()) {
         eprintln!("cg-trace diff: writing to standard output: {err}");

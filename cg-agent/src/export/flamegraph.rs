@@ -13,6 +13,11 @@ use crate::{
 /// Writes the SVG to `path`, created for `who` through [`crate::output`]. A run with no
 /// sampled energy still gets a (blank) valid SVG.
 pub fn write_to_path(report: &Report, path: &Path, who: &Invoker) -> Result<(), OutputError> {
+    output::write_file(path, who, |file| draw(report, file))
+}
+
+/// Draws the SVG into `out` (the HTML report embeds it).
+pub fn draw(report: &Report, out: &mut dyn io::Write) -> io::Result<()> {
     let lines = super::folded::lines(report);
     let estimated = report.meta.measurement_quality.grade == "estimated";
     let mut options = inferno::flamegraph::Options::default();
@@ -31,18 +36,11 @@ pub fn write_to_path(report: &Report, path: &Path, who: &Invoker) -> Result<(), 
     options.count_name = "µJ".into();
     options.name_type = "Function:".into();
     options.deterministic = true;
-    output::write_file(path, who, |file| {
-        if lines.is_empty() {
-            // inferno refuses empty input; draw one frame saying so.
-            let placeholder = ["no samples 1".to_string()];
-            inferno::flamegraph::from_lines(
-                &mut options,
-                placeholder.iter().map(String::as_str),
-                file,
-            )
-        } else {
-            inferno::flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), file)
-        }
-        .map_err(io::Error::other)
-    })
+    if lines.is_empty() {
+        // inferno refuses empty input; draw one frame saying so.
+        let placeholder = ["no samples 1".to_string()];
+        inferno::flamegraph::from_lines(&mut options, placeholder.iter().map(String::as_str), out)
+    } else {
+        inferno::flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), out)
+    }
 }

@@ -1,0 +1,1509 @@
+//! The HTML report (`cg-trace report RUN.json -o report.html`, `--html FILE` on a run,
+//! `cg-trace diff ... --format html`): one self-contained page that opens offline, with
+//! tables drawn here and the time charts drawn in the browser by uPlot (inlined from
+//! `cg-agent/vendor/uplot`).
+//!
+//! It reads the report in its JSON form (a [`Value`]), so that a report written by another
+//! cg-trace version renders, fields this one does not know are passed over, and a figure
+//! that is missing shows as `—`. Every string from the report (commands, function names,
+//! notes) is HTML-escaped; the chart data travels as JSON in a `<script type=
+//! "application/json">` block with `<`, `>`, `&`, U+2028 and U+2029 escaped.
+
+use std::{collections::BTreeMap, fmt::Write as _, io, path::Path};
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::{
+    cli::ReportArgs,
+    compare::{Comparison, RowKind},
+    output::{self, OutputError},
+    privileges::Invoker,
+    report::Report,
+};
+
+/// The version of the inlined chart library (`cg-agent/vendor/uplot`).
+pub const UPLOT_VERSION: &str = "1.6.32";
+const UPLOT_JS: &str = include_str!("../../../vendor/uplot/uPlot.iife.min.js");
+const UPLOT_CSS: &str = include_str!("../../../vendor/uplot/uPlot.min.css");
+const ERRORS_JS: &str = include_str!("errors.js");
+const CHARTS_JS: &str = include_str!("charts.js");
+const PAGE_CSS: &str = include_str!("page.css");
+
+/// Points per chart series at most: a longer time series is averaged over buckets of
+/// consecutive intervals (the page says so). 2,000 points is more than a screen's width.
+pub const MAX_CHART_POINTS: usize = 2_000;
+/// Processes drawn in the per-process power chart.
+const CHART_PROCESSES: usize = 8;
+/// Rows of the process table (the rest are rolled up into one line).
+const TABLE_PROCESSES: usize = 50;
+/// Rows of the process-group and function tables.
+const TABLE_ROWS: usize = 40;
+/// Characters of a command line or name shown (the whole is in the JSON report).
+const MAX_TEXT_CHARS: usize = 400;
+
+/// Writes the page for a finished run to `path` (`-` for stdout), through
+/// [`crate::output`]; with the energy flamegraph when the run sampled stacks.
+pub fn write_to_path(report: &Report, path: &Path, who: &Invoker) -> Result<(), OutputError> {
+    let value = serde_json::to_value(report).map_err(|err| OutputError::Write {
+        path: path.display().to_string(),
+        source: io::Error::other(err),
+    })?;
+    let flamegraph = if report.meta.function_profiling.is_some() && !report.stacks.is_empty() {
+        let mut svg = Vec::new();
+        super::flamegraph::draw(report, &mut svg)
+            .ok()
+            .and_then(|()| String::from_utf8(svg).ok())
+    } else {
+        None
+    };
+    let page = render(&value, flamegraph.as_deref());
+    output::write_file_or_stdout(path, who, |out| out.write_all(page.as_bytes()))
+}
+
+/// `cg-trace report RUN.json -o FILE.html`: returns the exit status (2 on a report it
+/// cannot read or a page it may not create, 1 when writing the page fails).
+pub fn main(args: &ReportArgs, who: &Invoker) -> i32 {
+    if args.html_output != Path::new("-")
+        && let Err(err) = output::check(&args.html_output, who)
+    {
+        eprintln!("cg-trace report: -o: {err}");
+        return crate::compare::EXIT_BAD_INPUT;
+    }
+    let parsed = crate::compare::load_bytes(&args.input).and_then(|bytes| {
+        parse(&bytes).map_err(|source| crate::compare::LoadError::NotJson {
+            path: args.input.display().to_string(),
+            source,
+        })
+    });
+    let (report, points) = match parsed {
+        Ok(parsed) => parsed,
+        Err(err) => {
+            eprintln!("cg-trace report: {err}");
+            return crate::compare::EXIT_BAD_INPUT;
+        }
+    };
+    let page = render_parts(&report, &points, None);
+    match output::write_file_or_stdout(&args.html_output, who, |out| out.write_all(page.as_bytes()))
+    {
+        Ok(()) => 0,
+        Err(err) => {
+            eprintln!("cg-trace report: {err}");
+            1
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Escaping and formatting
+
+/// `text` escaped for HTML text and attribute values (quoted with `"`).
+pub fn esc(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            // Control characters (a hostile command's escape sequences) are shown, not kept.
+            c if c.is_control() && c != '\n' && c != '\t' => out.push('\u{fffd}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// At most [`MAX_TEXT_CHARS`] characters of `text`, escaped.
+fn esc_short(text: &str) -> String {
+    let mut short: String = text.chars().take(MAX_TEXT_CHARS).collect();
+    if short.len() < text.len() {
+        short.push('…');
+    }
+    esc(&short)
+}
+
+/// JSON for a `<script type="application/json">` block: nothing in it can end the element
+/// or start a comment (`<`, `>`, `&` as `\u` escapes; they only occur inside strings), and
+/// U+2028/U+2029 are escaped as well.
+pub fn script_json(value: &Value) -> String {
+    let text = value.to_string();
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '<' => out.push_str("\\u003c"),
+            '>' => out.push_str("\\u003e"),
+            '&' => out.push_str("\\u0026"),
+            '\u{2028}' => out.push_str("\\u2028"),
+            '\u{2029}' => out.push_str("\\u2029"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A figure with its unit, or `—` when there is none (absent, `null`, not finite).
+fn fig(value: Option<f64>, unit: &str) -> String {
+    match value.filter(|v| v.is_finite()) {
+        None => "—".into(),
+        Some(v) => {
+            let a = v.abs();
+            let text = if a == 0.0 {
+                "0".to_string()
+            } else if a >= 1000.0 {
+                format!("{v:.0}")
+            } else if a >= 10.0 {
+                format!("{v:.1}")
+            } else if a >= 0.01 {
+                format!("{v:.3}")
+            } else if a >= 1e-4 {
+                format!("{v:.5}")
+            } else {
+                format!("{v:.2e}")
+            };
+            if unit.is_empty() {
+                text
+            } else {
+                format!("{text} {unit}")
+            }
+        }
+    }
+}
+
+/// A change: [`fig`] with its sign.
+fn signed(value: f64, unit: &str) -> String {
+    let text = fig(Some(value), unit);
+    if value > 0.0 {
+        format!("+{text}")
+    } else {
+        text
+    }
+}
+
+fn num(value: &Value, path: &[&str]) -> Option<f64> {
+    get(value, path).and_then(Value::as_f64)
+}
+
+fn get<'a>(value: &'a Value, path: &[&str]) -> Option<&'a Value> {
+    path.iter().try_fold(value, |v, key| v.get(key))
+}
+
+fn text<'a>(value: &'a Value, path: &[&str]) -> &'a str {
+    get(value, path).and_then(Value::as_str).unwrap_or("")
+}
+
+fn array<'a>(value: &'a Value, path: &[&str]) -> &'a [Value] {
+    get(value, path)
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+}
+
+/// A value of any kind as short text (strings unquoted).
+fn scalar(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n
+            .as_f64()
+            .filter(|v| v.fract() != 0.0)
+            .map(|v| fig(Some(v), ""))
+            .unwrap_or_else(|| n.to_string()),
+        Value::Array(a) => a.iter().map(scalar).collect::<Vec<_>>().join(", "),
+        Value::Null => "—".into(),
+        other => other.to_string(),
+    }
+}
+
+/// A bar `fraction` (0..=1) of its full width.
+fn bar(fraction: f64, class: &str) -> String {
+    let pct = if fraction.is_finite() {
+        (fraction * 100.0).clamp(0.0, 100.0)
+    } else {
+        0.0
+    };
+    format!("<span class=\"bar {class}\"><span style=\"width:{pct:.1}%\"></span></span>")
+}
+
+/// A number rounded for the chart data (keeps the page small).
+fn round3(v: f64) -> Value {
+    if v.is_finite() {
+        json!((v * 1000.0).round() / 1000.0)
+    } else {
+        Value::Null
+    }
+}
+
+/// The program a process ran: its first argument's file name (its comm when none), as the
+/// summary and `diff` name it.
+fn program(process: &Value) -> String {
+    array(process, &["cmdline"])
+        .first()
+        .and_then(Value::as_str)
+        .map(|a| a.rsplit('/').next().unwrap_or(a).to_string())
+        .filter(|a| !a.is_empty())
+        .unwrap_or_else(|| text(process, &["comm"]).to_string())
+}
+
+/// A process's command line, program name first (`[comm]` when it has none).
+fn command_line(process: &Value) -> String {
+    let args: Vec<&str> = array(process, &["cmdline"])
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    if args.is_empty() {
+        format!("[{}]", text(process, &["comm"]))
+    } else {
+        args.join(" ")
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The page
+
+/// One page: the head (styles, the error recorder, the chart library), `body`, the chart
+/// data and the script that draws them.
+fn page(title: &str, body: &str, data: &Value) -> String {
+    let mut html = String::with_capacity(body.len() + UPLOT_JS.len() + 16_384);
+    let _ = write!(
+        html,
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <meta name=\"generator\" content=\"cg-trace {version}\">\n\
+         <title>{title}</title>\n<style>{UPLOT_CSS}\n{PAGE_CSS}</style>\n\
+         <script>{ERRORS_JS}</script>\n\
+         <script>{UPLOT_JS}</script>\n</head>\n<body>\n\
+         <pre id=\"cg-errors\" hidden></pre>\n",
+        version = env!("CARGO_PKG_VERSION"),
+        title = esc(title),
+    );
+    html.push_str(body);
+    let _ = write!(
+        html,
+        "<footer>Written by cg-trace {version}; charts drawn by uPlot {UPLOT_VERSION} (MIT \
+         licence, inlined: this page needs no network).</footer>\n\
+         <script type=\"application/json\" id=\"cg-data\">{data}</script>\n\
+         <script>{CHARTS_JS}</script>\n</body>\n</html>\n",
+        version = env!("CARGO_PKG_VERSION"),
+        data = script_json(data),
+    );
+    html
+}
+
+/// The page of one report (its JSON form). `flamegraph`: the energy flamegraph's SVG, shown
+/// in a sandboxed frame (its own script keeps search and zoom; it cannot reach the page).
+pub fn render(report: &Value, flamegraph: Option<&str>) -> String {
+    let points: Vec<Point> = array(report, &["timeseries"])
+        .iter()
+        .map(point_of)
+        .collect();
+    render_parts(report, &points, flamegraph)
+}
+
+/// [`render`] with the time series apart (as [`parse`] reads it).
+pub fn render_parts(report: &Value, points: &[Point], flamegraph: Option<&str>) -> String {
+    let mut body = String::new();
+    let mut data = serde_json::Map::new();
+    let estimated = text(report, &["meta", "measurement_quality", "grade"]) == "estimated";
+    let prov = if estimated { "estimated" } else { "measured" };
+
+    header(&mut body, report);
+    totals(&mut body, report, prov);
+    // The time series names processes by pid: their program, from the process list.
+    let names: BTreeMap<u64, String> = array(report, &["processes"])
+        .iter()
+        .filter_map(|p| Some((p.get("pid")?.as_u64()?, program(p))))
+        .collect();
+    power_over_time(&mut body, &mut data, points, &names, prov);
+    budgets(&mut body, report);
+    repeat(&mut body, &mut data, report, prov);
+    process_groups(&mut body, report, prov);
+    processes(&mut body, report, prov);
+    functions(&mut body, report, prov);
+    flamegraph_section(&mut body, report, flamegraph);
+    sources(&mut body, report);
+
+    let command = array(report, &["meta", "command"])
+        .iter()
+        .filter_map(Value::as_str)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let title = if command.is_empty() {
+        format!("cg-trace report ({})", text(report, &["meta", "mode"]))
+    } else {
+        format!("cg-trace report: {}", short(&command, 120))
+    };
+    page(&title, &body, &Value::Object(data))
+}
+
+fn short(text: &str, max: usize) -> String {
+    let mut out: String = text.chars().take(max).collect();
+    if out.len() < text.len() {
+        out.push('…');
+    }
+    out
+}
+
+fn header(body: &mut String, report: &Value) {
+    let meta = get(report, &["meta"]).unwrap_or(&Value::Null);
+    let command = array(meta, &["command"])
+        .iter()
+        .filter_map(Value::as_str)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let heading = match text(meta, &["mode"]) {
+        _ if !command.is_empty() => esc_short(&command),
+        "attach" => format!("processes {}", esc(&scalar(&meta["pids"]))),
+        "system" => "the whole machine".into(),
+        mode => esc(mode),
+    };
+    let grade = text(meta, &["measurement_quality", "grade"]);
+    let _ = write!(
+        body,
+        "<h1>Energy of {heading}</h1>\n<p>Energy figures are <span class=\"badge {class}\">{grade}</span> \
+         ({what}). Run <code>{run}</code> on {host}, {start} to {end}.</p>\n",
+        class = esc(grade),
+        grade = esc(if grade.is_empty() { "unknown" } else { grade }),
+        what = match grade {
+            "estimated" => "a power model produced them: no hardware counter measured this run",
+            "degraded" => "measured, but something was lost or approximated: see the quality notes",
+            "measured" => "hardware counters, nothing lost",
+            _ => "see the quality notes",
+        },
+        run = esc(text(meta, &["run_id"])),
+        host = esc(text(meta, &["hostname"])),
+        start = esc(text(meta, &["started_at"])),
+        end = esc(text(meta, &["ended_at"])),
+    );
+    body.push_str("<dl class=\"kv\">\n");
+    let mut kv = |key: &str, value: String| {
+        let _ = writeln!(body, "<dt>{}</dt><dd>{}</dd>", esc(key), value);
+    };
+    kv("duration", fig(num(meta, &["duration_s"]), "s"));
+    kv("mode", esc(text(meta, &["mode"])));
+    kv("stopped", esc(text(meta, &["stop_reason"])));
+    if let Some(code) = meta.get("command_exit_code").filter(|v| !v.is_null()) {
+        kv("command exit status", esc(&scalar(code)));
+    }
+    if let Some(signal) = meta.get("command_exit_signal").filter(|v| !v.is_null()) {
+        kv("command killed by signal", esc(&scalar(signal)));
+    }
+    kv(
+        "machine",
+        format!(
+            "{} ({} CPUs), kernel {}",
+            esc(text(meta, &["cpu_model"])),
+            esc(&scalar(meta.get("cpu_count").unwrap_or(&Value::Null))),
+            esc(text(meta, &["kernel"]))
+        ),
+    );
+    kv("interval", fig(num(meta, &["interval_ms"]), "ms"));
+    kv(
+        "cg-trace",
+        format!(
+            "{} (report schema {})",
+            esc(text(meta, &["tool_version"])),
+            esc(text(meta, &["schema_version"]))
+        ),
+    );
+    body.push_str("</dl>\n");
+}
+
+fn totals(body: &mut String, report: &Value, prov: &str) {
+    let t = get(report, &["totals"]).unwrap_or(&Value::Null);
+    let _ = write!(
+        body,
+        "<h2>Summary</h2>\n<table>\n<tr><th></th><th class=\"n\">energy (J, {prov})</th>\
+         <th class=\"n\">attributed to targets (J)</th><th class=\"n\">other tasks (J)</th>\
+         <th class=\"n\">idle (J)</th><th class=\"n\">average power (W)</th>\
+         <th class=\"n\">idle power (W)</th><th>provenance</th></tr>\n"
+    );
+    let row = |body: &mut String, name: &str, d: &Value, provenance: &str| {
+        let _ = writeln!(
+            body,
+            "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+             <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
+            name,
+            fig(num(d, &["energy_j"]), "J"),
+            fig(num(d, &["attributed_energy_j"]), "J"),
+            fig(num(d, &["other_energy_j"]), "J"),
+            fig(num(d, &["idle_energy_j"]), "J"),
+            fig(num(d, &["avg_power_w"]), "W"),
+            fig(num(d, &["idle_power_w"]), "W"),
+            esc(provenance),
+        );
+    };
+    row(body, "<b>total</b> (top-level domains)", t, prov);
+    if let Some(domains) = t.get("domains").and_then(Value::as_object) {
+        for (name, d) in domains {
+            let top = d.get("top_level").and_then(Value::as_bool).unwrap_or(true);
+            let label = if top {
+                esc(name)
+            } else {
+                format!(
+                    "{} <span class=\"note\">(inside another domain)</span>",
+                    esc(name)
+                )
+            };
+            row(body, &label, d, text(d, &["provenance"]));
+        }
+    }
+    body.push_str("</table>\n");
+    let _ = writeln!(
+        body,
+        "<p class=\"note\">Targets' CPU time: {}; {} intervals. Targets + other + idle = \
+         energy, per domain.</p>",
+        fig(num(t, &["cpu_time_s"]), "s"),
+        esc(&scalar(t.get("intervals_count").unwrap_or(&Value::Null))),
+    );
+}
+
+/// One interval of the time series, as the charts read it (every field optional: a report
+/// of another version still draws what it has).
+#[derive(Debug, Default, Deserialize)]
+pub struct Point {
+    t_s: Option<f64>,
+    duration_s: Option<f64>,
+    energy_j: Option<f64>,
+    attributed_energy_j: Option<f64>,
+    other_energy_j: Option<f64>,
+    idle_energy_j: Option<f64>,
+    energy_known: Option<bool>,
+    #[serde(default)]
+    domains: BTreeMap<String, PointDomain>,
+    /// Per-process figures of the interval, when the report has them.
+    #[serde(default)]
+    processes: Vec<PointProcess>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct PointDomain {
+    energy_j: Option<f64>,
+    energy_known: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct PointProcess {
+    pid: Option<u64>,
+    command: Option<String>,
+    comm: Option<String>,
+    group: Option<String>,
+    name: Option<String>,
+    energy_j: Option<f64>,
+    /// The entry of the processes not listed one by one.
+    folded_processes_count: Option<u64>,
+}
+
+impl PointProcess {
+    /// Its name in the chart: its own, else its program's from the report's process list
+    /// (`names`, by pid); the folded rest as "other targets".
+    fn label(&self, names: &BTreeMap<u64, String>) -> String {
+        if self.pid.is_none() && self.folded_processes_count.is_some() {
+            return "other targets (folded)".to_string();
+        }
+        let name = [&self.command, &self.comm, &self.group, &self.name]
+            .into_iter()
+            .find_map(Option::as_deref)
+            .or_else(|| self.pid.and_then(|pid| names.get(&pid)).map(String::as_str))
+            .unwrap_or("");
+        match self.pid {
+            Some(pid) => format!("{name} ({pid})"),
+            None => name.to_string(),
+        }
+    }
+}
+
+/// A time point of the JSON, read as [`Point`]; field by field when its shape differs
+/// (`processes` as a map from name to figures, a field of another type).
+fn point_of(value: &Value) -> Point {
+    if let Ok(point) = Point::deserialize(value) {
+        return point;
+    }
+    let processes = match value.get("processes") {
+        Some(Value::Array(list)) => list
+            .iter()
+            .map(|p| PointProcess::deserialize(p).unwrap_or_default())
+            .collect(),
+        Some(Value::Object(map)) => map
+            .iter()
+            .map(|(name, p)| PointProcess {
+                name: Some(name.clone()),
+                energy_j: p.as_f64().or_else(|| num(p, &["energy_j"])),
+                ..PointProcess::default()
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    let domains = value
+        .get("domains")
+        .and_then(Value::as_object)
+        .map(|d| {
+            d.iter()
+                .map(|(name, d)| {
+                    (
+                        name.clone(),
+                        PointDomain {
+                            energy_j: num(d, &["energy_j"]),
+                            energy_known: d.get("energy_known").and_then(Value::as_bool),
+                        },
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Point {
+        t_s: num(value, &["t_s"]),
+        duration_s: num(value, &["duration_s"]),
+        energy_j: num(value, &["energy_j"]),
+        attributed_energy_j: num(value, &["attributed_energy_j"]),
+        other_energy_j: num(value, &["other_energy_j"]),
+        idle_energy_j: num(value, &["idle_energy_j"]),
+        energy_known: value.get("energy_known").and_then(Value::as_bool),
+        domains,
+        processes,
+    }
+}
+
+/// The parts of a report file the page reads: the time series typed (a one-hour run at
+/// 100 ms has 36,000 points: building them as JSON values would cost most of the time), the
+/// rest as JSON. Top-level fields the page does not show are skipped.
+#[derive(Deserialize)]
+struct ReportFile {
+    #[serde(default)]
+    meta: Value,
+    #[serde(default)]
+    processes: Value,
+    #[serde(default)]
+    functions: Value,
+    #[serde(default)]
+    function_totals: Value,
+    #[serde(default)]
+    totals: Value,
+    #[serde(default)]
+    timeseries: Option<Vec<Point>>,
+    #[serde(default)]
+    repeat: Value,
+    #[serde(default)]
+    budgets: Value,
+}
+
+/// Reads a report's bytes (already checked by [`crate::compare::load_bytes`]) into what
+/// [`render_parts`] takes: the typed fast path, or, when the time series has another
+/// shape, the whole JSON read point by point.
+pub fn parse(bytes: &[u8]) -> Result<(Value, Vec<Point>), serde_json::Error> {
+    match serde_json::from_slice::<ReportFile>(bytes) {
+        Ok(file) => {
+            let report = json!({
+                "meta": file.meta, "processes": file.processes, "functions": file.functions,
+                "function_totals": file.function_totals, "totals": file.totals,
+                "repeat": file.repeat, "budgets": file.budgets,
+            });
+            Ok((report, file.timeseries.unwrap_or_default()))
+        }
+        Err(_) => {
+            let report: Value = serde_json::from_slice(bytes)?;
+            let points = array(&report, &["timeseries"])
+                .iter()
+                .map(point_of)
+                .collect();
+            Ok((report, points))
+        }
+    }
+}
+
+/// `[start, end)` of each bucket of at most [`MAX_CHART_POINTS`] buckets over `n` points.
+fn buckets(n: usize) -> (usize, Vec<(usize, usize)>) {
+    let per = n.div_ceil(MAX_CHART_POINTS).max(1);
+    let ranges = (0..n)
+        .step_by(per)
+        .map(|start| (start, (start + per).min(n)))
+        .collect();
+    (per, ranges)
+}
+
+/// Mean power of each bucket: the joules `energy` gives over the seconds it covers (points
+/// it gives nothing for are left out; a bucket with none is a gap).
+fn bucket_power(
+    points: &[Point],
+    ranges: &[(usize, usize)],
+    energy: impl Fn(&Point) -> Option<(f64, f64)>,
+) -> Vec<Value> {
+    ranges
+        .iter()
+        .map(|&(start, end)| {
+            let (mut j, mut s) = (0.0, 0.0);
+            for p in &points[start..end] {
+                if let Some((pj, ps)) = energy(p)
+                    && pj.is_finite()
+                    && ps.is_finite()
+                {
+                    j += pj;
+                    s += ps;
+                }
+            }
+            if s > 0.0 { round3(j / s) } else { Value::Null }
+        })
+        .collect()
+}
+
+fn power_over_time(
+    body: &mut String,
+    data: &mut serde_json::Map<String, Value>,
+    points: &[Point],
+    names: &BTreeMap<u64, String>,
+    prov: &str,
+) {
+    body.push_str("<h2>Power over time</h2>\n");
+    if points.is_empty() {
+        body.push_str(
+            "<p class=\"note\">No time series in this report: run cg-trace with \
+             <code>--timeseries</code> to record power per interval.</p>\n",
+        );
+        return;
+    }
+    let (per, ranges) = buckets(points.len());
+    let t: Vec<Value> = ranges
+        .iter()
+        .map(|&(start, _)| round3(points[start].t_s.unwrap_or(f64::NAN)))
+        .collect();
+    let domain_names: Vec<&String> = points
+        .iter()
+        .find(|p| !p.domains.is_empty())
+        .map(|p| p.domains.keys().collect())
+        .unwrap_or_default();
+    let known = |p: &Point| p.energy_known.unwrap_or(true);
+    let mut series = vec![json!({
+        "name": "total (top-level domains)",
+        "values": bucket_power(points, &ranges, |p| {
+            known(p).then(|| p.energy_j.zip(p.duration_s)).flatten()
+        }),
+    })];
+    for name in &domain_names {
+        series.push(json!({
+            "name": name,
+            "values": bucket_power(points, &ranges, |p| {
+                let d = p.domains.get(*name)?;
+                d.energy_known.unwrap_or(true).then(|| d.energy_j.zip(p.duration_s)).flatten()
+            }),
+        }));
+    }
+    type Field = fn(&Point) -> Option<f64>;
+    let parts: [(Field, &str); 3] = [
+        (|p| p.attributed_energy_j, "targets"),
+        (|p| p.other_energy_j, "other tasks"),
+        (|p| p.idle_energy_j, "idle"),
+    ];
+    for (field, label) in parts {
+        if points.iter().any(|p| field(p).is_some()) {
+            series.push(json!({
+                "name": label,
+                "values": bucket_power(points, &ranges, |p| {
+                    known(p).then(|| field(p).zip(p.duration_s)).flatten()
+                }),
+            }));
+        }
+    }
+    let x_label = "time since the start (s)";
+    data.insert(
+        "power".into(),
+        json!({"t": t, "series": series, "x_label": x_label,
+               "y_label": format!("power (W, {prov})"), "emphasis": "total (top-level domains)"}),
+    );
+    body.push_str("<div class=\"chart\" id=\"chart-power\"></div>\n");
+    let _ = writeln!(
+        body,
+        "<p class=\"note\">{} intervals{}. Gaps: intervals whose energy is not known (see the \
+         quality notes).</p>",
+        points.len(),
+        if per > 1 {
+            format!(
+                "; drawn as {} points, each the mean power of {per} consecutive intervals (the \
+                 JSON report has every interval)",
+                ranges.len()
+            )
+        } else {
+            String::new()
+        }
+    );
+    process_power(body, data, points, &ranges, per, x_label, &t, names, prov);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn process_power(
+    body: &mut String,
+    data: &mut serde_json::Map<String, Value>,
+    points: &[Point],
+    ranges: &[(usize, usize)],
+    per: usize,
+    x_label: &str,
+    t: &[Value],
+    names: &BTreeMap<u64, String>,
+    prov: &str,
+) {
+    // Each process's label once per point, and its energy over the run.
+    let labels: Vec<Vec<(String, f64)>> = points
+        .iter()
+        .map(|p| {
+            p.processes
+                .iter()
+                .filter_map(|q| Some((q.label(names), q.energy_j.filter(|j| j.is_finite())?)))
+                .collect()
+        })
+        .collect();
+    let mut totals: BTreeMap<&str, f64> = BTreeMap::new();
+    for list in &labels {
+        for (name, j) in list {
+            *totals.entry(name.as_str()).or_default() += j;
+        }
+    }
+    if totals.is_empty() {
+        return;
+    }
+    let mut top: Vec<(&str, f64)> = totals.into_iter().collect();
+    top.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+    top.truncate(CHART_PROCESSES);
+    let series: Vec<Value> = top
+        .iter()
+        .map(|(name, _)| {
+            let values: Vec<Value> = ranges
+                .iter()
+                .map(|&(start, end)| {
+                    let (mut j, mut s) = (0.0, 0.0);
+                    for i in start..end {
+                        s += points[i]
+                            .duration_s
+                            .filter(|d| d.is_finite())
+                            .unwrap_or(0.0);
+                        j += labels[i]
+                            .iter()
+                            .filter(|(n, _)| n == name)
+                            .map(|(_, j)| j)
+                            .sum::<f64>();
+                    }
+                    if s > 0.0 { round3(j / s) } else { Value::Null }
+                })
+                .collect();
+            json!({"name": short(name, 80), "values": values})
+        })
+        .collect();
+    data.insert(
+        "process_power".into(),
+        json!({"t": t, "series": series, "x_label": x_label,
+               "y_label": format!("power (W, {prov})")}),
+    );
+    let _ = writeln!(
+        body,
+        "<h3>Power of the top processes</h3>\n<div class=\"chart\" id=\"chart-process-power\"></div>\n\
+         <p class=\"note\">The {} processes with the most energy over the run{}.</p>",
+        series.len(),
+        if per > 1 {
+            ", averaged over the same buckets"
+        } else {
+            ""
+        }
+    );
+}
+
+fn budgets(body: &mut String, report: &Value) {
+    let list = array(report, &["budgets"]);
+    if list.is_empty() {
+        return;
+    }
+    body.push_str(
+        "<h2>Budgets</h2>\n<table>\n<tr><th>limit</th><th>applies to</th><th class=\"n\">limit</th>\
+         <th class=\"n\">value</th><th>statistic</th><th>verdict</th></tr>\n",
+    );
+    for b in list {
+        let unit = text(b, &["unit"]);
+        let exceeded = b.get("exceeded").and_then(Value::as_bool).unwrap_or(false);
+        let _ = writeln!(
+            body,
+            "<tr><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td>\
+             <td><span class=\"badge {}\">{}</span></td></tr>",
+            esc(&scalar(b.get("kind").unwrap_or(&Value::Null))),
+            esc(b
+                .get("program")
+                .and_then(Value::as_str)
+                .unwrap_or("the whole run")),
+            fig(num(b, &["limit"]), unit),
+            fig(num(b, &["value"]), unit),
+            esc(text(b, &["statistic"])),
+            if exceeded { "bad" } else { "ok" },
+            if exceeded {
+                format!("exceeded by {}", fig(num(b, &["excess_pct"]), "%"))
+            } else {
+                "within".into()
+            },
+        );
+    }
+    body.push_str("</table>\n");
+}
+
+fn stats_cells(s: &Value, unit: &str) -> String {
+    let outliers = array(s, &["outlier_runs"])
+        .iter()
+        .map(scalar)
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+         <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+         <td>{}</td>",
+        fig(num(s, &["median"]), unit),
+        fig(num(s, &["mean"]), unit),
+        fig(num(s, &["std_dev"]), unit),
+        fig(num(s, &["cv_pct"]), "%"),
+        fig(num(s, &["min"]), unit),
+        fig(num(s, &["max"]), unit),
+        fig(num(s, &["q1"]), unit),
+        fig(num(s, &["q3"]), unit),
+        if outliers.is_empty() {
+            "none".into()
+        } else {
+            esc(&outliers)
+        },
+    )
+}
+
+const STATS_HEAD: &str = "<th class=\"n\">median</th><th class=\"n\">mean</th>\
+    <th class=\"n\">std dev</th><th class=\"n\">CV</th><th class=\"n\">min</th>\
+    <th class=\"n\">max</th><th class=\"n\">Q1</th><th class=\"n\">Q3</th><th>outlier runs</th>";
+
+fn repeat(
+    body: &mut String,
+    data: &mut serde_json::Map<String, Value>,
+    report: &Value,
+    prov: &str,
+) {
+    let Some(r) = report.get("repeat").filter(|r| r.is_object()) else {
+        return;
+    };
+    let verdict = text(r, &["noise_verdict"]);
+    let stats = get(r, &["statistics"]).unwrap_or(&Value::Null);
+    let runs = array(r, &["runs"]);
+    let _ = writeln!(
+        body,
+        "<h2>Repeated runs</h2>\n<p>{} measured runs (asked {}, {} warm-up, cooldown {}); noise \
+         <span class=\"badge {}\">{}</span> (the total energy's CV is {}: excellent &lt; 2 %, \
+         good &lt; 5 %, moderate &lt; 10 %). The sections below show run {} (the one closest \
+         to the median).</p>",
+        runs.len(),
+        esc(&scalar(
+            r.get("runs_requested_count").unwrap_or(&Value::Null)
+        )),
+        esc(&scalar(r.get("warmup_runs_count").unwrap_or(&Value::Null))),
+        fig(num(r, &["cooldown_s"]), "s"),
+        esc(verdict),
+        esc(if verdict.is_empty() {
+            "unknown"
+        } else {
+            verdict
+        }),
+        fig(num(stats, &["energy_j", "cv_pct"]), "%"),
+        esc(&scalar(r.get("representative_run").unwrap_or(&Value::Null))),
+    );
+    if matches!(verdict, "moderate" | "high-noise") {
+        body.push_str(
+            "<p><span class=\"badge bad\">warning</span> the runs are noisy: quiet the machine, \
+             add <code>--warmup</code> or more <code>--repeat</code> runs.</p>\n",
+        );
+    }
+    if let Some(reason) = r.get("stopped_early").and_then(Value::as_str) {
+        let _ = writeln!(body, "<p>Stopped early: {}</p>", esc(reason));
+    }
+    if !runs.is_empty() {
+        let median = num(stats, &["energy_j", "median"]);
+        let index: Vec<Value> = runs
+            .iter()
+            .map(|run| run.get("index").cloned().unwrap_or(Value::Null))
+            .collect();
+        let energy = |outliers: bool| -> Vec<Value> {
+            runs.iter()
+                .map(|run| {
+                    let outlier = run.get("outlier").and_then(Value::as_bool).unwrap_or(false);
+                    match num(run, &["energy_j"]) {
+                        Some(j) if outlier == outliers => round3(j),
+                        _ => Value::Null,
+                    }
+                })
+                .collect()
+        };
+        data.insert(
+            "runs".into(),
+            json!({"index": index, "energy_j": energy(false), "outlier_energy_j": energy(true),
+                   "median_j": runs.iter().map(|_| median.map(round3).unwrap_or(Value::Null)).collect::<Vec<_>>(),
+                   "y_label": format!("energy (J, {prov})")}),
+        );
+        body.push_str("<div class=\"chart\" id=\"chart-runs\"></div>\n");
+    }
+    let _ = writeln!(
+        body,
+        "<h3>Statistics over the runs</h3>\n<table>\n<tr><th></th>{STATS_HEAD}</tr>"
+    );
+    for (key, label, unit) in [
+        ("energy_j", format!("energy ({prov})"), "J"),
+        ("duration_s", "duration".into(), "s"),
+        ("avg_power_w", format!("average power ({prov})"), "W"),
+    ] {
+        if let Some(s) = stats.get(key) {
+            let _ = writeln!(
+                body,
+                "<tr><td>{}</td>{}</tr>",
+                esc(&label),
+                stats_cells(s, unit)
+            );
+        }
+    }
+    if let Some(domains) = stats.get("domains").and_then(Value::as_object) {
+        for (name, d) in domains {
+            if let Some(s) = d.get("energy_j") {
+                let _ = writeln!(
+                    body,
+                    "<tr><td>{} energy</td>{}</tr>",
+                    esc(name),
+                    stats_cells(s, "J")
+                );
+            }
+        }
+    }
+    body.push_str("</table>\n");
+    for (key, title, name_key) in [
+        (
+            "process_groups",
+            "Energy per process group over the runs",
+            "command",
+        ),
+        ("functions", "Energy per function over the runs", "function"),
+    ] {
+        let list = array(stats, &[key]);
+        if list.is_empty() {
+            continue;
+        }
+        let _ = writeln!(
+            body,
+            "<h3>{title}</h3>\n<table>\n<tr><th>{}</th>{STATS_HEAD}</tr>",
+            if key == "functions" {
+                "function"
+            } else {
+                "command"
+            }
+        );
+        for item in list.iter().take(TABLE_ROWS) {
+            let _ = writeln!(
+                body,
+                "<tr><td class=\"cmd\">{}</td>{}</tr>",
+                esc_short(text(item, &[name_key])),
+                stats_cells(item.get("energy_j").unwrap_or(&Value::Null), "J")
+            );
+        }
+        if list.len() > TABLE_ROWS {
+            let _ = writeln!(
+                body,
+                "<tr><td colspan=\"10\" class=\"note\">{} more in the JSON report</td></tr>",
+                list.len() - TABLE_ROWS
+            );
+        }
+        body.push_str("</table>\n");
+    }
+    body.push_str(
+        "<h3>Every run</h3>\n<table>\n<tr><th class=\"n\">run</th><th>started</th>\
+         <th class=\"n\">duration</th><th class=\"n\">energy</th><th class=\"n\">average power</th>\
+         <th class=\"n\">exit status</th><th>IQR outlier</th></tr>\n",
+    );
+    for run in runs {
+        let outlier = run.get("outlier").and_then(Value::as_bool).unwrap_or(false);
+        let _ = writeln!(
+            body,
+            "<tr><td class=\"n\">{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+             <td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
+            esc(&scalar(run.get("index").unwrap_or(&Value::Null))),
+            esc(text(run, &["started_at"])),
+            fig(num(run, &["duration_s"]), "s"),
+            fig(num(run, &["energy_j"]), "J"),
+            fig(num(run, &["avg_power_w"]), "W"),
+            esc(&scalar(
+                run.get("command_exit_code").unwrap_or(&Value::Null)
+            )),
+            if outlier {
+                "<span class=\"badge bad\">outlier</span>"
+            } else {
+                ""
+            },
+        );
+    }
+    body.push_str("</table>\n");
+}
+
+fn process_groups(body: &mut String, report: &Value, prov: &str) {
+    let procs = array(report, &["processes"]);
+    if procs.is_empty() {
+        return;
+    }
+    // Program -> (processes, CPU s, energy J).
+    let mut groups: BTreeMap<String, (usize, f64, f64)> = BTreeMap::new();
+    for p in procs {
+        let g = groups.entry(program(p)).or_default();
+        g.0 += 1;
+        g.1 += num(p, &["cpu_time_s"])
+            .filter(|v| v.is_finite())
+            .unwrap_or(0.0);
+        g.2 += num(p, &["energy_j"])
+            .filter(|v| v.is_finite())
+            .unwrap_or(0.0);
+    }
+    let mut groups: Vec<(String, (usize, f64, f64))> = groups.into_iter().collect();
+    groups.sort_by(|a, b| b.1.2.total_cmp(&a.1.2).then_with(|| a.0.cmp(&b.0)));
+    let max = groups.first().map(|g| g.1.2).unwrap_or(0.0);
+    let _ = writeln!(
+        body,
+        "<h2>Energy per process group</h2>\n<p class=\"note\">Processes grouped by program (the \
+         file name of their first argument).</p>\n<table>\n<tr><th>program</th>\
+         <th class=\"n\">processes</th><th class=\"n\">CPU time</th>\
+         <th class=\"n\">energy ({prov})</th><th></th></tr>"
+    );
+    for (name, (count, cpu, energy)) in groups.iter().take(TABLE_ROWS) {
+        let _ = writeln!(
+            body,
+            "<tr><td class=\"cmd\">{}</td><td class=\"n\">{count}</td><td class=\"n\">{}</td>\
+             <td class=\"n\">{}</td><td>{}</td></tr>",
+            esc_short(name),
+            fig(Some(*cpu), "s"),
+            fig(Some(*energy), "J"),
+            bar(if max > 0.0 { energy / max } else { 0.0 }, ""),
+        );
+    }
+    rollup(
+        body,
+        &groups[groups.len().min(TABLE_ROWS)..],
+        |(_, (n, cpu, j))| (*n, *cpu, *j),
+        5,
+    );
+    body.push_str("</table>\n");
+}
+
+/// One line for the rows not shown, so that the table still adds up.
+fn rollup<T>(
+    body: &mut String,
+    rest: &[T],
+    figures: impl Fn(&T) -> (usize, f64, f64),
+    columns: usize,
+) {
+    if rest.is_empty() {
+        return;
+    }
+    let (mut n, mut cpu, mut j) = (0, 0.0, 0.0);
+    for item in rest {
+        let (a, b, c) = figures(item);
+        n += a;
+        cpu += b;
+        j += c;
+    }
+    let _ = writeln!(
+        body,
+        "<tr><td class=\"note\">{} more rows ({n} processes)</td><td></td><td class=\"n\">{}</td>\
+         <td class=\"n\">{}</td>{}</tr>",
+        rest.len(),
+        fig(Some(cpu), "s"),
+        fig(Some(j), "J"),
+        "<td></td>".repeat(columns.saturating_sub(4)),
+    );
+}
+
+fn processes(body: &mut String, report: &Value, prov: &str) {
+    let procs = array(report, &["processes"]);
+    if procs.is_empty() {
+        body.push_str("<h2>Processes</h2>\n<p class=\"note\">No process ran on a CPU.</p>\n");
+        return;
+    }
+    let mut sorted: Vec<&Value> = procs.iter().collect();
+    let energy = |p: &Value| {
+        num(p, &["energy_j"])
+            .filter(|v| v.is_finite())
+            .unwrap_or(0.0)
+    };
+    sorted.sort_by(|a, b| energy(b).total_cmp(&energy(a)));
+    let _ = writeln!(
+        body,
+        "<h2>Processes</h2>\n<table>\n<tr><th class=\"n\">PID</th><th>command</th>\
+         <th class=\"n\">CPU time</th><th class=\"n\">energy ({prov})</th>\
+         <th class=\"n\">average power</th><th class=\"n\">share</th><th class=\"n\">alive</th>\
+         <th class=\"n\">exit</th></tr>"
+    );
+    for p in sorted.iter().take(TABLE_PROCESSES) {
+        let exit = match (p.get("exit_code"), p.get("exit_signal")) {
+            (Some(code), _) if !code.is_null() => scalar(code),
+            (_, Some(sig)) if !sig.is_null() => format!("signal {}", scalar(sig)),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            body,
+            "<tr><td class=\"n\">{}</td><td class=\"cmd\"><b>{}</b> {}</td><td class=\"n\">{}</td>\
+             <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+             <td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+            esc(&scalar(p.get("pid").unwrap_or(&Value::Null))),
+            esc_short(&program(p)),
+            esc_short(&command_line(p)),
+            fig(num(p, &["cpu_time_s"]), "s"),
+            fig(num(p, &["energy_j"]), "J"),
+            fig(num(p, &["avg_power_w"]), "W"),
+            fig(num(p, &["share_pct"]), "%"),
+            fig(num(p, &["alive_s"]), "s"),
+            esc(&exit),
+        );
+    }
+    let rest: Vec<&Value> = sorted.iter().skip(TABLE_PROCESSES).copied().collect();
+    if !rest.is_empty() {
+        let cpu: f64 = rest
+            .iter()
+            .filter_map(|p| num(p, &["cpu_time_s"]).filter(|v| v.is_finite()))
+            .sum();
+        let j: f64 = rest.iter().map(|p| energy(p)).sum();
+        let _ = writeln!(
+            body,
+            "<tr><td></td><td class=\"note\">{} more processes</td><td class=\"n\">{}</td>\
+             <td class=\"n\">{}</td><td colspan=\"4\"></td></tr>",
+            rest.len(),
+            fig(Some(cpu), "s"),
+            fig(Some(j), "J"),
+        );
+    }
+    body.push_str("</table>\n");
+}
+
+fn functions(body: &mut String, report: &Value, prov: &str) {
+    let (list, per_process) = match array(report, &["function_totals"]) {
+        [] => (array(report, &["functions"]), true),
+        totals => (totals, false),
+    };
+    if list.is_empty() {
+        return;
+    }
+    let mut sorted: Vec<&Value> = list.iter().collect();
+    let energy = |f: &Value| {
+        num(f, &["energy_j"])
+            .filter(|v| v.is_finite())
+            .unwrap_or(0.0)
+    };
+    sorted.sort_by(|a, b| energy(b).total_cmp(&energy(a)));
+    let max = sorted.first().map(|f| energy(f)).unwrap_or(0.0);
+    let _ = writeln!(
+        body,
+        "<h2>Energy per function</h2>\n<p class=\"note\">{} Energy is the function's share of its \
+         process's ({prov}); self: without the functions it called.</p>\n<table>\n\
+         <tr><th>function</th><th>module</th><th class=\"n\">{}</th><th class=\"n\">CPU time</th>\
+         <th class=\"n\">energy ({prov})</th><th class=\"n\">self energy</th><th></th></tr>",
+        if per_process {
+            "Per process."
+        } else {
+            "Over all processes."
+        },
+        if sorted.iter().any(|f| f.get("calls").is_some()) {
+            "calls"
+        } else {
+            "samples"
+        },
+    );
+    for f in sorted.iter().take(TABLE_ROWS) {
+        let count = f
+            .get("calls")
+            .or_else(|| f.get("samples"))
+            .unwrap_or(&Value::Null);
+        let _ = writeln!(
+            body,
+            "<tr><td class=\"cmd\">{}</td><td class=\"cmd\">{}</td><td class=\"n\">{}</td>\
+             <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
+            esc_short(text(f, &["symbol"])),
+            esc_short(text(f, &["module"])),
+            esc(&scalar(count)),
+            fig(num(f, &["cpu_time_s"]), "s"),
+            fig(num(f, &["energy_j"]), "J"),
+            fig(num(f, &["self_energy_j"]), "J"),
+            bar(if max > 0.0 { energy(f) / max } else { 0.0 }, ""),
+        );
+    }
+    if sorted.len() > TABLE_ROWS {
+        let _ = writeln!(
+            body,
+            "<tr><td colspan=\"7\" class=\"note\">{} more functions in the JSON report</td></tr>",
+            sorted.len() - TABLE_ROWS
+        );
+    }
+    body.push_str("</table>\n");
+}
+
+/// Standard base64 (the flamegraph's data URL).
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+fn flamegraph_section(body: &mut String, report: &Value, flamegraph: Option<&str>) {
+    match flamegraph {
+        Some(svg) => {
+            // As tall as the drawing (its root's `height`), within reason.
+            let height_px = svg
+                .find("<svg")
+                .and_then(|i| {
+                    let tag = &svg[i..i + svg[i..].find('>')?];
+                    let h = &tag[tag.find(" height=\"")? + 9..];
+                    h[..h.find('"')?].parse::<f64>().ok()
+                })
+                .filter(|h| h.is_finite())
+                .map_or(640.0, |h| (h + 8.0).clamp(120.0, 4000.0));
+            let _ = writeln!(
+                body,
+                "<h2>Energy flamegraph</h2>\n<p class=\"note\">Each frame as wide as the energy \
+                 (µJ) of the sampled stacks that contain it; click to zoom, Ctrl-F to search.</p>\n\
+                 <iframe class=\"flamegraph\" id=\"flamegraph\" sandbox=\"allow-scripts\" \
+                 style=\"height:{height_px:.0}px\" title=\"energy flamegraph\" \
+                 src=\"data:image/svg+xml;base64,{}\"></iframe>",
+                base64(svg.as_bytes())
+            );
+        }
+        None if get(report, &["meta", "function_profiling", "sampling"]).is_some() => {
+            body.push_str(
+                "<h2>Energy flamegraph</h2>\n<p class=\"note\">The JSON report does not carry the \
+                 sampled stacks: write the page during the run (<code>--profile --html \
+                 FILE</code>) to include the flamegraph, or see <code>--flamegraph \
+                 FILE.svg</code>.</p>\n",
+            );
+        }
+        None => {}
+    }
+}
+
+fn sources(body: &mut String, report: &Value) {
+    let meta = get(report, &["meta"]).unwrap_or(&Value::Null);
+    body.push_str("<h2>Sources and quality</h2>\n<table>\n<tr><th>source</th><th>provenance</th><th>what</th><th>domains</th></tr>\n");
+    for s in array(meta, &["sources"]) {
+        let _ = writeln!(
+            body,
+            "<tr><td>{}</td><td><span class=\"badge {}\">{}</span></td><td>{}</td><td>{}</td></tr>",
+            esc(text(s, &["name"])),
+            esc(text(s, &["provenance"])),
+            esc(text(s, &["provenance"])),
+            esc_short(text(s, &["description"])),
+            esc_short(&scalar(s.get("domains").unwrap_or(&Value::Null))),
+        );
+    }
+    body.push_str("</table>\n");
+    let _ = writeln!(
+        body,
+        "<p class=\"note\">Why these: {}</p>",
+        esc_short(text(meta, &["source_selection"]))
+    );
+    let idle = array(meta, &["idle_baseline"]);
+    if !idle.is_empty() {
+        body.push_str(
+            "<h3>Idle baseline</h3>\n<table>\n<tr><th>domain</th><th class=\"n\">idle power</th>\
+             <th>method</th></tr>\n",
+        );
+        for i in idle {
+            let _ = writeln!(
+                body,
+                "<tr><td>{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
+                esc(text(i, &["domain"])),
+                fig(num(i, &["power_w"]), "W"),
+                esc(text(i, &["method"])),
+            );
+        }
+        body.push_str("</table>\n");
+    }
+    let notes = array(meta, &["measurement_quality", "notes"]);
+    let _ = writeln!(
+        body,
+        "<h3>Quality notes</h3>\n<p>Grade: <span class=\"badge {g}\">{g}</span></p>",
+        g = esc(text(meta, &["measurement_quality", "grade"]))
+    );
+    if notes.is_empty() {
+        body.push_str("<p class=\"note\">None.</p>\n");
+    } else {
+        body.push_str("<ul>\n");
+        for n in notes {
+            let _ = writeln!(body, "<li>{}</li>", esc_short(&scalar(n)));
+        }
+        body.push_str("</ul>\n");
+    }
+    for (title, path) in [
+        ("Lost events", &["totals", "lost_events"][..]),
+        ("cg-trace's own cost", &["meta", "profiler"][..]),
+        ("Power meter", &["meta", "power_meter"][..]),
+        ("Function profiling", &["meta", "function_profiling"][..]),
+    ] {
+        if let Some(obj) = get(report, path).and_then(Value::as_object) {
+            let _ = writeln!(body, "<h3>{title}</h3>\n<dl class=\"kv\">");
+            // Scalars only (nested objects are in the JSON report); fields this version does
+            // not know show under their own names.
+            for (k, v) in obj.iter().filter(|(_, v)| !v.is_object()) {
+                let shown = match v {
+                    Value::Array(a) if a.iter().any(Value::is_object) => {
+                        format!("{} entries", a.len())
+                    }
+                    v => scalar(v),
+                };
+                let _ = writeln!(body, "<dt>{}</dt><dd>{}</dd>", esc(k), esc_short(&shown));
+            }
+            body.push_str("</dl>\n");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The diff page
+
+/// The page of a comparison (`cg-trace diff ... --format html`).
+pub fn diff(c: &Comparison) -> String {
+    let mut body = String::new();
+    let _ = writeln!(
+        body,
+        "<h1>Energy diff: {} → {}</h1>\n<p>{}</p>",
+        esc_short(&c.base.path),
+        esc_short(&c.new.path),
+        if c.regression {
+            format!(
+                "<span class=\"badge bad\">regression</span> {}",
+                esc(&crate::compare::render::regression_line(c))
+            )
+        } else if let Some(max) = c.max_increase_pct {
+            format!(
+                "<span class=\"badge ok\">pass</span> no gated figure rose by more than {}",
+                fig(Some(max), "%")
+            )
+        } else {
+            "No gate (<code>--max-increase</code>) given.".into()
+        }
+    );
+    body.push_str(
+        "<table>\n<tr><th></th><th>report</th><th>run</th><th>machine</th><th>energy</th>\
+         <th>sources</th><th class=\"n\">runs</th></tr>\n",
+    );
+    for (label, side) in [("base", &c.base), ("new", &c.new)] {
+        let _ = writeln!(
+            body,
+            "<tr><td>{label}</td><td class=\"cmd\">{}</td><td>{}</td><td>{} / {}</td>\
+             <td><span class=\"badge {p}\">{p}</span></td><td>{}</td><td class=\"n\">{}</td></tr>",
+            esc_short(&side.path),
+            esc(&side.run_id),
+            esc(&side.hostname),
+            esc(&side.cpu_model),
+            esc(&side.sources.join(", ")),
+            side.runs_count,
+            p = side.provenance,
+        );
+    }
+    body.push_str("</table>\n");
+    for w in &c.warnings {
+        let _ = writeln!(
+            body,
+            "<p><span class=\"badge bad\">warning</span> {}</p>",
+            esc(w)
+        );
+    }
+    let _ = writeln!(
+        body,
+        "<p class=\"note\">Energies are medians over the runs when a side has several. {}</p>",
+        if c.tested {
+            format!(
+                "Both sides have --repeat runs: each row's per-run energies are compared with a \
+                 Mann-Whitney U test (significant below p = {}).",
+                c.alpha
+            )
+        } else {
+            "Not both sides have --repeat runs: no significance test.".into()
+        }
+    );
+    let max_pct = c
+        .rows
+        .iter()
+        .filter_map(|r| r.change_energy_pct)
+        .filter(|p| p.is_finite())
+        .map(f64::abs)
+        .fold(0.0, f64::max);
+    for kind in [
+        RowKind::Total,
+        RowKind::Domain,
+        RowKind::ProcessGroup,
+        RowKind::Function,
+    ] {
+        let rows: Vec<_> = c.rows.iter().filter(|r| r.kind == kind).collect();
+        if rows.is_empty() {
+            continue;
+        }
+        let _ = writeln!(
+            body,
+            "<h2>{}</h2>\n<table>\n<tr><th>name</th><th class=\"n\">base energy</th>\
+             <th class=\"n\">new energy</th><th class=\"n\">change (J)</th>\
+             <th class=\"n\">change (%)</th>\
+             <th></th><th class=\"n\">base CPU</th><th class=\"n\">new CPU</th>\
+             <th class=\"n\">p</th><th>verdict</th></tr>",
+            match kind {
+                RowKind::Total => "Total",
+                RowKind::Domain => "Per domain",
+                RowKind::ProcessGroup => "Per process group",
+                RowKind::Function => "Per function",
+            }
+        );
+        for r in rows {
+            let pct = r.change_energy_pct;
+            let (class, fraction) = match pct {
+                Some(p) if max_pct > 0.0 => {
+                    (if p > 0.0 { "up" } else { "down" }, p.abs() / max_pct)
+                }
+                _ => ("", 0.0),
+            };
+            let verdict = match (&r.significance, r.regression) {
+                (_, true) => "<span class=\"badge bad\">regression</span>".to_string(),
+                (Some(t), false) => esc(t.verdict),
+                (None, false) => String::new(),
+            };
+            let _ = writeln!(
+                body,
+                "<tr><td class=\"cmd\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+                 <td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td><td class=\"n\">{}</td>\
+                 <td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
+                esc_short(&r.name),
+                fig(Some(r.base_energy_j), "J"),
+                fig(Some(r.new_energy_j), "J"),
+                signed(r.change_energy_j, "J"),
+                pct.map(|p| signed(p, "%")).unwrap_or_else(|| "new".into()),
+                bar(fraction, class),
+                fig(r.base_cpu_time_s, "s"),
+                fig(r.new_cpu_time_s, "s"),
+                r.significance
+                    .as_ref()
+                    .map(|t| fig(Some(t.p_value), ""))
+                    .unwrap_or_else(|| "—".into()),
+                verdict,
+            );
+        }
+        body.push_str("</table>\n");
+    }
+    page(
+        &format!(
+            "cg-trace diff: {} → {}",
+            short(&c.base.path, 60),
+            short(&c.new.path, 60)
+        ),
+        &body,
+        &json!({}),
+    )
+}
+
+#[cfg(test)]
+mod tests;
