@@ -156,8 +156,8 @@ fn a_repeated_run_its_report_page_and_its_diff_render_in_chromium() {
     assert_adds_up(&report);
     assert_eq!(report["repeat"]["runs"].as_array().unwrap().len(), 3);
 
-    // Written during the run, and from its JSON afterwards: both show the power over time and
-    // the per-run points.
+    // Written during the run, and from its JSON afterwards: both show the power over time (the
+    // machine's and the top processes') and the per-run points.
     let from_json = dir.path().join("report.html");
     let out = cg(&[
         "report",
@@ -173,7 +173,7 @@ fn a_repeated_run_its_report_page_and_its_diff_render_in_chromium() {
     );
     for page in [&html, &from_json] {
         let dom = rendered_dom(&chromium, page);
-        assert_rendered(&dom, &["chart-power", "chart-runs"]);
+        assert_rendered(&dom, &["chart-power", "chart-process-power", "chart-runs"]);
         for section in [
             "Summary",
             "Power over time",
