@@ -30,6 +30,9 @@ pub fn run(args: &[String]) -> Result<()> {
     if args.iter().any(|a| a == "--report") {
         return crate::bench_report::run();
     }
+    if args.iter().any(|a| a == "--repeat") {
+        return crate::bench_repeat::run();
+    }
     if args.iter().any(|a| a == "--sources") {
         return crate::bench_sources::run(quick);
     }

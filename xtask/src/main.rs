@@ -27,6 +27,7 @@
 mod bench;
 mod bench_diff;
 mod bench_functions;
+mod bench_repeat;
 mod bench_report;
 mod bench_sources;
 mod bench_view;
