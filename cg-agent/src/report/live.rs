@@ -641,6 +641,7 @@ mod tests {
             ended_ns,
             ending: None,
             root: pid == 10,
+            cgroup: None,
         }
     }
 

@@ -37,7 +37,7 @@ use crate::{
 
 /// Version of the report schema; the minor part is bumped when fields are added, the major
 /// part when a field changes meaning or disappears.
-pub const SCHEMA_VERSION: &str = "1.4";
+pub const SCHEMA_VERSION: &str = "1.5";
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
@@ -194,6 +194,36 @@ pub struct ProcessEntry {
     pub exit_code: Option<i32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit_signal: Option<i32>,
+    /// Its cgroup and what the path says (container, pod, systemd unit), when read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<CgroupEntry>,
+}
+
+/// A process's cgroup in the report: the path and the labels [`crate::cgroup::classify`]
+/// found in it (each only when found).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CgroupEntry {
+    pub path: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<crate::cgroup::Runtime>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub systemd_unit: Option<String>,
+}
+
+impl From<&crate::cgroup::CgroupInfo> for CgroupEntry {
+    fn from(info: &crate::cgroup::CgroupInfo) -> Self {
+        CgroupEntry {
+            path: info.path.clone(),
+            runtime: info.runtime,
+            container_id: info.container_id.clone(),
+            pod_uid: info.pod_uid.clone(),
+            systemd_unit: info.systemd_unit.clone(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -716,6 +746,7 @@ fn process_entries(
                 alive_s,
                 exit_code,
                 exit_signal,
+                cgroup: p.cgroup.as_ref().map(CgroupEntry::from),
             })
         })
         .collect();
@@ -1056,6 +1087,7 @@ mod tests {
                 ended_ns: None,
                 ending: None,
                 root: true,
+                cgroup: None,
             }],
             losses: Losses::default(),
             source_errors: BTreeMap::new(),
@@ -1149,7 +1181,7 @@ mod tests {
                 .get("glitches")
                 .is_none()
         );
-        assert_eq!(report.meta.schema_version, "1.4");
+        assert_eq!(report.meta.schema_version, "1.5");
     }
 
     #[test]

@@ -669,6 +669,7 @@ mod tests {
             alive_s: 1.0,
             exit_code: None,
             exit_signal: None,
+            cgroup: None,
         }
     }
 

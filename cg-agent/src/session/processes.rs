@@ -15,7 +15,11 @@ use std::{
 
 use cg_common::ThreadKey;
 
-use crate::{attribution::ProcId, probes::Lifecycle};
+use crate::{
+    attribution::ProcId,
+    cgroup::{self, CgroupError, CgroupInfo},
+    probes::Lifecycle,
+};
 
 /// How a process ended, as far as we know.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,6 +74,10 @@ pub struct ProcessRecord {
     pub ending: Option<Ending>,
     /// The wrapped command or an attached pid (rather than a descendant).
     pub root: bool,
+    /// Its cgroup, read from `/proc/PID/cgroup` when the process is first seen, at each exec
+    /// and when the run ends (a process moved to another cgroup between those keeps the
+    /// earlier one); `None` when it could not be read.
+    pub cgroup: Option<CgroupInfo>,
 }
 
 /// What the session must do after the next snapshot because of the events just applied.
@@ -218,6 +226,7 @@ impl ProcessTable {
             ended_ns: None,
             ending: None,
             root: false,
+            cgroup: None,
         };
         self.refresh_from_proc(&mut record);
         self.records.push(record);
@@ -226,7 +235,7 @@ impl ProcessTable {
         id
     }
 
-    /// Reads comm, parent and command line from `/proc/PID` where still there.
+    /// Reads comm, parent, command line and cgroup from `/proc/PID` where still there.
     fn refresh_from_proc(&self, record: &mut ProcessRecord) {
         let dir = self.proc_root.join(record.pid.to_string());
         if let Ok(meta) = fs::metadata(&dir) {
@@ -246,6 +255,12 @@ impl ProcessTable {
             if !args.is_empty() {
                 record.cmdline = args;
             }
+        }
+        match cgroup::of_pid(&self.proc_root, record.pid) {
+            Ok(info) => record.cgroup = Some(info),
+            // Gone already: what was read before stays.
+            Err(CgroupError::Read { .. }) => {}
+            Err(error) => tracing::warn!("process {}: {error}", record.pid),
         }
     }
 

@@ -448,6 +448,7 @@ pub fn wrapped_run(intervals: u64, mut observer: impl FnMut(LiveEvent<'_>)) {
         ended_ns: None,
         ending: None,
         root: pid == 500,
+        cgroup: None,
     };
     let processes = [
         record(500, 400, &["make", "-j2"]),
