@@ -248,9 +248,21 @@ pub struct ViewArgs {
     #[arg(long)]
     pub exit_on_end: bool,
 
+    /// Live view: one row per process, or per cgroup (container, Kubernetes pod, systemd
+    /// unit, else the cgroup path), its processes added up; `C` switches on screen
+    #[arg(long, value_enum, value_name = "BY", default_value_t = ViewGrouping::Process)]
+    pub group_by: ViewGrouping,
+
     /// For `cargo xtask bench`: write the live view's frame render times to FILE at the end
     #[arg(long, hide = true, value_name = "FILE")]
     pub bench_frame_stats: Option<PathBuf>,
+}
+
+/// How the live view groups its rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ViewGrouping {
+    Process,
+    Cgroup,
 }
 
 /// Function-level energy: uprobes on chosen functions, and stack sampling.

@@ -148,6 +148,9 @@ pub struct LiveProcess {
     pub kernel_thread: bool,
     /// Power over the window per domain, indexed like [`LiveReport::domains`].
     pub domain_power_w: Vec<f64>,
+    /// Its cgroup's short name ([`crate::cgroup::CgroupInfo::group_name`]: the container,
+    /// pod, systemd unit or path), when it could be read.
+    pub cgroup: Option<String>,
 }
 
 /// A power series for the chart: `(seconds since the start, watts)`.
@@ -496,6 +499,7 @@ impl LiveModel {
                         p.cmdline.join(" ")
                     },
                     kernel_thread,
+                    cgroup: p.cgroup.as_ref().map(|c| c.group_name()),
                     root: p.root,
                     alive,
                     cpu_pct: if window_s > 0.0 {
