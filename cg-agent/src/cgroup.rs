@@ -390,6 +390,21 @@ mod tests {
                     "/kubepods.slice/kubepods-pod{uid_}.slice/cri-containerd-{ID}.scope"
                 ))
             },
+            // Seen from inside another cgroup namespace (cg-trace in a pod): relative
+            Case {
+                runtime: Some(Runtime::Containerd),
+                container_id: Some(ID),
+                pod_uid: Some(UID),
+                unit: Some(format!("cri-containerd-{ID}.scope")),
+                ..case(format!(
+                    "/../../kubepods-besteffort.slice/kubepods-besteffort-pod{uid_}.slice/cri-containerd-{ID}.scope"
+                ))
+            },
+            Case {
+                container_id: Some(ID),
+                pod_uid: Some(UID),
+                ..case(format!("/../kubepods/burstable/pod{UID}/{ID}"))
+            },
             // Kubernetes, cgroupfs driver: the runtime is not in the path
             Case {
                 container_id: Some(ID),

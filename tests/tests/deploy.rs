@@ -448,8 +448,9 @@ fn the_daemonset_runs_the_exporter_with_only_the_privileges_it_documents() {
     }
 }
 
-/// The metrics `cg-trace serve` exports (cg-agent/src/serve/metrics.rs), with the suffixes
-/// the text format gives them.
+/// Metrics `cg-trace serve` exports (cg-agent/src/serve/metrics.rs), with the suffixes the
+/// text format gives them: those a dashboard shows (it also exports read errors, lost events,
+/// unknown-energy time, group and process counts).
 const EXPORTED_METRICS: [&str; 9] = [
     "cg_energy_joules_total",
     "cg_host_energy_joules_total",
