@@ -17,7 +17,8 @@
 //!   `--sources`, `--tui`, `--functions`: only those; `--functions --sampler`: only the
 //!   sampler's loss and kernel time; `--functions --globs`: only the cost of matching `--func`
 //!   globs); `--diff`: only the time `cg-trace diff` takes on two 20-run reports (not in the
-//!   full run: it measures no overhead).
+//!   full run: it measures no overhead); `--proc`: only the hand-written `/proc` readers
+//!   against the procfs crate (not in the full run either).
 //! - `dist [--profile release|debug] [--no-build] [--out DIR]`: the release tarball
 //!   (`target/dist/cg-trace-VERSION-ARCH-linux.tar.gz` and its `.sha256`) that installs
 //!   without a toolchain: binary, completions, man page, README, `install.sh` (see `dist`).
@@ -40,7 +41,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup | build [--release] | run -- CG-TRACE-ARGS... | test | fuzz [TARGET] [SECONDS] | bench [--quick] [--overhead | --sources | --tui | --functions [--sampler | --globs] | --diff] | dist [--profile release|debug] [--no-build] [--out DIR] | gpu-check [-- CMD ARGS...]>";
+const USAGE: &str = "usage: cargo xtask <setup | build [--release] | run -- CG-TRACE-ARGS... | test | fuzz [TARGET] [SECONDS] | bench [--quick] [--overhead | --sources | --proc | --tui | --functions [--sampler | --globs] | --diff] | dist [--profile release|debug] [--no-build] [--out DIR] | gpu-check [-- CMD ARGS...]>";
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
