@@ -120,6 +120,7 @@ fn every_yaml_and_json_file_in_deploy_parses() {
             }
             Some("json") => {
                 let text = fs::read_to_string(path).unwrap();
+                // Not a report: a deploy/ file.
                 serde_json::from_str::<Value>(&text)
                     .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
                 parsed += 1;
@@ -466,7 +467,9 @@ const EXPORTED_METRICS: [&str; 9] = [
 #[test]
 fn the_dashboard_queries_exported_metrics_and_defines_its_variables() {
     let path = deploy_dir().join("grafana/cg-trace-dashboard.json");
-    let dashboard: Value = serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
+    let json = fs::read_to_string(&path).unwrap();
+    // Not a report: the Grafana dashboard.
+    let dashboard: Value = serde_json::from_str(&json).unwrap();
     assert!(!text(&dashboard, "/uid").is_empty() && !text(&dashboard, "/title").is_empty());
     let variables: BTreeSet<&str> = dashboard["templating"]["list"]
         .as_array()
@@ -673,6 +676,7 @@ fn the_containerfile_installs_the_dist_tarball_where_its_runtime_stage_copies_fr
         .iter()
         .find_map(|s| s.strip_prefix("ENTRYPOINT "))
         .expect("an ENTRYPOINT");
+    // Not a report: the ENTRYPOINT's JSON array.
     let entrypoint: Vec<String> = serde_json::from_str(entrypoint).unwrap();
     assert!(
         copied.contains(&entrypoint[0]),
