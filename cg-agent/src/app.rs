@@ -175,6 +175,7 @@ pub fn main_with(cli: Cli) -> i32 {
                 refresh: Duration::from_millis(args.view.refresh),
                 command_output: command_output.clone(),
                 exit_on_end: args.view.exit_on_end,
+                group_by_cgroup: args.group_by == crate::export::summary::GroupBy::Cgroup,
                 frame_stats: args.view.bench_frame_stats.clone(),
             },
         );

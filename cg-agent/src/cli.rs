@@ -234,7 +234,9 @@ pub struct RunArgs {
     pub threads: bool,
 
     /// Summary: one row per program name (comm), per process subtree (tree: each child of the
-    /// command with its descendants), or per process (none)
+    /// command with its descendants), per cgroup (container, Kubernetes pod, systemd unit,
+    /// else the path; also the live view's grouping, where `C` switches it), or per process
+    /// (none)
     #[arg(long, value_enum, value_name = "HOW", default_value_t = crate::export::summary::GroupBy::None)]
     pub group_by: crate::export::summary::GroupBy,
 

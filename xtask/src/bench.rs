@@ -36,6 +36,9 @@ pub fn run(args: &[String]) -> Result<()> {
     if args.iter().any(|a| a == "--sources") {
         return crate::bench_sources::run(quick);
     }
+    if args.iter().any(|a| a == "--proc") {
+        return proc_readers(quick);
+    }
     if args.iter().any(|a| a == "--tui") {
         status(cargo().args(["build", "--release"]))?;
         return crate::bench_view::run(view_rounds, view_s, &tempdir()?);
@@ -56,6 +59,23 @@ pub fn run(args: &[String]) -> Result<()> {
 }
 
 /// The cost of cg-trace to the workloads it watches, and its own cost.
+/// `--proc`: cg-trace's hand-written `/proc` readers against the procfs crate
+/// (`cg-agent/examples/proc_bench.rs`, on this machine's processes).
+fn proc_readers(quick: bool) -> Result<()> {
+    status(cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "cg-agent",
+        "--example",
+        "proc_bench",
+    ]))?;
+    let rounds = if quick { "11" } else { "31" };
+    status(
+        Command::new(root().join("target/release/examples/proc_bench")).args(["--rounds", rounds]),
+    )
+}
+
 fn overhead(quick: bool) -> Result<()> {
     let config = if quick {
         Config {

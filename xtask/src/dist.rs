@@ -22,6 +22,23 @@ use anyhow::{Context, Result, bail};
 
 use crate::{cargo, root, status};
 
+/// The files the binary generates (`cg-trace ARGS` on stdout), where they go under a prefix.
+pub const GENERATED: [(&[&str], &str); 4] = [
+    (&["man-page"], "share/man/man1/cg-trace.1"),
+    (
+        &["completions", "bash"],
+        "share/bash-completion/completions/cg-trace",
+    ),
+    (
+        &["completions", "zsh"],
+        "share/zsh/site-functions/_cg-trace",
+    ),
+    (
+        &["completions", "fish"],
+        "share/fish/vendor_completions.d/cg-trace.fish",
+    ),
+];
+
 /// The install script placed in the tarball.
 const INSTALL_SH: &str = include_str!("install.sh");
 
@@ -126,22 +143,7 @@ pub fn run(args: &[String]) -> Result<()> {
     fs::set_permissions(&staged_binary, fs::Permissions::from_mode(0o755))?;
     check_needed(&staged_binary)?;
 
-    let generated: [(&[&str], &str); 4] = [
-        (&["man-page"], "share/man/man1/cg-trace.1"),
-        (
-            &["completions", "bash"],
-            "share/bash-completion/completions/cg-trace",
-        ),
-        (
-            &["completions", "zsh"],
-            "share/zsh/site-functions/_cg-trace",
-        ),
-        (
-            &["completions", "fish"],
-            "share/fish/vendor_completions.d/cg-trace.fish",
-        ),
-    ];
-    for (args, relative) in generated {
+    for (args, relative) in GENERATED {
         let output = Command::new(&staged_binary)
             .args(args)
             .output()

@@ -18,10 +18,13 @@
 //!   sampler's loss and kernel time; `--functions --globs`: only the cost of matching `--func`
 //!   globs); `--diff`: only the time `cg-trace diff` takes on two 20-run reports; `--report`:
 //!   only the time and page size of `cg-trace report` on a one-hour run and of `diff --format
-//!   html` (neither in the full run: they measure no overhead).
+//!   html`; `--repeat`: only what each run of a `--repeat` set costs; `--proc`: only the
+//!   hand-written `/proc` readers against the procfs crate (none of these in the full run:
+//!   they measure no overhead).
 //! - `dist [--profile release|debug] [--no-build] [--out DIR]`: the release tarball
 //!   (`target/dist/cg-trace-VERSION-ARCH-linux.tar.gz` and its `.sha256`) that installs
 //!   without a toolchain: binary, completions, man page, README, `install.sh` (see `dist`).
+//! - `deb`: the Debian package through cargo-deb (installed by hand: see `deb`).
 //! - `gpu-check`: on a machine with an NVIDIA GPU, cg-trace's GPU energy next to nvidia-smi's.
 
 mod bench;
@@ -31,6 +34,7 @@ mod bench_repeat;
 mod bench_report;
 mod bench_sources;
 mod bench_view;
+mod deb;
 mod dist;
 mod fuzz;
 mod gpu_check;
@@ -43,7 +47,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup | build [--release] | run -- CG-TRACE-ARGS... | test | fuzz [TARGET] [SECONDS] | bench [--quick] [--overhead | --sources | --tui | --functions [--sampler | --globs] | --diff | --report] | dist [--profile release|debug] [--no-build] [--out DIR] | gpu-check [-- CMD ARGS...]>";
+const USAGE: &str = "usage: cargo xtask <setup | build [--release] | run -- CG-TRACE-ARGS... | test | fuzz [TARGET] [SECONDS] | bench [--quick] [--overhead | --sources | --proc | --tui | --functions [--sampler | --globs] | --diff | --report | --repeat] | dist [--profile release|debug] [--no-build] [--out DIR] | deb | gpu-check [-- CMD ARGS...]>";
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -56,6 +60,7 @@ fn main() -> ExitCode {
         Some("bench") => setup().and_then(|()| bench::run(&args[1..])),
         Some("dist") if dist::builds(&args[1..]) => setup().and_then(|()| dist::run(&args[1..])),
         Some("dist") => dist::run(&args[1..]),
+        Some("deb") => setup().and_then(|()| deb::run(&args[1..])),
         Some("gpu-check") => setup().and_then(|()| gpu_check::run(&args[1..])),
         _ => {
             eprintln!("{USAGE}");

@@ -21,6 +21,8 @@ pub enum GroupBy {
     /// One row per process subtree: each child of the wrapped command (or of an attached
     /// pid, or a process whose parent is not traced) with all its descendants.
     Tree,
+    /// One row per cgroup: its container, Kubernetes pod or systemd unit, else its path.
+    Cgroup,
     /// One row per process.
     #[default]
     None,
@@ -258,6 +260,7 @@ fn render_processes(
                 format!("×{n}"),
                 match options.group_by {
                     GroupBy::Comm => program_of(first),
+                    GroupBy::Cgroup => cgroup_of(first),
                     _ => format!("{} +{} below", command_name(first), n - 1),
                 },
             ),
@@ -321,6 +324,15 @@ fn render_threads(out: &mut String, total_j: f64, process: &ProcessEntry) {
     }
 }
 
+/// A process's cgroup as the rows name it: the container, pod or unit its path names, else
+/// the path (`[cgroup unknown]` when it could not be read).
+fn cgroup_of(process: &ProcessEntry) -> String {
+    process.cgroup.as_ref().map_or_else(
+        || "[cgroup unknown]".to_string(),
+        |c| crate::cgroup::classify(&c.path).group_name(),
+    )
+}
+
 /// The processes in rows, by energy (see [`GroupBy`]).
 fn group(processes: &[ProcessEntry], by: GroupBy) -> Vec<Row<'_>> {
     let mut rows: Vec<Row<'_>> = match by {
@@ -335,6 +347,16 @@ fn group(processes: &[ProcessEntry], by: GroupBy) -> Vec<Row<'_>> {
                 by_name.entry(program_of(p)).or_default().push(p);
             }
             by_name
+                .into_values()
+                .map(|processes| Row { processes })
+                .collect()
+        }
+        GroupBy::Cgroup => {
+            let mut by_cgroup: BTreeMap<String, Vec<&ProcessEntry>> = BTreeMap::new();
+            for p in processes {
+                by_cgroup.entry(cgroup_of(p)).or_default().push(p);
+            }
+            by_cgroup
                 .into_values()
                 .map(|processes| Row { processes })
                 .collect()
@@ -541,6 +563,7 @@ mod tests {
             exit_code: Some(0),
             exit_signal: None,
             threads: Vec::new(),
+            cgroup: None,
         }
     }
 
@@ -610,6 +633,44 @@ mod tests {
             text.contains("      11  python3 -u work.py --long…"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn group_by_cgroup_gives_one_row_per_container_unit_or_path() {
+        let mut ps = shell_run();
+        let id = "3f4e1b2c5d6a7b8c9d0e1f2a3b4c5d6e7f8a9b0c1d2e3f4a5b6c7d8e9f0a1b2c";
+        for (i, p) in ps.iter_mut().enumerate() {
+            p.cgroup = match i % 3 {
+                0 => Some(crate::report::CgroupEntry::from(&crate::cgroup::classify(
+                    &format!("/system.slice/docker-{id}.scope"),
+                ))),
+                1 => Some(crate::report::CgroupEntry::from(&crate::cgroup::classify(
+                    "/system.slice/nginx.service",
+                ))),
+                _ => None,
+            };
+        }
+        let text = table(
+            &ps,
+            SummaryOptions {
+                group_by: GroupBy::Cgroup,
+                ..SummaryOptions::default()
+            },
+        );
+        let rows = rows_of(&text);
+        let mut names: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            [
+                "×14  [cgroup unknown]",
+                "×14  docker:3f4e1b2c5d6a",
+                "×14  nginx.service"
+            ],
+            "{text}"
+        );
+        let sum_j: f64 = rows.iter().map(|r| r.2).sum();
+        assert!((sum_j - 100.0).abs() < 0.01, "{sum_j}\n{text}");
     }
 
     #[test]

@@ -148,6 +148,9 @@ pub struct LiveProcess {
     pub kernel_thread: bool,
     /// Power over the window per domain, indexed like [`LiveReport::domains`].
     pub domain_power_w: Vec<f64>,
+    /// Its cgroup's short name ([`crate::cgroup::CgroupInfo::group_name`]: the container,
+    /// pod, systemd unit or path), when it could be read.
+    pub cgroup: Option<String>,
     /// Its threads, busiest now first: at most [`LIVE_THREADS`], then one entry folding the
     /// rest (they add up to the process in every column).
     pub threads: Vec<LiveThread>,
@@ -518,6 +521,7 @@ impl LiveModel {
                         p.cmdline.join(" ")
                     },
                     kernel_thread,
+                    cgroup: p.cgroup.as_ref().map(|c| c.group_name()),
                     root: p.root,
                     alive,
                     cpu_pct: if window_s > 0.0 {
@@ -734,6 +738,7 @@ mod tests {
             ending: None,
             root: pid == 10,
             thread_names: Default::default(),
+            cgroup: None,
         }
     }
 

@@ -670,6 +670,7 @@ mod tests {
             exit_code: None,
             exit_signal: None,
             threads: Vec::new(),
+            cgroup: None,
         }
     }
 

@@ -94,6 +94,7 @@ mod tests {
             ended_ns: None,
             ending: None,
             root: false,
+            cgroup: None,
             thread_names: BTreeMap::new(),
         }
     }

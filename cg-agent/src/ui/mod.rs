@@ -96,6 +96,8 @@ pub struct ViewOptions {
     /// Wrap mode: close the view when the command ends, rather than keeping the final
     /// figures on screen until the user quits.
     pub exit_on_end: bool,
+    /// Start with one row per cgroup (`--group-by cgroup`; `C` toggles it).
+    pub group_by_cgroup: bool,
     /// Benchmarks: write frame render times here at the end.
     pub frame_stats: Option<PathBuf>,
 }
@@ -162,6 +164,7 @@ pub fn run(config: RunConfig, options: ViewOptions) -> Result<Outcome, ViewError
         },
         users::Users::system(),
     );
+    app.cgroups = options.group_by_cgroup;
     let panic_key = std::env::var(TEST_PANIC_KEY_ENV)
         .ok()
         .and_then(|k| k.chars().next());

@@ -546,14 +546,28 @@ fn render_table(app: &App, r: &LiveReport, area: Rect, buf: &mut Buffer) {
                 p.share_pct,
             ),
         };
-        let mut cells = vec![cell(p.pid.to_string(), true)];
+        // A cgroup's row stands for several processes: no one pid, parent or user.
+        let group = row.cgroup.is_some();
+        let mut cells = vec![cell(
+            if group { "-".into() } else { p.pid.to_string() },
+            true,
+        )];
         if wide {
             cells.push(cell(
-                p.ppid.map_or_else(|| "-".into(), |pp| pp.to_string()),
+                p.ppid
+                    .filter(|_| !group)
+                    .map_or_else(|| "-".into(), |pp| pp.to_string()),
                 true,
             ));
         }
-        cells.push(cell(app.user_of(row.index).to_string(), false));
+        cells.push(cell(
+            if group {
+                "-".into()
+            } else {
+                app.user_of(row.index).to_string()
+            },
+            false,
+        ));
         cells.push(cell(format!("{cpu_pct:.1}"), true));
         if wide {
             cells.push(cell(format!("{cpu_time_s:.2}"), true));
@@ -567,6 +581,12 @@ fn render_table(app: &App, r: &LiveReport, area: Rect, buf: &mut Buffer) {
         }
         cells.push(cell(joules(energy_j), true));
         cells.push(cell(format!("{share_pct:.1}%"), true));
+        if let (Some(name), Some(s)) = (&row.cgroup, &row.folded) {
+            let count = s.hidden + 1;
+            let plural = if count == 1 { "" } else { "es" };
+            cells.push(Cell::from(format!("{name} ({count} process{plural})")));
+            return Row::new(cells).style(Style::new().bold());
+        }
         let mut command = row.prefix.clone();
         if let Some(s) = &row.folded {
             command.push_str(&format!("[+{}] ", s.hidden));
@@ -909,6 +929,14 @@ fn render_footer(app: &App, area: Rect, buf: &mut Buffer) {
             item("/", " filter ".into()),
             item("t", " tree ".into()),
             item(
+                "C",
+                if app.cgroups {
+                    " by cgroup ".yellow().bold()
+                } else {
+                    " cgroups ".into()
+                },
+            ),
+            item(
                 "F",
                 if app.follow {
                     " following ".yellow().bold()
@@ -974,6 +1002,7 @@ const HELP: &[(&str, &str)] = &[
         "tree view: fold or unfold the selected process",
     ),
     ("H", "show or hide the selected process's threads"),
+    ("C", "one row per cgroup: container, pod, systemd unit"),
     ("K", "show or hide kernel threads (hidden at first)"),
     ("k", "send a signal to the selected process"),
     ("d", "details: the selected process's power, domains"),
@@ -1125,6 +1154,19 @@ mod tests {
     #[test]
     fn measured_domains_at_80x24() {
         insta::assert_snapshot!(screen(&app(measured_report(), None), 80, 24));
+    }
+
+    #[test]
+    fn one_row_per_cgroup_at_120x24() {
+        let mut a = app(report(), None);
+        keys(&mut a, &[KeyCode::Char('C')]);
+        let text = screen(&a, 120, 24);
+        assert!(
+            text.contains("session-3.scope (3 processes)")
+                && text.contains("docker:3f4e1b2c5d6a (1 process)"),
+            "{text}"
+        );
+        insta::assert_snapshot!(text);
     }
 
     #[test]

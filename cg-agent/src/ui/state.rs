@@ -5,7 +5,7 @@
 use std::{
     cell::{Cell, RefCell},
     cmp::Ordering,
-    collections::{HashMap, HashSet, VecDeque},
+    collections::{BTreeMap, HashMap, HashSet, VecDeque},
     path::PathBuf,
     time::Duration,
 };
@@ -144,11 +144,14 @@ pub struct Row {
     /// Tree glyphs before the command (tree view).
     pub prefix: String,
     pub has_children: bool,
-    /// Folded (tree view): how many descendants it hides, and the subtree's figures.
+    /// Folded (tree view): how many descendants it hides, and the subtree's figures; in the
+    /// cgroup view, the group's other processes and the group's figures.
     pub folded: Option<Subtree>,
     /// A thread row of an expanded process (`H`): the index into its
     /// [`LiveProcess::threads`] (`index` and `id` are the process's).
     pub thread: Option<usize>,
+    /// The cgroup view: the group this row stands for (its processes added up).
+    pub cgroup: Option<String>,
 }
 
 /// A folded process with everything below it: every column that adds up, added up.
@@ -163,6 +166,26 @@ pub struct Subtree {
     pub energy_j: f64,
     pub share_pct: f64,
 }
+
+impl Subtree {
+    /// Adds a process's figures to every column that adds up.
+    fn add(&mut self, p: &LiveProcess) {
+        self.cpu_pct += p.cpu_pct;
+        self.cpu_time_s += p.cpu_time_s;
+        self.power_w += p.power_w;
+        if self.domain_power_w.len() < p.domain_power_w.len() {
+            self.domain_power_w.resize(p.domain_power_w.len(), 0.0);
+        }
+        for (total, w) in self.domain_power_w.iter_mut().zip(&p.domain_power_w) {
+            *total += w;
+        }
+        self.energy_j += p.energy_j;
+        self.share_pct += p.share_pct;
+    }
+}
+
+/// The cgroup view's group of processes whose cgroup could not be read.
+pub const UNKNOWN_CGROUP: &str = "(cgroup unknown)";
 
 /// Options the view starts with.
 #[derive(Clone, Debug)]
@@ -185,6 +208,9 @@ pub struct App {
     pub filter: String,
     pub editing_filter: bool,
     pub tree: bool,
+    /// `C`, `--group-by cgroup`: one row per cgroup (container, pod, unit), its processes
+    /// added up.
+    pub cgroups: bool,
     folded: HashSet<ProcId>,
     /// Processes whose threads are listed under them (`H`).
     expanded: HashSet<ProcId>,
@@ -237,6 +263,7 @@ impl App {
             filter: String::new(),
             editing_filter: false,
             tree: false,
+            cgroups: false,
             folded: HashSet::new(),
             expanded: HashSet::new(),
             paused: false,
@@ -382,6 +409,12 @@ impl App {
             }
             KeyCode::Char('t') => {
                 self.tree = !self.tree;
+                self.cgroups = false;
+                self.rebuild();
+            }
+            KeyCode::Char('C') => {
+                self.cgroups = !self.cgroups;
+                self.tree = false;
                 self.rebuild();
             }
             KeyCode::Char('K') => {
@@ -429,6 +462,15 @@ impl App {
     /// `k`: the menu for the selected process, unless it has exited (its pid may be
     /// another process's by now).
     fn open_signal_menu(&mut self) {
+        if self
+            .rows
+            .get(self.cursor)
+            .is_some_and(|r| r.cgroup.is_some())
+        {
+            self.message =
+                Some("a cgroup's row: C lists its processes, to send one a signal".into());
+            return;
+        }
         let Some(p) = self.selected_process() else {
             return;
         };
@@ -634,6 +676,63 @@ impl App {
         p.pid.to_string().starts_with(&needle)
             || p.command.to_lowercase().contains(&needle)
             || p.comm.to_lowercase().contains(&needle)
+            || p.cgroup
+                .as_ref()
+                .is_some_and(|c| c.to_lowercase().contains(&needle))
+    }
+
+    /// The cgroup view's order: the groups' sums, or their names.
+    fn compare_groups(&self, a: &Row, b: &Row) -> Ordering {
+        let (Some(x), Some(y)) = (&a.folded, &b.folded) else {
+            return Ordering::Equal;
+        };
+        let order = match self.sort {
+            SortKey::Cpu => x.cpu_pct.total_cmp(&y.cpu_pct),
+            SortKey::Power => x.power_w.total_cmp(&y.power_w),
+            SortKey::Energy => x.energy_j.total_cmp(&y.energy_j),
+            SortKey::Share => x.share_pct.total_cmp(&y.share_pct),
+            SortKey::Pid | SortKey::User | SortKey::Command => a.cgroup.cmp(&b.cgroup),
+        };
+        let order = if self.descending {
+            order.reverse()
+        } else {
+            order
+        };
+        order.then(a.cgroup.cmp(&b.cgroup))
+    }
+
+    /// One row per cgroup (processes whose cgroup is unknown share one), each standing for
+    /// the first of its processes in the current order, with the group's sums.
+    fn cgroup_rows(&self, processes: &[LiveProcess]) -> Vec<Row> {
+        let mut groups: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (i, p) in processes.iter().enumerate() {
+            if self.matches(p) {
+                let name = p.cgroup.as_deref().unwrap_or(UNKNOWN_CGROUP);
+                groups.entry(name).or_default().push(i);
+            }
+        }
+        let mut rows: Vec<Row> = groups
+            .into_iter()
+            .map(|(name, mut members)| {
+                members.sort_by(|&a, &b| self.compare(processes, a, b));
+                let mut sum = Subtree::default();
+                for &i in &members {
+                    sum.add(&processes[i]);
+                }
+                sum.hidden = members.len() - 1;
+                Row {
+                    index: members[0],
+                    id: processes[members[0]].id,
+                    prefix: String::new(),
+                    has_children: false,
+                    folded: Some(sum),
+                    thread: None,
+                    cgroup: Some(name.to_owned()),
+                }
+            })
+            .collect();
+        rows.sort_by(|a, b| self.compare_groups(a, b));
+        rows
     }
 
     fn compare(&self, processes: &[LiveProcess], a: usize, b: usize) -> Ordering {
@@ -669,6 +768,7 @@ impl App {
         let rows = match &self.report {
             None => Vec::new(),
             Some(report) if self.tree => self.tree_rows(&report.processes),
+            Some(report) if self.cgroups => self.cgroup_rows(&report.processes),
             Some(report) => {
                 let processes = &report.processes;
                 let mut order: Vec<usize> = (0..processes.len())
@@ -684,6 +784,7 @@ impl App {
                         has_children: false,
                         folded: None,
                         thread: None,
+                        cgroup: None,
                     })
                     .collect()
             }
@@ -713,7 +814,8 @@ impl App {
         }
         let mut out = Vec::with_capacity(rows.len());
         for row in rows {
-            let threads = if self.expanded.contains(&row.id) {
+            // A group row stands for many processes: no one process's threads under it.
+            let threads = if row.cgroup.is_none() && self.expanded.contains(&row.id) {
                 report.processes[row.index].threads.len()
             } else {
                 0
@@ -729,6 +831,7 @@ impl App {
                 has_children: false,
                 folded: None,
                 thread: Some(t),
+                cgroup: None,
             }));
         }
         out
@@ -850,6 +953,7 @@ impl App {
                 has_children: !children[i].is_empty(),
                 folded,
                 thread: None,
+                cgroup: None,
             });
         }
         rows
@@ -861,18 +965,7 @@ fn subtree(processes: &[LiveProcess], children: &[Vec<usize>], root: usize) -> S
     let mut sum = Subtree::default();
     let mut stack = vec![root];
     while let Some(i) = stack.pop() {
-        let p = &processes[i];
-        sum.cpu_pct += p.cpu_pct;
-        sum.cpu_time_s += p.cpu_time_s;
-        sum.power_w += p.power_w;
-        if sum.domain_power_w.len() < p.domain_power_w.len() {
-            sum.domain_power_w.resize(p.domain_power_w.len(), 0.0);
-        }
-        for (total, w) in sum.domain_power_w.iter_mut().zip(&p.domain_power_w) {
-            *total += w;
-        }
-        sum.energy_j += p.energy_j;
-        sum.share_pct += p.share_pct;
+        sum.add(&processes[i]);
         if i != root {
             sum.hidden += 1;
         }
@@ -983,6 +1076,72 @@ mod tests {
         assert_eq!(app.sort, SortKey::Share);
         press(&mut app, "r");
         assert!(!app.descending);
+    }
+
+    #[test]
+    fn c_groups_rows_by_cgroup_adding_up_each_groups_processes() {
+        let mut app = app();
+        press(&mut app, "C");
+        assert!(app.cgroups);
+        let names = |app: &App| -> Vec<String> {
+            app.rows()
+                .iter()
+                .map(|r| r.cgroup.clone().expect("a cgroup row"))
+                .collect()
+        };
+        // By power: make 6 + cc1 3 + sh 0.5 W, then the container's cc1, sshd, init.
+        assert_eq!(
+            names(&app),
+            [
+                "session-3.scope",
+                "docker:3f4e1b2c5d6a",
+                "ssh.service",
+                "init.scope"
+            ]
+        );
+        let session = app.rows()[0].folded.clone().unwrap();
+        assert_eq!(session.hidden, 2);
+        let report = app.report.as_ref().unwrap();
+        let members: Vec<&LiveProcess> = report
+            .processes
+            .iter()
+            .filter(|p| p.cgroup.as_deref() == Some("session-3.scope"))
+            .collect();
+        let sum = |f: fn(&LiveProcess) -> f64| members.iter().map(|p| f(p)).sum::<f64>();
+        assert_eq!(session.power_w, sum(|p| p.power_w));
+        assert_eq!(session.energy_j, sum(|p| p.energy_j));
+        assert_eq!(session.cpu_time_s, sum(|p| p.cpu_time_s));
+        assert_eq!(session.share_pct, sum(|p| p.share_pct));
+        assert_eq!(session.domain_power_w, [sum(|p| p.power_w)]);
+        assert_eq!(
+            pids(&app)[0],
+            1200,
+            "the group's biggest process stands for it"
+        );
+        // Names sort ascending; a filter matches cgroup names too.
+        press(&mut app, "n");
+        assert_eq!(
+            names(&app),
+            [
+                "docker:3f4e1b2c5d6a",
+                "init.scope",
+                "session-3.scope",
+                "ssh.service"
+            ]
+        );
+        press(&mut app, "/docker");
+        key(&mut app, KeyCode::Enter);
+        assert_eq!(names(&app), ["docker:3f4e1b2c5d6a"]);
+        // A group is not a process to signal.
+        press(&mut app, "k");
+        assert!(app.signal_menu.is_none() && app.message.is_some());
+        // The tree and the cgroup view exclude each other.
+        press(&mut app, "t");
+        assert!(app.tree && !app.cgroups);
+        press(&mut app, "C");
+        assert!(!app.tree && app.cgroups);
+        press(&mut app, "C");
+        assert!(app.rows().iter().all(|r| r.cgroup.is_none()));
     }
 
     #[test]

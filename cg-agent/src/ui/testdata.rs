@@ -26,6 +26,8 @@ struct P {
     power_w: f64,
     energy_j: f64,
     alive: bool,
+    /// Its cgroup's short name.
+    cgroup: &'static str,
 }
 
 const PROCESSES: [P; 6] = [
@@ -39,6 +41,7 @@ const PROCESSES: [P; 6] = [
         power_w: 0.8,
         energy_j: 15.0,
         alive: true,
+        cgroup: "init.scope",
     },
     P {
         pid: 880,
@@ -50,6 +53,7 @@ const PROCESSES: [P; 6] = [
         power_w: 1.0,
         energy_j: 20.0,
         alive: true,
+        cgroup: "ssh.service",
     },
     P {
         pid: 1200,
@@ -61,6 +65,7 @@ const PROCESSES: [P; 6] = [
         power_w: 6.0,
         energy_j: 120.0,
         alive: true,
+        cgroup: "session-3.scope",
     },
     P {
         pid: 1201,
@@ -72,6 +77,7 @@ const PROCESSES: [P; 6] = [
         power_w: 3.0,
         energy_j: 60.0,
         alive: true,
+        cgroup: "session-3.scope",
     },
     P {
         pid: 1202,
@@ -83,6 +89,7 @@ const PROCESSES: [P; 6] = [
         power_w: 2.0,
         energy_j: 40.0,
         alive: true,
+        cgroup: "docker:3f4e1b2c5d6a",
     },
     P {
         pid: 1203,
@@ -94,6 +101,7 @@ const PROCESSES: [P; 6] = [
         power_w: 0.5,
         energy_j: 5.0,
         alive: false,
+        cgroup: "session-3.scope",
     },
 ];
 
@@ -148,6 +156,7 @@ pub fn report() -> LiveReport {
             kernel_thread: false,
             domain_power_w: vec![p.power_w],
             threads: Vec::new(),
+            cgroup: Some(p.cgroup.into()),
         })
         .collect();
     let history = vec![Series {
@@ -225,6 +234,7 @@ pub fn report_with_kernel_threads() -> LiveReport {
             kernel_thread: true,
             domain_power_w: vec![power_w],
             threads: Vec::new(),
+            cgroup: Some("/".into()),
         });
     }
     r
@@ -479,6 +489,7 @@ pub fn wrapped_run(intervals: u64, mut observer: impl FnMut(LiveEvent<'_>)) {
         ending: None,
         root: pid == 500,
         thread_names: Default::default(),
+        cgroup: None,
     };
     let processes = [
         record(500, 400, &["make", "-j2"]),

@@ -1,0 +1,42 @@
+//! `cargo xtask deb`: the Debian package, through cargo-deb (`cargo install cargo-deb`; not
+//! installed by `setup`: the tarball of `dist` is the install that needs nothing). Builds the
+//! release binary, has it generate its man page and completions into `target/release/share/`
+//! (where `[package.metadata.deb]` in cg-agent/Cargo.toml takes them from), then packs
+//! `target/debian/cg-trace_VERSION-1_ARCH.deb`.
+
+use std::{fs, process::Command};
+
+use anyhow::{Context, Result, bail};
+
+use crate::{cargo, dist::GENERATED, root, status};
+
+pub fn run(args: &[String]) -> Result<()> {
+    if let Some(other) = args.first() {
+        bail!("deb takes no arguments, not {other:?}");
+    }
+    if !Command::new("cargo")
+        .args(["deb", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        bail!("cargo-deb is not installed: cargo install cargo-deb");
+    }
+    status(cargo().args(["build", "--release", "-p", "cg-agent", "--bin", "cg-trace"]))?;
+    let release = root().join("target/release");
+    let binary = release.join("cg-trace");
+    for (args, relative) in GENERATED {
+        let output = Command::new(&binary)
+            .args(args)
+            .output()
+            .with_context(|| format!("running cg-trace {}", args.join(" ")))?;
+        if !output.status.success() || output.stdout.is_empty() {
+            bail!("cg-trace {} failed ({})", args.join(" "), output.status);
+        }
+        let path = release.join(relative);
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        fs::write(&path, &output.stdout)?;
+    }
+    status(cargo().args(["deb", "-p", "cg-agent", "--no-build"]))
+}
