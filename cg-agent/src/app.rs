@@ -77,6 +77,23 @@ pub fn main_with(cli: Cli) -> i32 {
             return inventory::main(&source_options(&cli.run), sources_args.json);
         }
         Some(Command::Completions(args)) => return crate::manual::print_completions(args.shell),
+        Some(Command::Serve(serve_args)) => {
+            let config = crate::serve::ServeConfig {
+                listen: serve_args.listen,
+                interval: Duration::from_millis(serve_args.interval),
+                duration: serve_args.duration,
+                options: crate::serve::model::ServeOptions {
+                    top_groups: serve_args.top as usize,
+                    grace_ns: (serve_args.grace * 1e9) as u64,
+                },
+            };
+            return crate::serve::main(
+                &config,
+                source_options(&cli.run),
+                &invoker,
+                session::Notices::new(print_notice),
+            );
+        }
         Some(Command::ManPage) => return crate::manual::print_man_page(),
         Some(Command::Top(args)) => {
             if let Some(option) = option_before_top(&cli.run) {
@@ -452,6 +469,7 @@ pub fn run_config(args: &RunArgs, invoker: &Invoker) -> Result<RunConfig, String
         noop_probes: args.bench_noop_probes,
         functions,
         notices: session::Notices::new(print_notice),
+        bounded_memory: false,
     })
 }
 

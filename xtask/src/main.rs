@@ -130,6 +130,8 @@ const APT_PACKAGES: &[&str] = &[
     "libc6-dev",
     // The Python end-to-end tests (CPython 3.11).
     "python3.11",
+    // The exporter's end-to-end test scrapes `cg-trace serve` with a real Prometheus server.
+    "prometheus",
     // Workloads of the sampler benchmark (`bench --functions --sampler`).
     "xz-utils",
     "gzip",

@@ -97,6 +97,10 @@ pub struct RunConfig {
     pub command_stdout_to_stderr: bool,
     /// Where the session's remarks go (`app` prints them on stderr).
     pub notices: Notices,
+    /// `cg-trace serve`: memory must not grow with time or churn: the interval store keeps
+    /// a small window only (the report of such a run shows its last moments), exited
+    /// processes are forgotten once their last time is read.
+    pub bounded_memory: bool,
 }
 
 /// Errors that end a run before it measured anything; each maps to an exit code.
@@ -638,7 +642,11 @@ async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup
         tracker: ActivityTracker::new(),
         table: ProcessTable::new(config.mode == Mode::System, &config.proc_root),
         sources: selection.sources,
-        recorder: Recorder::new(recorder::DEFAULT_SLICE_BUDGET),
+        recorder: Recorder::new(if config.bounded_memory {
+            recorder::BOUNDED_SLICE_BUDGET
+        } else {
+            recorder::DEFAULT_SLICE_BUDGET
+        }),
         books: energy::Books::new(header.domains.len()),
         pending: Cleanup::default(),
         run_start_ns,

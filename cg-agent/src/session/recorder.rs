@@ -9,6 +9,8 @@ use crate::attribution::{CpuTime, Interval, Slice, gpu::GpuUsage};
 
 /// Default budget of stored (process, CPU) slices: about 16 bytes each, so ~6 MB.
 pub const DEFAULT_SLICE_BUDGET: usize = 400_000;
+/// The budget of a run whose memory must stay small (`cg-trace serve`): ~64 KB.
+pub const BOUNDED_SLICE_BUDGET: usize = 4_096;
 
 #[derive(Debug)]
 pub struct Recorder {
