@@ -78,6 +78,19 @@ pub fn main_with(cli: Cli) -> i32 {
         }
         Some(Command::Completions(args)) => return crate::manual::print_completions(args.shell),
         Some(Command::Serve(serve_args)) => {
+            if let Some(days) = serve_args.bench_churn {
+                if !(days.is_finite() && days > 0.0 && days <= 366.0) {
+                    eprintln!("cg-trace: --bench-churn: days from 0 to 366");
+                    return EXIT_USAGE;
+                }
+                return match crate::serve::churn::run(days) {
+                    Ok(()) => 0,
+                    Err(err) => {
+                        eprintln!("cg-trace: --bench-churn: {err}");
+                        1
+                    }
+                };
+            }
             let config = crate::serve::ServeConfig {
                 listen: serve_args.listen,
                 interval: Duration::from_millis(serve_args.interval),
@@ -221,6 +234,8 @@ fn write_and_summarize(
     mut report: report::Report,
     exit_code: i32,
 ) -> i32 {
+    // The peak memory includes building the report (measured now it is built).
+    report.meta.profiler.cost.include_peak_so_far();
     report.budgets = report::budget::evaluate(&report, &budget_limits(args));
     let over_budget = report.budgets.iter().any(|b| b.exceeded);
     // The files first: a summary that cannot be printed (the terminal hung up) must not

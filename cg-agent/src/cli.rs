@@ -98,6 +98,12 @@ pub struct ServeArgs {
     /// Stop after this long (tests): seconds (2.5) or a span (90s, 1m, 1h30m)
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub duration: Option<Duration>,
+
+    /// Benchmark (`cargo xtask bench --serve`): simulate DAYS of process churn through the
+    /// accounting code, print the memory at checkpoints and the time of a scrape; traces
+    /// nothing
+    #[arg(long, value_name = "DAYS", hide = true)]
+    pub bench_churn: Option<f64>,
 }
 
 fn parse_grace(s: &str) -> Result<f64, String> {

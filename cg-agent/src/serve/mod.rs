@@ -3,6 +3,7 @@
 //! serves `/metrics` (Prometheus text, or OpenMetrics when the scraper asks for it) and
 //! `/healthz` over HTTP ([`http`], on a thread of its own).
 
+pub mod churn;
 pub mod http;
 pub mod metrics;
 pub mod model;
