@@ -21,6 +21,7 @@
 //!   [`report::live`], the report's counterpart while a run goes on.
 //! - [`functions`] is function-level profiling's user-space half (SPECs, ELF symbols,
 //!   CPython, symbolization); its kernel half is in [`probes`].
+//! - [`cgroup`] reads a process's cgroup and what its path says (container, pod, unit).
 //! - [`console`] is what cg-trace says on stderr besides the summary (`-q`, the log).
 //! - [`manual`] generates the shell completions and the man page from the command line.
 //! - [`privileges`] decides whom a run is for (sudo's user, or ourselves); [`output`] creates
@@ -28,6 +29,7 @@
 
 pub mod app;
 pub mod attribution;
+pub mod cgroup;
 pub mod cli;
 pub mod compare;
 pub mod console;
