@@ -98,6 +98,11 @@ pub fn main_with(cli: Cli) -> i32 {
                 options: crate::serve::model::ServeOptions {
                     top_groups: serve_args.top as usize,
                     grace_ns: (serve_args.grace * 1e9) as u64,
+                    group_by: match serve_args.group_by {
+                        crate::cli::GroupByArg::Comm => crate::serve::model::GroupBy::Comm,
+                        crate::cli::GroupByArg::Cgroup => crate::serve::model::GroupBy::Cgroup,
+                        crate::cli::GroupByArg::Unit => crate::serve::model::GroupBy::Unit,
+                    },
                 },
             };
             return crate::serve::main(

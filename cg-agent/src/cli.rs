@@ -90,6 +90,12 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub top: u64,
 
+    /// What makes a process group: the command name, the cgroup (container, Kubernetes pod,
+    /// systemd unit or path; series labelled container_id, pod_uid, systemd_unit) or the
+    /// systemd unit
+    #[arg(long, value_enum, value_name = "BY", default_value_t = GroupByArg::Comm)]
+    pub group_by: GroupByArg,
+
     /// Seconds a group without live processes keeps its series before its energy moves to
     /// `exited`
     #[arg(long, value_name = "SECS", default_value_t = 300.0, value_parser = parse_grace)]
@@ -104,6 +110,14 @@ pub struct ServeArgs {
     /// nothing
     #[arg(long, value_name = "DAYS", hide = true)]
     pub bench_churn: Option<f64>,
+}
+
+/// `cg-trace serve --group-by`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum GroupByArg {
+    Comm,
+    Cgroup,
+    Unit,
 }
 
 fn parse_grace(s: &str) -> Result<f64, String> {

@@ -104,6 +104,7 @@ fn simulate(days: f64, proc_root: &std::path::Path) -> Result<(), String> {
         ServeOptions {
             top_groups: 20,
             grace_ns: 300_000_000_000,
+            group_by: super::model::GroupBy::Comm,
         },
     );
     let mut table = ProcessTable::new(true, proc_root);
@@ -324,6 +325,7 @@ fn scrape_time() {
         ServeOptions {
             top_groups: 100,
             grace_ns: 300_000_000_000,
+            group_by: super::model::GroupBy::Comm,
         },
     );
     let records: Vec<crate::session::processes::ProcessRecord> = (0..1000u32)

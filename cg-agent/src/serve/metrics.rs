@@ -9,7 +9,7 @@ use prometheus_client::{
 };
 use std::sync::atomic::AtomicU64;
 
-use super::model::Scrape;
+use super::model::{GroupKey, Scrape};
 
 type Labels = Vec<(&'static str, String)>;
 type F64Counter = Counter<f64, AtomicU64>;
@@ -50,16 +50,31 @@ fn registry(scrape: &Scrape, own: OwnCost) -> Registry {
     let mut registry = Registry::default();
     let finite = |v: f64| if v.is_finite() { v } else { 0.0 };
 
+    // A group's labels besides its name (grouped by cgroup or unit), when it has them.
+    let keys: std::collections::HashMap<&str, &GroupKey> =
+        scrape.labels.iter().map(|k| (k.name.as_str(), k)).collect();
+    let group_labels = |group: &str, mut labels: Labels| -> Labels {
+        labels.push(("group", group.to_string()));
+        if let Some(key) = keys.get(group) {
+            for (name, value) in [
+                ("container_id", &key.container_id),
+                ("pod_uid", &key.pod_uid),
+                ("systemd_unit", &key.systemd_unit),
+            ] {
+                if let Some(value) = value {
+                    labels.push((name, value.clone()));
+                }
+            }
+        }
+        labels
+    };
     let energy = Family::<Labels, F64Counter>::default();
     for (d, group, joules) in &scrape.energy {
         let Some(domain) = scrape.domains.get(*d) else {
             continue;
         };
         energy
-            .get_or_create(&vec![
-                ("domain", domain.name.clone()),
-                ("group", group.clone()),
-            ])
+            .get_or_create(&group_labels(group, vec![("domain", domain.name.clone())]))
             .inc_by(finite(*joules));
     }
     registry.register_with_unit(
@@ -124,7 +139,7 @@ fn registry(scrape: &Scrape, own: OwnCost) -> Registry {
 
     let cpu = Family::<Labels, F64Counter>::default();
     for (group, seconds) in &scrape.cpu {
-        cpu.get_or_create(&vec![("group", group.clone())])
+        cpu.get_or_create(&group_labels(group, Vec::new()))
             .inc_by(finite(*seconds));
     }
     registry.register_with_unit(

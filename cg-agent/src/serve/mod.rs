@@ -201,7 +201,11 @@ pub fn main(
             };
             match event {
                 LiveEvent::Started(start) => {
-                    state.exporter = Some(Exporter::new(&start, options));
+                    state.exporter = Some(Exporter::with_grouper(
+                        &start,
+                        options,
+                        model::grouper(options.group_by, "/proc".into()),
+                    ));
                 }
                 LiveEvent::Sample(sample) => {
                     if let Some(exporter) = state.exporter.as_mut() {

@@ -60,6 +60,87 @@ pub struct ServeOptions {
     pub top_groups: usize,
     /// How long a group without live processes and CPU time keeps its series.
     pub grace_ns: u64,
+    /// What makes a group.
+    pub group_by: GroupBy,
+}
+
+/// What processes are grouped by (`--group-by`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GroupBy {
+    /// The command name.
+    #[default]
+    Comm,
+    /// The cgroup: the container (docker, containerd, CRI-O, podman), else the Kubernetes
+    /// pod, else the systemd unit, else the cgroup path.
+    Cgroup,
+    /// The systemd unit of the cgroup (`[no unit]` outside one).
+    Unit,
+}
+
+/// A group's name and the labels its series carry besides it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GroupKey {
+    pub name: String,
+    pub container_id: Option<String>,
+    pub pod_uid: Option<String>,
+    pub systemd_unit: Option<String>,
+}
+
+impl GroupKey {
+    fn named(name: String) -> Self {
+        GroupKey {
+            name,
+            ..GroupKey::default()
+        }
+    }
+}
+
+/// Says which group a process belongs to (reads `/proc/PID/cgroup` for [`GroupBy::Cgroup`]);
+/// asked once per process, when it is first followed.
+pub type Grouper = Box<dyn FnMut(&ProcessRecord) -> GroupKey + Send>;
+
+/// The grouper of `group_by`, reading cgroups under `proc_root`.
+pub fn grouper(group_by: GroupBy, proc_root: std::path::PathBuf) -> Grouper {
+    match group_by {
+        GroupBy::Comm => Box::new(|r| GroupKey::named(group_of(r))),
+        GroupBy::Cgroup | GroupBy::Unit => Box::new(move |r| {
+            match crate::cgroup::of_pid(&proc_root, r.pid) {
+                Ok(info) if group_by == GroupBy::Unit => GroupKey {
+                    name: fixed_apart(
+                        info.systemd_unit
+                            .clone()
+                            .unwrap_or_else(|| "[no unit]".into()),
+                    ),
+                    systemd_unit: info.systemd_unit,
+                    ..GroupKey::default()
+                },
+                Ok(info) => GroupKey {
+                    name: fixed_apart(info.group_name()),
+                    container_id: info.container_id,
+                    pod_uid: info.pod_uid,
+                    systemd_unit: info.systemd_unit,
+                },
+                // Gone before it was read (a short-lived process), or a file that does not
+                // parse: said as such, never guessed.
+                Err(_) => GroupKey::named("[unknown cgroup]".into()),
+            }
+        }),
+    }
+}
+
+/// A name bounded in length and kept apart from the fixed series' names.
+fn fixed_apart(mut name: String) -> String {
+    if name.len() > MAX_GROUP_LEN {
+        let mut end = MAX_GROUP_LEN;
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        name.truncate(end);
+    }
+    if [IDLE, OTHER, EXITED].contains(&name.as_str()) {
+        name.push_str(" (process)");
+    }
+    name
 }
 
 /// One process group's books.
@@ -77,11 +158,14 @@ struct Group {
     /// Run time (ns) of the end of the last interval the group had CPU time in, or of its
     /// last process's exit.
     last_active_ns: u64,
+    /// The labels besides its name.
+    key: GroupKey,
 }
 
 impl Group {
     fn new(domains: usize, now_ns: u64) -> Self {
         Group {
+            key: GroupKey::default(),
             exported: false,
             energy_j: vec![0.0; domains],
             cpu_ns: 0,
@@ -114,9 +198,11 @@ struct DomainBooks {
 }
 
 /// The exporter's state; see the module docs.
-#[derive(Debug)]
 pub struct Exporter {
     options: ServeOptions,
+    grouper: Grouper,
+    /// Groups of processes that ended before they were followed, for one interval.
+    strays: HashMap<ProcId, GroupKey>,
     domains: Vec<DomainSpec>,
     coverage: Vec<Coverage>,
     top: Vec<usize>,
@@ -144,6 +230,16 @@ pub struct Exporter {
     lost_events: u64,
 }
 
+impl std::fmt::Debug for Exporter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Exporter")
+            .field("options", &self.options)
+            .field("groups", &self.groups.len())
+            .field("members", &self.members.len())
+            .finish_non_exhaustive()
+    }
+}
+
 /// One scrape's figures, taken under the lock and encoded outside it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Scrape {
@@ -152,6 +248,8 @@ pub struct Scrape {
     pub energy: Vec<(usize, String, f64)>,
     /// `(group, seconds)`: exported groups, then idle, other, exited.
     pub cpu: Vec<(String, f64)>,
+    /// The labels of the exported groups (by cgroup or unit), by group name.
+    pub labels: Vec<GroupKey>,
     pub sources: Vec<SourceRow>,
     pub elapsed_s: f64,
     pub intervals: u64,
@@ -194,30 +292,30 @@ fn clean(j: f64) -> f64 {
 /// The group a process belongs to: its command name (`[unknown]` when it has none); a
 /// command named like one of the fixed series gets ` (process)` added.
 pub fn group_of(record: &ProcessRecord) -> String {
-    let mut name = if record.comm.is_empty() {
+    fixed_apart(if record.comm.is_empty() {
         "[unknown]".to_string()
     } else {
         record.comm.clone()
-    };
-    if name.len() > MAX_GROUP_LEN {
-        let mut end = MAX_GROUP_LEN;
-        while !name.is_char_boundary(end) {
-            end -= 1;
-        }
-        name.truncate(end);
-    }
-    if [IDLE, OTHER, EXITED].contains(&name.as_str()) {
-        name.push_str(" (process)");
-    }
-    name
+    })
 }
 
 impl Exporter {
+    /// An exporter grouping by command name, or by what `grouper` says.
     pub fn new(start: &LiveStart<'_>, options: ServeOptions) -> Self {
+        Self::with_grouper(
+            start,
+            options,
+            Box::new(|r: &ProcessRecord| GroupKey::named(group_of(r))),
+        )
+    }
+
+    pub fn with_grouper(start: &LiveStart<'_>, options: ServeOptions, grouper: Grouper) -> Self {
         let header = start.header;
         let domains = header.domains.clone();
         let mut exporter = Exporter {
             options,
+            grouper,
+            strays: HashMap::new(),
             coverage: domains.iter().map(|d| d.coverage.clone()).collect(),
             top: (0..domains.len())
                 .filter(|&d| domains[d].parent.is_none())
@@ -288,7 +386,17 @@ impl Exporter {
                 }
                 continue;
             }
-            let group = group_of(record);
+            // A command name changes with exec; a cgroup is read once per process.
+            let known = self.members.get(&id).filter(|m| same(m));
+            if known.is_some() && self.options.group_by != GroupBy::Comm {
+                continue;
+            }
+            let key = if self.options.group_by == GroupBy::Comm {
+                GroupKey::named(group_of(record))
+            } else {
+                (self.grouper)(record)
+            };
+            let group = key.name.clone();
             match self.members.get(&id) {
                 Some(m) if same(m) && m.group == group => continue,
                 Some(_) => {
@@ -300,10 +408,12 @@ impl Exporter {
                 None => {}
             }
             let domains = self.domains.len();
-            self.groups
+            let entry = self
+                .groups
                 .entry(group.clone())
-                .or_insert_with(|| Group::new(domains, now_ns))
-                .live += 1;
+                .or_insert_with(|| Group::new(domains, now_ns));
+            entry.live += 1;
+            entry.key = key;
             self.members.insert(
                 id,
                 Member {
@@ -322,14 +432,32 @@ impl Exporter {
         }
     }
 
-    /// The group of process `id` in this interval.
-    fn group_name(&self, id: ProcId, processes: &[ProcessRecord]) -> String {
-        match self.members.get(&id) {
-            Some(m) => m.group.clone(),
-            None => processes
-                .get(id as usize)
-                .map_or_else(|| "[unknown]".to_string(), group_of),
+    /// The group of process `id` in this interval (creating it, with its labels).
+    fn group_name(&mut self, id: ProcId, processes: &[ProcessRecord], now_ns: u64) -> String {
+        if let Some(m) = self.members.get(&id) {
+            return m.group.clone();
         }
+        let key = match self.strays.get(&id) {
+            Some(key) => key.clone(),
+            None => {
+                let key = match processes.get(id as usize) {
+                    Some(r) if self.options.group_by == GroupBy::Comm => {
+                        GroupKey::named(group_of(r))
+                    }
+                    Some(r) => (self.grouper)(r),
+                    None => GroupKey::named("[unknown]".into()),
+                };
+                self.strays.insert(id, key.clone());
+                key
+            }
+        };
+        let domains = self.domains.len();
+        let name = key.name.clone();
+        self.groups.entry(name.clone()).or_insert_with(|| Group {
+            key,
+            ..Group::new(domains, now_ns)
+        });
+        name
     }
 
     /// Takes one interval of the session's live feed.
@@ -339,6 +467,7 @@ impl Exporter {
         self.elapsed_ns = self.elapsed_ns.max(now_ns);
         self.read_errors_count = sample.read_errors_count;
         self.lost_events = sample.losses.total();
+        self.strays.clear();
         self.follow(sample.processes, sample.changed, now_ns);
 
         for d in 0..self.domains.len() {
@@ -375,7 +504,7 @@ impl Exporter {
             for &(id, joules) in &split.targets_j {
                 let joules = clean(joules);
                 total_j += joules;
-                let name = self.group_name(id, sample.processes);
+                let name = self.group_name(id, sample.processes, now_ns);
                 let group = self
                     .groups
                     .entry(name)
@@ -413,7 +542,7 @@ impl Exporter {
             };
         }
         for slice in &interval.slices {
-            let name = self.group_name(slice.process, sample.processes);
+            let name = self.group_name(slice.process, sample.processes, now_ns);
             let group = self
                 .groups
                 .entry(name)
@@ -528,6 +657,7 @@ impl Exporter {
                 .is_some_and(|t| self.elapsed_ns.saturating_sub(t) < DEGRADED_FOR_NS)
         };
         Scrape {
+            labels: names.iter().map(|(_, g)| g.key.clone()).collect(),
             domains: self
                 .domains
                 .iter()
@@ -644,6 +774,7 @@ mod tests {
             ServeOptions {
                 top_groups,
                 grace_ns: grace_s * 1_000 * MS,
+                group_by: GroupBy::Comm,
             },
         )
     }
@@ -802,6 +933,78 @@ mod tests {
         // CPU seconds: every CPU's time, once (2 CPUs x 40 s).
         let cpu_s: f64 = last.cpu.iter().map(|(_, s)| s).sum();
         assert!(close(cpu_s, 80.0), "{cpu_s}");
+    }
+
+    /// Grouped by cgroup (read once per process from a `/proc` tree shaped like a docker
+    /// and a Kubernetes node's), the series carry the container id, pod UID and unit.
+    #[test]
+    fn grouped_by_cgroup_the_series_carry_container_and_pod_labels() {
+        let proc_root = tempfile::tempdir().unwrap();
+        let docker = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        let pod = "4f1c5d2e-8a7b-4c3d-9e0f-1a2b3c4d5e6f";
+        let files = [
+            (10, format!("0::/system.slice/docker-{docker}.scope\n")),
+            (
+                11,
+                format!(
+                    "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{docker}.scope\n",
+                    pod.replace('-', "_")
+                ),
+            ),
+            (12, "0::/system.slice/nginx.service\n".to_string()),
+        ];
+        for (pid, text) in &files {
+            let dir = proc_root.path().join(pid.to_string());
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("cgroup"), text).unwrap();
+        }
+        let header = header(2.0);
+        let mut e = Exporter::with_grouper(
+            &LiveStart {
+                header: &header,
+                run_start_ns: 0,
+                calibration: &[],
+            },
+            ServeOptions {
+                top_groups: 10,
+                grace_ns: 60_000 * MS,
+                group_by: GroupBy::Cgroup,
+            },
+            grouper(GroupBy::Cgroup, proc_root.path().to_path_buf()),
+        );
+        // 13 has no cgroup file: gone before it was read.
+        let processes: Vec<ProcessRecord> = [10, 11, 12, 13]
+            .iter()
+            .map(|&pid| record(pid, "x", 0))
+            .collect();
+        for i in 0..3 {
+            let changed: &[ProcId] = if i == 0 { &[0, 1, 2, 3] } else { &[] };
+            let runs = [(0, 0, 10), (1, 0, 20), (2, 1, 30), (3, 1, 5)];
+            feed(&mut e, &processes, changed, &interval(i, &runs, [3.0, 1.0]));
+        }
+        let scrape = e.scrape();
+        let key = |name: &str| scrape.labels.iter().find(|k| k.name == name).cloned();
+        let d = key(&format!("docker:{}", &docker[..12])).expect("docker group");
+        assert_eq!(d.container_id.as_deref(), Some(docker));
+        let k = scrape
+            .labels
+            .iter()
+            .find(|k| k.pod_uid.as_deref() == Some(pod))
+            .expect("pod group");
+        assert_eq!(k.container_id.as_deref(), Some(docker));
+        assert_eq!(
+            key("nginx.service").and_then(|k| k.systemd_unit),
+            Some("nginx.service".into())
+        );
+        assert!(key("[unknown cgroup]").is_some());
+        let text = super::super::metrics::openmetrics(&scrape, Default::default());
+        assert!(
+            text.contains(&format!("container_id=\"{docker}\"")),
+            "{text}"
+        );
+        assert!(text.contains(&format!("pod_uid=\"{pod}\"")), "{text}");
+        let (sums, _) = series(&scrape);
+        assert!(close(sums[0], scrape.domains[0].host_j));
     }
 
     #[test]
