@@ -452,3 +452,69 @@ fn serve_refuses_an_address_in_use() {
     assert!(stderr.contains("cannot listen on"), "{stderr}");
     assert!(stderr.contains("--listen"), "{stderr}");
 }
+
+/// `--group-by cgroup` on this machine's cgroup v2 hierarchy: a workload in a cgroup shaped
+/// like a docker container's is exported as that container's group, labelled with its id.
+#[test]
+fn serve_groups_a_container_shaped_cgroup_by_its_container_id() {
+    require_root();
+    let unified = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
+        .into_iter()
+        .map(Path::new)
+        .find(|p| p.join("cgroup.procs").exists() && !p.join("cpu").is_dir())
+        .expect("a cgroup v2 hierarchy");
+    let id = format!(
+        "{:064x}",
+        u128::from(std::process::id()) * 0x9e37_79b9_7f4a_7c15
+    );
+    let id = &id[id.len() - 64..];
+    let slice = unified.join(format!("cg-trace-test-{}.slice", std::process::id()));
+    let scope = slice.join(format!("docker-{id}.scope"));
+    std::fs::create_dir_all(&scope).expect("creating a cgroup");
+    struct Remove(std::path::PathBuf, std::path::PathBuf);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir(&self.0);
+            let _ = std::fs::remove_dir(&self.1);
+        }
+    }
+    let _remove = Remove(scope.clone(), slice.clone());
+    // A shell waiting for a line, moved into the cgroup before cg-trace first sees it, then
+    // told to become the workload.
+    let mut shell = Command::new("sh")
+        .arg("-c")
+        .arg(format!("read go; exec {} 0", bin("cg-spin").display()))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::fs::write(scope.join("cgroup.procs"), shell.id().to_string()).expect("moving it");
+    let serve = Serve::start(&[
+        "--source",
+        "model",
+        "--interval",
+        "100",
+        "--group-by",
+        "cgroup",
+    ]);
+    writeln!(shell.stdin.take().unwrap(), "go").unwrap();
+    let group = format!("docker:{}", &id[..12]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let line = loop {
+        let (_, _, body) = http_get(serve.addr, "/metrics", None).unwrap();
+        if let Some(line) = body
+            .lines()
+            .find(|l| l.starts_with("cg_energy_joules_total{") && l.contains(&group))
+            .filter(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) > Some(0.0))
+        {
+            break line.to_string();
+        }
+        assert!(Instant::now() < deadline, "no energy for {group}: {body}");
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(line.contains(&format!("container_id=\"{id}\"")), "{line}");
+    let _ = shell.kill();
+    let _ = shell.wait();
+    let (code, stderr) = serve.terminate();
+    assert_eq!(code, Some(0), "{stderr}");
+}
