@@ -386,6 +386,27 @@ fn serve_answers_health_refuses_bad_requests_and_stops_on_sigterm() {
     );
     assert!(body.contains("cg_energy_joules_total{domain=\"model\",group=\"idle\"}"));
     assert!(body.contains("process_resident_memory_bytes "), "{body}");
+    // Prometheus's own checker (and linter) accepts the text form.
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (from the prometheus package) runs");
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let checked = promtool.wait_with_output().unwrap();
+    assert!(
+        checked.status.success() && checked.stdout.is_empty() && checked.stderr.is_empty(),
+        "promtool: {}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
     let (status, head, body) = http_get(
         serve.addr,
         "/metrics",
