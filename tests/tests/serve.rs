@@ -539,3 +539,30 @@ fn serve_groups_a_container_shaped_cgroup_by_its_container_id() {
     let (code, stderr) = serve.terminate();
     assert_eq!(code, Some(0), "{stderr}");
 }
+
+/// Without privileges: one line saying what is needed, exit 2, nothing served.
+#[test]
+fn serve_without_privileges_says_what_is_needed_and_exits_2() {
+    require_root();
+    let output = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+        ])
+        .arg(bin("cg-trace"))
+        .args(["serve", "--source", "model", "--listen"])
+        .arg(format!("127.0.0.1:{}", free_port()))
+        .stdin(Stdio::null())
+        .output()
+        .expect("setpriv (util-linux)");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("CAP_BPF") && stderr.contains("sudo"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+}

@@ -112,6 +112,11 @@ pub fn main(
     invoker: &Invoker,
     notices: Notices,
 ) -> i32 {
+    // Privileges first: nothing is served by a run that cannot trace.
+    if let Err(message) = crate::privileges::check_can_trace() {
+        eprintln!("cg-trace: {message}");
+        return 2;
+    }
     // Bound before anything is traced, so that a taken port is a clear error (exit 2).
     let listener = match std::net::TcpListener::bind(config.listen) {
         Ok(l) => l,
