@@ -227,6 +227,7 @@ impl Prometheus {
         )
         .expect("querying prometheus");
         assert_eq!(status, 200, "{promql}: {body}");
+        // Not a report: Prometheus's HTTP API answer.
         let answer: Value = serde_json::from_str(&body).expect("prometheus answers JSON");
         assert_eq!(answer["status"], "success", "{promql}: {body}");
         answer["data"]["result"]
