@@ -87,6 +87,41 @@ pub fn main_with(cli: Cli) -> i32 {
             return inventory::main(&source_options(&cli.run), sources_args.json);
         }
         Some(Command::Completions(args)) => return crate::manual::print_completions(args.shell),
+        Some(Command::Serve(serve_args)) => {
+            if let Some(days) = serve_args.bench_churn {
+                if !(days.is_finite() && days > 0.0 && days <= 366.0) {
+                    eprintln!("cg-trace: --bench-churn: days from 0 to 366");
+                    return EXIT_USAGE;
+                }
+                return match crate::serve::churn::run(days) {
+                    Ok(()) => 0,
+                    Err(err) => {
+                        eprintln!("cg-trace: --bench-churn: {err}");
+                        1
+                    }
+                };
+            }
+            let config = crate::serve::ServeConfig {
+                listen: serve_args.listen,
+                interval: Duration::from_millis(serve_args.interval),
+                duration: serve_args.duration,
+                options: crate::serve::model::ServeOptions {
+                    top_groups: serve_args.top as usize,
+                    grace_ns: (serve_args.grace * 1e9) as u64,
+                    group_by: match serve_args.group_by {
+                        crate::cli::GroupByArg::Comm => crate::serve::model::GroupBy::Comm,
+                        crate::cli::GroupByArg::Cgroup => crate::serve::model::GroupBy::Cgroup,
+                        crate::cli::GroupByArg::Unit => crate::serve::model::GroupBy::Unit,
+                    },
+                },
+            };
+            return crate::serve::main(
+                &config,
+                source_options(&cli.run),
+                &invoker,
+                session::Notices::new(print_notice),
+            );
+        }
         Some(Command::ManPage) => return crate::manual::print_man_page(),
         Some(Command::Top(args)) => {
             if let Some(option) = option_before_top(&cli.run) {
@@ -215,6 +250,8 @@ fn write_and_summarize(
     mut report: report::Report,
     exit_code: i32,
 ) -> i32 {
+    // The peak memory includes building the report (measured now it is built).
+    report.meta.profiler.cost.include_peak_so_far();
     report.budgets = report::budget::evaluate(&report, &budget_limits(args));
     let over_budget = report.budgets.iter().any(|b| b.exceeded);
     // The files first: a summary that cannot be printed (the terminal hung up) must not
@@ -496,6 +533,7 @@ pub fn run_config(args: &RunArgs, invoker: &Invoker) -> Result<RunConfig, String
         noop_probes: args.bench_noop_probes,
         functions,
         notices: session::Notices::new(print_notice),
+        bounded_memory: false,
     })
 }
 

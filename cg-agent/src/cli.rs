@@ -73,6 +73,10 @@ pub enum Command {
     /// time, energy per process group and function, repeat statistics, sources and quality):
     /// `cg-trace report RUN.json -o report.html`
     Report(ReportArgs),
+    /// Exporter: trace the whole machine until SIGINT or SIGTERM and serve its energy per
+    /// domain and process group as Prometheus metrics on http://LISTEN/metrics (and
+    /// /healthz). Needs root, like --all. The source options go before or after `serve`
+    Serve(ServeArgs),
 }
 
 /// Options of `cg-trace report`.
@@ -85,6 +89,58 @@ pub struct ReportArgs {
     /// The HTML page to write (`-` for standard output)
     #[arg(short = 'o', long = "output", value_name = "FILE.html")]
     pub html_output: PathBuf,
+}
+
+/// Options of `cg-trace serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address and port to serve on (a loopback address unless told otherwise)
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9464")]
+    pub listen: std::net::SocketAddr,
+
+    /// Attribution interval in milliseconds (the power gauges cover the last one)
+    #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=60_000))]
+    pub interval: u64,
+
+    /// Process groups exported with their own series (by energy; the rest is `other`)
+    #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub top: u64,
+
+    /// What makes a process group: the command name, the cgroup (container, Kubernetes pod,
+    /// systemd unit or path; series labelled container_id, pod_uid, systemd_unit) or the
+    /// systemd unit
+    #[arg(long, value_enum, value_name = "BY", default_value_t = GroupByArg::Comm)]
+    pub group_by: GroupByArg,
+
+    /// Seconds a group without live processes keeps its series before its energy moves to
+    /// `exited`
+    #[arg(long, value_name = "SECS", default_value_t = 300.0, value_parser = parse_grace)]
+    pub grace: f64,
+
+    /// Stop after this long (tests): seconds (2.5) or a span (90s, 1m, 1h30m)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+
+    /// Benchmark (`cargo xtask bench --serve`): simulate DAYS of process churn through the
+    /// accounting code, print the memory at checkpoints and the time of a scrape; traces
+    /// nothing
+    #[arg(long, value_name = "DAYS", hide = true)]
+    pub bench_churn: Option<f64>,
+}
+
+/// `cg-trace serve --group-by`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum GroupByArg {
+    Comm,
+    Cgroup,
+    Unit,
+}
+
+fn parse_grace(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.0..=86_400.0 * 30.0).contains(&v) => Ok(v),
+        _ => Err(format!("{s:?}: seconds from 0 to 2592000 (30 days)")),
+    }
 }
 
 /// Options of `cg-trace completions`.

@@ -16,6 +16,7 @@
 //! - [`session`] runs a mode (wrap, attach, system) and records every interval.
 //! - [`report`] builds the report model; [`export`] writes it; [`compare`] compares two
 //!   written reports (`cg-trace diff`).
+//! - [`serve`] is the long-running exporter (`cg-trace serve`): Prometheus metrics over HTTP.
 //! - [`ui`] is the live terminal view (`cg-trace top`, `--tui`); it reads
 //!   [`report::live`], the report's counterpart while a run goes on.
 //! - [`functions`] is function-level profiling's user-space half (SPECs, ELF symbols,
@@ -41,6 +42,7 @@ pub mod output;
 pub mod privileges;
 pub mod probes;
 pub mod report;
+pub mod serve;
 pub mod session;
 pub mod sources;
 pub mod ui;

@@ -46,6 +46,9 @@ pub fn run(args: &[String]) -> Result<()> {
     if args.iter().any(|a| a == "--functions") {
         return crate::bench_functions::run(args);
     }
+    if args.iter().any(|a| a == "--serve") {
+        return crate::bench_serve::run(quick);
+    }
     if args.iter().any(|a| a == "--overhead") {
         return overhead(quick);
     }

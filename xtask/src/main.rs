@@ -19,7 +19,8 @@
 //!   globs); `--diff`: only the time `cg-trace diff` takes on two 20-run reports; `--report`:
 //!   only the time and page size of `cg-trace report` on a one-hour run and of `diff --format
 //!   html`; `--repeat`: only what each run of a `--repeat` set costs; `--proc`: only the
-//!   hand-written `/proc` readers against the procfs crate (none of these in the full run:
+//!   hand-written `/proc` readers against the procfs crate; `--serve`: a simulated week of
+//!   process churn through serve mode's accounting and a scrape's time (none of these in the full run:
 //!   they measure no overhead).
 //! - `dist [--profile release|debug] [--no-build] [--out DIR]`: the release tarball
 //!   (`target/dist/cg-trace-VERSION-ARCH-linux.tar.gz` and its `.sha256`) that installs
@@ -32,6 +33,7 @@ mod bench_diff;
 mod bench_functions;
 mod bench_repeat;
 mod bench_report;
+mod bench_serve;
 mod bench_sources;
 mod bench_view;
 mod deb;
@@ -47,7 +49,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup | build [--release] | run -- CG-TRACE-ARGS... | test | fuzz [TARGET] [SECONDS] | bench [--quick] [--overhead | --sources | --proc | --tui | --functions [--sampler | --globs] | --diff | --report | --repeat] | dist [--profile release|debug] [--no-build] [--out DIR] | deb | gpu-check [-- CMD ARGS...]>";
+const USAGE: &str = "usage: cargo xtask <setup | build [--release] | run -- CG-TRACE-ARGS... | test | fuzz [TARGET] [SECONDS] | bench [--quick] [--overhead | --sources | --proc | --tui | --functions [--sampler | --globs] | --diff | --report | --repeat | --serve] | dist [--profile release|debug] [--no-build] [--out DIR] | deb | gpu-check [-- CMD ARGS...]>";
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -138,6 +140,8 @@ const APT_PACKAGES: &[&str] = &[
     "libc6-dev",
     // The Python end-to-end tests (CPython 3.11).
     "python3.11",
+    // The exporter's end-to-end test scrapes `cg-trace serve` with a real Prometheus server.
+    "prometheus",
     // Workloads of the sampler benchmark (`bench --functions --sampler`).
     "xz-utils",
     "gzip",

@@ -338,6 +338,20 @@ impl ActivityTracker {
         self.carrying.retain(|(key, _)| *key != thread);
     }
 
+    /// [`Self::forget`] for many threads at once, in one pass over what is remembered (the
+    /// threads of a fork storm exit together).
+    pub fn forget_all(&mut self, threads: &[ThreadKey]) {
+        match threads {
+            [] => {}
+            [one] => self.forget(*one),
+            _ => {
+                let gone: std::collections::HashSet<ThreadKey> = threads.iter().copied().collect();
+                self.threads.retain(|(key, _), _| !gone.contains(key));
+                self.carrying.retain(|(key, _)| !gone.contains(key));
+            }
+        }
+    }
+
     /// Number of (thread, CPU) totals remembered.
     pub fn tracked(&self) -> usize {
         self.threads.len()

@@ -97,6 +97,10 @@ pub struct RunConfig {
     pub command_stdout_to_stderr: bool,
     /// Where the session's remarks go (`app` prints them on stderr).
     pub notices: Notices,
+    /// `cg-trace serve`: memory must not grow with time or churn: the interval store keeps
+    /// a small window only (the report of such a run shows its last moments), exited
+    /// processes are forgotten once their last time is read.
+    pub bounded_memory: bool,
 }
 
 /// Errors that end a run before it measured anything; each maps to an exit code.
@@ -640,7 +644,11 @@ async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup
         tracker: ActivityTracker::new(),
         table: ProcessTable::new(config.mode == Mode::System, &config.proc_root),
         sources: selection.sources,
-        recorder: Recorder::new(recorder::DEFAULT_SLICE_BUDGET),
+        recorder: Recorder::new(if config.bounded_memory {
+            recorder::BOUNDED_SLICE_BUDGET
+        } else {
+            recorder::DEFAULT_SLICE_BUDGET
+        }),
         books: energy::Books::new(header.domains.len()),
         pending: Cleanup::default(),
         run_start_ns,
@@ -650,6 +658,9 @@ async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup
         observer,
         functions: function_session,
     };
+    if config.bounded_memory {
+        sampler.table.forget_retired();
+    }
     if sampler.observer.is_some() {
         sampler.table.track_changes();
         if let Some(functions) = sampler.functions.as_mut() {
@@ -1182,6 +1193,15 @@ pub fn leave_a_dead_terminal() {
     }
 }
 
+impl ProfilerCost {
+    /// Raises the peak memory to this process's peak so far: called once the report is
+    /// built, so that `max_rss_bytes` includes building it (a report of many processes can
+    /// cost more than the run that measured them).
+    pub fn include_peak_so_far(&mut self) {
+        self.max_rss_bytes = self.max_rss_bytes.max(own_cost().max_rss_bytes);
+    }
+}
+
 /// The agent's own CPU time and peak memory so far.
 fn own_cost() -> ProfilerCost {
     // SAFETY: getrusage writes into the struct we own.
@@ -1372,10 +1392,10 @@ impl Sampler {
                 snapshot.holds(t.tgid, Some(t.tid)) || tracker.owes(t.tgid, Some(t.tid))
             });
         self.pending.threads.extend(wait);
-        for thread in delete {
+        for &thread in &delete {
             self.probes.delete_thread(thread);
-            self.tracker.forget(thread);
         }
+        self.tracker.forget_all(&delete);
         // A process stops being followed once its last time is read. (The kernel stops
         // treating its pid as a target itself, when the process is freed.)
         let records = self.table.records();
@@ -1574,6 +1594,23 @@ mod tests {
         assert_eq!(run.total(), 15);
         // Counters that went back (a map recreated) give 0, not a wrapped figure.
         assert_eq!(losses_since(before, now).total(), 0);
+    }
+
+    #[test]
+    fn the_peak_memory_includes_what_was_used_after_the_run() {
+        let mut cost = own_cost();
+        // What is resident now (the peak so far may be higher: other tests run beside).
+        let before = crate::serve::metrics::OwnCost::now().rss_bytes;
+        // 256 MiB touched after the run's figures were taken (as building a report can).
+        let big = vec![1u8; 256 << 20];
+        std::hint::black_box(&big);
+        drop(big);
+        cost.include_peak_so_far();
+        assert!(
+            cost.max_rss_bytes >= before + (200 << 20),
+            "{before} -> {}",
+            cost.max_rss_bytes
+        );
     }
 
     #[test]

@@ -140,6 +140,14 @@ pub struct ProcessTable {
     /// Records added or changed since [`ProcessTable::take_changed`], when tracked (the live
     /// view copies only these).
     changed: Option<Vec<ProcId>>,
+    /// Bounded memory ([`Self::forget_retired`]): processes retired since the last
+    /// [`Self::apply`], whose ids are free from then on.
+    retired: Option<Vec<ProcId>>,
+    /// Ids of forgotten processes, given to the next processes seen.
+    free: Vec<ProcId>,
+    /// Processes found ended because their pid went to another (their exit event was lost):
+    /// retired, in bounded-memory mode, like those that exited.
+    orphans: Vec<ProcId>,
 }
 
 impl ProcessTable {
@@ -151,7 +159,24 @@ impl ProcessTable {
             live: HashMap::new(),
             earlier: HashMap::new(),
             changed: None,
+            retired: None,
+            free: Vec::new(),
+            orphans: Vec::new(),
         }
+    }
+
+    /// Bounded memory (`cg-trace serve`): a process retired (exited, its last time read) is
+    /// forgotten at the next [`Self::apply`], once the interval that retired it was handed
+    /// on, and its [`ProcId`] goes to a later process. Whoever keeps figures per ProcId must
+    /// then tell processes apart by pid and `first_seen_ns` (a reused id is always reported
+    /// as changed). The table then holds the live processes, not every one ever seen.
+    pub fn forget_retired(&mut self) {
+        self.retired.get_or_insert_with(Vec::new);
+    }
+
+    /// Records held (live, recently ended and free slots together).
+    pub fn capacity_held(&self) -> (usize, usize) {
+        (self.records.len(), self.free.len())
     }
 
     /// Starts remembering which records are added or changed (see [`Self::take_changed`]).
@@ -246,11 +271,13 @@ impl ProcessTable {
                 self.mark_changed(old);
             }
             self.earlier.entry(pid).or_default().push(old);
+            if self.retired.is_some() {
+                self.orphans.push(old);
+            }
         }
     }
 
     fn insert(&mut self, pid: u32, ppid: Option<u32>, now_ns: u64) -> ProcId {
-        let id = self.records.len() as ProcId;
         let mut record = ProcessRecord {
             pid,
             ppid,
@@ -266,7 +293,16 @@ impl ProcessTable {
             cgroup: None,
         };
         self.refresh_from_proc(&mut record);
-        self.records.push(record);
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.records[id as usize] = record;
+                id
+            }
+            None => {
+                self.records.push(record);
+                self.records.len() as ProcId - 1
+            }
+        };
         self.live.insert(pid, id);
         self.mark_changed(id);
         id
@@ -331,6 +367,16 @@ impl ProcessTable {
     /// Applies lifecycle events; returns what to clean up after the next snapshot.
     pub fn apply(&mut self, events: &[Lifecycle]) -> Cleanup {
         let mut cleanup = Cleanup::default();
+        if let Some(retired) = self.retired.as_mut() {
+            for id in retired.drain(..) {
+                let record = &mut self.records[id as usize];
+                // Keep the slot, not what it held.
+                record.comm = String::new();
+                record.cmdline = Vec::new();
+                self.free.push(id);
+            }
+            cleanup.processes.append(&mut self.orphans);
+        }
         for event in events {
             match *event {
                 Lifecycle::Fork {
@@ -439,9 +485,25 @@ impl ProcessTable {
             return;
         };
         let pid = record.pid;
-        if self.live.get(&pid) == Some(&id) && record.ended_ns.is_some() {
+        let ended = record.ended_ns.is_some();
+        if self.live.get(&pid) == Some(&id) && ended {
             self.live.remove(&pid);
-            self.earlier.entry(pid).or_default().push(id);
+            if self.retired.is_none() {
+                self.earlier.entry(pid).or_default().push(id);
+            }
+        }
+        if let Some(retired) = self.retired.as_mut()
+            && ended
+            && self.live.get(&pid) != Some(&id)
+            && !retired.contains(&id)
+        {
+            if let Some(ids) = self.earlier.get_mut(&pid) {
+                ids.retain(|&e| e != id);
+                if ids.is_empty() {
+                    self.earlier.remove(&pid);
+                }
+            }
+            retired.push(id);
         }
     }
 
@@ -692,6 +754,70 @@ mod tests {
             tid,
             start_ns,
         }
+    }
+
+    /// Churn through a table: every round, 100 processes fork and exit (a tenth of them with
+    /// their exit event lost, found ended when their pid is reused), and what the session
+    /// would retire is retired. Returns the records the table holds at the end.
+    fn churn(forget: bool, rounds: u64) -> usize {
+        let root = tempfile::tempdir().unwrap();
+        let mut table = ProcessTable::new(true, root.path());
+        if forget {
+            table.forget_retired();
+        }
+        table.track_changes();
+        let mut t = 1;
+        let mut waiting: Vec<ProcId> = Vec::new();
+        for round in 0..rounds {
+            let mut events = Vec::new();
+            for k in 0..100u32 {
+                let pid = 1000 + k;
+                events.push(fork(pid, t));
+                if !(round % 10 == 0 && k < 10) {
+                    events.push(exit(pid, t, t + 1));
+                }
+                t += 2;
+            }
+            let cleanup = table.apply(&events);
+            // The session retires once the last time was read: here at once.
+            for id in waiting.drain(..) {
+                table.retire(id);
+            }
+            waiting = cleanup.processes;
+            let changed = table.take_changed();
+            assert!(!changed.is_empty());
+        }
+        table.records().len()
+    }
+
+    #[test]
+    fn a_table_that_forgets_holds_the_live_processes_not_every_one_ever_seen() {
+        let few = churn(true, 100);
+        let many = churn(true, 1_000);
+        // 100 live at once plus those retired in the last rounds: not 100,000.
+        assert!(many <= 400, "{many} records after 100,000 processes");
+        assert_eq!(few, many, "the table grew with churn: {few} -> {many}");
+        // Without forgetting, every process seen is kept (the report lists them all).
+        assert_eq!(churn(false, 100), 100 * 100);
+    }
+
+    #[test]
+    fn a_reused_id_is_reported_as_changed_with_its_new_process() {
+        let root = tempfile::tempdir().unwrap();
+        let mut table = ProcessTable::new(true, root.path());
+        table.forget_retired();
+        table.track_changes();
+        let cleanup = table.apply(&[fork(20, 1), exit(20, 1, 2)]);
+        table.retire(cleanup.processes[0]);
+        table.take_changed();
+        // Freed at the next apply, then given to the next process.
+        table.apply(&[fork(30, 5)]);
+        let changed = table.take_changed();
+        assert_eq!(changed, vec![0]);
+        assert_eq!(table.records()[0].pid, 30);
+        assert_eq!(table.records()[0].ended_ns, None);
+        assert_eq!(table.records().len(), 1);
+        assert!(!table.ids_by_pid().contains_key(&20));
     }
 
     #[test]

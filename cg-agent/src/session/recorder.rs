@@ -9,6 +9,8 @@ use crate::attribution::{CpuTime, Interval, Slice, ThreadId, gpu::GpuUsage};
 
 /// Default budget of stored (process, thread, CPU) slices: about 20 bytes each, so ~8 MB.
 pub const DEFAULT_SLICE_BUDGET: usize = 400_000;
+/// The budget of a run whose memory must stay small (`cg-trace serve`): ~64 KB.
+pub const BOUNDED_SLICE_BUDGET: usize = 4_096;
 
 #[derive(Debug)]
 pub struct Recorder {

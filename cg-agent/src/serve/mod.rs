@@ -1,0 +1,359 @@
+//! `cg-trace serve`: the long-running exporter. Traces the whole machine (the `--all`
+//! session, fed interval by interval to [`model::Exporter`]) until SIGINT or SIGTERM, and
+//! serves `/metrics` (Prometheus text, or OpenMetrics when the scraper asks for it) and
+//! `/healthz` over HTTP ([`http`], on a thread of its own).
+
+pub mod churn;
+pub mod http;
+pub mod metrics;
+pub mod model;
+
+use std::{
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use crate::{
+    functions::FunctionOptions,
+    privileges::Invoker,
+    session::{
+        self, IdleWatts, Mode, Notices, RunConfig,
+        live::{LiveEvent, LiveHooks},
+    },
+    sources::SourceOptions,
+};
+
+use self::{
+    http::{Request, Response},
+    metrics::OwnCost,
+    model::{Exporter, ServeOptions},
+};
+
+/// The options of `cg-trace serve` (besides the source options).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServeConfig {
+    pub listen: SocketAddr,
+    pub interval: Duration,
+    pub duration: Option<Duration>,
+    pub options: ServeOptions,
+}
+
+/// What the measuring thread and the server share.
+#[derive(Debug, Default)]
+pub struct Shared {
+    exporter: Option<Exporter>,
+    last_sample: Option<Instant>,
+}
+
+/// `/healthz` says unhealthy when no interval was measured for this many intervals (and at
+/// least [`MIN_STALE`]).
+const STALE_INTERVALS: u32 = 10;
+const MIN_STALE: Duration = Duration::from_secs(5);
+
+/// Whether the scraper asked for OpenMetrics.
+fn wants_openmetrics(accept: Option<&str>) -> bool {
+    accept.is_some_and(|a| a.contains("application/openmetrics-text"))
+}
+
+/// Answers one request from the shared state (`now` and `interval` decide staleness).
+pub fn respond(request: &Request, shared: &Mutex<Shared>, interval: Duration) -> Response {
+    if request.method != "GET" && request.method != "HEAD" {
+        return Response::text(405, "only GET and HEAD\n");
+    }
+    match request.path.as_str() {
+        "/metrics" => {
+            let scrape = match shared.lock() {
+                Ok(state) => state.exporter.as_ref().map(Exporter::scrape),
+                Err(_) => None,
+            };
+            let Some(scrape) = scrape else {
+                return Response::text(503, "starting: no interval measured yet\n");
+            };
+            let body = metrics::openmetrics(&scrape, OwnCost::now());
+            if wants_openmetrics(request.accept.as_deref()) {
+                Response {
+                    status: 200,
+                    content_type: "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    body,
+                }
+            } else {
+                Response {
+                    status: 200,
+                    content_type: "text/plain; version=0.0.4; charset=utf-8",
+                    body: metrics::prometheus_text(&body),
+                }
+            }
+        }
+        "/healthz" => {
+            let last = shared.lock().ok().and_then(|s| s.last_sample);
+            let stale = (interval * STALE_INTERVALS).max(MIN_STALE);
+            match last {
+                Some(at) if at.elapsed() <= stale => Response::text(200, "ok\n"),
+                Some(at) => Response::text(
+                    503,
+                    format!(
+                        "no interval measured for {:.1} s\n",
+                        at.elapsed().as_secs_f64()
+                    ),
+                ),
+                None => Response::text(503, "starting: no interval measured yet\n"),
+            }
+        }
+        "/" => Response::text(200, "cg-trace exporter: /metrics, /healthz\n"),
+        _ => Response::text(404, "not found: /metrics, /healthz\n"),
+    }
+}
+
+/// Runs the exporter; returns the exit code (2: cannot listen or cannot trace).
+pub fn main(
+    config: &ServeConfig,
+    sources: SourceOptions,
+    invoker: &Invoker,
+    notices: Notices,
+) -> i32 {
+    // Privileges first: nothing is served by a run that cannot trace.
+    if let Err(message) = crate::privileges::check_can_trace() {
+        eprintln!("cg-trace: {message}");
+        return 2;
+    }
+    // Bound before anything is traced, so that a taken port is a clear error (exit 2).
+    let listener = match std::net::TcpListener::bind(config.listen) {
+        Ok(l) => l,
+        Err(err) => {
+            eprintln!(
+                "cg-trace: cannot listen on {}: {err}; choose another address with --listen",
+                config.listen
+            );
+            return 2;
+        }
+    };
+    let address = listener.local_addr().unwrap_or(config.listen);
+    if let Err(err) = listener.set_nonblocking(true) {
+        eprintln!("cg-trace: cannot listen on {address}: {err}");
+        return 2;
+    }
+    if !address.ip().is_loopback() {
+        eprintln!(
+            "cg-trace: warning: serving on {address}, not a loopback address: anyone who can \
+             reach it can read this machine's per-process energy"
+        );
+    }
+    let run_config = RunConfig {
+        mode: Mode::System,
+        interval: config.interval,
+        duration: config.duration,
+        sources,
+        idle_watts: IdleWatts::Estimate,
+        calibration: Duration::ZERO,
+        timeseries: false,
+        proc_root: "/proc".into(),
+        noop_probes: false,
+        functions: FunctionOptions::default(),
+        invoker: invoker.clone(),
+        command_stdout_to_stderr: false,
+        notices,
+        bounded_memory: true,
+    };
+
+    let shared = Arc::new(Mutex::new(Shared::default()));
+    let stop_server = Arc::new(tokio::sync::Notify::new());
+    let server = {
+        let shared = shared.clone();
+        let stop = stop_server.clone();
+        let interval = config.interval;
+        std::thread::Builder::new()
+            .name("cg-trace-http".into())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(r) => r,
+                    Err(err) => {
+                        eprintln!("cg-trace: cannot start the HTTP server: {err}");
+                        return;
+                    }
+                };
+                runtime.block_on(async move {
+                    let listener = match tokio::net::TcpListener::from_std(listener) {
+                        Ok(l) => l,
+                        Err(err) => {
+                            eprintln!("cg-trace: cannot serve on {address}: {err}");
+                            return;
+                        }
+                    };
+                    let handler: http::Handler =
+                        Arc::new(move |request: &Request| respond(request, &shared, interval));
+                    http::serve(listener, handler, stop).await;
+                });
+            })
+    };
+    let server = match server {
+        Ok(s) => s,
+        Err(err) => {
+            eprintln!("cg-trace: cannot start the HTTP server: {err}");
+            return 1;
+        }
+    };
+
+    let options = config.options;
+    let observer_state = shared.clone();
+    let hooks = LiveHooks {
+        observer: Box::new(move |event| {
+            let Ok(mut state) = observer_state.lock() else {
+                return;
+            };
+            match event {
+                LiveEvent::Started(start) => {
+                    state.exporter = Some(Exporter::with_grouper(
+                        &start,
+                        options,
+                        model::grouper(options.group_by, "/proc".into()),
+                    ));
+                }
+                LiveEvent::Sample(sample) => {
+                    if let Some(exporter) = state.exporter.as_mut() {
+                        exporter.add(&sample);
+                    }
+                    state.last_sample = Some(Instant::now());
+                }
+            }
+        }),
+        stop: Arc::new(tokio::sync::Notify::new()),
+        command_output: None,
+    };
+    eprintln!("cg-trace: serving metrics on http://{address}/metrics (Ctrl-C or SIGTERM stops)");
+    let outcome = session::run_live(run_config, hooks);
+    stop_server.notify_one();
+    let _ = server.join();
+    match outcome {
+        Ok(outcome) => {
+            eprintln!(
+                "cg-trace: stopped ({}) after {:.1} s",
+                outcome.recording.stop_reason,
+                outcome.recording.duration_ns as f64 / 1e9
+            );
+            0
+        }
+        Err(err) => {
+            eprintln!("cg-trace: {err}");
+            err.exit_code()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get(path: &str, accept: Option<&str>) -> Request {
+        Request {
+            method: "GET".into(),
+            path: path.into(),
+            accept: accept.map(str::to_string),
+        }
+    }
+
+    fn scrape() -> model::Scrape {
+        model::Scrape {
+            domains: vec![model::DomainRow {
+                name: "package-0".into(),
+                kind: "package".into(),
+                provenance: crate::sources::Provenance::Measured,
+                top_level: true,
+                host_j: 10.0,
+                power_w: 5.0,
+                idle_baseline_w: 1.0,
+                idle_method: "regression",
+                unknown_s: 0.0,
+            }],
+            energy: vec![
+                (0, "say \"hi\"\n".into(), 6.0),
+                (0, model::IDLE.into(), 3.0),
+                (0, model::OTHER.into(), 1.0),
+                (0, model::EXITED.into(), 0.0),
+            ],
+            cpu: vec![("say \"hi\"\n".into(), 1.5)],
+            sources: vec![model::SourceRow {
+                name: "powercap".into(),
+                provenance: crate::sources::Provenance::Measured,
+                quality: "ok",
+            }],
+            ..model::Scrape::default()
+        }
+    }
+
+    #[test]
+    fn metrics_come_as_openmetrics_on_request_and_as_prometheus_text_otherwise() {
+        let om = metrics::openmetrics(&scrape(), OwnCost::default());
+        assert!(om.ends_with("# EOF\n"), "{om}");
+        assert!(om.contains("# TYPE cg_energy_joules counter\n"), "{om}");
+        // Label values are escaped.
+        assert!(
+            om.contains(
+                "cg_energy_joules_total{domain=\"package-0\",group=\"say \\\"hi\\\"\\n\"} 6.0"
+            ),
+            "{om}"
+        );
+        let text = metrics::prometheus_text(&om);
+        assert!(
+            !text.contains("# EOF") && !text.contains("# UNIT"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE cg_energy_joules_total counter\n"),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE cg_power_watts gauge\n"), "{text}");
+        assert!(text.contains(
+            "cg_source_info{source=\"powercap\",provenance=\"measured\",quality=\"ok\"} 1"
+        ));
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let value = line.rsplit(' ').next().unwrap();
+            assert!(value.parse::<f64>().is_ok_and(f64::is_finite), "{line}");
+        }
+    }
+
+    #[test]
+    fn answers_health_metrics_and_unknown_paths() {
+        let shared = Mutex::new(Shared::default());
+        let interval = Duration::from_millis(100);
+        assert_eq!(
+            respond(&get("/healthz", None), &shared, interval).status,
+            503
+        );
+        assert_eq!(
+            respond(&get("/metrics", None), &shared, interval).status,
+            503
+        );
+        shared.lock().unwrap().last_sample = Some(Instant::now());
+        assert_eq!(
+            respond(&get("/healthz", None), &shared, interval).status,
+            200
+        );
+        shared.lock().unwrap().last_sample = Some(Instant::now() - Duration::from_secs(60));
+        let stale = respond(&get("/healthz", None), &shared, interval);
+        assert_eq!(stale.status, 503);
+        assert!(
+            stale.body.contains("no interval measured for"),
+            "{}",
+            stale.body
+        );
+        assert_eq!(respond(&get("/nope", None), &shared, interval).status, 404);
+        let post = Request {
+            method: "POST".into(),
+            ..get("/metrics", None)
+        };
+        assert_eq!(respond(&post, &shared, interval).status, 405);
+    }
+
+    #[test]
+    fn openmetrics_is_chosen_by_the_accept_header() {
+        assert!(wants_openmetrics(Some(
+            "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
+        )));
+        assert!(!wants_openmetrics(Some("text/plain")));
+        assert!(!wants_openmetrics(None));
+    }
+}

@@ -1,0 +1,569 @@
+//! End-to-end tests of `cg-trace serve`: a real Prometheus server scrapes it while a known
+//! workload runs, and its HTTP API says what it stored; the exporter's HTTP side (health,
+//! loopback by default, malformed and oversized requests, a client that never sends its
+//! request) and its shutdown on SIGTERM.
+
+use std::{
+    io::{Read, Write},
+    net::{SocketAddr, TcpListener, TcpStream},
+    path::Path,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use cg_tests::{Background, FakePowercap, Linear, bin, require_root};
+use serde_json::Value;
+
+/// A free loopback port (bound, then released for the program to take).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// `cg-trace serve`, stopped (SIGTERM) and reaped when dropped.
+struct Serve {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Serve {
+    fn start(args: &[&str]) -> Self {
+        let port = free_port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let listen = addr.to_string();
+        let mut all = vec!["serve", "--listen", &listen];
+        all.extend_from_slice(args);
+        Self::start_as_given(&all, addr)
+    }
+
+    fn start_as_given(args: &[&str], addr: SocketAddr) -> Self {
+        let child = Command::new(bin("cg-trace"))
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting cg-trace serve");
+        let mut serve = Serve { child, addr };
+        serve.wait_healthy();
+        serve
+    }
+
+    /// Waits (generously: the machine is shared) until /healthz says ok.
+    fn wait_healthy(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                let mut stderr = String::new();
+                let _ = self
+                    .child
+                    .stderr
+                    .take()
+                    .unwrap()
+                    .read_to_string(&mut stderr);
+                panic!("cg-trace serve exited ({status}) before serving: {stderr}");
+            }
+            if let Ok((200, _, _)) = http_get(self.addr, "/healthz", None) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "cg-trace serve never became healthy"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Sends SIGTERM; returns the exit status and what it said on stderr.
+    fn terminate(mut self) -> (Option<i32>, String) {
+        // SAFETY: kill on the pid of our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let status = wait_for(&mut self.child, Duration::from_secs(60));
+        let mut stderr = String::new();
+        let _ = self
+            .child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr);
+        (status, stderr)
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            // SAFETY: kill on the pid of our own child.
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+            if wait_for(&mut self.child, Duration::from_secs(20)).is_none() {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+            }
+        }
+    }
+}
+
+/// Waits for `child` to exit, at most `limit`; its exit code.
+fn wait_for(child: &mut Child, limit: Duration) -> Option<i32> {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            return status.code();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+/// One HTTP/1.1 GET: `(status, head, body)`.
+fn http_get(
+    addr: SocketAddr,
+    target: &str,
+    accept: Option<&str>,
+) -> std::io::Result<(u16, String, String)> {
+    let accept = accept.map_or(String::new(), |a| format!("Accept: {a}\r\n"));
+    raw_request(
+        addr,
+        format!("GET {target} HTTP/1.1\r\nHost: {addr}\r\n{accept}Connection: close\r\n\r\n")
+            .as_bytes(),
+    )
+}
+
+fn raw_request(addr: SocketAddr, request: &[u8]) -> std::io::Result<(u16, String, String)> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(10))?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    stream.write_all(request)?;
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer)?;
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    Ok((status, head.to_string(), body.to_string()))
+}
+
+/// Percent-encodes a query parameter.
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A Prometheus server with a temporary configuration and data directory, scraping
+/// `target` every second; killed when dropped.
+struct Prometheus {
+    _dir: tempfile::TempDir,
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Prometheus {
+    fn start(target: SocketAddr) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = dir.path().join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  \
+                 - job_name: cg\n    scrape_interval: 1s\n    scrape_timeout: 1s\n    \
+                 static_configs:\n      - targets: ['{target}']\n"
+            ),
+        )
+        .unwrap();
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let program = ["/usr/bin/prometheus", "/usr/sbin/prometheus"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .expect(
+                "prometheus is not installed: `cargo xtask setup` installs it (apt: prometheus)",
+            );
+        let child = Command::new(program)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address={addr}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting prometheus");
+        let mut prometheus = Prometheus {
+            _dir: dir,
+            child,
+            addr,
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(Some(status)) = prometheus.child.try_wait() {
+                panic!("prometheus exited at once ({status})");
+            }
+            if let Ok((200, _, _)) = http_get(addr, "/-/ready", None) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "prometheus never became ready");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        prometheus
+    }
+
+    /// An instant query's result vector.
+    fn query(&self, promql: &str) -> Vec<Value> {
+        let (status, _, body) = http_get(
+            self.addr,
+            &format!("/api/v1/query?query={}", encode(promql)),
+            None,
+        )
+        .expect("querying prometheus");
+        assert_eq!(status, 200, "{promql}: {body}");
+        // Not a report: Prometheus's HTTP API answer.
+        let answer: Value = serde_json::from_str(&body).expect("prometheus answers JSON");
+        assert_eq!(answer["status"], "success", "{promql}: {body}");
+        answer["data"]["result"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// A query whose result is one number.
+    fn number(&self, promql: &str) -> f64 {
+        let result = self.query(promql);
+        assert_eq!(result.len(), 1, "{promql}: {result:?}");
+        result[0]["value"][1]
+            .as_str()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{promql}: {result:?}"))
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Real Prometheus, real eBPF, a generated RAPL powercap tree and a known workload
+/// (two `cg-spin`, niced up so that the other builds on a shared machine do not outrun them): the
+/// series stored add up to the host's measured total, and the workload's group has the
+/// largest share of the energy.
+#[test]
+fn prometheus_scrapes_serve_and_the_series_add_up_to_the_host_total() {
+    require_root();
+    let rapl = FakePowercap::start(
+        Linear {
+            idle_w: 6.0,
+            k_w_per_cpu: 9.0,
+        },
+        Linear {
+            idle_w: 1.0,
+            k_w_per_cpu: 7.0,
+        },
+        Linear {
+            idle_w: 1.5,
+            k_w_per_cpu: 0.5,
+        },
+        20_000_000_000,
+    );
+    let root = rapl.root().display().to_string();
+    let serve = Serve::start(&[
+        "--powercap-root",
+        &root,
+        "--source",
+        "powercap",
+        "--interval",
+        "200",
+        "--top",
+        "10",
+    ]);
+    let prometheus = Prometheus::start(serve.addr);
+    // Two spinning processes (the machine has 2 CPUs or more; builds may load it), niced up:
+    // each in a session of its own (with autogroups, nice weighs only within a session) whose
+    // autogroup is niced up too.
+    let spin = |_| {
+        use std::os::unix::process::CommandExt;
+        let mut command = Command::new("nice");
+        command
+            .args(["-n", "-15"])
+            .arg(bin("cg-spin"))
+            .arg("0")
+            .stdout(Stdio::null());
+        // SAFETY: setsid is async-signal-safe.
+        unsafe {
+            command.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        let child = Background(command.spawn().expect("spawning cg-spin"));
+        // Absent without CONFIG_SCHED_AUTOGROUP: then nice alone decides.
+        let _ = std::fs::write(format!("/proc/{}/autogroup", child.pid()), "-15");
+        child
+    };
+    let spinners: Vec<Background> = (0..2).map(spin).collect();
+    // Until Prometheus has scraped the target a few times with the workload running.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+        let scrapes = prometheus.query(r#"count_over_time(up{job="cg"}[1m])"#);
+        let up = prometheus.query(r#"up{job="cg"}"#);
+        let done = scrapes
+            .first()
+            .and_then(|r| r["value"][1].as_str()?.parse::<f64>().ok())
+            .is_some_and(|n| n >= 12.0);
+        if done && up.first().is_some_and(|r| r["value"][1] == "1") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "prometheus did not scrape: {up:?}"
+        );
+    }
+    // Each ratio is evaluated at one instant, over the samples of one scrape.
+    let top = r#"domain=~"package-0|dram-0""#;
+    let ratio = prometheus.number(&format!(
+        "sum(cg_energy_joules_total{{{top}}}) / sum(cg_host_energy_joules_total{{{top}}})"
+    ));
+    assert!((ratio - 1.0).abs() <= 0.01, "series / host total = {ratio}");
+    let host = prometheus.number(&format!("sum(cg_host_energy_joules_total{{{top}}})"));
+    assert!(host > 0.0, "host total {host} J");
+    // Per domain too, core-0 inside package-0 included.
+    for domain in ["package-0", "core-0", "dram-0"] {
+        let ratio = prometheus.number(&format!(
+            r#"sum(cg_energy_joules_total{{domain="{domain}"}}) / sum(cg_host_energy_joules_total{{domain="{domain}"}})"#
+        ));
+        assert!(
+            (ratio - 1.0).abs() <= 0.01,
+            "{domain}: series / host total = {ratio}"
+        );
+    }
+    // The workload's group: a positive rate, the largest share of the energy of any group.
+    let rates = prometheus.query(
+        r#"sort_desc(rate(cg_energy_joules_total{domain="package-0",group!~"idle|other|exited"}[8s]))"#,
+    );
+    let first = rates.first().expect("no group rates");
+    assert_eq!(first["metric"]["group"], "cg-spin", "{rates:?}");
+    let rate: f64 = first["value"][1].as_str().unwrap().parse().unwrap();
+    assert!(rate > 0.0, "{rates:?}");
+    let sources = prometheus.query("cg_source_info");
+    assert_eq!(
+        sources[0]["metric"]["provenance"], "measured",
+        "{sources:?}"
+    );
+    drop(spinners);
+    drop(prometheus);
+    let (code, stderr) = serve.terminate();
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+/// /healthz and /metrics in the Prometheus text format when OpenMetrics is not asked for;
+/// a request head larger than the bound and a malformed one are refused, while a client
+/// that never sends its request holds only its own connection; SIGTERM stops it (exit 0).
+#[test]
+fn serve_answers_health_refuses_bad_requests_and_stops_on_sigterm() {
+    require_root();
+    let serve = Serve::start(&["--source", "model", "--interval", "100"]);
+    let (status, _, body) = http_get(serve.addr, "/healthz", None).unwrap();
+    assert_eq!((status, body.as_str()), (200, "ok\n"));
+    // A client that connects and says nothing, held open during the rest.
+    let _silent = TcpStream::connect(serve.addr).unwrap();
+    let (status, head, body) = http_get(serve.addr, "/metrics", None).unwrap();
+    assert_eq!(status, 200, "{head}");
+    assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+    assert!(
+        body.contains("# TYPE cg_energy_joules_total counter\n"),
+        "{body}"
+    );
+    assert!(body.contains("cg_energy_joules_total{domain=\"model\",group=\"idle\"}"));
+    assert!(body.contains("process_resident_memory_bytes "), "{body}");
+    // Prometheus's own checker (and linter) accepts the text form.
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (from the prometheus package) runs");
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let checked = promtool.wait_with_output().unwrap();
+    assert!(
+        checked.status.success() && checked.stdout.is_empty() && checked.stderr.is_empty(),
+        "promtool: {}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    let (status, head, body) = http_get(
+        serve.addr,
+        "/metrics",
+        Some("application/openmetrics-text;version=1.0.0"),
+    )
+    .unwrap();
+    assert_eq!(status, 200);
+    assert!(head.contains("application/openmetrics-text"), "{head}");
+    assert!(body.ends_with("# EOF\n"));
+    let huge = format!(
+        "GET /metrics HTTP/1.1\r\nX: {}\r\n\r\n",
+        "a".repeat(100_000)
+    );
+    let (status, _, _) = raw_request(serve.addr, huge.as_bytes()).unwrap();
+    assert_eq!(status, 431);
+    let (status, _, _) = raw_request(serve.addr, b"\x00\x01garbage\r\n\r\n").unwrap();
+    assert_eq!(status, 400);
+    let (status, _, _) = http_get(serve.addr, "/nothing-here", None).unwrap();
+    assert_eq!(status, 404);
+    let (status, _, _) = http_get(serve.addr, "/healthz", None).unwrap();
+    assert_eq!(status, 200);
+    let (code, stderr) = serve.terminate();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("stopped (interrupted by SIGTERM)"),
+        "{stderr}"
+    );
+}
+
+/// Without --listen it serves on 127.0.0.1:9464 only (the socket is bound to loopback).
+#[test]
+fn serve_listens_on_loopback_by_default() {
+    require_root();
+    let addr: SocketAddr = "127.0.0.1:9464".parse().unwrap();
+    let serve = Serve::start_as_given(&["serve", "--source", "model"], addr);
+    let pid = serve.child.id();
+    let listening = Command::new("ss")
+        .args(["-Hltnp"])
+        .output()
+        .expect("running ss");
+    let listening = String::from_utf8_lossy(&listening.stdout).into_owned();
+    let ours: Vec<&str> = listening
+        .lines()
+        .filter(|l| l.contains(&format!("pid={pid},")))
+        .collect();
+    assert_eq!(ours.len(), 1, "{listening}");
+    assert!(ours[0].contains(" 127.0.0.1:9464 "), "{}", ours[0]);
+    let (code, stderr) = serve.terminate();
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+/// An address already in use is bad input: exit 2 before anything is traced.
+#[test]
+fn serve_refuses_an_address_in_use() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let output = Command::new(bin("cg-trace"))
+        .args(["serve", "--source", "model", "--listen", &addr])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("cannot listen on"), "{stderr}");
+    assert!(stderr.contains("--listen"), "{stderr}");
+}
+
+/// `--group-by cgroup` on this machine's cgroup v2 hierarchy: a workload in a cgroup shaped
+/// like a docker container's is exported as that container's group, labelled with its id.
+#[test]
+fn serve_groups_a_container_shaped_cgroup_by_its_container_id() {
+    require_root();
+    let unified = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
+        .into_iter()
+        .map(Path::new)
+        .find(|p| p.join("cgroup.procs").exists() && !p.join("cpu").is_dir())
+        .expect("a cgroup v2 hierarchy");
+    let id = format!(
+        "{:064x}",
+        u128::from(std::process::id()) * 0x9e37_79b9_7f4a_7c15
+    );
+    let id = &id[id.len() - 64..];
+    let slice = unified.join(format!("cg-trace-test-{}.slice", std::process::id()));
+    let scope = slice.join(format!("docker-{id}.scope"));
+    std::fs::create_dir_all(&scope).expect("creating a cgroup");
+    struct Remove(std::path::PathBuf, std::path::PathBuf);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir(&self.0);
+            let _ = std::fs::remove_dir(&self.1);
+        }
+    }
+    let _remove = Remove(scope.clone(), slice.clone());
+    // A shell waiting for a line, moved into the cgroup before cg-trace first sees it, then
+    // told to become the workload.
+    let mut shell = Command::new("sh")
+        .arg("-c")
+        .arg(format!("read go; exec {} 0", bin("cg-spin").display()))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::fs::write(scope.join("cgroup.procs"), shell.id().to_string()).expect("moving it");
+    let serve = Serve::start(&[
+        "--source",
+        "model",
+        "--interval",
+        "100",
+        "--group-by",
+        "cgroup",
+    ]);
+    writeln!(shell.stdin.take().unwrap(), "go").unwrap();
+    let group = format!("docker:{}", &id[..12]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let line = loop {
+        let (_, _, body) = http_get(serve.addr, "/metrics", None).unwrap();
+        if let Some(line) = body
+            .lines()
+            .find(|l| l.starts_with("cg_energy_joules_total{") && l.contains(&group))
+            .filter(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) > Some(0.0))
+        {
+            break line.to_string();
+        }
+        assert!(Instant::now() < deadline, "no energy for {group}: {body}");
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(line.contains(&format!("container_id=\"{id}\"")), "{line}");
+    let _ = shell.kill();
+    let _ = shell.wait();
+    let (code, stderr) = serve.terminate();
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+/// Without privileges: one line saying what is needed, exit 2, nothing served.
+#[test]
+fn serve_without_privileges_says_what_is_needed_and_exits_2() {
+    require_root();
+    let output = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+        ])
+        .arg(bin("cg-trace"))
+        .args(["serve", "--source", "model", "--listen"])
+        .arg(format!("127.0.0.1:{}", free_port()))
+        .stdin(Stdio::null())
+        .output()
+        .expect("setpriv (util-linux)");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("CAP_BPF") && stderr.contains("sudo"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+}
