@@ -1014,3 +1014,17 @@ impl FakeNvml {
         self.dir.path()
     }
 }
+
+/// `setpriv` to nobody, as a user without sudo runs a program: no supplementary groups, no
+/// capabilities inherited or left in the bounding set. Add the program and its arguments.
+pub fn as_nobody() -> std::process::Command {
+    let mut cmd = std::process::Command::new("setpriv");
+    cmd.args([
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+    ]);
+    cmd
+}

@@ -650,14 +650,7 @@ fn bad_input_gets_clear_errors() {
 fn without_privileges_it_says_what_is_needed_and_exits_2() {
     require_root();
     // Drop to nobody with no capabilities, as a user without sudo would run it.
-    let output = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--inh-caps=-all",
-            "--bounding-set=-all",
-        ])
+    let output = cg_tests::as_nobody()
         .arg(bin("cg-trace"))
         .args(["--source", "model", "--", "true"])
         .output()

@@ -5,7 +5,7 @@
 //! and power logs that are no readings. Run serially (`--test-threads=1`): they measure CPU
 //! time on a shared machine.
 
-use std::{fs, os::unix::fs::PermissionsExt, path::Path, process::Command, time::Duration};
+use std::{fs, os::unix::fs::PermissionsExt, path::Path, time::Duration};
 
 use cg_tests::{
     Background, FakeNvml, FakePerf, FakePowerLog, FakePowercap, Fault, GpuScript, Linear, LogForm,
@@ -612,24 +612,17 @@ fn sources_needs_no_root_and_says_what_root_would_change() {
     fs::set_permissions(zone.join("energy_uj"), fs::Permissions::from_mode(0o400)).unwrap();
 
     let run_as_nobody = |json: bool| {
-        let mut cmd = Command::new("setpriv");
-        cmd.args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--inh-caps=-all",
-            "--bounding-set=-all",
-        ])
-        .arg(bin("cg-trace"))
-        .arg("sources")
-        .arg("--perf-root")
-        .arg(perf.root())
-        .arg("--perf-counters-from")
-        .arg(perf.counters())
-        .arg("--powercap-root")
-        .arg(dir.path().join("powercap"))
-        .arg("--nvml-lib")
-        .arg(nvml.lib());
+        let mut cmd = cg_tests::as_nobody();
+        cmd.arg(bin("cg-trace"))
+            .arg("sources")
+            .arg("--perf-root")
+            .arg(perf.root())
+            .arg("--perf-counters-from")
+            .arg(perf.counters())
+            .arg("--powercap-root")
+            .arg(dir.path().join("powercap"))
+            .arg("--nvml-lib")
+            .arg(nvml.lib());
         if json {
             cmd.arg("--json");
         }

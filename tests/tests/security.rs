@@ -170,7 +170,8 @@ impl Copy {
     }
 }
 
-/// `setpriv` to nobody (no groups, no capabilities kept).
+/// `setpriv` to nobody with the bounding set left alone (unlike `cg_tests::as_nobody`): a
+/// setuid-root program run from here (sudo) must still be able to gain its privileges.
 fn as_nobody() -> Command {
     let mut cmd = Command::new("setpriv");
     cmd.args([

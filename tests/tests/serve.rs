@@ -545,14 +545,7 @@ fn serve_groups_a_container_shaped_cgroup_by_its_container_id() {
 #[test]
 fn serve_without_privileges_says_what_is_needed_and_exits_2() {
     require_root();
-    let output = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--inh-caps=-all",
-            "--bounding-set=-all",
-        ])
+    let output = cg_tests::as_nobody()
         .arg(bin("cg-trace"))
         .args(["serve", "--source", "model", "--listen"])
         .arg(format!("127.0.0.1:{}", free_port()))

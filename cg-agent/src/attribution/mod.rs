@@ -68,6 +68,21 @@ pub struct Slice {
     pub on_cpu_ns: u64,
 }
 
+/// Slices from on-CPU time summed per (process, tid, CPU), in the order intervals keep them.
+pub fn sorted_slices(sums: impl IntoIterator<Item = ((ProcId, u32, u32), u64)>) -> Vec<Slice> {
+    let mut slices: Vec<Slice> = sums
+        .into_iter()
+        .map(|((process, tid, cpu), on_cpu_ns)| Slice {
+            process,
+            tid,
+            cpu,
+            on_cpu_ns,
+        })
+        .collect();
+    slices.sort_by_key(|s| (s.process, s.tid, s.cpu));
+    slices
+}
+
 /// A thread of a process: the process's [`ProcId`] and the thread's tid (a tid names one
 /// thread within one process's life).
 pub type ThreadId = (ProcId, u32);

@@ -228,16 +228,7 @@ fn simulate(days: f64, proc_root: &std::path::Path) -> Result<(), String> {
             let process = table.id_of_thread(s.thread, activity.start_ns);
             *slices.entry((process, s.thread.tid, s.cpu)).or_default() += s.on_cpu_ns;
         }
-        let mut slices: Vec<Slice> = slices
-            .into_iter()
-            .map(|((process, tid, cpu), on_cpu_ns)| Slice {
-                process,
-                tid,
-                cpu,
-                on_cpu_ns,
-            })
-            .collect();
-        slices.sort_by_key(|s| (s.process, s.tid, s.cpu));
+        let slices = crate::attribution::sorted_slices(slices);
         let mut interval = Interval {
             start_ns: activity.start_ns - base_ns,
             duration_ns: activity.duration_ns,

@@ -28,7 +28,7 @@ use self::{
     recorder::Recorder,
 };
 use crate::{
-    attribution::{EnergyState, Glitch, Interval, ProcId, Slice},
+    attribution::{EnergyState, Glitch, Interval, ProcId},
     host::HostInfo,
     privileges,
     probes::{
@@ -1480,16 +1480,7 @@ impl Sampler {
                 }
             }
         }
-        let mut slices: Vec<Slice> = slices
-            .into_iter()
-            .map(|((process, tid, cpu), on_cpu_ns)| Slice {
-                process,
-                tid,
-                cpu,
-                on_cpu_ns,
-            })
-            .collect();
-        slices.sort_by_key(|s| (s.process, s.tid, s.cpu));
+        let slices = crate::attribution::sorted_slices(slices);
         Interval {
             start_ns: activity.start_ns.saturating_sub(self.run_start_ns),
             duration_ns: activity.duration_ns,
