@@ -54,18 +54,23 @@ impl Runtime {
     }
 }
 
-/// A process's cgroup and what its path says.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+/// A process's cgroup and what its path says; in the report as `processes[].cgroup` (each
+/// label only when found).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]
 pub struct CgroupInfo {
     /// The cgroup path as `/proc/PID/cgroup` gives it (`/` is the root cgroup).
     pub path: String,
     /// The container runtime, when the path follows one's naming.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub runtime: Option<Runtime>,
     /// The container id (lowercase hex), when the path names one.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub container_id: Option<String>,
     /// The Kubernetes pod UID (with dashes), for a path under `kubepods`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub pod_uid: Option<String>,
     /// The innermost systemd unit (`foo.service`, `session-3.scope`), when the path has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub systemd_unit: Option<String>,
 }
 

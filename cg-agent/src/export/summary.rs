@@ -327,10 +327,10 @@ fn render_threads(out: &mut String, total_j: f64, process: &ProcessEntry) {
 /// A process's cgroup as the rows name it: the container, pod or unit its path names, else
 /// the path (`[cgroup unknown]` when it could not be read).
 fn cgroup_of(process: &ProcessEntry) -> String {
-    process.cgroup.as_ref().map_or_else(
-        || "[cgroup unknown]".to_string(),
-        |c| crate::cgroup::classify(&c.path).group_name(),
-    )
+    process
+        .cgroup
+        .as_ref()
+        .map_or_else(|| "[cgroup unknown]".to_string(), |c| c.group_name())
 }
 
 /// The processes in rows, by energy (see [`GroupBy`]).
@@ -641,12 +641,10 @@ mod tests {
         let id = "3f4e1b2c5d6a7b8c9d0e1f2a3b4c5d6e7f8a9b0c1d2e3f4a5b6c7d8e9f0a1b2c";
         for (i, p) in ps.iter_mut().enumerate() {
             p.cgroup = match i % 3 {
-                0 => Some(crate::report::CgroupEntry::from(&crate::cgroup::classify(
-                    &format!("/system.slice/docker-{id}.scope"),
+                0 => Some(crate::cgroup::classify(&format!(
+                    "/system.slice/docker-{id}.scope"
                 ))),
-                1 => Some(crate::report::CgroupEntry::from(&crate::cgroup::classify(
-                    "/system.slice/nginx.service",
-                ))),
+                1 => Some(crate::cgroup::classify("/system.slice/nginx.service")),
                 _ => None,
             };
         }

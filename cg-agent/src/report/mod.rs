@@ -200,34 +200,7 @@ pub struct ProcessEntry {
     pub threads: Vec<threads::ThreadEntry>,
     /// Its cgroup and what the path says (container, pod, systemd unit), when read.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub cgroup: Option<CgroupEntry>,
-}
-
-/// A process's cgroup in the report: the path and the labels [`crate::cgroup::classify`]
-/// found in it (each only when found).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct CgroupEntry {
-    pub path: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub runtime: Option<crate::cgroup::Runtime>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub container_id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pod_uid: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub systemd_unit: Option<String>,
-}
-
-impl From<&crate::cgroup::CgroupInfo> for CgroupEntry {
-    fn from(info: &crate::cgroup::CgroupInfo) -> Self {
-        CgroupEntry {
-            path: info.path.clone(),
-            runtime: info.runtime,
-            container_id: info.container_id.clone(),
-            pod_uid: info.pod_uid.clone(),
-            systemd_unit: info.systemd_unit.clone(),
-        }
-    }
+    pub cgroup: Option<crate::cgroup::CgroupInfo>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -768,7 +741,7 @@ fn process_entries(
                 exit_code,
                 exit_signal,
                 threads: threads::entries(&thread_context, id, &p.thread_names),
-                cgroup: p.cgroup.as_ref().map(CgroupEntry::from),
+                cgroup: p.cgroup.clone(),
             })
         })
         .collect();

@@ -12,7 +12,7 @@ use std::{collections::HashMap, time::Instant};
 use cg_common::ThreadKey;
 
 use crate::{
-    attribution::{Coverage, Interval, ProcId, Slice},
+    attribution::{Interval, ProcId, Slice},
     host::HostInfo,
     probes::{
         Lifecycle, Losses,
@@ -24,7 +24,7 @@ use crate::{
         processes::ProcessTable,
         recorder::{BOUNDED_SLICE_BUDGET, Recorder},
     },
-    sources::{DomainKind, DomainSpec, Provenance},
+    sources::Provenance,
 };
 
 use super::{
@@ -51,14 +51,7 @@ fn header() -> RunHeader {
         mode: Mode::System,
         host: HostInfo::read(),
         interval: std::time::Duration::from_nanos(INTERVAL_NS),
-        domains: vec![DomainSpec {
-            name: "model".into(),
-            kind: DomainKind::Model,
-            parent: None,
-            coverage: Coverage::AllCpus,
-            provenance: Provenance::Estimated,
-            source: "model",
-        }],
+        domains: vec![crate::sources::model::model_domain()],
         sources: vec![SourceInfo {
             name: "model",
             provenance: Provenance::Estimated,

@@ -94,19 +94,24 @@ impl ModelSource {
         Ok(ModelSource {
             params,
             cpu_count: host.cpu_count().max(1),
-            domains: vec![DomainSpec {
-                name: "model".into(),
-                kind: DomainKind::Model,
-                parent: None,
-                coverage: Coverage::AllCpus,
-                provenance: Provenance::Estimated,
-                source: "model",
-            }],
+            domains: vec![model_domain()],
         })
     }
 
     pub fn params(&self) -> &ModelParams {
         &self.params
+    }
+}
+
+/// The model's one domain: all CPUs, estimated.
+pub fn model_domain() -> DomainSpec {
+    DomainSpec {
+        name: "model".into(),
+        kind: DomainKind::Model,
+        parent: None,
+        coverage: Coverage::AllCpus,
+        provenance: Provenance::Estimated,
+        source: "model",
     }
 }
 
