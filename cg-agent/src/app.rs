@@ -13,6 +13,7 @@ use crate::{
     functions::{FunctionOptions, spec::FuncSpec},
     inventory, output,
     output::OutputError,
+    printable::printable,
     privileges::Invoker,
     report,
     session::{self, IdleWatts, Mode, RunConfig},
@@ -160,7 +161,7 @@ pub fn main_with(cli: Cli) -> i32 {
     let config = match run_config(&args, &invoker) {
         Ok(config) => config,
         Err(message) => {
-            eprintln!("cg-trace: {message}");
+            crate::console::error(message);
             return EXIT_USAGE;
         }
     };
@@ -177,7 +178,7 @@ pub fn main_with(cli: Cli) -> i32 {
         let outcome = match session::run_repeat(config, plan) {
             Ok(outcome) => outcome,
             Err(err) => {
-                eprintln!("cg-trace: {err}");
+                crate::console::error(&err);
                 return err.exit_code();
             }
         };
@@ -216,14 +217,17 @@ pub fn main_with(cli: Cli) -> i32 {
         );
         if let Some(path) = command_output.filter(|p| p.exists()) {
             // Said even with -q: the command's output would be lost otherwise.
-            eprintln!("cg-trace: the command's output is in {}", path.display());
+            crate::console::error(format_args!(
+                "the command's output is in {}",
+                printable(&path.display().to_string())
+            ));
         }
         result
     };
     let outcome = match outcome {
         Ok(outcome) => outcome,
         Err(err) => {
-            eprintln!("cg-trace: {err}");
+            crate::console::error(&err);
             return err.exit_code();
         }
     };
@@ -266,7 +270,10 @@ fn write_and_summarize(
         };
         match write(&report, path, invoker) {
             Ok(()) if path != Path::new("-") && !args.quiet => {
-                messages.push(format!("cg-trace: report written to {}", path.display()));
+                messages.push(format!(
+                    "cg-trace: report written to {}",
+                    printable(&path.display().to_string())
+                ));
             }
             Ok(()) => {}
             Err(err) => {
@@ -364,8 +371,7 @@ fn write_and_summarize(
             text.push('\n');
         }
     }
-    // Not eprint!, which panics when stderr is gone.
-    let _ = std::io::Write::write_all(&mut std::io::stderr(), text.as_bytes());
+    crate::console::write_stderr(&text);
     if over_budget && exit_code == 0 {
         EXIT_BUDGET
     } else {
@@ -548,7 +554,7 @@ fn print_notice(notice: &session::Notice) {
             reason,
         } => format!(
             "cg-trace: energy source: {} ({}): {reason}",
-            names.join(", "),
+            printable(&names.join(", ")),
             match provenance {
                 crate::sources::Provenance::Measured => "measured",
                 crate::sources::Provenance::Estimated => "ESTIMATED",
@@ -562,7 +568,7 @@ fn print_notice(notice: &session::Notice) {
             "cg-trace: warning: pid {} ({}) that the command started is still running; \
              cg-trace stopped tracing it",
             process.pid,
-            process.command.join(" ")
+            printable(&process.command.join(" "))
         ),
         Notice::NeverStarted(reason) => format!("cg-trace: {reason}"),
         Notice::MeasuredNothing(err) => {
@@ -582,8 +588,7 @@ fn print_notice(notice: &session::Notice) {
     // With -q only errors, and why the exit status is not the command's, are said.
     let always = matches!(notice, Notice::NeverStarted(_) | Notice::MeasuredNothing(_));
     if always || !crate::console::is_quiet() {
-        // Not eprintln!, which panics when stderr is gone (a closed pipe, a terminal hung up).
-        let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("{line}\n").as_bytes());
+        crate::console::write_stderr(&format!("{line}\n"));
     }
 }
 

@@ -1,6 +1,8 @@
 //! What cg-trace says on stderr besides the summary, and how: `-q` (errors only: the source
 //! choice, warnings and "written to" lines are left to the report), the log's set-up (colour
 //! only on a terminal, never with `NO_COLOR`), and the hint for a command given without `--`.
+//! Whatever goes out here has its control characters escaped ([`crate::printable`]): a
+//! message may quote a process name, a path or a report's text.
 
 use std::{
     ffi::OsString,
@@ -8,6 +10,8 @@ use std::{
     io::{IsTerminal as _, Write as _},
     sync::atomic::{AtomicBool, Ordering},
 };
+
+use crate::printable::{printable, printable_lines};
 
 /// `-q`: set once, from the command line, before anything runs.
 static QUIET: AtomicBool = AtomicBool::new(false);
@@ -27,8 +31,22 @@ pub fn is_quiet() -> bool {
 /// Never panics when stderr is gone.
 pub fn say(line: impl Display) {
     if !is_quiet() {
-        let _ = writeln!(std::io::stderr(), "cg-trace: {line}");
+        error(line);
     }
+}
+
+/// Prints `cg-trace: {line}` on stderr, even with `-q` (an error, or what must not be lost),
+/// with control characters escaped but its own line breaks kept. Never panics when stderr
+/// is gone.
+pub fn error(line: impl Display) {
+    write_stderr(&format!("cg-trace: {line}\n"));
+}
+
+/// Writes `text` on stderr with control characters escaped but line breaks kept (the last
+/// line of defence: outside text in it should already be [`printable`]). Not `eprint!`,
+/// which panics when stderr is gone (a closed pipe, a terminal hung up).
+pub fn write_stderr(text: &str) {
+    let _ = std::io::stderr().write_all(printable_lines(text).as_bytes());
 }
 
 /// Prints `cg-trace: warning: {text}` on stderr unless `-q` was given.
@@ -55,12 +73,28 @@ pub fn init_logging(quiet: bool) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_log_level(quiet)));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .fmt_fields(log_fields())
         .with_ansi(log_colour(
             std::io::stderr().is_terminal(),
             std::env::var_os("NO_COLOR"),
         ))
         .with_writer(std::io::stderr)
         .init();
+}
+
+/// How the log writes an event's fields: `message` alone, others as `name=value`, each value
+/// [`printable`] (a field may quote a process name, a symbol or a path).
+fn log_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + 'static {
+    use tracing_subscriber::field::MakeExt as _;
+    tracing_subscriber::fmt::format::debug_fn(|out, field, value| {
+        let value = format!("{value:?}");
+        if field.name() == "message" {
+            write!(out, "{}", printable(&value))
+        } else {
+            write!(out, "{field}={}", printable(&value))
+        }
+    })
+    .delimited(" ")
 }
 
 /// A hint to add to clap's error when a word that is not a subcommand stands where a
@@ -134,6 +168,45 @@ mod tests {
         assert!(!log_colour(true, Some("1".into())));
         assert!(!log_colour(false, None));
         assert!(!log_colour(false, Some("1".into())));
+    }
+
+    /// The log's lines, gathered for a test.
+    #[derive(Clone, Default)]
+    struct Gathered(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Gathered {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_log_escapes_what_its_message_and_fields_quote() {
+        let gathered = Gathered::default();
+        let sink = gathered.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .fmt_fields(log_fields())
+            .with_ansi(false)
+            .with_writer(move || sink.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::warn!(
+                path = %"/tmp/a\nforged line",
+                "cannot read {}",
+                "x\x1b]52;c;AA\x07\u{202e}"
+            );
+        });
+        let text = String::from_utf8(gathered.0.lock().unwrap().clone()).unwrap();
+        assert!(
+            text.contains("cannot read x\\x1b]52;c;AA\\x07\\u202e path=/tmp/a\\nforged line"),
+            "{text}"
+        );
+        assert_eq!(text.matches('\n').count(), 1, "{text}");
+        assert!(!text.contains('\x1b'), "{text}");
     }
 
     #[test]

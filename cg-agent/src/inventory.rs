@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::{
     host::HostInfo,
+    printable::{printable, printable_lines},
     privileges,
     sources::{
         self, SourceChoice, SourceOptions, SourceProbe, select::auto_choice_with_privileges,
@@ -123,6 +124,7 @@ pub fn render(inv: &Inventory) -> String {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
+        let domains = printable(&domains);
         let _ = writeln!(
             out,
             "{:<10} {:<10} {:<17} {domains}",
@@ -130,24 +132,24 @@ pub fn render(inv: &Inventory) -> String {
             p.provenance.as_str(),
             status
         );
-        let _ = writeln!(out, "{:<10} {}", "", p.reason);
+        let _ = writeln!(out, "{:<10} {}", "", printable(&p.reason));
     }
     let _ = writeln!(out);
     match &inv.auto.error {
         Some(err) => {
-            let _ = writeln!(out, "auto:     cannot run: {err}");
+            let _ = writeln!(out, "auto:     cannot run: {}", printable(err));
         }
         None => {
             let _ = writeln!(
                 out,
                 "auto:     uses {} ({})",
                 inv.auto.sources.join(" + "),
-                inv.auto.reason
+                printable(&inv.auto.reason)
             );
         }
     }
     for warning in &inv.auto.warnings {
-        let _ = writeln!(out, "          warning: {warning}");
+        let _ = writeln!(out, "          warning: {}", printable(warning));
     }
     if !inv.root {
         let _ = writeln!(
@@ -185,7 +187,10 @@ pub fn main(options: &SourceOptions, json: bool) -> i32 {
             }
         }
     } else {
-        print!("{}", render(&inventory));
+        // Not print!, which panics when stdout is gone.
+        let text = render(&inventory);
+        let _ =
+            std::io::Write::write_all(&mut std::io::stdout(), printable_lines(&text).as_bytes());
     }
     0
 }

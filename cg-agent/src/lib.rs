@@ -23,6 +23,8 @@
 //!   CPython, symbolization); its kernel half is in [`probes`].
 //! - [`cgroup`] reads a process's cgroup and what its path says (container, pod, unit).
 //! - [`console`] is what cg-trace says on stderr besides the summary (`-q`, the log).
+//! - [`printable`] shows text from outside (names, command lines, paths) with its control
+//!   characters escaped, in every text output.
 //! - [`manual`] generates the shell completions and the man page from the command line.
 //! - [`privileges`] decides whom a run is for (sudo's user, or ourselves); [`output`] creates
 //!   every file cg-trace writes, as that user, without following links.
@@ -39,6 +41,7 @@ pub mod host;
 pub mod inventory;
 pub mod manual;
 pub mod output;
+pub mod printable;
 pub mod privileges;
 pub mod probes;
 pub mod report;

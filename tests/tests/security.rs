@@ -512,3 +512,199 @@ fn a_jit_map_of_another_user_is_not_read() {
         "{notes}"
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// Hostile text: any user names their processes; every text output shows control
+// characters escaped (as bash's `$'...'` writes them), never raw.
+
+/// An OSC 52 clipboard write ended by BEL, hidden text (SGR 8), CR and LF before a forged
+/// verdict, a C1 CSI (U+009B), a right-to-left override and an isolate.
+const PAYLOAD: &str =
+    "\x1b]52;c;QUJD\x07\x1b[8m\r\nresult: OK (no regression)\u{9b}2J\u{202e}\u{2066}";
+/// The start of [`PAYLOAD`] as the outputs show it.
+const PAYLOAD_SHOWN: &str = "\\x1b]52;c;QUJD\\x07\\x1b[8m";
+
+/// Panics when `bytes` hold a control character other than a line feed (or one that
+/// reorders text), or a line that starts with the forged verdict.
+fn assert_nothing_raw(what: &str, bytes: &[u8]) {
+    let text = String::from_utf8(bytes.to_vec())
+        .unwrap_or_else(|_| panic!("{what}: not UTF-8: {}", text(bytes).escape_debug()));
+    let raw: Vec<char> = text
+        .chars()
+        .filter(|&c| {
+            c != '\n'
+                && (c.is_control()
+                    || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'))
+        })
+        .collect();
+    assert!(
+        raw.is_empty(),
+        "{what}: raw {raw:?} in:\n{}",
+        text.escape_debug()
+    );
+    assert!(
+        !text.lines().any(|l| l.starts_with("result: OK")),
+        "{what}: a forged line:\n{text}"
+    );
+}
+
+#[test]
+fn hostile_process_names_reach_the_summary_the_log_and_the_page_escaped() {
+    require_root();
+    // argv[0] (`exec -a`) and an argument carry the payload (the argument also a very long
+    // one); the script is several lines long, as `python3 -c` scripts are; prctl names the
+    // thread with the payload.
+    let script = "import ctypes, sys, time\n\
+                  ctypes.CDLL(None).prctl(15, sys.argv[1].encode()[:15], 0, 0, 0)\n\
+                  t = time.time()\n\
+                  while time.time() - t < 0.3:\n    pass\n";
+    let argument = format!("{PAYLOAD}{}", "x".repeat(5000));
+    let run = cg_tests::cg_trace_with_env(
+        &[
+            "--source",
+            "model",
+            "--threads",
+            "--",
+            "bash",
+            "-c",
+            r#"exec -a "$0" /usr/bin/python3 -c "$1" "$2""#,
+            PAYLOAD,
+            script,
+            &argument,
+        ],
+        &[("CG_TRACE_LOG", "debug")],
+    );
+    assert_eq!(run.code(), Some(0), "{}", run.stderr().escape_debug());
+    assert_nothing_raw("the summary and the log", &run.output.stderr);
+    assert_nothing_raw("stdout", &run.output.stdout);
+    let stderr = run.stderr();
+    // The process's row is one line, its name escaped, its figures after it.
+    let row = stderr
+        .lines()
+        .find(|l| l.contains(PAYLOAD_SHOWN) && l.ends_with('%'))
+        .unwrap_or_else(|| panic!("no row for the process:\n{stderr}"));
+    assert!(row.contains("…"), "{row}");
+    // The thread's own name (prctl) under it, escaped too.
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("tid ") && l.contains("\\x1b]52;c;Q")),
+        "{stderr}"
+    );
+    // The report keeps the exact text.
+    let report = run.report();
+    let processes = report["processes"].as_array().unwrap();
+    assert!(
+        processes.iter().any(|p| p["cmdline"][0] == PAYLOAD),
+        "{processes:?}"
+    );
+
+    // The page of that report.
+    let dir = tempfile::tempdir().unwrap();
+    let (json, page) = (dir.path().join("r.json"), dir.path().join("r.html"));
+    fs::write(&json, report.to_string()).unwrap();
+    let output = Command::new(bin("cg-trace"))
+        .arg("report")
+        .arg(&json)
+        .arg("-o")
+        .arg(&page)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let html = fs::read(&page).unwrap();
+    assert_nothing_raw("the page", &html);
+    assert!(text(&html).contains(PAYLOAD_SHOWN));
+}
+
+/// A report `diff` reads, as hand-made as an attacker would make it: `hostname`,
+/// `cpu_model`, a process's command line and a function's name carry the payload.
+fn hostile_report(hostname: &str, energy_j: f64) -> Value {
+    serde_json::json!({
+        "meta": {
+            "schema_version": "1.3", "tool": "cg-trace", "run_id": "r1",
+            "hostname": hostname, "cpu_model": PAYLOAD,
+            "sources": [{"name": "perf", "provenance": "measured"}]
+        },
+        "processes": [{"comm": "app", "cmdline": [PAYLOAD, PAYLOAD],
+                       "cpu_time_s": 0.5, "energy_j": energy_j / 2.0}],
+        "functions": [],
+        "function_totals": [{"symbol": PAYLOAD, "module": PAYLOAD, "cpu_time_s": 0.5,
+                             "energy_j": energy_j / 4.0}],
+        "totals": {
+            "energy_j": energy_j, "cpu_time_s": 1.0,
+            "domains": {"package-0": {"energy_j": energy_j, "top_level": true,
+                                      "provenance": "measured"}}
+        }
+    })
+}
+
+#[test]
+fn diff_shows_a_hostile_reports_text_escaped_in_every_format() {
+    let dir = tempfile::tempdir().unwrap();
+    // The file names are outside text too.
+    let base = dir.path().join("base\x1b[8m.json");
+    let new = dir.path().join("new\n\x1b]52;c;QUJD\x07.json");
+    fs::write(&base, hostile_report("vm", 10.0).to_string()).unwrap();
+    fs::write(&new, hostile_report(PAYLOAD, 20.0).to_string()).unwrap();
+    for format in ["text", "markdown", "html", "json"] {
+        let output = Command::new(bin("cg-trace"))
+            .arg("diff")
+            .args([&base, &new])
+            .args(["--max-increase", "5", "--format", format])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(3), "{}", text(&output.stderr));
+        assert_nothing_raw(&format!("diff --format {format}"), &output.stdout);
+        assert_nothing_raw(&format!("diff --format {format} (stderr)"), &output.stderr);
+        let stdout = text(&output.stdout);
+        match format {
+            "text" => {
+                // The machines' warning, the group and the function rows, the file names.
+                assert!(stdout.matches(PAYLOAD_SHOWN).count() >= 4, "{stdout}");
+                assert!(
+                    stdout.contains("new\\n\\x1b]52;c;QUJD\\x07.json"),
+                    "{stdout}"
+                );
+                assert!(stdout.ends_with("result: REGRESSION\n"), "{stdout}");
+            }
+            "markdown" => {
+                assert!(stdout.contains("\\\\x1b\\]52;c;QUJD\\\\x07"), "{stdout}");
+                for line in stdout.lines().filter(|l| l.starts_with('|')) {
+                    let pipes = line.matches('|').count() - line.matches("\\|").count();
+                    assert_eq!(pipes, 10, "{line}");
+                }
+            }
+            _ => {}
+        }
+        assert!(
+            text(&output.stderr).contains(PAYLOAD_SHOWN),
+            "{}",
+            text(&output.stderr)
+        );
+    }
+}
+
+#[test]
+fn sources_shows_a_hostile_path_escaped() {
+    // A powercap tree under a hostile name, with a zone that lacks its counter: the reason
+    // `sources` gives names the path.
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join(format!("cap{PAYLOAD}"));
+    let zone = root.join("intel-rapl:0");
+    fs::create_dir_all(&zone).unwrap();
+    fs::write(zone.join("name"), "package-0\n").unwrap();
+    let output = Command::new(bin("cg-trace"))
+        .arg("sources")
+        .arg("--powercap-root")
+        .arg(&root)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert_nothing_raw("sources", &output.stdout);
+    assert_nothing_raw("sources (stderr)", &output.stderr);
+    assert!(
+        text(&output.stdout).contains(&format!("cap{PAYLOAD_SHOWN}")),
+        "{}",
+        text(&output.stdout)
+    );
+}

@@ -737,7 +737,10 @@ pub fn main(args: &DiffArgs) -> i32 {
     );
     let comparison = compare((&base_name, &base), (&new_name, &new), args.max_increase);
     for warning in &comparison.warnings {
-        eprintln!("cg-trace diff: warning: {warning}");
+        eprintln!(
+            "cg-trace diff: warning: {}",
+            crate::printable::printable(warning)
+        );
     }
     let text = match args.format {
         DiffFormat::Text => render::text(&comparison),

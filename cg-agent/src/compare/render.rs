@@ -3,6 +3,7 @@
 //! whether each side's energy was measured or estimated, and how significance was tested.
 
 use super::{Comparison, Row, RowKind};
+use crate::printable::{markdown_cell, printable};
 
 /// Groups and functions shown in the tables (largest changes first); JSON has every row.
 pub const TABLE_ROWS_PER_KIND: usize = 20;
@@ -13,7 +14,7 @@ fn side(s: &super::SideInfo) -> String {
     } else {
         format!("median of {} runs", s.runs_count)
     };
-    format!("{} ({runs}, energy {})", s.path, s.provenance)
+    format!("{} ({runs}, energy {})", printable(&s.path), s.provenance)
 }
 
 fn testing(c: &Comparison) -> String {
@@ -107,9 +108,7 @@ fn name(r: &Row) -> String {
         RowKind::Domain if r.top_level == Some(false) => format!("{} (nested)", r.name),
         _ => r.name.clone(),
     };
-    name.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect()
+    printable(&name).into_owned()
 }
 
 fn verdict(r: &Row) -> String {
@@ -148,7 +147,7 @@ pub fn regression_line(c: &Comparison) -> String {
             format!(
                 "{} {} {:.3} J -> {:.3} J ({})",
                 r.kind.label(),
-                r.name,
+                printable(&r.name),
                 r.base_energy_j,
                 r.new_energy_j,
                 pct(r.change_energy_pct)
@@ -176,7 +175,7 @@ pub fn text(c: &Comparison) -> String {
         gate(c)
     ));
     for w in &c.warnings {
-        out.push_str(&format!("warning: {w}\n"));
+        out.push_str(&format!("warning: {}\n", printable(w)));
     }
     let (rows, hidden) = shown(c);
     let header = [
@@ -251,21 +250,9 @@ pub fn text(c: &Comparison) -> String {
     out
 }
 
-/// Markdown-escapes outside text (command lines, symbols) for one table cell: no pipes,
-/// no HTML, no mentions, no links, on one line.
+/// Outside text (command lines, symbols, host names) for one Markdown table cell.
 fn md(text: &str) -> String {
-    let mut out = String::new();
-    for c in text.chars().take(120) {
-        match c {
-            '\\' | '`' | '*' | '_' | '[' | ']' | '<' | '>' | '|' | '#' | '@' | '!' | '~' => {
-                out.push('\\');
-                out.push(c);
-            }
-            c if c.is_control() => out.push(' '),
-            c => out.push(c),
-        }
-    }
-    out
+    markdown_cell(text, 120)
 }
 
 /// A Markdown table fit for a pull-request comment.
@@ -324,5 +311,5 @@ pub fn json(c: &Comparison) -> String {
         serde_json::json!({ "error": err.to_string() }).to_string()
     });
     text.push('\n');
-    text
+    crate::printable::json_text(&text).into_owned()
 }

@@ -4,7 +4,10 @@
 
 use std::fmt::Write as _;
 
-use crate::report::Report;
+use crate::{
+    printable::{fit, printable},
+    report::Report,
+};
 
 /// Rows of the summary's function table (the report lists `--top-functions`).
 const MAX_ROWS: usize = 20;
@@ -34,7 +37,7 @@ pub fn render(report: &Report) -> String {
             _ => String::new(),
         };
         let module = match f.line {
-            Some(line) => format!("{}:{line}", tail(&f.module, 12)),
+            Some(line) => format!("{}:{line}", tail(&printable(&f.module), 12)),
             None => f.module.clone(),
         };
         let partial = if f.entry_only == Some(true) {
@@ -48,8 +51,8 @@ pub fn render(report: &Report) -> String {
             out,
             "{:>8}  {:<34} {:<16} {:>10} {:>9.3} {:>11.3} {:>10.3}",
             f.pid,
-            shorten(&format!("{}{partial}", f.symbol), 34),
-            shorten(&module, 16),
+            fit(&format!("{}{partial}", f.symbol), 34),
+            fit(&module, 16),
             count,
             f.cpu_time_s,
             f.energy_j,
@@ -86,7 +89,7 @@ pub fn render(report: &Report) -> String {
                 out,
                 "  {}: up to {:.0} calls/s (measured); first instruction {} (~{:.0} µs per \
                  call, estimated)",
-                p.symbol,
+                printable(&p.symbol),
                 p.max_calls_per_s,
                 p.first_instruction.describe(),
                 p.estimated_probe_pair_cost_us
@@ -113,7 +116,7 @@ pub fn render(report: &Report) -> String {
                 out,
                 "  pid {}: CPython {}{}",
                 p.pid,
-                p.version,
+                printable(&p.version),
                 if p.python_frames {
                     ": Python frames"
                 } else {
@@ -123,7 +126,7 @@ pub fn render(report: &Report) -> String {
         }
     }
     for note in &profiling.notes {
-        let _ = writeln!(out, "  - {note}");
+        let _ = writeln!(out, "  - {}", printable(note));
     }
     out
 }
@@ -149,15 +152,15 @@ fn render_totals(out: &mut String, report: &Report) {
             _ => String::new(),
         };
         let module = match t.line {
-            Some(line) => format!("{}:{line}", tail(&t.module, 12)),
+            Some(line) => format!("{}:{line}", tail(&printable(&t.module), 12)),
             None => t.module.clone(),
         };
         let _ = writeln!(
             out,
             "{:>8}  {:<34} {:<16} {:>10} {:>9.3} {:>11.3} {:>10.3}",
             t.processes_count,
-            shorten(&t.symbol, 34),
-            shorten(&module, 16),
+            fit(&t.symbol, 34),
+            fit(&module, 16),
             count,
             t.cpu_time_s,
             t.energy_j,
@@ -172,16 +175,6 @@ fn render_totals(out: &mut String, report: &Report) {
             "{:>8}  … {} functions in all (`function_totals` in the report)",
             "", profiling.function_totals_count
         );
-    }
-}
-
-fn shorten(text: &str, width: usize) -> String {
-    if text.chars().count() <= width {
-        text.to_string()
-    } else {
-        let mut s: String = text.chars().take(width.saturating_sub(1)).collect();
-        s.push('…');
-        s
     }
 }
 

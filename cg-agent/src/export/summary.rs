@@ -6,6 +6,7 @@
 use std::{collections::BTreeMap, fmt::Write as _};
 
 use crate::{
+    printable::{fit, printable},
     report::{ProcessEntry, Report},
     sources::human_duration,
 };
@@ -48,7 +49,7 @@ pub fn render_with(report: &Report, options: SummaryOptions) -> String {
     let totals = &report.totals;
     let estimated = meta.measurement_quality.grade == "estimated";
     let what = match (&meta.command, &meta.pids) {
-        (Some(command), _) => format!("`{}`", shorten(&command.join(" "), 60)),
+        (Some(command), _) => format!("`{}`", fit(&command.join(" "), 60)),
         (None, Some(pids)) => format!(
             "pid {}",
             pids.iter()
@@ -74,13 +75,13 @@ pub fn render_with(report: &Report, options: SummaryOptions) -> String {
             out,
             "still running, no longer traced: pid {} ({})",
             process.pid,
-            shorten(&process.command.join(" "), 60)
+            fit(&process.command.join(" "), 60)
         );
     }
     let sources: Vec<String> = meta
         .sources
         .iter()
-        .map(|s| format!("{} ({})", s.name, s.provenance.as_str()))
+        .map(|s| format!("{} ({})", printable(&s.name), s.provenance.as_str()))
         .collect();
     let _ = writeln!(out, "energy source: {}", sources.join(", "));
 
@@ -173,7 +174,7 @@ pub fn render_with(report: &Report, options: SummaryOptions) -> String {
         let _ = writeln!(
             out,
             "{:<16} {} {} {} {} {}  {} [{}{unknown}]",
-            shorten(&name, 16),
+            fit(&name, 16),
             fixed(d.energy_j, 11, 3),
             fixed(d.attributed_energy_j, 11, 3),
             fixed(d.other_energy_j, 11, 3),
@@ -188,7 +189,7 @@ pub fn render_with(report: &Report, options: SummaryOptions) -> String {
     let quality = &meta.measurement_quality;
     let _ = writeln!(out, "\nquality: {}", quality.grade);
     for note in &quality.notes {
-        let _ = writeln!(out, "  - {note}");
+        let _ = writeln!(out, "  - {}", printable(note));
     }
     if estimated {
         let _ = writeln!(
@@ -269,7 +270,7 @@ fn render_processes(
             out,
             "{:>8}  {:<26} {} {} {} {}%",
             id,
-            shorten(&name, 26),
+            fit(&name, 26),
             fixed(row.cpu_time_s(), 9, 3),
             fixed(row.energy_j(), 11, 3),
             fixed(row.avg_power_w(), 9, 2),
@@ -315,7 +316,7 @@ fn render_threads(out: &mut String, total_j: f64, process: &ProcessEntry) {
             out,
             "{:>8}  {:<26} {} {} {:>9} {}%",
             "",
-            shorten(&name, 26),
+            fit(&name, 26),
             fixed(thread.cpu_time_s, 9, 3),
             fixed(thread.energy_j, 11, 3),
             "",
@@ -456,8 +457,8 @@ fn render_devices(out: &mut String, report: &Report) {
             out,
             "\n{}: {} ({}), energy from the {}{}",
             gpu.domain,
-            gpu.name,
-            gpu.uuid,
+            printable(&gpu.name),
+            printable(&gpu.uuid),
             gpu.energy_method,
             if gpu.energy_method == "energy counter" {
                 " (measured)"
@@ -493,7 +494,7 @@ fn render_devices(out: &mut String, report: &Report) {
         let _ = writeln!(
             out,
             "\npower meter: {} ({}), {} samples in the run{}{}",
-            meter.path,
+            printable(&meter.path),
             meter.format,
             meter.run_samples_count,
             meter
@@ -519,16 +520,6 @@ fn fixed(value: f64, width: usize, precision: usize) -> String {
         format!("{:>width$.precision$}", value + 0.0)
     } else {
         format!("{:>width$}", "-")
-    }
-}
-
-fn shorten(text: &str, width: usize) -> String {
-    if text.chars().count() <= width {
-        text.to_string()
-    } else {
-        let mut s: String = text.chars().take(width.saturating_sub(1)).collect();
-        s.push('…');
-        s
     }
 }
 
@@ -723,6 +714,41 @@ mod tests {
     }
 
     #[test]
+    fn outside_text_is_shown_escaped_on_one_row() {
+        // argv[0] set by `exec -a` to a clipboard write and hidden text, an argument with a
+        // forged line, a thread named by prctl with a C1 CSI and a right-to-left override.
+        let mut ps = vec![process(10, 1, "x", 10.0)];
+        ps[0].cmdline = vec![
+            "/tmp/\x1b]52;c;QUJD\x07\x1b[8m".into(),
+            "a\r\nresult: OK".into(),
+        ];
+        ps[0].threads = vec![ThreadEntry {
+            tid: Some(11),
+            comm: Some("w\u{9b}2J\u{202e}".into()),
+            folded_threads_count: None,
+            cpu_time_s: 1.0,
+            energy_j: 10.0,
+            domains: Default::default(),
+            provenance: Provenance::Measured,
+        }];
+        let text = table(
+            &ps,
+            SummaryOptions {
+                threads: true,
+                ..SummaryOptions::default()
+            },
+        );
+        assert_eq!(
+            text.lines().collect::<Vec<_>>(),
+            [
+                "      10  \\x1b]52;c;QUJD\\x07\\x1b[8m…     1.000      10.000     10.00   10.0%",
+                "            tid 11 w\\u009b2J\\u202e       1.000      10.000             10.0%",
+            ],
+            "{text}"
+        );
+    }
+
+    #[test]
     fn threads_are_listed_under_their_process() {
         let mut ps = vec![process(10, 1, "pool", 10.0)];
         let thread = |tid: Option<u32>, comm: Option<&str>, folded, energy_j| ThreadEntry {
@@ -756,11 +782,5 @@ mod tests {
             "{text}"
         );
         assert!((rows[1].2 - 9.0).abs() < 1e-9);
-    }
-
-    #[test]
-    fn shortens_long_names_with_an_ellipsis() {
-        assert_eq!(shorten("abc", 5), "abc");
-        assert_eq!(shorten("abcdefgh", 5), "abcd…");
     }
 }

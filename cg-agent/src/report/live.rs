@@ -369,11 +369,11 @@ impl LiveModel {
                     LiveFunctionKey::Probed(func) => f
                         .probed
                         .get(func as usize)
-                        .map(|p| (p.name.clone(), file_name(&p.module), None)),
+                        .map(|p| (shown(&p.name), shown(&file_name(&p.module)), None)),
                     LiveFunctionKey::Sampled(frame) => f
                         .frames
                         .get(frame as usize)
-                        .map(|fr| (fr.symbol.clone(), fr.module.clone(), fr.line)),
+                        .map(|fr| (shown(&fr.symbol), shown(&fr.module), fr.line)),
                 };
                 let Some(name) = name else { continue };
                 slot.insert(name);
@@ -445,7 +445,7 @@ impl LiveModel {
                 let (now, all) = (&self.window.domains[d], &self.total.domains[d]);
                 let baseline = self.baselines.get(d);
                 LiveDomain {
-                    name: spec.name.clone(),
+                    name: shown(&spec.name),
                     kind: spec.kind,
                     provenance: spec.provenance,
                     top_level: spec.parent.is_none(),
@@ -512,16 +512,16 @@ impl LiveModel {
                     pid: p.pid,
                     ppid: p.ppid,
                     uid: p.uid,
-                    comm: p.comm.clone(),
-                    command: if kernel_thread {
+                    comm: shown(&p.comm),
+                    command: shown(&if kernel_thread {
                         format!("[{}]", p.comm)
                     } else if p.cmdline.is_empty() {
                         p.comm.clone()
                     } else {
                         p.cmdline.join(" ")
-                    },
+                    }),
                     kernel_thread,
-                    cgroup: p.cgroup.as_ref().map(|c| c.group_name()),
+                    cgroup: p.cgroup.as_ref().map(|c| shown(&c.group_name())),
                     root: p.root,
                     alive,
                     cpu_pct: if window_s > 0.0 {
@@ -581,7 +581,7 @@ impl LiveModel {
         LiveReport {
             mode: self.mode.name(),
             target: match &self.mode {
-                Mode::Wrap { command } => command.join(" "),
+                Mode::Wrap { command } => shown(&command.join(" ")),
                 Mode::Attach { pids } => format!(
                     "pid {}",
                     pids.iter()
@@ -597,7 +597,7 @@ impl LiveModel {
             cpu_count: self.cpu_count,
             cpu_busy_pct,
             sources: self.sources.clone(),
-            source_selection: self.source_selection.clone(),
+            source_selection: shown(&self.source_selection),
             domains,
             totals,
             processes,
@@ -648,7 +648,11 @@ impl LiveModel {
                 let energy_j = energy(&self.total, tid);
                 LiveThread {
                     tid: Some(tid),
-                    name: p.thread_names.get(&tid).cloned().unwrap_or_default(),
+                    name: p
+                        .thread_names
+                        .get(&tid)
+                        .map(|n| shown(n))
+                        .unwrap_or_default(),
                     folded_count: None,
                     cpu_pct: 100.0 * per_s(window_ns as f64 / 1e9),
                     power_w: per_s(energy(&self.window, tid)),
@@ -690,6 +694,12 @@ impl LiveModel {
 /// command line of its own (htop's test where the kernel's flag is not at hand).
 fn is_kernel_thread(p: &ProcessRecord) -> bool {
     p.cmdline.is_empty() && !p.comm.is_empty() && (p.pid == 2 || p.ppid == Some(2))
+}
+
+/// Outside text (names, command lines, paths) as the live view shows it: control characters
+/// escaped ([`crate::printable`]), never dropped or raw.
+fn shown(text: &str) -> String {
+    crate::printable::printable(text).into_owned()
 }
 
 #[cfg(test)]

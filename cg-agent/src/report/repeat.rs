@@ -489,7 +489,7 @@ pub fn render(repeat: &Repeat, estimated: bool) -> String {
         repeat.warmup_runs_count
     );
     if let Some(why) = &repeat.stopped_early {
-        let _ = writeln!(out, "stopped early: {why}");
+        let _ = writeln!(out, "stopped early: {}", crate::printable::printable(why));
     }
     let _ = writeln!(
         out,
@@ -522,7 +522,7 @@ pub fn render(repeat: &Repeat, estimated: bool) -> String {
         let _ = writeln!(
             out,
             "{:<32} {:<4} {:>10.3} {:>10.3} {:>10.3} {:>6.1}% {:>10.3} {:>10.3} {:>10.3}",
-            truncate(name, 32),
+            crate::printable::fit(name, 32),
             unit,
             s.median,
             s.mean,
@@ -572,14 +572,6 @@ fn short_command(command: &str) -> String {
     match command.split_once(' ') {
         Some((program, rest)) => format!("{} {rest}", program_name(program)),
         None => program_name(command),
-    }
-}
-
-fn truncate(text: &str, width: usize) -> String {
-    if text.chars().count() <= width {
-        text.to_string()
-    } else {
-        text.chars().take(width - 1).collect::<String>() + "…"
     }
 }
 

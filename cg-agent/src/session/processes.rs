@@ -107,11 +107,13 @@ fn read_small(path: &std::path::Path) -> std::io::Result<String> {
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
-/// A thread name as read from the kernel: printable, at most the kernel's 16 bytes.
+/// A thread name as read from the kernel: at most the kernel's 16 bytes, without the line
+/// feed `/proc` ends it with. Control characters a thread named itself with are kept, as
+/// in a command line: every output shows them escaped ([`crate::printable`]).
 fn clean_thread_name(raw: &str) -> String {
     raw.trim_end_matches('\n')
         .chars()
-        .filter(|c| !c.is_control())
+        .filter(|&c| c != '\0')
         .take(cg_common::COMM_LEN)
         .collect()
 }

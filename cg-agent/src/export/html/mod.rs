@@ -6,7 +6,7 @@
 //! It reads the report in its JSON form (a [`Value`]), so that a report written by another
 //! cg-trace version renders, fields this one does not know are passed over, and a figure
 //! that is missing shows as `—`. Every string from the report (commands, function names,
-//! notes) is HTML-escaped; the chart data travels as JSON in a `<script type=
+//! notes) is HTML-escaped, its control characters shown escaped ([`printable`]); the chart data travels as JSON in a `<script type=
 //! "application/json">` block with `<`, `>`, `&`, U+2028 and U+2029 escaped.
 
 use std::{collections::BTreeMap, fmt::Write as _, io, path::Path};
@@ -18,6 +18,7 @@ use crate::{
     cli::ReportArgs,
     compare::{Comparison, RowKind},
     output::{self, OutputError},
+    printable::{fit, printable},
     privileges::Invoker,
     report::Report,
 };
@@ -97,18 +98,17 @@ pub fn main(args: &ReportArgs, who: &Invoker) -> i32 {
 // ---------------------------------------------------------------------------------------
 // Escaping and formatting
 
-/// `text` escaped for HTML text and attribute values (quoted with `"`).
+/// `text` escaped for HTML text and attribute values (quoted with `"`), its control
+/// characters and bidirectional overrides shown escaped ([`printable`]).
 pub fn esc(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
+    for c in printable(text).chars() {
         match c {
             '&' => out.push_str("&amp;"),
             '<' => out.push_str("&lt;"),
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
-            // Control characters (a hostile command's escape sequences) are shown, not kept.
-            c if c.is_control() && c != '\n' && c != '\t' => out.push('\u{fffd}'),
             c => out.push(c),
         }
     }
@@ -117,11 +117,7 @@ pub fn esc(text: &str) -> String {
 
 /// At most [`MAX_TEXT_CHARS`] characters of `text`, escaped.
 fn esc_short(text: &str) -> String {
-    let mut short: String = text.chars().take(MAX_TEXT_CHARS).collect();
-    if short.len() < text.len() {
-        short.push('…');
-    }
-    esc(&short)
+    esc(&fit(text, MAX_TEXT_CHARS))
 }
 
 /// JSON for a `<script type="application/json">` block: nothing in it can end the element
@@ -331,17 +327,9 @@ pub fn render_parts(report: &Value, points: &[Point], flamegraph: Option<&str>) 
     let title = if command.is_empty() {
         format!("cg-trace report ({})", text(report, &["meta", "mode"]))
     } else {
-        format!("cg-trace report: {}", short(&command, 120))
+        format!("cg-trace report: {}", fit(&command, 120))
     };
     page(&title, &body, &Value::Object(data))
-}
-
-fn short(text: &str, max: usize) -> String {
-    let mut out: String = text.chars().take(max).collect();
-    if out.len() < text.len() {
-        out.push('…');
-    }
-    out
 }
 
 fn header(body: &mut String, report: &Value) {
@@ -680,7 +668,7 @@ fn power_over_time(
     })];
     for name in &domain_names {
         series.push(json!({
-            "name": name,
+            "name": printable(name),
             "values": bucket_power(points, &ranges, |p| {
                 let d = p.domains.get(*name)?;
                 d.energy_known.unwrap_or(true).then(|| d.energy_j.zip(p.duration_s)).flatten()
@@ -783,7 +771,7 @@ fn process_power(
                     if s > 0.0 { round3(j / s) } else { Value::Null }
                 })
                 .collect();
-            json!({"name": short(name, 80), "values": values})
+            json!({"name": fit(name, 80), "values": values})
         })
         .collect();
     data.insert(
@@ -1497,8 +1485,8 @@ pub fn diff(c: &Comparison) -> String {
     page(
         &format!(
             "cg-trace diff: {} → {}",
-            short(&c.base.path, 60),
-            short(&c.new.path, 60)
+            fit(&c.base.path, 60),
+            fit(&c.new.path, 60)
         ),
         &body,
         &json!({}),

@@ -30,7 +30,9 @@ fn text_is_escaped() {
         esc("<script>alert(1)</script> & \"'"),
         "&lt;script&gt;alert(1)&lt;/script&gt; &amp; &quot;&#39;"
     );
-    assert_eq!(esc("a\x1b[2Jb"), "a\u{fffd}[2Jb");
+    // Control characters and bidi overrides are shown escaped, as the terminal outputs show
+    // them.
+    assert_eq!(esc("a\x1b[2Jb\nc\u{202e}d"), "a\\x1b[2Jb\\nc\\u202ed");
 }
 
 #[test]
