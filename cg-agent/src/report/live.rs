@@ -889,6 +889,33 @@ mod tests {
     }
 
     #[test]
+    fn the_view_gets_outside_text_escaped_not_raw_nor_dropped() {
+        let mut m = model(
+            Mode::Wrap {
+                command: vec!["python3".into(), "-c".into(), "a = 1\nb = 2".into()],
+            },
+            Some(2.0),
+        );
+        let mut app = record(10, 1, "\x1b]52;c;QUJD\x07", None);
+        app.cmdline = vec!["\x1b[8mpy\u{202e}".into(), "a\r\nb".into()];
+        app.thread_names.insert(0, "w\u{9b}2J".into());
+        app.cgroup = Some(crate::cgroup::classify("/system.slice/x\u{202e}y.service"));
+        feed(
+            &mut m,
+            &[app, record(11, 10, "b", None)],
+            &[0, 1],
+            &interval(0, 50, 50, 1.0),
+        );
+        let r = m.snapshot();
+        assert_eq!(r.target, "python3 -c a = 1\\nb = 2");
+        let p = r.processes.iter().find(|p| p.pid == 10).unwrap();
+        assert_eq!(p.comm, "\\x1b]52;c;QUJD\\x07");
+        assert_eq!(p.command, "\\x1b[8mpy\\u202e a\\r\\nb");
+        assert_eq!(p.threads[0].name, "w\\u009b2J");
+        assert_eq!(p.cgroup.as_deref(), Some("x\\u202ey.service"));
+    }
+
+    #[test]
     fn live_figures_add_up_and_use_the_known_idle_power() {
         let mut m = model(
             Mode::Wrap {
