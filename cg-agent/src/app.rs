@@ -284,7 +284,7 @@ fn write_and_summarize(
     }
     if let Some(path) = &args.csv {
         match csv::write_to_path(&report, path, invoker) {
-            Ok(()) if path != Path::new("-") => {
+            Ok(()) if path != Path::new("-") && !args.quiet => {
                 messages.push(format!(
                     "cg-trace: CSV report written to {}",
                     path.display()
@@ -352,7 +352,7 @@ fn write_and_summarize(
             let estimated = report.meta.measurement_quality.grade == "estimated";
             text.push_str(&report::repeat::render(repeat, estimated));
         }
-        if repeat.noise_verdict.worrying() {
+        if repeat.noise_verdict.worrying() && !args.quiet {
             text.push_str(&format!(
                 "cg-trace: warning: the runs are noisy ({}: the total energy varies by {:.1}% \
                  (CV) from run to run); quiet the machine, add --warmup or more --repeat runs\n",
