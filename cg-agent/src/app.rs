@@ -656,11 +656,10 @@ type WriteFn = fn(&report::Report, &Path, &Invoker) -> Result<(), OutputError>;
 
 /// `--func`, `--profile` and their outputs.
 fn function_options(args: &FunctionArgs, invoker: &Invoker) -> Result<FunctionOptions, String> {
-    let specs = args
-        .func
-        .iter()
-        .map(|text| FuncSpec::parse(text))
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut specs = Vec::new();
+    for text in &args.func {
+        specs.extend(FuncSpec::parse_list(text)?);
+    }
     for (path, what) in [
         (&args.folded, "--folded"),
         (&args.flamegraph, "--flamegraph"),

@@ -347,7 +347,8 @@ pub struct ViewArgs {
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Function-level energy")]
 pub struct FunctionArgs {
-    /// Energy of chosen functions, [BINARY_OR_LIBRARY:]SYMBOL_GLOB (repeatable): calls,
+    /// Energy of chosen functions, [BINARY_OR_LIBRARY:]SYMBOL_GLOB (repeatable, or several
+    /// separated by commas; a comma inside <>, () or [] belongs to the symbol): calls,
     /// on-CPU time and energy, inclusive and self. Without a binary, the traced executable;
     /// a library by path or by file name among those the target loads (`libz.so*`). Each
     /// call costs ~2 µs (first instruction emulated) to ~13 µs (single-stepped) of probes

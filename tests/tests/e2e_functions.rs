@@ -201,6 +201,35 @@ fn probed_binary_run_by_children_counts_per_process() {
 }
 
 #[test]
+fn func_takes_a_comma_separated_list_as_perf_does() {
+    require_root();
+    let funcs = funcs();
+    let run = cg_trace(&[
+        "--source",
+        "model",
+        "-q",
+        "--func",
+        "cg_work_a,cg_work_b",
+        "--",
+        &funcs,
+        "--calls",
+        "30",
+        "--units",
+        "5",
+    ]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let f = functions(run.report(), "uprobe");
+    for name in ["cg_work_a", "cg_work_b"] {
+        let calls = f
+            .get(name)
+            .unwrap_or_else(|| panic!("{name} not in the report: {f:#?}"))["calls"]
+            .as_u64()
+            .unwrap();
+        assert!(calls > 0, "{name}: {calls} calls");
+    }
+}
+
+#[test]
 fn recursion_deeper_than_the_entry_stack_is_counted_not_timed() {
     require_root();
     // One outer call of cg_recurse 40 deep: the kernel keeps 32 frames per thread, so 32

@@ -46,6 +46,33 @@ impl FuncSpec {
             pattern: pattern.to_string(),
         })
     }
+
+    /// Parses one `--func` value: a SPEC, or several separated by commas as perf takes them
+    /// (`--func a,b,c`). Each part is a SPEC of its own. A comma inside brackets is part of
+    /// the symbol: `std::map<int, int>::find`, `f(int, char)`, the class `[a,b]`.
+    pub fn parse_list(text: &str) -> Result<Vec<Self>, String> {
+        top_level_parts(text).into_iter().map(Self::parse).collect()
+    }
+}
+
+/// `text` split at the commas outside `()`, `<>`, `[]` and `{}`. A closing bracket without
+/// its opening one (`operator>`) opens nothing: the depth never goes below 0.
+fn top_level_parts(text: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let (mut depth, mut start) = (0usize, 0);
+    for (i, c) in text.char_indices() {
+        match c {
+            '(' | '<' | '[' | '{' => depth += 1,
+            ')' | '>' | ']' | '}' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                parts.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&text[start..]);
+    parts
 }
 
 /// A SPEC's symbol or library glob, compiled once (by `globset`) and matched against many
@@ -167,6 +194,43 @@ pub fn closest<'a>(pattern: &str, names: impl Iterator<Item = &'a str>, n: usize
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_list_splits_at_top_level_commas_only() {
+        let patterns = |text: &str| -> Vec<(Option<String>, String)> {
+            FuncSpec::parse_list(text)
+                .unwrap()
+                .into_iter()
+                .map(|s| (s.object, s.pattern))
+                .collect()
+        };
+        let own = |p: &str| (None, p.to_string());
+        assert_eq!(patterns("a,b, c"), [own("a"), own("b"), own("c")]);
+        assert_eq!(patterns("main"), [own("main")]);
+        assert_eq!(
+            patterns("libz.so*:deflate*,inflate*"),
+            [
+                (Some("libz.so*".into()), "deflate*".into()),
+                own("inflate*")
+            ]
+        );
+        // Commas inside template arguments, parameter lists and classes stay.
+        assert_eq!(
+            patterns("std::map<int, std::pair<int, int>>::find,f(int, char),x[a,b]"),
+            [
+                own("std::map<int, std::pair<int, int>>::find"),
+                own("f(int, char)"),
+                own("x[a,b]")
+            ]
+        );
+        assert_eq!(
+            patterns("operator>,operator()"),
+            [own("operator>"), own("operator()")]
+        );
+        // An empty part is an error that says what was expected.
+        let err = FuncSpec::parse_list("a,,b").unwrap_err();
+        assert!(err.contains("no symbol"), "{err}");
+    }
 
     #[test]
     fn splits_object_from_symbol_but_not_paths_of_names() {
