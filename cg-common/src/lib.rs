@@ -205,10 +205,15 @@ pub struct LifecycleEvent {
     pub exit_code: u32,
     /// 1 when the whole process died with this thread (EXIT only).
     pub group_dead: u32,
+    /// The real uid of the task the event ran in (`bpf_get_current_uid_gid`): at EXEC the
+    /// process's own, read before it can exit; at FORK the parent's, which the child shares.
+    pub uid: u32,
+    /// Keeps `comm` 8-byte aligned with no implicit padding; always 0.
+    pub reserved: u32,
     pub comm: [u8; COMM_LEN],
     pub filename: [u8; FILENAME_LEN],
 }
-const _: () = assert!(size_of::<LifecycleEvent>() == 48 + COMM_LEN + FILENAME_LEN);
+const _: () = assert!(size_of::<LifecycleEvent>() == 56 + COMM_LEN + FILENAME_LEN);
 
 #[cfg(feature = "user")]
 mod pod {

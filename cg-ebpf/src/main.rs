@@ -36,8 +36,8 @@ use aya_ebpf::{
         bpf_map_type::BPF_MAP_TYPE_TASK_STORAGE, task_struct,
     },
     helpers::{
-        bpf_get_current_comm, bpf_ktime_get_ns, bpf_probe_read_kernel_str_bytes,
-        generated::bpf_task_storage_get,
+        bpf_get_current_comm, bpf_get_current_uid_gid, bpf_ktime_get_ns,
+        bpf_probe_read_kernel_str_bytes, generated::bpf_task_storage_get,
     },
     macros::{btf_map, btf_tracepoint, map},
     maps::{HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
@@ -385,6 +385,9 @@ fn emit(
         thread_start_ns: start_time(task),
         exit_code: 0,
         group_dead: 0,
+        // The low 32 bits are the real uid.
+        uid: bpf_get_current_uid_gid() as u32,
+        reserved: 0,
         comm: bpf_get_current_comm().unwrap_or([0; 16]),
         filename: [0; cg_common::FILENAME_LEN],
     };

@@ -1014,6 +1014,52 @@ fn the_user_column_names_users_that_only_nss_knows() {
 }
 
 #[test]
+fn the_user_column_names_the_user_of_processes_gone_before_proc_was_read() {
+    require_root();
+    // A copy of cg-burn under a name of its own, run again and again as nobody: each burns
+    // 20 ms of CPU and exits, mostly before the view reads /proc; the uid comes from the
+    // kernel's exec event.
+    let dir = tempfile::tempdir().unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let burner = dir.path().join("cg-shortlived");
+    fs::copy(bin("cg-burn"), &burner).unwrap();
+    let script = format!(
+        "while :; do {} --self 20; sleep 0.05; done",
+        shell_quote(&burner)
+    );
+    let _loop = Killed(
+        cg_tests::as_nobody()
+            .args(["sh", "-c", &script])
+            .spawn()
+            .expect("setpriv"),
+    );
+    let tmux = Tmux::start(130, 40);
+    tmux.line(&format!(
+        "{bin} top --source model --refresh 300 -q; echo $? > {code}",
+        bin = shell_quote(&bin("cg-trace")),
+        code = shell_quote(&tmux.path("code")),
+    ));
+    tmux.wait_for("the view", |s| table_rows(s).len() >= 3);
+    tmux.keys(&["/"]);
+    tmux.line("cg-shortlived");
+    let screen = tmux.wait_for("short-lived processes that exited, filtered", |s| {
+        let rows = table_rows(s);
+        rows.iter().all(|row| row.contains("cg-shortlived"))
+            && rows.iter().filter(|row| row.contains("[exited]")).count() >= 3
+    });
+    for row in table_rows(&screen) {
+        assert_eq!(
+            row.split_whitespace().nth(2),
+            Some("nobody"),
+            "the USER column of {row}\n{screen}"
+        );
+    }
+    tmux.keys(&["q"]);
+    assert_eq!(tmux.wait_file("code"), "0");
+}
+
+#[test]
 fn h_lists_a_worker_pools_threads_under_it_busiest_first_and_hides_them_again() {
     require_root();
     let tmux = Tmux::start(110, 30);

@@ -188,6 +188,9 @@ pub enum Lifecycle {
         pid: u32,
         comm: String,
         filename: String,
+        /// The process's real uid at exec (read in the kernel, so known even when the
+        /// process is gone before `/proc` is read).
+        uid: u32,
         timestamp_ns: u64,
     },
     /// A thread exited; `process_exited` when it was the last of its process.
@@ -629,6 +632,7 @@ fn lifecycle_from(e: &LifecycleEvent) -> Option<Lifecycle> {
             pid: e.tgid,
             comm: text(&e.comm),
             filename: text(&e.filename),
+            uid: e.uid,
             timestamp_ns: e.timestamp_ns,
         }),
         event_kind::EXIT => Some(Lifecycle::Exit {

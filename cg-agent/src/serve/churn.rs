@@ -281,6 +281,7 @@ fn exec(pid: u32, comm: &str, now_ns: u64) -> Lifecycle {
         pid,
         comm: comm.to_string(),
         filename: format!("/usr/bin/{comm}"),
+        uid: 0,
         timestamp_ns: now_ns,
     }
 }

@@ -74,7 +74,8 @@ pub struct ProcessRecord {
     pub ppid: Option<u32>,
     pub comm: String,
     pub cmdline: Vec<String>,
-    /// Owner (real uid, from `/proc/PID`), when it could be read.
+    /// Owner: the real uid its exec event carried, else the owner of `/proc/PID` when it
+    /// could be read.
     pub uid: Option<u32>,
     /// Monotonic ns when the run first saw it (its fork, or the start of the run).
     pub first_seen_ns: u64,
@@ -408,6 +409,7 @@ impl ProcessTable {
                     pid,
                     ref comm,
                     ref filename,
+                    uid,
                     ..
                 } => {
                     if let Some(&id) = self.live.get(&pid) {
@@ -415,6 +417,8 @@ impl ProcessTable {
                         record.comm = comm.clone();
                         record.cmdline = Vec::new();
                         self.refresh_from_proc(&mut record);
+                        // The kernel's word, even when the process is gone from /proc.
+                        record.uid = Some(uid);
                         record.comm = comm.clone();
                         if record.cmdline.is_empty() && !filename.is_empty() {
                             record.cmdline = vec![filename.clone()];
@@ -691,6 +695,7 @@ mod tests {
                 pid: 11,
                 comm: "worker".into(),
                 filename: "/usr/bin/worker".into(),
+                uid: 65534,
                 timestamp_ns: 2,
             },
             Lifecycle::Exit {
@@ -720,6 +725,8 @@ mod tests {
         assert_eq!(child.ppid, Some(10));
         assert_eq!(child.comm, "worker");
         assert_eq!(child.cmdline, vec!["/usr/bin/worker"]);
+        // Gone before /proc was read: the uid is the exec event's.
+        assert_eq!(child.uid, Some(65534));
         assert_eq!(child.ending, Some(Ending::Exited(2)));
         assert_eq!(table.live_targets(), 1);
         // Still a target until retired, so its last slices are still charged to it.
