@@ -1145,3 +1145,35 @@ impl Drop for KillOnDrop {
         unsafe { libc::kill(self.0 as i32, libc::SIGKILL) };
     }
 }
+
+#[test]
+fn the_peak_memory_is_cg_traces_own_when_a_big_python_starts_it() {
+    require_root();
+    // Python's subprocess starts cg-trace by vfork: the kernel's ru_maxrss then keeps the
+    // ~300 MB Python held; meta.profiler.max_rss_bytes must be cg-trace's own peak.
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("r.json");
+    let script = "import subprocess, sys\n\
+                  held = bytearray(b'x') * (300 << 20)\n\
+                  sys.exit(subprocess.run(sys.argv[1:]).returncode)\n";
+    let output = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", script])
+        .arg(bin("cg-trace"))
+        .args(["--source", "model", "-q", "-o"])
+        .arg(&report)
+        .args(["--", "true"])
+        .output()
+        .expect("python3");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report = cg_tests::read_report(&report);
+    let peak = num(&report, "/meta/profiler/max_rss_bytes");
+    assert!(
+        peak > 1e6 && peak < 200e6,
+        "cg-trace's peak memory {:.1} MB (Python held 300 MB)",
+        peak / 1e6
+    );
+}

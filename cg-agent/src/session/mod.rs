@@ -1213,9 +1213,26 @@ fn own_cost() -> ProfilerCost {
     let seconds = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
     ProfilerCost {
         cpu_time_s: seconds(usage.ru_utime) + seconds(usage.ru_stime),
-        max_rss_bytes: usage.ru_maxrss as u64 * 1024,
+        max_rss_bytes: own_peak_rss_bytes(),
         attach_ms: 0.0,
     }
+}
+
+/// This process's own peak resident memory: `VmHWM` of `/proc/self/status`, 0 when it cannot
+/// be read. Not `ru_maxrss`, which keeps the peak of the address space exec replaced: started
+/// by vfork (Python's subprocess), that is the launching parent's.
+fn own_peak_rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| vm_hwm_bytes(&status))
+        .unwrap_or(0)
+}
+
+/// The `VmHWM:   1234 kB` line of a `/proc/PID/status`, in bytes.
+fn vm_hwm_bytes(status: &str) -> Option<u64> {
+    let value = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?;
+    let kib: u64 = value.trim().strip_suffix("kB")?.trim_end().parse().ok()?;
+    kib.checked_mul(1024)
 }
 
 fn busy_slopes(sources: &[Box<dyn EnergySource>]) -> Vec<Option<f64>> {
@@ -1602,6 +1619,15 @@ mod tests {
             "{before} -> {}",
             cost.max_rss_bytes
         );
+    }
+
+    #[test]
+    fn the_peak_memory_is_read_from_vm_hwm() {
+        let status = "Name:\tcg-trace\nVmPeak:\t  900000 kB\nVmHWM:\t   54272 kB\nVmRSS:\t 1 kB\n";
+        assert_eq!(vm_hwm_bytes(status), Some(54272 * 1024));
+        assert_eq!(vm_hwm_bytes("VmRSS:\t 1 kB\n"), None);
+        assert_eq!(vm_hwm_bytes("VmHWM:\t lots kB\n"), None);
+        assert!(own_peak_rss_bytes() > 0);
     }
 
     #[test]
