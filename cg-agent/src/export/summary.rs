@@ -81,7 +81,7 @@ pub fn render_with(report: &Report, options: SummaryOptions) -> String {
     let sources: Vec<String> = meta
         .sources
         .iter()
-        .map(|s| format!("{} ({})", printable(&s.name), s.provenance.as_str()))
+        .map(|s| format!("{} ({})", printable(s.name), s.provenance.as_str()))
         .collect();
     let _ = writeln!(out, "energy source: {}", sources.join(", "));
 
