@@ -202,3 +202,44 @@ fn the_test_cgroups_are_removed_with_a_process_still_inside() {
     );
     drop(spinner);
 }
+
+#[test]
+fn a_hostile_cgroup_name_reaches_the_summary_escaped() {
+    require_root();
+    // A unit whose name reads backwards (a right-to-left override) and one holding an OSC 52
+    // clipboard write: the first names its group, the second is refused as a cgroup path
+    // (control characters) with a warning; neither reaches the terminal raw.
+    let mut cgroups = TestCgroups::new("hostile");
+    let spin = bin("cg-spin");
+    let mut spinners = Vec::new();
+    // Two processes in the first, so that the summary has a row for the group.
+    for rel in [
+        "system.slice/\u{202e}gpj.service",
+        "system.slice/\u{202e}gpj.service",
+        "system.slice/x\x1b]52;c;QUJD\x07.service",
+    ] {
+        let cgroup = cgroups.create(rel);
+        let spinner = Background::spawn(&spin, &["0"]);
+        cgroups.move_into(&cgroup, spinner.pid());
+        spinners.push(spinner);
+    }
+    let pids: Vec<String> = spinners.iter().map(|s| s.pid().to_string()).collect();
+    let run = cg_trace(&[
+        "--source",
+        "model",
+        "--group-by",
+        "cgroup",
+        "--pid",
+        &pids.join(","),
+        "--duration",
+        "1",
+    ]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let stderr = run.stderr();
+    let raw: Vec<char> = stderr
+        .chars()
+        .filter(|&c| c != '\n' && (c.is_control() || ('\u{202a}'..='\u{202e}').contains(&c)))
+        .collect();
+    assert!(raw.is_empty(), "raw {raw:?} in:\n{}", stderr.escape_debug());
+    assert!(stderr.contains("\\u202egpj.service"), "{stderr}");
+}
