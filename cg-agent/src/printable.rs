@@ -43,13 +43,23 @@ pub fn printable_lines(text: &str) -> Cow<'_, str> {
 }
 
 /// [`printable`] text cut to at most `max_chars` characters, with `…` as the last one when
-/// cut (the escapes count as the characters they take on the screen).
+/// cut (the escapes count as the characters they take on the screen, and are never cut in
+/// two).
 pub fn fit(text: &str, max_chars: usize) -> String {
     let shown = printable(text);
     if shown.chars().count() <= max_chars {
         return shown.into_owned();
     }
-    let mut cut: String = shown.chars().take(max_chars.saturating_sub(1)).collect();
+    let room = max_chars.saturating_sub(1);
+    let (mut cut, mut used) = (String::new(), 0);
+    for c in text.chars() {
+        let piece = printable(c.encode_utf8(&mut [0; 4])).into_owned();
+        used += piece.chars().count();
+        if used > room {
+            break;
+        }
+        cut.push_str(&piece);
+    }
     cut.push('…');
     cut
 }
@@ -147,6 +157,8 @@ mod tests {
         assert_eq!(fit("abcdefgh", 5), "abcd…");
         assert_eq!(fit("a\nb", 4), "a\\nb");
         assert_eq!(fit("a\nbc", 4), "a\\n…");
+        // An escape is never cut in two.
+        assert_eq!(fit("ab\x1bcd", 5), "ab…");
         let long = "x".repeat(100_000);
         assert_eq!(fit(&long, 26).chars().count(), 26);
     }
