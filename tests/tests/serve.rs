@@ -479,16 +479,35 @@ fn serve_refuses_an_address_in_use() {
 /// like a docker container's is exported as that container's group, labelled with its id.
 #[test]
 fn serve_groups_a_container_shaped_cgroup_by_its_container_id() {
+    serve_exports_a_docker_shaped_workload(Moved::BeforeServeStarts);
+}
+
+/// A container runtime forks, moves the child into the container's cgroup, then execs the
+/// entrypoint. Here `serve` sees the child first in the test's own cgroup (it starts after
+/// serve), and the move comes a second later, just before the exec: the exec puts the process
+/// in the container's group (the process table reads the cgroup again at exec).
+#[test]
+fn serve_moves_a_process_into_the_container_it_execs_in() {
+    serve_exports_a_docker_shaped_workload(Moved::BetweenForkAndExec);
+}
+
+enum Moved {
+    BeforeServeStarts,
+    BetweenForkAndExec,
+}
+
+fn serve_exports_a_docker_shaped_workload(moved: Moved) {
     require_root();
     let unified = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
         .into_iter()
         .map(Path::new)
         .find(|p| p.join("cgroup.procs").exists() && !p.join("cpu").is_dir())
         .expect("a cgroup v2 hierarchy");
-    let id = format!(
-        "{:064x}",
-        u128::from(std::process::id()) * 0x9e37_79b9_7f4a_7c15
-    );
+    let salt = match moved {
+        Moved::BeforeServeStarts => 0x9e37_79b9_7f4a_7c15,
+        Moved::BetweenForkAndExec => 0x7f4a_7c15_9e37_79b9,
+    };
+    let id = format!("{:064x}", u128::from(std::process::id()) * salt);
     let id = &id[id.len() - 64..];
     let slice = unified.join(format!("cg-trace-test-{}.slice", std::process::id()));
     let scope = slice.join(format!("docker-{id}.scope"));
@@ -501,24 +520,41 @@ fn serve_groups_a_container_shaped_cgroup_by_its_container_id() {
         }
     }
     let _remove = Remove(scope.clone(), slice.clone());
-    // A shell waiting for a line, moved into the cgroup before cg-trace first sees it, then
-    // told to become the workload.
-    let mut shell = Command::new("sh")
-        .arg("-c")
-        .arg(format!("read go; exec {} 0", bin("cg-spin").display()))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::fs::write(scope.join("cgroup.procs"), shell.id().to_string()).expect("moving it");
-    let serve = Serve::start(&[
+    let options = [
         "--source",
         "model",
         "--interval",
         "100",
         "--group-by",
         "cgroup",
-    ]);
+    ];
+    // A shell waiting for a line, moved into the cgroup, then told to become the workload.
+    let spawn_shell = || {
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!("read go; exec {} 0", bin("cg-spin").display()))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let move_into_scope =
+        |pid: u32| std::fs::write(scope.join("cgroup.procs"), pid.to_string()).expect("moving it");
+    let (serve, mut shell) = match moved {
+        Moved::BeforeServeStarts => {
+            let shell = spawn_shell();
+            move_into_scope(shell.id());
+            (Serve::start(&options), shell)
+        }
+        Moved::BetweenForkAndExec => {
+            let serve = Serve::start(&options);
+            let shell = spawn_shell();
+            // Time for serve to see the shell's exec in the test's cgroup.
+            std::thread::sleep(Duration::from_secs(1));
+            move_into_scope(shell.id());
+            (serve, shell)
+        }
+    };
     writeln!(shell.stdin.take().unwrap(), "go").unwrap();
     let group = format!("docker:{}", &id[..12]);
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -393,11 +393,9 @@ impl Exporter {
                 }
                 continue;
             }
-            // A command name changes with exec; a cgroup is read once per process.
-            let known = self.members.get(&id).filter(|m| same(m));
-            if known.is_some() && self.options.group_by != GroupBy::Comm {
-                continue;
-            }
+            // Regrouped at every change: a command name changes with exec, and so can a
+            // cgroup (a container runtime forks, moves the child into the container's cgroup,
+            // then execs the entrypoint; the process table reads it again at exec).
             let key = if self.options.group_by == GroupBy::Comm {
                 GroupKey::named(group_of(record))
             } else {
@@ -1032,6 +1030,71 @@ mod tests {
         assert!(text.contains(&format!("pod_uid=\"{pod}\"")), "{text}");
         let (sums, _) = series(&scrape);
         assert!(close(sums[0], scrape.domains[0].host_j));
+    }
+
+    /// A container runtime forks (the child still in the runtime's cgroup), moves the child
+    /// into the container's cgroup, then execs the entrypoint: seen first at the fork, the
+    /// process is charged to the container from its exec on.
+    ///
+    /// ```text
+    /// interval   0            1            2
+    /// pid 20     fork (runc)  exec (nginx: container's cgroup)
+    /// group      runc.scope   docker:...   docker:...
+    /// ```
+    #[test]
+    fn a_process_seen_at_fork_joins_the_container_it_execs_in() {
+        let docker = "89abcdef0123456789abcdef0123456789abcdef0123456789abcdef01234567";
+        let header = header(2.0);
+        let mut e = Exporter::with_grouper(
+            &LiveStart {
+                header: &header,
+                run_start_ns: 0,
+                calibration: &[],
+            },
+            ServeOptions {
+                top_groups: 10,
+                grace_ns: 60_000 * MS,
+                group_by: GroupBy::Cgroup,
+            },
+            grouper(GroupBy::Cgroup, "/nonexistent/proc".into()),
+        );
+        let mut processes = vec![record(20, "runc:[2:INIT]", 0)];
+        processes[0].cgroup = Some(crate::cgroup::classify("/system.slice/runc-init.scope"));
+        feed(
+            &mut e,
+            &processes,
+            &[0],
+            &interval(0, &[(0, 0, 50)], [2.0, 1.0]),
+        );
+        // The exec: the table read the cgroup again.
+        processes[0].comm = "nginx".into();
+        processes[0].cgroup = Some(crate::cgroup::classify(&format!(
+            "/system.slice/docker-{docker}.scope"
+        )));
+        for i in 1..3 {
+            let changed: &[ProcId] = if i == 1 { &[0] } else { &[] };
+            feed(
+                &mut e,
+                &processes,
+                changed,
+                &interval(i, &[(0, 0, 50)], [2.0, 1.0]),
+            );
+        }
+        let scrape = e.scrape();
+        let energy = |name: &str| -> f64 {
+            scrape
+                .energy
+                .iter()
+                .filter(|(d, g, _)| *d == 0 && g == name)
+                .map(|(_, _, j)| *j)
+                .sum()
+        };
+        let container = format!("docker:{}", &docker[..12]);
+        let runtime = energy("runc-init.scope");
+        assert!(energy(&container) > runtime, "{scrape:?}");
+        // Two intervals in the container against one in the runtime's group (2.0 J active
+        // of 3.0 J each, the baseline fit aside, the ratio holds).
+        assert!(close(energy(&container), 2.0 * runtime), "{scrape:?}");
     }
 
     #[test]
