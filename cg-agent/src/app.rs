@@ -546,14 +546,19 @@ fn print_notice(notice: &session::Notice) {
             names,
             provenance,
             reason,
-        } => format!(
-            "cg-trace: energy source: {} ({}): {reason}",
-            names.join(", "),
-            match provenance {
-                crate::sources::Provenance::Measured => "measured",
-                crate::sources::Provenance::Estimated => "ESTIMATED",
+        } => match provenance {
+            crate::sources::Provenance::Measured => {
+                format!(
+                    "cg-trace: energy source: {} (measured): {reason}",
+                    names.join(", ")
+                )
             }
-        ),
+            // Why is said once, in the quality notes at the end, with the figures.
+            crate::sources::Provenance::Estimated => format!(
+                "cg-trace: energy source: {} (ESTIMATED; why: see the quality notes at the end)",
+                names.join(", ")
+            ),
+        },
         Notice::SourceWarning(text) => format!("cg-trace: warning: {text}"),
         Notice::NoopProbes => "cg-trace: --bench-noop-probes: sched_switch accounts nothing; \
                                figures are meaningless"

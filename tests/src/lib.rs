@@ -715,7 +715,7 @@ impl Drop for Ticker {
 /// can make a counter misbehave mid-run with [`FakePerf::fault_command`].
 pub struct FakePerf {
     // Declared first so that it stops before the directory goes.
-    _ticker: Ticker,
+    _ticker: Option<Ticker>,
     dir: tempfile::TempDir,
 }
 
@@ -780,8 +780,34 @@ impl FakePerf {
         });
         FakePerf {
             dir,
-            _ticker: ticker,
+            _ticker: Some(ticker),
         }
+    }
+
+    /// The perf PMU of the H100 cloud VM recorded in `shared/data/h100` (`sources.json`): a
+    /// `power` PMU whose one event, `energy-psys`, opens and reads but holds `count` forever.
+    pub fn still_psys(count: u64) -> Self {
+        use std::os::unix::fs::FileExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pmu = dir.path().join("sysfs/power");
+        fs::create_dir_all(pmu.join("events")).unwrap();
+        fs::create_dir_all(pmu.join("format")).unwrap();
+        fs::write(pmu.join("type"), "23\n").unwrap();
+        fs::write(pmu.join("cpumask"), "0\n").unwrap();
+        fs::write(pmu.join("format/event"), "config:0-7\n").unwrap();
+        let events = pmu.join("events");
+        fs::write(events.join("energy-psys"), "event=0x05\n").unwrap();
+        fs::write(
+            events.join("energy-psys.scale"),
+            "2.3283064365386962890625e-10\n",
+        )
+        .unwrap();
+        fs::write(events.join("energy-psys.unit"), "Joules\n").unwrap();
+        let c = dir.path().join("counters/power/energy-psys");
+        fs::create_dir_all(&c).unwrap();
+        let file = fs::File::create(c.join("cpu0")).unwrap();
+        file.write_all_at(&count.to_ne_bytes(), 0).unwrap();
+        FakePerf { dir, _ticker: None }
     }
 
     /// `--perf-root`.

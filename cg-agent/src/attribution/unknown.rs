@@ -38,6 +38,12 @@ impl Glitch {
         Glitch::Invalid,
     ];
 
+    /// Whether the counter surely moved (its value changed, implausibly): a counter showing
+    /// only other glitches may be standing still (see `sources::select::check_advancing`).
+    pub fn shows_movement(self) -> bool {
+        matches!(self, Glitch::StepBack | Glitch::Jump)
+    }
+
     /// The name in the report (`timeseries[].domains.<d>.glitches`).
     pub fn name(self) -> &'static str {
         match self {
