@@ -1200,9 +1200,18 @@ fn sources_says_a_still_psys_counter_is_present_not_advancing() {
     let mut args = vec!["sources".to_string()];
     args.extend(still_psys_args(&perf, rapl.root()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let run = cg_trace(&args);
-    assert_eq!(run.code(), Some(0), "{}", run.stderr());
-    let text = run.stdout();
+    let sources = |json: bool| {
+        let mut args = args.clone();
+        if json {
+            args.push("--json");
+        }
+        let output = cg_tests::cg_trace_as_given(&args);
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{stderr}");
+        stdout
+    };
+    let text = sources(false);
     let perf_line = lines_with(&text, "perf ")[0];
     assert!(
         perf_line.contains("present, not advancing") && perf_line.contains("psys"),
@@ -1213,11 +1222,7 @@ fn sources_says_a_still_psys_counter_is_present_not_advancing() {
     assert!(text.contains("psys did not move in "), "{text}");
     assert!(text.contains("auto:     uses model"), "{text}");
 
-    let mut json_args = args.clone();
-    json_args.push("--json");
-    let run = cg_trace(&json_args);
-    assert_eq!(run.code(), Some(0), "{}", run.stderr());
-    let inventory: Value = serde_json::from_str(&run.stdout()).expect("JSON");
+    let inventory: Value = serde_json::from_str(&sources(true)).expect("JSON");
     let sources = inventory["sources"].as_array().unwrap();
     for (i, name) in ["perf", "powercap"].iter().enumerate() {
         assert_eq!(sources[i]["name"], *name);
