@@ -546,19 +546,25 @@ fn print_notice(notice: &session::Notice) {
             names,
             provenance,
             reason,
-        } => match provenance {
-            crate::sources::Provenance::Measured => {
-                format!(
-                    "cg-trace: energy source: {} (measured): {reason}",
-                    names.join(", ")
-                )
+            replaced,
+        } => {
+            let from = if *replaced {
+                " after the calibration"
+            } else {
+                ""
+            };
+            let names = names.join(", ");
+            match provenance {
+                crate::sources::Provenance::Measured => {
+                    format!("cg-trace: energy source{from}: {names} (measured): {reason}")
+                }
+                // Why is said once, in the quality notes at the end, with the figures.
+                crate::sources::Provenance::Estimated => format!(
+                    "cg-trace: energy source{from}: {names} (ESTIMATED; why: see the quality \
+                     notes at the end)"
+                ),
             }
-            // Why is said once, in the quality notes at the end, with the figures.
-            crate::sources::Provenance::Estimated => format!(
-                "cg-trace: energy source: {} (ESTIMATED; why: see the quality notes at the end)",
-                names.join(", ")
-            ),
-        },
+        }
         Notice::SourceWarning(text) => format!("cg-trace: warning: {text}"),
         Notice::NoopProbes => "cg-trace: --bench-noop-probes: sched_switch accounts nothing; \
                                figures are meaningless"

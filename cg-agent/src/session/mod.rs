@@ -200,6 +200,16 @@ impl RunHeader {
         self.busy_slope_w = busy_slopes(sources);
     }
 
+    /// The notice that says which sources the run uses and why.
+    fn sources_chosen(&self, replaced: bool) -> Notice {
+        Notice::SourcesChosen {
+            names: self.sources.iter().map(|s| s.name).collect(),
+            provenance: self.provenance(),
+            reason: self.selection_reason.clone(),
+            replaced,
+        }
+    }
+
     /// Whether the run's energy is measured or estimated (estimated as soon as one source is).
     pub fn provenance(&self) -> Provenance {
         Provenance::of_all(self.sources.iter().map(|s| s.provenance))
@@ -271,11 +281,13 @@ pub struct Outcome {
 pub enum Notice {
     /// A remark on the targets given (a thread id standing for its process, pid 1).
     Targets(String),
-    /// The energy sources chosen, and why.
+    /// The energy sources chosen, and why; told again when the calibration found a RAPL
+    /// source's counters still and `auto` replaced it (`replaced`).
     SourcesChosen {
         names: Vec<&'static str>,
         provenance: Provenance,
         reason: String,
+        replaced: bool,
     },
     /// A remark of the sources while choosing (perf and powercap disagreeing).
     SourceWarning(String),
@@ -591,6 +603,7 @@ async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup
         domains: Vec::new(),
     };
     header.set_sources(&selection.sources, selection.reason.clone());
+    config.notices.tell(header.sources_chosen(false));
     for note in &selection.notes {
         config
             .notices
@@ -731,12 +744,8 @@ async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup
             .join("; ");
         header.set_sources(&sampler.sources, reason);
         replace_probes(&mut probes_seen, fallback.probes);
+        config.notices.tell(header.sources_chosen(true));
     }
-    config.notices.tell(Notice::SourcesChosen {
-        names: header.sources.iter().map(|s| s.name).collect(),
-        provenance: header.provenance(),
-        reason: header.selection_reason.clone(),
-    });
     Ok(Setup {
         config,
         header,
