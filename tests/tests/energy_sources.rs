@@ -1237,7 +1237,13 @@ fn sources_says_a_still_psys_counter_is_present_not_advancing() {
 fn auto_on_a_still_psys_falls_back_to_the_model_and_every_target_gets_cpu_energy() {
     require_root();
     let perf = FakePerf::still_psys(0x1234_5678_9abc);
-    let mut args = still_psys_args(&perf, Path::new("/nonexistent"));
+    // Powercap is there too, and as still: every zone at 0 W.
+    let zero = Linear {
+        idle_w: 0.0,
+        k_w_per_cpu: 0.0,
+    };
+    let rapl = FakePowercap::start(zero, zero, zero, u64::MAX / 2);
+    let mut args = still_psys_args(&perf, rapl.root());
     let burn = burn();
     args.extend(["--", &burn, "--children", "600,300"].map(String::from));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -1264,9 +1270,12 @@ fn auto_on_a_still_psys_falls_back_to_the_model_and_every_target_gets_cpu_energy
     let why = lines_with(&stderr, "not advancing");
     assert_eq!(why.len(), 1, "{stderr}");
     assert!(
-        why[0].contains("psys did not move") && why[0].contains("ESTIMATED"),
+        why[0].contains("psys did not move")
+            && why[0].contains("powercap counters present, not advancing")
+            && why[0].contains("ESTIMATED"),
         "{stderr}"
     );
+    assert_eq!(meta["sources_probed"][1]["status"], "not_advancing");
 }
 
 #[test]
