@@ -940,6 +940,43 @@ fn a_deleted_and_recreated_energy_uj_is_reopened_not_read_stale() {
 }
 
 #[test]
+fn a_deleted_energy_uj_is_said_deleted_not_recreated() {
+    require_root();
+    let rapl = fake_powercap();
+    let script = faulty_workload(
+        300,
+        &[rapl.fault_command("intel-rapl:0", Fault::Delete)],
+        300,
+    );
+    let run = run_faulty(&powercap_args(&rapl), &["--idle-watts", TRUE_IDLE], &script);
+    let report = run.report();
+    assert_adds_up(report);
+    let package = series(report, "package-0");
+    let glitched = |name| {
+        package
+            .iter()
+            .filter(|(_, _, p)| has_glitch(p, name))
+            .count()
+    };
+    assert!(glitched("deleted") >= 1, "{:#}", report["timeseries"]);
+    assert_eq!(glitched("replaced"), 0);
+    assert_noted(
+        report,
+        &[
+            "package-0: energy unknown",
+            "was deleted (and not recreated",
+        ],
+    );
+    assert!(
+        !notes(report)
+            .iter()
+            .any(|n| n.contains("recreated (cg-trace")),
+        "{:#?}",
+        notes(report)
+    );
+}
+
+#[test]
 fn failed_powercap_reads_are_spread_back_and_leave_idle_and_the_fit_right() {
     require_root();
     let rapl = fake_powercap();

@@ -651,19 +651,24 @@ mod tests {
             let open = |p: &Path| fs::OpenOptions::new().write(true).open(p).unwrap();
             let perf: Vec<fs::File> = perf.iter().map(|p| open(p)).collect();
             let powercap: Vec<fs::File> = powercap.iter().map(|p| open(p)).collect();
+            let write = move |count: u64| {
+                for f in &perf {
+                    f.write_all_at(&count.to_ne_bytes(), 0).unwrap();
+                }
+                for f in &powercap {
+                    f.write_all_at(format!("{count:020}\n").as_bytes(), 0)
+                        .unwrap();
+                }
+            };
+            // The files take their final length before anything reads them as they change.
+            write(1);
             let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
             let flag = stop.clone();
             let thread = std::thread::spawn(move || {
-                let mut count = 0u64;
+                let mut count = 1u64;
                 while !flag.load(Ordering::Relaxed) {
                     count += 1;
-                    for f in &perf {
-                        f.write_all_at(&count.to_ne_bytes(), 0).unwrap();
-                    }
-                    for f in &powercap {
-                        f.write_all_at(format!("{count:020}\n").as_bytes(), 0)
-                            .unwrap();
-                    }
+                    write(count);
                     std::thread::sleep(Duration::from_millis(1));
                 }
             });
@@ -1034,7 +1039,7 @@ mod tests {
         );
         let fallback = fall_back(&options, &host(), "perf", &[psys.clone()], still()).unwrap();
         drop(live);
-        assert_eq!(fallback.source.name(), "powercap");
+        assert_eq!(fallback.source.name(), "powercap", "{}", fallback.reason);
         assert!(
             fallback
                 .reason
