@@ -455,9 +455,11 @@ fn view_command_output(
     if !matches!(mode, Mode::Wrap { .. }) {
         return Ok(None);
     }
-    let path = args.view.command_output.clone().unwrap_or_else(|| {
-        std::env::temp_dir().join(format!("cg-trace-{}.out", std::process::id()))
-    });
+    let path = args
+        .view
+        .command_output
+        .clone()
+        .unwrap_or_else(output::default_command_output);
     check_output(&path, "--command-output", invoker)?;
     Ok(Some(path))
 }

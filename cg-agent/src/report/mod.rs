@@ -340,7 +340,7 @@ pub struct TimeDomain {
     pub power_w: f64,
     /// `false` when (part of) the interval's energy is not known: `glitches` says why.
     pub energy_known: bool,
-    /// Why not: `step_back`, `jump`, `frozen`, `replaced`, `ambiguous`, `read_failed`,
+    /// Why not: `step_back`, `jump`, `frozen`, `replaced`, `deleted`, `ambiguous`, `read_failed`,
     /// `unavailable`, `invalid`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub glitches: Vec<&'static str>,

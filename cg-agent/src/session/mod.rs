@@ -1113,16 +1113,7 @@ pub fn run_id(started: SystemTime) -> String {
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or(Duration::ZERO)
         .as_nanos() as u64;
-    let mut random = [0u8; 8];
-    let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| {
-        use std::io::Read;
-        f.read_exact(&mut random)
-    });
-    format!(
-        "{:016x}-{:016x}",
-        nanos,
-        u64::from_ne_bytes(random) ^ u64::from(std::process::id())
-    )
+    format!("{:016x}-{:016x}", nanos, crate::output::random_u64())
 }
 
 /// After a stop request in wrap mode: forward `signal` (0 = none) and keep measuring while
