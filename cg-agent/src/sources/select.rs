@@ -306,7 +306,7 @@ fn check_rapl_advances(
         if let Some(p) = perf.as_mut() {
             p.drop_unless_advancing();
         }
-        if !perf.as_ref().is_some_and(|p| p.source.is_ok())
+        if perf.as_ref().is_none_or(|p| p.source.is_err())
             && let Some(p) = powercap.as_mut()
         {
             p.drop_unless_advancing();
@@ -1037,7 +1037,14 @@ mod tests {
             Vec::new(),
             powercap_counters(&options.powercap_root, &zones),
         );
-        let fallback = fall_back(&options, &host(), "perf", &[psys.clone()], still()).unwrap();
+        let fallback = fall_back(
+            &options,
+            &host(),
+            "perf",
+            std::slice::from_ref(&psys),
+            still(),
+        )
+        .unwrap();
         drop(live);
         assert_eq!(fallback.source.name(), "powercap", "{}", fallback.reason);
         assert!(
