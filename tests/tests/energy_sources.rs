@@ -1259,6 +1259,7 @@ fn sources_says_a_still_psys_counter_is_present_not_advancing() {
     assert!(text.contains("psys did not move in "), "{text}");
     assert!(text.contains("auto:     uses model"), "{text}");
 
+    // Not a report: `cg-trace sources --json`.
     let inventory: Value = serde_json::from_str(&sources(true)).expect("JSON");
     let sources = inventory["sources"].as_array().unwrap();
     for (i, name) in ["perf", "powercap"].iter().enumerate() {
