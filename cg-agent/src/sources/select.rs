@@ -431,6 +431,7 @@ pub fn fall_back(
     };
     let mut probes = Vec::new();
     let (source, reason) = cpu_side(options, host, perf, powercap, false, &mut probes)?;
+    // Without a meter, cpu_side always gives a source (the model at worst).
     let mut source = source.ok_or_else(|| SourceError::Conflict("no fallback source".into()))?;
     source.read(&ReadContext {
         duration_ns: 0,
