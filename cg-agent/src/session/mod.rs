@@ -684,68 +684,15 @@ async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup
     }
     sampler.sample(Phase::Prime);
 
-    // Calibration: the machine without the command, to anchor the idle fit; it needs a source
-    // that measures something: any one of them (a GPU's beside the model), not all (the
-    // report's provenance rule). `auto` replaces a RAPL source whose counters stood still
-    // during it, and calibrates again.
-    let mut calibration_s = 0.0;
-    let mut early_stop = None;
     let mut probes_seen = selection.probes;
-    let calibrate = |sampler: &Sampler| {
-        matches!(config.mode, Mode::Wrap { .. })
-            && sampler
-                .sources
-                .iter()
-                .any(|s| s.provenance() == Provenance::Measured)
-            && !config.calibration.is_zero()
-            && config.idle_watts == IdleWatts::Estimate
-    };
-    while calibrate(&sampler) {
-        let started = Instant::now();
-        let mut tick = tokio::time::interval(config.interval.min(config.calibration));
-        tick.tick().await;
-        while started.elapsed() < config.calibration {
-            tokio::select! {
-                _ = tick.tick() => sampler.sample(Phase::Calibration),
-                request = signals.recv() => { early_stop = Some(request); break; }
-            }
-        }
-        sampler.sample(Phase::Calibration);
-        calibration_s = started.elapsed().as_secs_f64();
-        if early_stop.is_some() || config.sources.choice != SourceChoice::Auto {
-            break;
-        }
-        let widths: Vec<(&'static str, usize)> = sampler
-            .sources
-            .iter()
-            .map(|s| (s.name(), s.domains().len()))
-            .collect();
-        let Some((index, err)) =
-            still_during_calibration(&widths, &header.domains, sampler.recorder.calibration())
-        else {
-            break;
-        };
-        let fallback = sources::select::fall_back(
-            &config.sources,
-            &header.host,
-            sampler.sources[index].name(),
-            sampler.sources[index].domains(),
-            err,
-        )?;
-        sampler.replace_source(index, fallback.source);
-        let gpus = sampler
-            .sources
-            .iter()
-            .filter(|s| s.name() == "nvml")
-            .map(|s| sources::select::gpu_reason(s.as_ref()));
-        let reason = std::iter::once(fallback.reason)
-            .chain(gpus)
-            .collect::<Vec<_>>()
-            .join("; ");
-        header.set_sources(&sampler.sources, reason);
-        replace_probes(&mut probes_seen, fallback.probes);
-        config.notices.tell(header.sources_chosen(true));
-    }
+    let (calibration_s, early_stop) = calibrate(
+        &config,
+        &mut header,
+        &mut sampler,
+        &mut signals,
+        &mut probes_seen,
+    )
+    .await?;
     Ok(Setup {
         config,
         header,
@@ -759,6 +706,95 @@ async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup
         selection_probes: probes_seen,
         losses_before: Losses::default(),
     })
+}
+
+/// The idle calibration (wrap mode): the machine without the command, to anchor the idle
+/// fit. It needs a source that measures something: any one of them (a GPU's beside the
+/// model), not all (the report's provenance rule). `auto` replaces a RAPL source whose
+/// counters stood still through it, and calibrates again. Returns how long the last window
+/// lasted and the stop request that cut it short, if one did.
+async fn calibrate(
+    config: &RunConfig,
+    header: &mut RunHeader,
+    sampler: &mut Sampler,
+    signals: &mut Signals,
+    probes: &mut Vec<SourceProbe>,
+) -> Result<(f64, Option<StopRequest>), RunError> {
+    let wanted = |sampler: &Sampler| {
+        matches!(config.mode, Mode::Wrap { .. })
+            && sampler
+                .sources
+                .iter()
+                .any(|s| s.provenance() == Provenance::Measured)
+            && !config.calibration.is_zero()
+            && config.idle_watts == IdleWatts::Estimate
+    };
+    let mut calibration_s = 0.0;
+    while wanted(sampler) {
+        let started = Instant::now();
+        let mut tick = tokio::time::interval(config.interval.min(config.calibration));
+        tick.tick().await;
+        let mut stop = None;
+        while started.elapsed() < config.calibration {
+            tokio::select! {
+                _ = tick.tick() => sampler.sample(Phase::Calibration),
+                request = signals.recv() => { stop = Some(request); break; }
+            }
+        }
+        sampler.sample(Phase::Calibration);
+        calibration_s = started.elapsed().as_secs_f64();
+        if stop.is_some() {
+            return Ok((calibration_s, stop));
+        }
+        if config.sources.choice != SourceChoice::Auto
+            || !replace_still_source(config, header, sampler, probes)?
+        {
+            break;
+        }
+    }
+    Ok((calibration_s, None))
+}
+
+/// After a calibration: replaces the first RAPL source whose counters stood still through it
+/// (see [`still_during_calibration`]) with the next one `auto` picks, says so, and tells
+/// whether it did.
+fn replace_still_source(
+    config: &RunConfig,
+    header: &mut RunHeader,
+    sampler: &mut Sampler,
+    probes: &mut Vec<SourceProbe>,
+) -> Result<bool, RunError> {
+    let widths: Vec<(&'static str, usize)> = sampler
+        .sources
+        .iter()
+        .map(|s| (s.name(), s.domains().len()))
+        .collect();
+    let Some((index, err)) =
+        still_during_calibration(&widths, &header.domains, sampler.recorder.calibration())
+    else {
+        return Ok(false);
+    };
+    let fallback = sources::select::fall_back(
+        &config.sources,
+        &header.host,
+        sampler.sources[index].name(),
+        sampler.sources[index].domains(),
+        err,
+    )?;
+    sampler.replace_source(index, fallback.source);
+    let gpus = sampler
+        .sources
+        .iter()
+        .filter(|s| s.name() == "nvml")
+        .map(|s| sources::select::gpu_reason(s.as_ref()));
+    let reason = std::iter::once(fallback.reason)
+        .chain(gpus)
+        .collect::<Vec<_>>()
+        .join("; ");
+    header.set_sources(&sampler.sources, reason);
+    replace_probes(probes, fallback.probes);
+    config.notices.tell(header.sources_chosen(true));
+    Ok(true)
 }
 
 /// One measured run: starts the command (wrap mode), samples every interval until the
