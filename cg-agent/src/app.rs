@@ -461,9 +461,11 @@ fn view_command_output(
     if !matches!(mode, Mode::Wrap { .. }) {
         return Ok(None);
     }
-    let path = args.view.command_output.clone().unwrap_or_else(|| {
-        std::env::temp_dir().join(format!("cg-trace-{}.out", std::process::id()))
-    });
+    let path = args
+        .view
+        .command_output
+        .clone()
+        .unwrap_or_else(output::default_command_output);
     check_output(&path, "--command-output", invoker)?;
     Ok(Some(path))
 }
@@ -552,14 +554,25 @@ fn print_notice(notice: &session::Notice) {
             names,
             provenance,
             reason,
-        } => format!(
-            "cg-trace: energy source: {} ({}): {reason}",
-            printable(&names.join(", ")),
+            replaced,
+        } => {
+            let from = if *replaced {
+                " after the calibration"
+            } else {
+                ""
+            };
+            let names = printable(&names.join(", "));
             match provenance {
-                crate::sources::Provenance::Measured => "measured",
-                crate::sources::Provenance::Estimated => "ESTIMATED",
+                crate::sources::Provenance::Measured => {
+                    format!("cg-trace: energy source{from}: {names} (measured): {reason}")
+                }
+                // Why is said once, in the quality notes at the end, with the figures.
+                crate::sources::Provenance::Estimated => format!(
+                    "cg-trace: energy source{from}: {names} (ESTIMATED; why: see the quality \
+                     notes at the end)"
+                ),
             }
-        ),
+        }
         Notice::SourceWarning(text) => format!("cg-trace: warning: {text}"),
         Notice::NoopProbes => "cg-trace: --bench-noop-probes: sched_switch accounts nothing; \
                                figures are meaningless"

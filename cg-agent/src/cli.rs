@@ -329,7 +329,7 @@ pub struct ViewArgs {
     pub refresh: u64,
 
     /// Live view, wrap mode: the file that receives the command's stdout and stderr
-    /// (default: cg-trace-PID.out in the temporary directory; named on screen)
+    /// (default: cg-trace-PID-RANDOM.out in the temporary directory; named on screen)
     #[arg(long, value_name = "FILE")]
     pub command_output: Option<PathBuf>,
 

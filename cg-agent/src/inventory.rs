@@ -101,17 +101,11 @@ pub fn render(inv: &Inventory) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<10} {:<10} {:<17} DOMAINS",
+        "{:<10} {:<10} {:<22} DOMAINS",
         "SOURCE", "PROVENANCE", "STATUS"
     );
     for p in &inv.sources {
-        let status = if p.usable {
-            "usable"
-        } else if p.needs_privileges {
-            "needs privileges"
-        } else {
-            "not available"
-        };
+        let status = p.status.describe();
         let domains = if p.domains.is_empty() {
             "-".to_string()
         } else {
@@ -127,7 +121,7 @@ pub fn render(inv: &Inventory) -> String {
         let domains = printable(&domains);
         let _ = writeln!(
             out,
-            "{:<10} {:<10} {:<17} {domains}",
+            "{:<10} {:<10} {:<22} {domains}",
             p.name,
             p.provenance.as_str(),
             status
@@ -203,12 +197,13 @@ mod tests {
 
     #[test]
     fn lists_every_source_and_the_auto_choice() {
+        // A powercap zone whose counter never moves (its value is written once).
         let dir = tempfile::tempdir().unwrap();
         let zone = dir.path().join("powercap/intel-rapl:0");
         fs::create_dir_all(&zone).unwrap();
         fs::write(zone.join("name"), "package-0\n").unwrap();
         fs::write(zone.join("energy_uj"), "5\n").unwrap();
-        fs::write(zone.join("max_energy_range_uj"), "100\n").unwrap();
+        fs::write(zone.join("max_energy_range_uj"), "262143328850\n").unwrap();
         let options = SourceOptions {
             perf_root: dir.path().join("no-perf"),
             powercap_root: dir.path().join("powercap"),
@@ -224,13 +219,20 @@ mod tests {
         let inv = gather(&options, &host);
         let names: Vec<_> = inv.sources.iter().map(|p| p.name).collect();
         assert_eq!(names, ["perf", "powercap", "nvml", "model"]);
-        assert_eq!(inv.auto.sources, ["powercap"]);
-        assert_eq!(inv.auto_as_root, ["powercap"]);
+        assert_eq!(inv.auto.sources, ["model"]);
+        assert_eq!(inv.auto_as_root, ["model"]);
         let text = render(&inv);
         assert!(text.contains("no RAPL perf PMU"), "{text}");
-        assert!(text.contains("auto:     uses powercap"), "{text}");
+        let powercap = text.lines().find(|l| l.starts_with("powercap ")).unwrap();
+        assert!(
+            powercap.contains("present, not advancing") && powercap.contains("package-0"),
+            "{text}"
+        );
+        assert!(text.contains("auto:     uses model"), "{text}");
         let json = serde_json::to_value(&inv).unwrap();
         assert_eq!(json["sources"][1]["domains"][0]["name"], "package-0");
-        assert_eq!(json["sources"][1]["usable"], true);
+        assert_eq!(json["sources"][1]["status"], "not_advancing");
+        assert_eq!(json["sources"][1]["usable"], false);
+        assert_eq!(json["sources"][3]["status"], "usable");
     }
 }

@@ -429,12 +429,12 @@ fn create_fresh(dir: &OwnedFd, mut names: impl FnMut() -> CString) -> io::Result
     ))
 }
 
-/// `.NAME.0123456789abcdef.partial` (the name shortened to stay within NAME_MAX).
-fn random_temp_name(name: &OsStr) -> CString {
+/// 64 bits no other user can guess (for names in shared directories such as /tmp).
+pub fn random_u64() -> u64 {
     let mut random = [0u8; 8];
     // SAFETY: getrandom fills the buffer we own.
     let got = unsafe { libc::getrandom(random.as_mut_ptr().cast(), random.len(), 0) };
-    let value = if got == random.len() as isize {
+    if got == random.len() as isize {
         u64::from_ne_bytes(random)
     } else {
         // No entropy source: time and pid still differ between attempts and processes.
@@ -442,7 +442,22 @@ fn random_temp_name(name: &OsStr) -> CString {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
         nanos ^ (u64::from(std::process::id()) << 32)
-    };
+    }
+}
+
+/// The default file for the wrapped command's output under the live view: in the temporary
+/// directory, under a name no other user can predict (and so plant a link at beforehand).
+pub fn default_command_output() -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "cg-trace-{}-{:016x}.out",
+        std::process::id(),
+        random_u64()
+    ))
+}
+
+/// `.NAME.0123456789abcdef.partial` (the name shortened to stay within NAME_MAX).
+fn random_temp_name(name: &OsStr) -> CString {
+    let value = random_u64();
     let base = &name.as_bytes()[..name.len().min(200)];
     let mut bytes = Vec::with_capacity(base.len() + 30);
     bytes.push(b'.');
@@ -612,6 +627,21 @@ mod tests {
         let err = check(&dir.path().join("nope/r.json"), &me()).unwrap_err();
         assert!(matches!(err, OutputError::Directory { .. }), "{err}");
         assert!(err.to_string().contains("os error"), "{err}");
+    }
+
+    #[test]
+    fn the_default_command_output_cannot_be_foreseen() {
+        let (a, b) = (default_command_output(), default_command_output());
+        assert_ne!(a, b);
+        assert_eq!(a.parent(), Some(std::env::temp_dir().as_path()));
+        let name = a.file_name().unwrap().to_str().unwrap();
+        let prefix = format!("cg-trace-{}-", std::process::id());
+        let random = name
+            .strip_prefix(&prefix)
+            .and_then(|n| n.strip_suffix(".out"))
+            .unwrap_or_else(|| panic!("{name}"));
+        assert_eq!(random.len(), 16, "{name}");
+        assert!(random.bytes().all(|c| c.is_ascii_hexdigit()), "{name}");
     }
 
     #[test]

@@ -419,6 +419,8 @@ pub enum Fault {
     Freeze(Duration),
     /// The counter's file is deleted and created anew, with the same count (powercap only).
     Recreate,
+    /// The counter's file is deleted for good; the counter behind it stops (powercap only).
+    Delete,
     /// Reads fail for this long (the file holds no number); the counter goes on counting.
     Unreadable(Duration),
 }
@@ -431,6 +433,7 @@ impl Fault {
             Fault::Jump(j) => format!("{counter} jump {j}"),
             Fault::Freeze(d) => format!("{counter} freeze {}", d.as_millis()),
             Fault::Recreate => format!("{counter} recreate"),
+            Fault::Delete => format!("{counter} delete"),
             Fault::Unreadable(d) => format!("{counter} unreadable {}", d.as_millis()),
         }
     }
@@ -446,6 +449,7 @@ impl Fault {
             "jump" => Fault::Jump(number?),
             "freeze" => Fault::Freeze(ms()?),
             "recreate" => Fault::Recreate,
+            "delete" => Fault::Delete,
             "unreadable" => Fault::Unreadable(ms()?),
             _ => return None,
         };
@@ -481,20 +485,34 @@ struct FakeCounter {
     energy_j: f64,
     frozen_until: Option<Instant>,
     unreadable_until: Option<Instant>,
+    /// Its file was deleted for good ([`Fault::Delete`]): nothing is written any more.
+    deleted: bool,
+}
+
+/// What a fake must do to a counter's file after a fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FileChange {
+    None,
+    Recreate,
+    Delete,
 }
 
 impl FakeCounter {
-    /// Applies `fault` now; returns whether the counter's file must be recreated.
-    fn apply(&mut self, fault: Fault) -> bool {
+    /// Applies `fault` now; returns what must happen to the counter's file.
+    fn apply(&mut self, fault: Fault) -> FileChange {
         let now = Instant::now();
         match fault {
             Fault::StepBack(j) => self.energy_j = (self.energy_j - j).max(0.0),
             Fault::Jump(j) => self.energy_j += j,
             Fault::Freeze(d) => self.frozen_until = Some(now + d),
-            Fault::Recreate => return true,
+            Fault::Recreate => return FileChange::Recreate,
+            Fault::Delete => {
+                self.deleted = true;
+                return FileChange::Delete;
+            }
             Fault::Unreadable(d) => self.unreadable_until = Some(now + d),
         }
-        false
+        FileChange::None
     }
 
     /// Counts `joules` more unless frozen; whether its file holds a number now.
@@ -597,17 +615,24 @@ impl FakePowercap {
                     let Some(i) = Self::ZONES.iter().position(|(z, _)| *z == zone) else {
                         continue;
                     };
-                    if counters[i].apply(fault) {
+                    match counters[i].apply(fault) {
+                        FileChange::None => {}
                         // Gone and back: a new file (a new inode) under the same name, with
                         // the same count (the hardware counter goes on).
-                        let tmp = paths[i].with_extension("new");
-                        fs::write(&tmp, text(&counters[i], true)).unwrap();
-                        fs::remove_file(&paths[i]).unwrap();
-                        fs::rename(&tmp, &paths[i]).unwrap();
-                        files[i] = fs::OpenOptions::new().write(true).open(&paths[i]).unwrap();
+                        FileChange::Recreate => {
+                            let tmp = paths[i].with_extension("new");
+                            fs::write(&tmp, text(&counters[i], true)).unwrap();
+                            fs::remove_file(&paths[i]).unwrap();
+                            fs::rename(&tmp, &paths[i]).unwrap();
+                            files[i] = fs::OpenOptions::new().write(true).open(&paths[i]).unwrap();
+                        }
+                        FileChange::Delete => fs::remove_file(&paths[i]).unwrap(),
                     }
                 }
                 for (i, file) in files.iter().enumerate() {
+                    if counters[i].deleted {
+                        continue;
+                    }
                     let f = functions[i];
                     let readable = counters[i].count(f.idle_w * dt + f.k_w_per_cpu * busy_s);
                     file.write_all_at(text(&counters[i], readable).as_bytes(), 0)
@@ -715,7 +740,7 @@ impl Drop for Ticker {
 /// can make a counter misbehave mid-run with [`FakePerf::fault_command`].
 pub struct FakePerf {
     // Declared first so that it stops before the directory goes.
-    _ticker: Ticker,
+    _ticker: Option<Ticker>,
     dir: tempfile::TempDir,
 }
 
@@ -764,7 +789,8 @@ impl FakePerf {
         let ticker = Ticker::start(Duration::from_millis(5), move |dt, busy_s| {
             for (event, fault) in take_faults(&faults) {
                 if let Some(i) = Self::EVENTS.iter().position(|(e, _)| *e == event) {
-                    counters[i].apply(fault);
+                    // Perf counters have no file to replace or delete.
+                    let _ = counters[i].apply(fault);
                 }
             }
             for (i, file) in files.iter().enumerate() {
@@ -780,8 +806,34 @@ impl FakePerf {
         });
         FakePerf {
             dir,
-            _ticker: ticker,
+            _ticker: Some(ticker),
         }
+    }
+
+    /// The perf PMU of the H100 cloud VM recorded in `shared/data/h100` (`sources.json`): a
+    /// `power` PMU whose one event, `energy-psys`, opens and reads but holds `count` forever.
+    pub fn still_psys(count: u64) -> Self {
+        use std::os::unix::fs::FileExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pmu = dir.path().join("sysfs/power");
+        fs::create_dir_all(pmu.join("events")).unwrap();
+        fs::create_dir_all(pmu.join("format")).unwrap();
+        fs::write(pmu.join("type"), "23\n").unwrap();
+        fs::write(pmu.join("cpumask"), "0\n").unwrap();
+        fs::write(pmu.join("format/event"), "config:0-7\n").unwrap();
+        let events = pmu.join("events");
+        fs::write(events.join("energy-psys"), "event=0x05\n").unwrap();
+        fs::write(
+            events.join("energy-psys.scale"),
+            "2.3283064365386962890625e-10\n",
+        )
+        .unwrap();
+        fs::write(events.join("energy-psys.unit"), "Joules\n").unwrap();
+        let c = dir.path().join("counters/power/energy-psys");
+        fs::create_dir_all(&c).unwrap();
+        let file = fs::File::create(c.join("cpu0")).unwrap();
+        file.write_all_at(&count.to_ne_bytes(), 0).unwrap();
+        FakePerf { dir, _ticker: None }
     }
 
     /// `--perf-root`.
@@ -795,7 +847,7 @@ impl FakePerf {
     }
 
     /// A shell command that makes event `event` (`energy-pkg`) show `fault` (not
-    /// [`Fault::Recreate`]), as [`FakePowercap::fault_command`].
+    /// [`Fault::Recreate`] or [`Fault::Delete`]), as [`FakePowercap::fault_command`].
     pub fn fault_command(&self, event: &str, fault: Fault) -> String {
         fault_shell(&self.dir.path().join("faults"), event, fault)
     }

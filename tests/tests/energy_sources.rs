@@ -940,6 +940,43 @@ fn a_deleted_and_recreated_energy_uj_is_reopened_not_read_stale() {
 }
 
 #[test]
+fn a_deleted_energy_uj_is_said_deleted_not_recreated() {
+    require_root();
+    let rapl = fake_powercap();
+    let script = faulty_workload(
+        300,
+        &[rapl.fault_command("intel-rapl:0", Fault::Delete)],
+        300,
+    );
+    let run = run_faulty(&powercap_args(&rapl), &["--idle-watts", TRUE_IDLE], &script);
+    let report = run.report();
+    assert_adds_up(report);
+    let package = series(report, "package-0");
+    let glitched = |name| {
+        package
+            .iter()
+            .filter(|(_, _, p)| has_glitch(p, name))
+            .count()
+    };
+    assert!(glitched("deleted") >= 1, "{:#}", report["timeseries"]);
+    assert_eq!(glitched("replaced"), 0);
+    assert_noted(
+        report,
+        &[
+            "package-0: energy unknown",
+            "was deleted (and not recreated",
+        ],
+    );
+    assert!(
+        !notes(report)
+            .iter()
+            .any(|n| n.contains("recreated (cg-trace")),
+        "{:#?}",
+        notes(report)
+    );
+}
+
+#[test]
 fn failed_powercap_reads_are_spread_back_and_leave_idle_and_the_fit_right() {
     require_root();
     let rapl = fake_powercap();
@@ -1163,4 +1200,142 @@ fn a_power_log_with_a_byte_order_mark_and_crlf_is_read() {
         "{energy_j} J over {duration_s} s"
     );
     assert_eq!(unknown(report, "meter").0, 0.0);
+}
+
+// Counters that exist but never move: the H100 cloud VM's perf `psys` event (recorded in
+// shared/data/h100/sources.json) opens and reads the same count forever.
+
+/// The options that point cg-trace at a still `psys` perf PMU, the powercap tree
+/// `powercap_root` and no GPU.
+fn still_psys_args(perf: &FakePerf, powercap_root: &Path) -> Vec<String> {
+    vec![
+        "--perf-root".into(),
+        perf.root().display().to_string(),
+        "--perf-counters-from".into(),
+        perf.counters().display().to_string(),
+        "--powercap-root".into(),
+        powercap_root.display().to_string(),
+        "--no-gpu".into(),
+    ]
+}
+
+/// The lines of `text` that contain `needle`.
+fn lines_with<'a>(text: &'a str, needle: &str) -> Vec<&'a str> {
+    text.lines().filter(|l| l.contains(needle)).collect()
+}
+
+#[test]
+fn sources_says_a_still_psys_counter_is_present_not_advancing() {
+    require_root();
+    let perf = FakePerf::still_psys(0x1234_5678_9abc);
+    // A powercap tree whose counters never move either: every zone at 0 W.
+    let zero = Linear {
+        idle_w: 0.0,
+        k_w_per_cpu: 0.0,
+    };
+    let rapl = FakePowercap::start(zero, zero, zero, u64::MAX / 2);
+    let mut args = vec!["sources".to_string()];
+    args.extend(still_psys_args(&perf, rapl.root()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let sources = |json: bool| {
+        let mut args = args.clone();
+        if json {
+            args.push("--json");
+        }
+        let output = cg_tests::cg_trace_as_given(&args);
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{stderr}");
+        stdout
+    };
+    let text = sources(false);
+    let perf_line = lines_with(&text, "perf ")[0];
+    assert!(
+        perf_line.contains("present, not advancing") && perf_line.contains("psys"),
+        "{text}"
+    );
+    let powercap_line = lines_with(&text, "powercap ")[0];
+    assert!(powercap_line.contains("present, not advancing"), "{text}");
+    assert!(text.contains("psys did not move in "), "{text}");
+    assert!(text.contains("auto:     uses model"), "{text}");
+
+    // Not a report: `cg-trace sources --json`.
+    let inventory: Value = serde_json::from_str(&sources(true)).expect("JSON");
+    let sources = inventory["sources"].as_array().unwrap();
+    for (i, name) in ["perf", "powercap"].iter().enumerate() {
+        assert_eq!(sources[i]["name"], *name);
+        assert_eq!(sources[i]["status"], "not_advancing", "{:#}", sources[i]);
+        assert_eq!(sources[i]["usable"], false);
+    }
+    assert_eq!(sources[0]["domains"][0]["name"], "psys");
+    assert_eq!(inventory["auto"]["sources"], serde_json::json!(["model"]));
+}
+
+#[test]
+fn auto_on_a_still_psys_falls_back_to_the_model_and_every_target_gets_cpu_energy() {
+    require_root();
+    let perf = FakePerf::still_psys(0x1234_5678_9abc);
+    // Powercap is there too, and as still: every zone at 0 W.
+    let zero = Linear {
+        idle_w: 0.0,
+        k_w_per_cpu: 0.0,
+    };
+    let rapl = FakePowercap::start(zero, zero, zero, u64::MAX / 2);
+    let mut args = still_psys_args(&perf, rapl.root());
+    let burn = burn();
+    args.extend(["--", &burn, "--children", "600,300"].map(String::from));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let run = cg_trace(&args);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let report = run.report();
+    assert_adds_up(report);
+    let meta = &report["meta"];
+    assert_eq!(meta["sources"][0]["name"], "model", "{:#}", meta["sources"]);
+    assert_eq!(meta["sources"].as_array().unwrap().len(), 1);
+    assert_eq!(meta["measurement_quality"]["grade"], "estimated");
+    assert_eq!(meta["sources_probed"][0]["status"], "not_advancing");
+    // Every process that ran has its CPU energy, estimated.
+    for p in report["processes"].as_array().unwrap() {
+        if num(p, "/cpu_time_s") > 0.01 {
+            assert!(num(p, "/energy_j") > 0.0, "{p:#}");
+        }
+    }
+    let [small, big] = two_children(report);
+    assert!(num(process(report, big.0), "/domains/model/energy_j") > 0.0);
+    assert!(num(process(report, small.0), "/domains/model/energy_j") > 0.0);
+    // Why, said once on the terminal.
+    let stderr = run.stderr();
+    let why = lines_with(&stderr, "not advancing");
+    assert_eq!(why.len(), 1, "{stderr}");
+    assert!(
+        why[0].contains("psys did not move")
+            && why[0].contains("powercap counters present, not advancing")
+            && why[0].contains("ESTIMATED"),
+        "{stderr}"
+    );
+    assert_eq!(meta["sources_probed"][1]["status"], "not_advancing");
+}
+
+#[test]
+fn source_perf_on_a_still_psys_keeps_it_and_its_energy_is_unknown() {
+    require_root();
+    let perf = FakePerf::still_psys(0x1234_5678_9abc);
+    let mut args = vec!["--source".to_string(), "perf".into(), "--timeseries".into()];
+    args.extend(still_psys_args(&perf, Path::new("/nonexistent")));
+    args.extend(["--", &burn(), "--self", "800"].map(String::from));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let run = cg_trace(&args);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let report = run.report();
+    let meta = &report["meta"];
+    assert_eq!(meta["sources"][0]["name"], "perf");
+    assert_eq!(meta["sources_probed"][0]["status"], "not_advancing");
+    let (count, duration_s) = unknown(report, "psys");
+    assert!(count >= 1.0 && duration_s > 0.0, "{count} {duration_s}");
+    assert_noted(report, &["psys: energy unknown"]);
+    let stderr = run.stderr();
+    assert!(
+        stderr.contains("used all the same because --source perf asks for it"),
+        "{stderr}"
+    );
 }

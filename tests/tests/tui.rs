@@ -749,6 +749,61 @@ fn tui_wrap_keeps_the_commands_output_off_the_screen_and_its_final_figures_on_it
     assert_eq!(report["meta"]["stop_reason"], "command exited");
 }
 
+/// Symbolic links planted in the temporary directory at the names `cg-trace-PID.out` of the
+/// next `count` pids, as another user could: removed when dropped.
+struct PlantedLinks(Vec<PathBuf>);
+
+impl PlantedLinks {
+    fn plant(count: u32) -> Self {
+        let last: u32 = fs::read_to_string("/proc/sys/kernel/ns_last_pid")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let mut links = Vec::new();
+        for pid in last + 1..=last + count {
+            let link = std::env::temp_dir().join(format!("cg-trace-{pid}.out"));
+            if std::os::unix::fs::symlink("/nonexistent/cg-trace-planted", &link).is_ok() {
+                links.push(link);
+            }
+        }
+        PlantedLinks(links)
+    }
+}
+
+impl Drop for PlantedLinks {
+    fn drop(&mut self) {
+        for link in &self.0 {
+            let _ = fs::remove_file(link);
+        }
+    }
+}
+
+#[test]
+fn links_planted_at_every_pids_output_name_do_not_stop_the_live_view() {
+    require_root();
+    let tmux = Tmux::start(100, 30);
+    let planted = PlantedLinks::plant(5_000);
+    tmux.line(&format!(
+        "{bin} --tui --exit-on-end --source model -q -- sh -c 'echo from-the-command'; echo $? \
+         > {code}",
+        bin = shell_quote(&bin("cg-trace")),
+        code = shell_quote(&tmux.path("code")),
+    ));
+    assert_eq!(tmux.wait_file("code"), "0", "{}", tmux.history());
+    drop(planted);
+    let history = tmux.history();
+    let said = history
+        .lines()
+        .find_map(|l| l.split("the command's output is in ").nth(1))
+        .unwrap_or_else(|| panic!("no output file named:\n{history}"));
+    let output = PathBuf::from(said.trim());
+    assert_eq!(output.parent(), Some(std::env::temp_dir().as_path()));
+    let text = fs::read_to_string(&output).unwrap();
+    let _ = fs::remove_file(&output);
+    assert_eq!(text, "from-the-command\n");
+}
+
 #[test]
 fn tui_exit_on_end_closes_with_the_command_and_a_signal_closes_the_final_screen() {
     require_root();

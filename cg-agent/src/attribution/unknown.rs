@@ -15,6 +15,8 @@ pub enum Glitch {
     Frozen,
     /// The counter's file was deleted and recreated (a new inode): it was reopened.
     Replaced,
+    /// The counter's file was deleted and is not back (yet): the open one no longer moves.
+    Deleted,
     /// The counter's range is so small that it could have wrapped more than once.
     Ambiguous,
     /// Reads failed and the reading that followed could not be trusted either.
@@ -27,16 +29,23 @@ pub enum Glitch {
 }
 
 impl Glitch {
-    pub const ALL: [Glitch; 8] = [
+    pub const ALL: [Glitch; 9] = [
         Glitch::StepBack,
         Glitch::Jump,
         Glitch::Frozen,
         Glitch::Replaced,
+        Glitch::Deleted,
         Glitch::Ambiguous,
         Glitch::ReadFailed,
         Glitch::Unavailable,
         Glitch::Invalid,
     ];
+
+    /// Whether the counter surely moved (its value changed, implausibly): a counter showing
+    /// only other glitches may be standing still (see `sources::select::check_advancing`).
+    pub fn shows_movement(self) -> bool {
+        matches!(self, Glitch::StepBack | Glitch::Jump)
+    }
 
     /// The name in the report (`timeseries[].domains.<d>.glitches`).
     pub fn name(self) -> &'static str {
@@ -45,6 +54,7 @@ impl Glitch {
             Glitch::Jump => "jump",
             Glitch::Frozen => "frozen",
             Glitch::Replaced => "replaced",
+            Glitch::Deleted => "deleted",
             Glitch::Ambiguous => "ambiguous",
             Glitch::ReadFailed => "read_failed",
             Glitch::Unavailable => "unavailable",
@@ -61,6 +71,7 @@ impl Glitch {
             Glitch::Replaced => {
                 "the counter's file was deleted and recreated (cg-trace reopened it)"
             }
+            Glitch::Deleted => "the counter's file was deleted (and not recreated then)",
             Glitch::Ambiguous => {
                 "the counter's range is so small that it may have wrapped more than once"
             }

@@ -191,14 +191,6 @@ pub fn render_with(report: &Report, options: SummaryOptions) -> String {
     for note in &quality.notes {
         let _ = writeln!(out, "  - {}", printable(note));
     }
-    if estimated {
-        let _ = writeln!(
-            out,
-            "All energy figures above are ESTIMATED by the built-in power model (why no \
-             measured source was used: see the quality notes above; `cg-trace sources` shows \
-             what this machine can measure and what root would change)."
-        );
-    }
     out
 }
 

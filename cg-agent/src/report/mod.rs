@@ -39,7 +39,7 @@ use crate::{
 
 /// Version of the report schema; the minor part is bumped when fields are added, the major
 /// part when a field changes meaning or disappears.
-pub const SCHEMA_VERSION: &str = "1.5";
+pub const SCHEMA_VERSION: &str = "1.6";
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
@@ -340,7 +340,7 @@ pub struct TimeDomain {
     pub power_w: f64,
     /// `false` when (part of) the interval's energy is not known: `glitches` says why.
     pub energy_known: bool,
-    /// Why not: `step_back`, `jump`, `frozen`, `replaced`, `ambiguous`, `read_failed`,
+    /// Why not: `step_back`, `jump`, `frozen`, `replaced`, `deleted`, `ambiguous`, `read_failed`,
     /// `unavailable`, `invalid`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub glitches: Vec<&'static str>,
@@ -874,14 +874,20 @@ fn starved_intervals(rec: &Recording) -> Starved {
     starved
 }
 
+/// The one place a run says why its energy is estimated (the summary prints it among the
+/// quality notes; the line at the start of the run only points here).
+fn estimated_note(selection_reason: &str) -> String {
+    format!(
+        "energy is ESTIMATED by the built-in power model, not measured: {selection_reason} \
+         (`cg-trace sources` shows what this machine can measure and what root would change)"
+    )
+}
+
 fn quality(rec: &Recording, baselines: &[IdleBaseline], ledger: &Ledger) -> Quality {
     let mut notes = Vec::new();
     let estimated = rec.header.provenance() == Provenance::Estimated;
     if estimated {
-        notes.push(format!(
-            "energy is ESTIMATED by the built-in power model, not measured ({})",
-            rec.header.selection_reason
-        ));
+        notes.push(estimated_note(&rec.header.selection_reason));
     }
     let mut degraded = false;
     for (d, b) in rec.header.domains.iter().zip(baselines) {
@@ -1188,7 +1194,7 @@ mod tests {
                 .get("glitches")
                 .is_none()
         );
-        assert_eq!(report.meta.schema_version, "1.5");
+        assert_eq!(report.meta.schema_version, "1.6");
     }
 
     #[test]

@@ -37,8 +37,8 @@ use crate::{
         monotonic_ns,
     },
     sources::{
-        self, DomainSpec, EnergySource, Provenance, ReadContext, Reading, SourceNote,
-        SourceOptions, SourceProbe, gpu::GpuSummary, meter::MeterSummary,
+        self, DomainKind, DomainSpec, EnergySource, Provenance, ReadContext, Reading, SourceChoice,
+        SourceNote, SourceOptions, SourceProbe, gpu::GpuSummary, meter::MeterSummary,
     },
 };
 
@@ -183,6 +183,33 @@ pub struct RunHeader {
 }
 
 impl RunHeader {
+    /// Takes the domains, descriptions and idle inputs of `sources`, chosen for `reason`.
+    fn set_sources(&mut self, sources: &[Box<dyn EnergySource>], reason: String) {
+        self.domains = sources.iter().flat_map(|s| s.domains().to_vec()).collect();
+        self.sources = sources
+            .iter()
+            .map(|s| SourceInfo {
+                name: s.name(),
+                provenance: s.provenance(),
+                description: s.describe(),
+                domains: s.domains().iter().map(|d| d.name.clone()).collect(),
+            })
+            .collect();
+        self.selection_reason = reason;
+        self.known_idle_w = known_idle(sources);
+        self.busy_slope_w = busy_slopes(sources);
+    }
+
+    /// The notice that says which sources the run uses and why.
+    fn sources_chosen(&self, replaced: bool) -> Notice {
+        Notice::SourcesChosen {
+            names: self.sources.iter().map(|s| s.name).collect(),
+            provenance: self.provenance(),
+            reason: self.selection_reason.clone(),
+            replaced,
+        }
+    }
+
     /// Whether the run's energy is measured or estimated (estimated as soon as one source is).
     pub fn provenance(&self) -> Provenance {
         Provenance::of_all(self.sources.iter().map(|s| s.provenance))
@@ -254,11 +281,13 @@ pub struct Outcome {
 pub enum Notice {
     /// A remark on the targets given (a thread id standing for its process, pid 1).
     Targets(String),
-    /// The energy sources chosen, and why.
+    /// The energy sources chosen, and why; told again when the calibration found a RAPL
+    /// source's counters still and `auto` replaced it (`replaced`).
     SourcesChosen {
         names: Vec<&'static str>,
         provenance: Provenance,
         reason: String,
+        replaced: bool,
     },
     /// A remark of the sources while choosing (perf and powercap disagreeing).
     SourceWarning(String),
@@ -557,22 +586,13 @@ async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup
     for source in &selection.sources {
         tracing::info!("energy source: {}", source.describe());
     }
-    let header = RunHeader {
+    let mut header = RunHeader {
         mode: config.mode.clone(),
         interval: config.interval,
-        sources: selection
-            .sources
-            .iter()
-            .map(|s| SourceInfo {
-                name: s.name(),
-                provenance: s.provenance(),
-                description: s.describe(),
-                domains: s.domains().iter().map(|d| d.name.clone()).collect(),
-            })
-            .collect(),
-        selection_reason: selection.reason.clone(),
-        known_idle_w: known_idle(&selection.sources),
-        busy_slope_w: busy_slopes(&selection.sources),
+        sources: Vec::new(),
+        selection_reason: String::new(),
+        known_idle_w: Vec::new(),
+        busy_slope_w: Vec::new(),
         idle_watts: config.idle_watts.clone(),
         prior_slope_w_per_cpu: sources::model::ModelParams::defaults(
             host.cpu_count(),
@@ -580,13 +600,10 @@ async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup
         )
         .watts_per_busy_cpu(host.cpu_count()),
         host,
-        domains,
+        domains: Vec::new(),
     };
-    config.notices.tell(Notice::SourcesChosen {
-        names: header.sources.iter().map(|s| s.name).collect(),
-        provenance: header.provenance(),
-        reason: header.selection_reason.clone(),
-    });
+    header.set_sources(&selection.sources, selection.reason.clone());
+    config.notices.tell(header.sources_chosen(false));
     for note in &selection.notes {
         config
             .notices
@@ -630,13 +647,6 @@ async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup
         None
     };
     let attach_ms = probes.attach_time.as_secs_f64() * 1e3;
-    // Calibration needs a source that measures something: any one of them (a GPU's beside
-    // the model), not all (the report's provenance rule).
-    let measured = selection
-        .sources
-        .iter()
-        .any(|s| s.provenance() == Provenance::Measured);
-
     let run_start_ns = monotonic_ns();
     let mut sampler = Sampler {
         wall: energy::WallClock::new(run_start_ns),
@@ -674,26 +684,15 @@ async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup
     }
     sampler.sample(Phase::Prime);
 
-    // Calibration: the machine without the command, to anchor the idle fit.
-    let mut calibration_s = 0.0;
-    let calibrate = matches!(config.mode, Mode::Wrap { .. })
-        && measured
-        && !config.calibration.is_zero()
-        && config.idle_watts == IdleWatts::Estimate;
-    let mut early_stop = None;
-    if calibrate {
-        let started = Instant::now();
-        let mut tick = tokio::time::interval(config.interval.min(config.calibration));
-        tick.tick().await;
-        while started.elapsed() < config.calibration {
-            tokio::select! {
-                _ = tick.tick() => sampler.sample(Phase::Calibration),
-                request = signals.recv() => { early_stop = Some(request); break; }
-            }
-        }
-        sampler.sample(Phase::Calibration);
-        calibration_s = started.elapsed().as_secs_f64();
-    }
+    let mut probes_seen = selection.probes;
+    let (calibration_s, early_stop) = calibrate(
+        &config,
+        &mut header,
+        &mut sampler,
+        &mut signals,
+        &mut probes_seen,
+    )
+    .await?;
     Ok(Setup {
         config,
         header,
@@ -704,9 +703,98 @@ async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup
         early_stop,
         attach_ms,
         selection_notes: selection.notes,
-        selection_probes: selection.probes,
+        selection_probes: probes_seen,
         losses_before: Losses::default(),
     })
+}
+
+/// The idle calibration (wrap mode): the machine without the command, to anchor the idle
+/// fit. It needs a source that measures something: any one of them (a GPU's beside the
+/// model), not all (the report's provenance rule). `auto` replaces a RAPL source whose
+/// counters stood still through it, and calibrates again. Returns how long the last window
+/// lasted and the stop request that cut it short, if one did.
+async fn calibrate(
+    config: &RunConfig,
+    header: &mut RunHeader,
+    sampler: &mut Sampler,
+    signals: &mut Signals,
+    probes: &mut Vec<SourceProbe>,
+) -> Result<(f64, Option<StopRequest>), RunError> {
+    let wanted = |sampler: &Sampler| {
+        matches!(config.mode, Mode::Wrap { .. })
+            && sampler
+                .sources
+                .iter()
+                .any(|s| s.provenance() == Provenance::Measured)
+            && !config.calibration.is_zero()
+            && config.idle_watts == IdleWatts::Estimate
+    };
+    let mut calibration_s = 0.0;
+    while wanted(sampler) {
+        let started = Instant::now();
+        let mut tick = tokio::time::interval(config.interval.min(config.calibration));
+        tick.tick().await;
+        let mut stop = None;
+        while started.elapsed() < config.calibration {
+            tokio::select! {
+                _ = tick.tick() => sampler.sample(Phase::Calibration),
+                request = signals.recv() => { stop = Some(request); break; }
+            }
+        }
+        sampler.sample(Phase::Calibration);
+        calibration_s = started.elapsed().as_secs_f64();
+        if stop.is_some() {
+            return Ok((calibration_s, stop));
+        }
+        if config.sources.choice != SourceChoice::Auto
+            || !replace_still_source(config, header, sampler, probes)?
+        {
+            break;
+        }
+    }
+    Ok((calibration_s, None))
+}
+
+/// After a calibration: replaces the first RAPL source whose counters stood still through it
+/// (see [`still_during_calibration`]) with the next one `auto` picks, says so, and tells
+/// whether it did.
+fn replace_still_source(
+    config: &RunConfig,
+    header: &mut RunHeader,
+    sampler: &mut Sampler,
+    probes: &mut Vec<SourceProbe>,
+) -> Result<bool, RunError> {
+    let widths: Vec<(&'static str, usize)> = sampler
+        .sources
+        .iter()
+        .map(|s| (s.name(), s.domains().len()))
+        .collect();
+    let Some((index, err)) =
+        still_during_calibration(&widths, &header.domains, sampler.recorder.calibration())
+    else {
+        return Ok(false);
+    };
+    let fallback = sources::select::fall_back(
+        &config.sources,
+        &header.host,
+        sampler.sources[index].name(),
+        sampler.sources[index].domains(),
+        err,
+    )?;
+    sampler.replace_source(index, fallback.source);
+    let gpus = sampler
+        .sources
+        .iter()
+        .filter(|s| s.name() == "nvml")
+        .map(|s| sources::select::gpu_reason(s.as_ref()));
+    let reason = std::iter::once(fallback.reason)
+        .chain(gpus)
+        .collect::<Vec<_>>()
+        .join("; ");
+    header.set_sources(&sampler.sources, reason);
+    replace_probes(probes, fallback.probes);
+    config.notices.tell(header.sources_chosen(true));
+    Ok(true)
 }
 
 /// One measured run: starts the command (wrap mode), samples every interval until the
@@ -1061,16 +1149,7 @@ pub fn run_id(started: SystemTime) -> String {
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or(Duration::ZERO)
         .as_nanos() as u64;
-    let mut random = [0u8; 8];
-    let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| {
-        use std::io::Read;
-        f.read_exact(&mut random)
-    });
-    format!(
-        "{:016x}-{:016x}",
-        nanos,
-        u64::from_ne_bytes(random) ^ u64::from(std::process::id())
-    )
+    format!("{:016x}-{:016x}", nanos, crate::output::random_u64())
 }
 
 /// After a stop request in wrap mode: forward `signal` (0 = none) and keep measuring while
@@ -1235,6 +1314,70 @@ fn vm_hwm_bytes(status: &str) -> Option<u64> {
     kib.checked_mul(1024)
 }
 
+/// Calibrations shorter than this say nothing about a counter that did not move.
+const STILL_MIN_CALIBRATION_NS: u64 = 50_000_000;
+
+/// The first RAPL source (perf, powercap) none of whose counters moved during the idle
+/// calibration, and the error saying so: an idle machine still draws watts, so a live RAPL
+/// counter advances (uncore, an integrated GPU, may not, and is left out). `sources` are
+/// (name, domain count) in order, `domains` their domains as the calibration's intervals
+/// index them. Not beside a meter.
+fn still_during_calibration(
+    sources: &[(&'static str, usize)],
+    domains: &[DomainSpec],
+    calibration: &[Interval],
+) -> Option<(usize, sources::SourceError)> {
+    let calibration_ns: u64 = calibration.iter().map(|i| i.duration_ns).sum();
+    // Beside a meter, RAPL only shows where the wall's energy went: it stays as it is.
+    let meter = sources.iter().any(|&(name, _)| name == "meter");
+    if calibration_ns < STILL_MIN_CALIBRATION_NS || meter {
+        return None;
+    }
+    let mut first = 0;
+    for (index, &(name, width)) in sources.iter().enumerate() {
+        let range = first..first + width;
+        first = range.end;
+        if !matches!(name, "perf" | "powercap") {
+            continue;
+        }
+        let watched: Vec<usize> = range
+            .filter(|&d| domains.get(d).is_some_and(|d| d.kind != DomainKind::Uncore))
+            .collect();
+        let moved = |d: usize| {
+            calibration.iter().any(|i| {
+                i.energy_j.get(d).is_some_and(|&j| j > 0.0)
+                    || i.energy_state(d).glitches().any(Glitch::shows_movement)
+            })
+        };
+        if watched.is_empty() || watched.iter().any(|&d| moved(d)) {
+            continue;
+        }
+        let names: Vec<&str> = watched.iter().map(|&d| domains[d].name.as_str()).collect();
+        return Some((
+            index,
+            sources::SourceError::NotAdvancing {
+                name,
+                domains: names.join(", "),
+                when: format!(
+                    "during the {} idle calibration",
+                    sources::human_duration(calibration_ns)
+                ),
+            },
+        ));
+    }
+    None
+}
+
+/// The probes of a run after a fallback: `fallback`'s entries take the place of those of the
+/// same names.
+fn replace_probes(probes: &mut Vec<SourceProbe>, fallback: Vec<SourceProbe>) {
+    let replaced = |p: &SourceProbe| fallback.iter().any(|q| q.name == p.name);
+    let at = probes.iter().position(replaced).unwrap_or(probes.len());
+    probes.retain(|p| !replaced(p));
+    let at = at.min(probes.len());
+    probes.splice(at..at, fallback);
+}
+
 fn busy_slopes(sources: &[Box<dyn EnergySource>]) -> Vec<Option<f64>> {
     sources
         .iter()
@@ -1345,6 +1488,15 @@ impl Sampler {
         }
         self.books = energy::Books::new(self.books.domain_count());
         std::mem::replace(&mut self.recorder, next)
+    }
+
+    /// Uses `source` (primed) instead of source `index`; the calibration so far, measured
+    /// with the other, is dropped, and the energy books start anew.
+    fn replace_source(&mut self, index: usize, source: Box<dyn EnergySource>) {
+        self.sources[index] = source;
+        self.recorder.drop_calibration();
+        let domains = self.sources.iter().map(|s| s.domains().len()).sum();
+        self.books = energy::Books::new(domains);
     }
 
     /// Takes the lifecycle events queued in the kernel, to be applied at the next interval.
@@ -1658,5 +1810,104 @@ mod tests {
         assert_eq!(header.provenance(), Provenance::Measured);
         header.sources.push(source(Provenance::Estimated));
         assert_eq!(header.provenance(), Provenance::Estimated);
+    }
+
+    fn domain(name: &str, kind: DomainKind, source: &'static str) -> DomainSpec {
+        DomainSpec {
+            name: name.into(),
+            kind,
+            parent: None,
+            coverage: crate::attribution::Coverage::AllCpus,
+            provenance: Provenance::Measured,
+            source,
+        }
+    }
+
+    /// `count` calibration intervals of 100 ms with these joules per domain.
+    fn calibration(count: usize, joules: &[f64]) -> Vec<Interval> {
+        let interval = Interval {
+            duration_ns: 100_000_000,
+            energy_j: joules.to_vec(),
+            ..Interval::default()
+        };
+        vec![interval; count]
+    }
+
+    #[test]
+    fn a_rapl_source_none_of_whose_counters_moved_at_calibration_is_still() {
+        // perf: package-0 (uncore-0 inside), then a GPU.
+        //
+        //   interval   0     1     2     3     4
+        //   package-0  0 J   0 J   0 J   0 J   0 J      still
+        //   uncore-0   0 J   0 J   0 J   0 J   0 J      (idle GPU: not watched)
+        //   gpu0       7 J   7 J   7 J   7 J   7 J
+        let sources = [("perf", 2), ("nvml", 1)];
+        let domains = [
+            domain("package-0", DomainKind::Package, "perf"),
+            domain("uncore-0", DomainKind::Uncore, "perf"),
+            domain("gpu0", DomainKind::Gpu, "nvml"),
+        ];
+        let still = calibration(5, &[0.0, 0.0, 7.0]);
+        let (index, err) = still_during_calibration(&sources, &domains, &still).unwrap();
+        assert_eq!(index, 0);
+        assert_eq!(
+            err.to_string(),
+            "perf counters present, not advancing: package-0 did not move during the 500 ms \
+             idle calibration (a VM or firmware that lists RAPL counters without feeding them)"
+        );
+        // One joule once is a counter that moves.
+        let mut moving = still.clone();
+        moving[3].energy_j[0] = 1.0;
+        assert!(still_during_calibration(&sources, &domains, &moving).is_none());
+        // A counter that jumped moved too; one found frozen did not.
+        let mut frozen = still.clone();
+        frozen[4].energy_state = vec![EnergyState::unknown(100_000_000, Glitch::Frozen)];
+        assert!(still_during_calibration(&sources, &domains, &frozen).is_some());
+        frozen[4].energy_state = vec![EnergyState::unknown(100_000_000, Glitch::Jump)];
+        assert!(still_during_calibration(&sources, &domains, &frozen).is_none());
+        // Too short a calibration, or a meter beside: nothing is said.
+        assert!(still_during_calibration(&sources, &domains, &still[..0]).is_none());
+        let with_meter = [("perf", 2), ("meter", 1)];
+        assert!(still_during_calibration(&with_meter, &domains, &still).is_none());
+    }
+
+    #[test]
+    fn a_fallback_takes_the_place_of_the_probes_it_replaces() {
+        let probe = |name, usable| SourceProbe {
+            name,
+            provenance: Provenance::Measured,
+            domains: Vec::new(),
+            status: if usable {
+                sources::ProbeStatus::Usable
+            } else {
+                sources::ProbeStatus::NotAdvancing
+            },
+            usable,
+            needs_privileges: false,
+            reason: String::new(),
+        };
+        let mut probes = vec![
+            probe("perf", true),
+            probe("powercap", true),
+            probe("nvml", true),
+        ];
+        replace_probes(
+            &mut probes,
+            vec![
+                probe("perf", false),
+                probe("powercap", false),
+                probe("model", true),
+            ],
+        );
+        let got: Vec<_> = probes.iter().map(|p| (p.name, p.usable)).collect();
+        assert_eq!(
+            got,
+            [
+                ("perf", false),
+                ("powercap", false),
+                ("model", true),
+                ("nvml", true)
+            ]
+        );
     }
 }

@@ -46,6 +46,11 @@ impl Recorder {
         self.calibration.push(interval);
     }
 
+    /// Forgets the calibration window (its energy came from a source the run no longer uses).
+    pub fn drop_calibration(&mut self) {
+        self.calibration.clear();
+    }
+
     pub fn intervals(&self) -> &[Interval] {
         &self.intervals
     }

@@ -339,6 +339,17 @@ pub enum SourceError {
         line: Option<usize>,
         reason: String,
     },
+    #[error(
+        "{name} counters present, not advancing: {domains} did not move {when} (a VM or \
+         firmware that lists RAPL counters without feeding them)"
+    )]
+    NotAdvancing {
+        name: &'static str,
+        /// The domains checked, `psys` or `package-0, dram-0`.
+        domains: String,
+        /// Over what: `in 100 ms with a CPU kept busy`, `during the 500 ms idle calibration`.
+        when: String,
+    },
     #[error("invalid power model: {0}")]
     InvalidModel(String),
     /// Options that cannot be used together.
@@ -423,6 +434,42 @@ impl From<&DomainSpec> for ProbeDomain {
     }
 }
 
+/// Where a probed source stands: `cg-trace sources`' STATUS column, `status` in its JSON and
+/// in the report's `sources_probed[]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProbeStatus {
+    /// It can be read (and its counters advance, for RAPL).
+    Usable,
+    /// It exists, but reading it needs privileges this process lacks (root would do).
+    NeedsPrivileges,
+    /// Its counters open and read, but did not move: not a measurement.
+    NotAdvancing,
+    /// Not on this machine, or not readable for another reason (the reason says which).
+    NotAvailable,
+}
+
+impl ProbeStatus {
+    /// The words of the STATUS column.
+    pub fn describe(self) -> &'static str {
+        match self {
+            ProbeStatus::Usable => "usable",
+            ProbeStatus::NeedsPrivileges => "needs privileges",
+            ProbeStatus::NotAdvancing => "present, not advancing",
+            ProbeStatus::NotAvailable => "not available",
+        }
+    }
+
+    /// The status of a source that could not be used because of `err`.
+    pub fn of_error(err: &SourceError) -> Self {
+        match err {
+            SourceError::NotAdvancing { .. } => ProbeStatus::NotAdvancing,
+            err if err.needs_privileges() => ProbeStatus::NeedsPrivileges,
+            _ => ProbeStatus::NotAvailable,
+        }
+    }
+}
+
 /// What probing one candidate source found.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SourceProbe {
@@ -430,6 +477,7 @@ pub struct SourceProbe {
     pub provenance: Provenance,
     /// The domains it offers (also when it cannot be read, where discovery got that far).
     pub domains: Vec<ProbeDomain>,
+    pub status: ProbeStatus,
     pub usable: bool,
     /// It exists, but reading it needs privileges this process lacks (root would do).
     pub needs_privileges: bool,

@@ -155,7 +155,7 @@ impl Zone {
                     if let Some(f) = self.freeze.as_mut() {
                         f.interrupt();
                     }
-                    return Reading::unknown(Glitch::Replaced);
+                    return Reading::unknown(Glitch::Deleted);
                 }
                 Ok(OnPath::Same) | Err(_) => {}
             }
@@ -881,11 +881,16 @@ mod tests {
         let mut source = PowercapSource::open(root, &two_package_host()).unwrap();
         let path = root.join("intel-rapl:0/energy_uj");
         fs::remove_file(&path).unwrap();
-        // The open file still reads its last value: not a clean 0 J.
+        // The open file still reads its last value: not a clean 0 J. Deleted, not replaced.
         assert_eq!(
             source.read(&busy_ctx()).unwrap(),
-            vec![Reading::unknown(Glitch::Replaced)]
+            vec![Reading::unknown(Glitch::Deleted)]
         );
+        assert_eq!(
+            Glitch::Deleted.describe(),
+            "the counter's file was deleted (and not recreated then)"
+        );
+        // Back: a new file, reopened.
         fs::write(&path, "3000000\n").unwrap();
         assert_eq!(
             source.read(&busy_ctx()).unwrap(),

@@ -48,7 +48,7 @@ fn script_json_cannot_end_the_script_and_stays_json() {
 
 fn minimal(command: &str) -> Value {
     json!({
-        "meta": {"schema_version": "1.5", "tool": "cg-trace", "run_id": "r1",
+        "meta": {"schema_version": "1.6", "tool": "cg-trace", "run_id": "r1",
                  "mode": "wrap", "command": [command, "--flag"],
                  "measurement_quality": {"grade": "measured", "notes": ["a <b>note</b>"]},
                  "sources": [{"name": "perf", "provenance": "measured",
