@@ -561,7 +561,8 @@ fn print_notice(notice: &session::Notice) {
             } else {
                 ""
             };
-            let names = printable(&names.join(", "));
+            let names = names.join(", ");
+            let names = printable(&names);
             match provenance {
                 crate::sources::Provenance::Measured => {
                     format!("cg-trace: energy source{from}: {names} (measured): {reason}")
