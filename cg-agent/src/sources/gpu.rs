@@ -13,6 +13,9 @@
 //! two sets of per-process samples, the last shares are kept for the processes still running;
 //! with no sample at all, the busy time is shared evenly among the GPU's running processes
 //! (noted in the report). Busy time no process accounts for is reported as unexplained.
+//!
+//! Each poll also tells whether the GPU is at rest; its rest power is its domain's idle
+//! baseline ([`super::gpu_rest`]), kept for later runs when the run is over.
 
 use std::collections::BTreeMap;
 
@@ -20,8 +23,9 @@ use serde::Serialize;
 
 use super::{
     DomainKind, DomainSpec, EnergySource, GpuActivity, Provenance, ReadContext, Reading,
-    SourceError, SourceNote, SourceSummary,
+    SourceError, SourceNote, SourceSummary, WallSpan,
     counter::{self, CheckedCounter},
+    gpu_rest::{self, RestPower, RestStore, RestTracker},
 };
 use crate::attribution::{Coverage, Glitch};
 
@@ -213,6 +217,11 @@ struct Device {
     busy_fraction: f64,
     shares: Vec<(u32, f64)>,
     lost: bool,
+    /// Seconds of the run polled so far (the clock of [`RestTracker`]).
+    clock_s: f64,
+    /// Processes on the GPU at the last process poll (`None`: not known).
+    running_count: Option<usize>,
+    rest: RestTracker,
     /// Seconds since the energy counter was last read successfully.
     since_energy_s: f64,
     /// Counter readings that were not plausible (see [`crate::sources::counter`]).
@@ -240,6 +249,10 @@ pub struct GpuSource<B> {
     activity: Vec<GpuActivity>,
     /// GPUs that could not be opened.
     open_notes: Vec<SourceNote>,
+    /// Rest powers of earlier runs, by UUID.
+    store: RestStore,
+    /// When the source was opened, seconds since the Unix epoch (ages of stored rest powers).
+    opened_unix_s: f64,
 }
 
 impl<B> std::fmt::Debug for GpuSource<B> {
@@ -253,8 +266,13 @@ impl<B> std::fmt::Debug for GpuSource<B> {
 impl<B: GpuBackend> GpuSource<B> {
     /// Lists the GPUs and takes a first reading of each (energy counter or power, and the
     /// driver's buffered per-process samples, which are skipped). GPUs that do not answer are
-    /// left out with a note; no GPU at all is an error.
-    pub fn open(backend: B, lib: &std::path::Path) -> Result<Self, SourceError> {
+    /// left out with a note; no GPU at all is an error. Rest powers of earlier runs are read
+    /// from, and this run's kept in, `state_dir` ([`gpu_rest`]; `None`: nothing is kept).
+    pub fn open(
+        backend: B,
+        lib: &std::path::Path,
+        state_dir: Option<&std::path::Path>,
+    ) -> Result<Self, SourceError> {
         let count = backend
             .device_count()
             .map_err(|err| SourceError::NvmlUnavailable {
@@ -297,6 +315,9 @@ impl<B: GpuBackend> GpuSource<B> {
                 busy_fraction: 0.0,
                 shares: Vec::new(),
                 lost: false,
+                clock_s: 0.0,
+                running_count: None,
+                rest: RestTracker::default(),
                 since_energy_s: 0.0,
                 glitches: BTreeMap::new(),
                 power_w_s: 0.0,
@@ -329,6 +350,7 @@ impl<B: GpuBackend> GpuSource<B> {
             })
             .collect();
         let activity = vec![GpuActivity::default(); devices.len()];
+        let opened_unix_s = unix_now_s();
         Ok(GpuSource {
             backend,
             devices,
@@ -337,6 +359,8 @@ impl<B: GpuBackend> GpuSource<B> {
             since_process_poll_ns: PROCESS_POLL_NS,
             activity,
             open_notes,
+            store: RestStore::load(state_dir, opened_unix_s),
+            opened_unix_s,
         })
     }
 
@@ -475,7 +499,13 @@ impl<B: GpuBackend> GpuSource<B> {
                 device.even_split_polls += 1;
             }
             device.shares = shares;
+            device.running_count = running.as_ref().map(Vec::len);
         }
+        device.clock_s += dt_s;
+        let util_pct = poll.utilization_pct.as_ref().ok().copied();
+        device
+            .rest
+            .observe(device.clock_s, power_w, util_pct, device.running_count);
         if device.lost {
             device.busy_fraction = 0.0;
             device.shares.clear();
@@ -548,6 +578,34 @@ impl<B: GpuBackend> EnergySource for GpuSource<B> {
         self.activity.clone()
     }
 
+    fn rest_power(&self) -> Option<Vec<Option<RestPower>>> {
+        Some(
+            self.devices
+                .iter()
+                .map(|d| {
+                    gpu_rest::choose(
+                        d.rest.lowest_w(),
+                        self.store.get(&d.identity.uuid),
+                        gpu_rest::table_rest_w(&d.identity.name),
+                        self.opened_unix_s,
+                    )
+                })
+                .collect(),
+        )
+    }
+
+    /// The run is over: the rest powers seen in it are kept for later runs. The live reads
+    /// stand.
+    fn settle(&mut self, _spans: &[WallSpan]) -> Option<Result<Vec<Vec<f64>>, SourceError>> {
+        let now = unix_now_s();
+        for d in &self.devices {
+            if let Some(w) = d.rest.lowest_w() {
+                self.store.keep(&d.identity.uuid, &d.identity.name, w, now);
+            }
+        }
+        None
+    }
+
     fn busy_slope_w(&self) -> Option<Vec<f64>> {
         Some(
             self.devices
@@ -562,6 +620,7 @@ impl<B: GpuBackend> EnergySource for GpuSource<B> {
 
     fn summary(&self) -> SourceSummary {
         let mut notes = self.open_notes.clone();
+        notes.extend(self.store.notes.iter().cloned());
         let mut gpus = Vec::new();
         for (d, spec) in self.devices.iter().zip(&self.domains) {
             let label = format!("{} ({})", spec.name, d.identity.name);
@@ -646,6 +705,13 @@ impl<B: GpuBackend> EnergySource for GpuSource<B> {
             meter: None,
         }
     }
+}
+
+/// Now, seconds since the Unix epoch.
+fn unix_now_s() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 #[cfg(test)]
@@ -735,7 +801,7 @@ mod tests {
     }
 
     fn open(script: &Script) -> GpuSource<Script> {
-        GpuSource::open(script.clone(), Path::new("libnvidia-ml.so.1")).unwrap()
+        GpuSource::open(script.clone(), Path::new("libnvidia-ml.so.1"), None).unwrap()
     }
 
     #[test]
@@ -971,7 +1037,7 @@ mod tests {
         assert_eq!(gpu.domains()[0].coverage, Coverage::Gpu(0));
         assert!(gpu.summary().notes[0].text.contains("GPU 0 left out"));
         let none = Script::default();
-        let err = GpuSource::open(none, Path::new("lib")).unwrap_err();
+        let err = GpuSource::open(none, Path::new("lib"), None).unwrap_err();
         assert!(matches!(err, SourceError::NvmlNoDevice { .. }), "{err}");
     }
 

@@ -57,9 +57,13 @@ impl NvmlBackend {
     }
 }
 
-/// Opens the GPU source on NVML loaded from `lib`.
-pub fn open_source(lib: &Path) -> Result<GpuSource<NvmlBackend>, SourceError> {
-    GpuSource::open(NvmlBackend::open(lib)?, lib)
+/// Opens the GPU source on NVML loaded from `lib`, with the GPUs' rest powers kept in
+/// `state_dir` (see [`super::gpu_rest`]).
+pub fn open_source(
+    lib: &Path,
+    state_dir: Option<&Path>,
+) -> Result<GpuSource<NvmlBackend>, SourceError> {
+    GpuSource::open(NvmlBackend::open(lib)?, lib, state_dir)
 }
 
 fn gpu_error(err: NvmlError) -> GpuError {
@@ -206,7 +210,7 @@ mod tests {
              set 1 power_mw=30000\n\
              error 1 energy NOT_SUPPORTED\n",
         );
-        let mut source = open_source(&lib).unwrap();
+        let mut source = open_source(&lib, None).unwrap();
         let names: Vec<_> = source.domains().iter().map(|d| d.name.clone()).collect();
         assert_eq!(names, ["gpu0", "gpu1"]);
         script(
@@ -267,14 +271,14 @@ mod tests {
     #[test]
     fn no_library_or_a_failing_driver_says_why() {
         let dir = tempfile::tempdir().unwrap();
-        let err = open_source(&dir.path().join("libnvidia-ml.so.1")).unwrap_err();
+        let err = open_source(&dir.path().join("libnvidia-ml.so.1"), None).unwrap_err();
         match &err {
             SourceError::NvmlUnavailable { missing, .. } => assert!(*missing, "{err}"),
             other => panic!("{other}"),
         }
         let lib = fake_nvml(dir.path());
         script(dir.path(), "init DRIVER_NOT_LOADED\n");
-        let err = open_source(&lib).unwrap_err();
+        let err = open_source(&lib, None).unwrap_err();
         match &err {
             SourceError::NvmlUnavailable {
                 missing, reason, ..
@@ -285,7 +289,7 @@ mod tests {
             other => panic!("{other}"),
         }
         script(dir.path(), "devices 0\n");
-        let err = open_source(&lib).unwrap_err();
+        let err = open_source(&lib, None).unwrap_err();
         assert!(matches!(err, SourceError::NvmlNoDevice { .. }), "{err}");
     }
 }
