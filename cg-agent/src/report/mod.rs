@@ -39,7 +39,7 @@ use crate::{
 
 /// Version of the report schema; the minor part is bumped when fields are added, the major
 /// part when a field changes meaning or disappears.
-pub const SCHEMA_VERSION: &str = "1.5";
+pub const SCHEMA_VERSION: &str = "1.6";
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
@@ -1243,7 +1243,7 @@ mod tests {
                 .get("glitches")
                 .is_none()
         );
-        assert_eq!(report.meta.schema_version, "1.5");
+        assert_eq!(report.meta.schema_version, "1.6");
     }
 
     #[test]
