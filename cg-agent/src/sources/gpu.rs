@@ -9,10 +9,17 @@
 //!
 //! How coarse this is: NVML refreshes power and energy every 20-100 ms and samples per-process
 //! utilisation about every 1/6 s, so per-process GPU figures are approximate, and intervals
-//! shorter than NVML's refresh see energy arrive in lumps (never lost or counted twice). Between
-//! two sets of per-process samples, the last shares are kept for the processes still running;
-//! with no sample at all, the busy time is shared evenly among the GPU's running processes
-//! (noted in the report). Busy time no process accounts for is reported as unexplained.
+//! shorter than NVML's refresh see energy arrive in lumps (never lost or counted twice).
+//! Per-process samples are sparse and coarse: a poll may bring none, and a sampling tick may
+//! name only one of the processes sharing the GPU (the recorded H100 once gave a process that
+//! used 1 % of it a 98 % sample while the busy one had none). So shares are taken over the
+//! samples of the last [`SHARE_WINDOW_US`] by their own timestamps, not over one poll's: a
+//! process's share is the sum of its samples there over the most samples any process has
+//! there (the sampling periods the window holds), so one stray sample weighs one period of
+//! the window, not a whole interval. Between samples, the window's shares stand for the
+//! processes still running; with no sample at all, the busy time is shared evenly among the
+//! GPU's running processes (noted in the report). Busy time no process accounts for is
+//! reported as unexplained.
 //!
 //! Each poll also tells whether the GPU is at rest; its rest power is its domain's idle
 //! baseline ([`super::gpu_rest`]), kept for later runs when the run is over.
@@ -34,6 +41,11 @@ use crate::attribution::{Coverage, Glitch};
 pub const MIN_POLL_NS: u64 = 10_000_000;
 /// Per-process utilisation and process lists are asked for at most this often.
 pub const PROCESS_POLL_NS: u64 = 100_000_000;
+/// Per-process shares are taken over the samples of this long before the newest (several of
+/// NVML's sampling periods, 1/6-1/5 s), by the samples' own timestamps.
+pub const SHARE_WINDOW_US: u64 = 1_000_000;
+/// At most this many samples are kept per GPU for the window.
+const MAX_WINDOW_SAMPLES: usize = 4_096;
 /// With no fit possible, a fully busy GPU is assumed to draw this fraction of its power limit
 /// above idle.
 const PRIOR_BUSY_FRACTION_OF_LIMIT: f64 = 0.8;
@@ -134,27 +146,35 @@ pub enum ShareBasis {
     None,
 }
 
-/// Per-process shares of a GPU's busy time for one poll (pure, see the module docs).
+/// Per-process shares of a GPU's busy time for one poll (pure, see the module docs): from
+/// `window`, the samples of the last [`SHARE_WINDOW_US`], when it has any of a running
+/// process (`fresh`: some are new since the last poll); else the previous shares of the
+/// processes still running; else an even split of the busy time among them.
 pub fn shares(
-    samples: &[ProcessSample],
+    window: &[ProcessSample],
+    fresh: bool,
     previous: &[(u32, f64)],
     running: Option<&[u32]>,
     busy_fraction: f64,
 ) -> (Vec<(u32, f64)>, ShareBasis) {
-    if !samples.is_empty() {
+    let is_running = |pid: u32| running.is_none_or(|r| r.contains(&pid));
+    if fresh {
         let mut per_pid: BTreeMap<u32, (f64, u32)> = BTreeMap::new();
-        for s in samples {
+        for s in window.iter().filter(|s| is_running(s.pid)) {
             let e = per_pid.entry(s.pid).or_default();
             e.0 += f64::from(s.sm_pct.min(100)) / 100.0;
             e.1 += 1;
         }
-        let shares = per_pid
-            .into_iter()
-            .map(|(pid, (sum, n))| (pid, sum / f64::from(n)))
-            .collect();
-        return (shares, ShareBasis::Samples);
+        // The sampling periods the window holds: the most samples any process has in it.
+        let periods = per_pid.values().map(|&(_, n)| n).max().unwrap_or(0);
+        if periods > 0 {
+            let shares = per_pid
+                .into_iter()
+                .map(|(pid, (sum, _))| (pid, sum / f64::from(periods)))
+                .collect();
+            return (shares, ShareBasis::Samples);
+        }
     }
-    let is_running = |pid: u32| running.is_none_or(|r| r.contains(&pid));
     let carried: Vec<(u32, f64)> = previous
         .iter()
         .copied()
@@ -216,6 +236,8 @@ struct Device {
     last_seen_us: u64,
     busy_fraction: f64,
     shares: Vec<(u32, f64)>,
+    /// Per-process samples of the last [`SHARE_WINDOW_US`], oldest first.
+    window: std::collections::VecDeque<ProcessSample>,
     lost: bool,
     /// Seconds of the run polled so far (the clock of [`RestTracker`]).
     clock_s: f64,
@@ -314,6 +336,7 @@ impl<B: GpuBackend> GpuSource<B> {
                 last_seen_us,
                 busy_fraction: 0.0,
                 shares: Vec::new(),
+                window: std::collections::VecDeque::new(),
                 lost: false,
                 clock_s: 0.0,
                 running_count: None,
@@ -474,12 +497,24 @@ impl<B: GpuBackend> GpuSource<B> {
                     Vec::new()
                 }
             };
-            let fresh: Vec<ProcessSample> = samples
+            let mut fresh: Vec<ProcessSample> = samples
                 .into_iter()
                 .filter(|s| s.timestamp_us > device.last_seen_us)
                 .collect();
-            if let Some(max) = fresh.iter().map(|s| s.timestamp_us).max() {
+            fresh.sort_by_key(|s| s.timestamp_us);
+            if let Some(max) = fresh.last().map(|s| s.timestamp_us) {
                 device.last_seen_us = max;
+            }
+            let new_samples = !fresh.is_empty();
+            device.window.extend(fresh);
+            let oldest_us = device.last_seen_us.saturating_sub(SHARE_WINDOW_US);
+            while device
+                .window
+                .front()
+                .is_some_and(|s| s.timestamp_us <= oldest_us)
+                || device.window.len() > MAX_WINDOW_SAMPLES
+            {
+                device.window.pop_front();
             }
             let running = match poll.running_pids {
                 Some(Ok(pids)) => Some(pids),
@@ -490,7 +525,8 @@ impl<B: GpuBackend> GpuSource<B> {
                 }
             };
             let (shares, basis) = shares(
-                &fresh,
+                device.window.make_contiguous(),
+                new_samples,
                 &device.shares,
                 running.as_deref(),
                 device.busy_fraction,
@@ -1048,18 +1084,91 @@ mod tests {
             timestamp_us: 1,
             sm_pct,
         };
-        let (s, basis) = shares(&[sample(1, 40), sample(1, 60)], &[], None, 0.5);
+        let (s, basis) = shares(&[sample(1, 40), sample(1, 60)], true, &[], None, 0.5);
         assert_eq!((s, basis), (vec![(1, 0.5)], ShareBasis::Samples));
         // No new samples: keep the last shares of processes still running.
-        let (s, basis) = shares(&[], &[(1, 0.5), (2, 0.1)], Some(&[1]), 0.5);
+        let (s, basis) = shares(&[], false, &[(1, 0.5), (2, 0.1)], Some(&[1]), 0.5);
         assert_eq!((s, basis), (vec![(1, 0.5)], ShareBasis::Carried));
         // Never any samples: split the busy time evenly among running processes.
-        let (s, basis) = shares(&[], &[], Some(&[3, 4]), 0.8);
+        let (s, basis) = shares(&[], false, &[], Some(&[3, 4]), 0.8);
         assert_eq!(
             (s, basis),
             (vec![(3, 0.4), (4, 0.4)], ShareBasis::RunningList)
         );
         // Idle GPU, nobody running: nothing.
-        assert_eq!(shares(&[], &[], Some(&[]), 0.0).1, ShareBasis::None);
+        assert_eq!(shares(&[], false, &[], Some(&[]), 0.0).1, ShareBasis::None);
+    }
+
+    #[test]
+    fn one_stray_sample_weighs_one_period_of_the_window_not_the_whole_poll() {
+        // The recorded H100 near the end of its heavy phase (trace2, t = 17.7-18.7 s): one
+        // sample per 0.2 s tick, each naming one process; at 18.5 s the light one (L, 1 % of
+        // the GPU by NVIDIA's accounting) is named at 98 % and the heavy one (H) is not:
+        //   tick  |17.7 17.9 18.1 18.3 18.5|
+        //   H     | 98   99   98   98   .  |
+        //   L     |  .    .    .    .   98 |
+        // Over the poll's own samples (one tick) L would get the whole GPU and H nothing;
+        // over the window, H has 4 of 5 periods at ~98 %, L 1 at 98 %.
+        let tick = |n: u64, pid, sm_pct| ProcessSample {
+            pid,
+            timestamp_us: 17_700_000 + n * 200_000,
+            sm_pct,
+        };
+        let window = [
+            tick(0, 1, 98),
+            tick(1, 1, 99),
+            tick(2, 1, 98),
+            tick(3, 1, 98),
+            tick(4, 2, 98),
+        ];
+        let (s, basis) = shares(&window, true, &[(1, 0.98)], Some(&[1, 2]), 0.98);
+        assert_eq!(basis, ShareBasis::Samples);
+        let share = |pid| s.iter().find(|(p, _)| *p == pid).unwrap().1;
+        assert!((share(1) - 393.0 / 400.0).abs() < 1e-9, "{s:?}");
+        assert!((share(2) - 98.0 / 400.0).abs() < 1e-9, "{s:?}");
+        // A process that has left the GPU keeps no share of it.
+        let (s, _) = shares(&window, true, &[], Some(&[1]), 0.98);
+        assert_eq!(s.len(), 1);
+    }
+
+    #[test]
+    fn the_share_window_follows_the_samples_timestamps_across_polls() {
+        let script = Script {
+            identities: vec![identity("H100")],
+            ..Script::default()
+        };
+        // Polls 0.1 s apart bring the samples of their ticks (µs timestamps, 0.2 s apart);
+        // the third brings only the stray sample of pid 8.
+        let at = |ticks: &[(u32, u64, u32)]| with_samples(poll(Ok(0), 700_000, 98), ticks, &[7, 8]);
+        script.polls.borrow_mut().push(VecDeque::from([
+            at(&[]),
+            at(&[(7, 1_000_000, 98), (7, 1_200_000, 98)]),
+            at(&[(7, 1_400_000, 98)]),
+            at(&[(8, 1_600_000, 98)]),
+            // 1.2 s later: the window holds pid 7's newest samples only.
+            at(&[(7, 2_800_000, 90), (7, 3_000_000, 90)]),
+        ]));
+        let mut gpu = open(&script);
+        for _ in 0..3 {
+            gpu.read(&ctx(100)).unwrap();
+        }
+        let activity = gpu.gpu_activity();
+        let share = |a: &GpuActivity, pid| a.processes.iter().find(|(p, _)| *p == pid).map(|s| s.1);
+        // pid 7: 3 periods at 98 %; pid 8: 1 of 3 periods at 98 %.
+        assert!(
+            (share(&activity[0], 7).unwrap() - 0.98).abs() < 1e-9,
+            "{activity:?}"
+        );
+        assert!(
+            (share(&activity[0], 8).unwrap() - 0.98 / 3.0).abs() < 1e-9,
+            "{activity:?}"
+        );
+        gpu.read(&ctx(100)).unwrap();
+        let activity = gpu.gpu_activity();
+        assert!(
+            (share(&activity[0], 7).unwrap() - 0.9).abs() < 1e-9,
+            "{activity:?}"
+        );
+        assert_eq!(share(&activity[0], 8), None);
     }
 }
