@@ -156,3 +156,66 @@ fn a_gpu_never_at_rest_and_of_no_known_model_says_its_baseline_is_not_its_rest_p
         "{quality:#}"
     );
 }
+
+/// trace2's heavy phase with both processes on the GPU, through the stray sample at 18.5 s
+/// that names the light process at 98 % and the heavy one not at all.
+const HEAVY_AND_LIGHT: (f64, f64) = (8.5, 19.6);
+
+#[test]
+fn no_interval_gives_the_light_process_the_gpu_and_the_split_follows_nvidias_accounting() {
+    require_root();
+    let state = tempfile::tempdir().unwrap();
+    let sleep = Path::new("/bin/sleep");
+    let heavy = Background::spawn(sleep, &["30"]);
+    let light = Background::spawn(sleep, &["30"]);
+    let nvml = replay(
+        HEAVY_AND_LIGHT,
+        H100,
+        vec![(494, heavy.pid()), (495, light.pid())],
+    );
+    let pids = format!("{},{}", heavy.pid(), light.pid());
+    let report = run(
+        &nvml,
+        state.path(),
+        &["--pid", &pids, "--duration", "10", "--timeseries"],
+    );
+    // Per interval: the light process never gets more than a window's share of the GPU (one
+    // 98 % sample in five periods, ~20 %), nor the heavy one nothing while the GPU is busy.
+    let mut heavy_intervals = 0;
+    for point in report["timeseries"].as_array().unwrap() {
+        let gpu_j = num(point, "/domains/gpu0/energy_j");
+        let of = |pid: u32| {
+            point["processes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| p["pid"] == pid)
+                .map_or(0.0, |p| num(p, "/energy_j"))
+        };
+        let (heavy_j, light_j) = (of(heavy.pid()), of(light.pid()));
+        assert!(
+            light_j <= 0.3 * gpu_j + 0.1,
+            "light {light_j} J of the GPU's {gpu_j} J: {point:#}"
+        );
+        if gpu_j > 50.0 {
+            heavy_intervals += 1;
+            assert!(heavy_j > light_j, "{point:#}");
+        }
+    }
+    assert!(heavy_intervals > 10, "{heavy_intervals}");
+    // Over the run, the split of the active energy follows NVIDIA's accounting stats
+    // (trace2-accounting.json: heavy 86 %, light 1 %) within 5 points.
+    let heavy_j = num(
+        cg_tests::process(&report, heavy.pid()),
+        "/domains/gpu0/energy_j",
+    );
+    let light_j = num(
+        cg_tests::process(&report, light.pid()),
+        "/domains/gpu0/energy_j",
+    );
+    let heavy_share = heavy_j / (heavy_j + light_j);
+    assert!(
+        (heavy_share - 86.0 / 87.0).abs() <= 0.05,
+        "heavy {heavy_j} J, light {light_j} J: {heavy_share}"
+    );
+}

@@ -147,9 +147,9 @@ pub enum ShareBasis {
 }
 
 /// Per-process shares of a GPU's busy time for one poll (pure, see the module docs): from
-/// `window`, the samples of the last [`SHARE_WINDOW_US`], when it has any of a running
-/// process (`fresh`: some are new since the last poll); else the previous shares of the
-/// processes still running; else an even split of the busy time among them.
+/// `window`, the samples of the last [`SHARE_WINDOW_US`], when some are new since the last
+/// poll (`fresh`); else the previous shares of the processes still running; else an even
+/// split of the busy time among them.
 pub fn shares(
     window: &[ProcessSample],
     fresh: bool,
@@ -160,18 +160,20 @@ pub fn shares(
     let is_running = |pid: u32| running.is_none_or(|r| r.contains(&pid));
     if fresh {
         let mut per_pid: BTreeMap<u32, (f64, u32)> = BTreeMap::new();
-        for s in window.iter().filter(|s| is_running(s.pid)) {
+        for s in window {
             let e = per_pid.entry(s.pid).or_default();
             e.0 += f64::from(s.sm_pct.min(100)) / 100.0;
             e.1 += 1;
         }
-        // The sampling periods the window holds: the most samples any process has in it.
+        // The sampling periods the window holds: the most samples any process has in it. A
+        // process that has just left keeps its share of the window: the GPU's tail after its
+        // last kernels is its own.
         let periods = per_pid.values().map(|&(_, n)| n).max().unwrap_or(0);
-        if periods > 0 {
-            let shares = per_pid
-                .into_iter()
-                .map(|(pid, (sum, _))| (pid, sum / f64::from(periods)))
-                .collect();
+        let shares: Vec<(u32, f64)> = per_pid
+            .into_iter()
+            .map(|(pid, (sum, _))| (pid, sum / f64::from(periods)))
+            .collect();
+        if !shares.is_empty() {
             return (shares, ShareBasis::Samples);
         }
     }
@@ -1126,9 +1128,10 @@ mod tests {
         let share = |pid| s.iter().find(|(p, _)| *p == pid).unwrap().1;
         assert!((share(1) - 393.0 / 400.0).abs() < 1e-9, "{s:?}");
         assert!((share(2) - 98.0 / 400.0).abs() < 1e-9, "{s:?}");
-        // A process that has left the GPU keeps no share of it.
-        let (s, _) = shares(&window, true, &[], Some(&[1]), 0.98);
-        assert_eq!(s.len(), 1);
+        // H has just left the GPU (its tail, ~125 W for a second, is H's), and the window
+        // still weighs L's stray sample as one period of four.
+        let (s2, _) = shares(&window, true, &[], Some(&[2]), 0.0);
+        assert_eq!(s2, s);
     }
 
     #[test]
