@@ -95,7 +95,7 @@ impl RestTracker {
         let (Some(w), Some(since)) = (power_w, self.last_activity_s) else {
             return;
         };
-        if !at_rest || !(w.is_finite() && w > 0.0) {
+        if !(at_rest && w.is_finite() && w > 0.0) {
             return;
         }
         self.recent.push_back((at_s, w));
@@ -231,7 +231,7 @@ impl RestStore {
         let Some(dir) = self.dir.clone() else {
             return false;
         };
-        if !valid_text(uuid) || !(seen_w.is_finite() && seen_w > 0.0) {
+        if !(valid_text(uuid) && seen_w.is_finite() && seen_w > 0.0) {
             return false;
         }
         if self.get(uuid).is_some_and(|s| s.rest_power_w <= seen_w) {
