@@ -19,7 +19,11 @@
  *                                   script's writer is)
  *   sample I pid=P ts=T sm=S        a per-process utilisation sample (ts in microseconds)
  *   running I PID compute|graphics  a process with a context on GPU I
+ *   accounting I pid=P util=U mem=M max_mem=B time_ms=T start_us=S running=0|1
+ *                                   NVIDIA's accounting stats of a process (and accounting
+ *                                   mode on for GPU I)
  *   error I WHAT ERROR              WHAT: all energy power temp util mem samples processes
+ *                                   accounting
  * ERROR: NOT_SUPPORTED NO_PERMISSION NOT_FOUND DRIVER_NOT_LOADED GPU_IS_LOST UNKNOWN ...
  *
  * Replaying a recorded GPU (tests/src/lib.rs `NvmlReplay` writes these from a recording of a
@@ -76,6 +80,16 @@ typedef struct {
 } nvmlProcessUtilizationSample_t;
 
 typedef struct {
+    unsigned int gpuUtilization;
+    unsigned int memoryUtilization;
+    unsigned long long maxMemoryUsage;
+    unsigned long long time;
+    unsigned long long startTime;
+    unsigned int isRunning;
+    unsigned int reserved[5];
+} nvmlAccountingStats_t;
+
+typedef struct {
     unsigned int pid;
     unsigned long long usedGpuMemory;
     unsigned int gpuInstanceId;
@@ -83,7 +97,9 @@ typedef struct {
 } nvmlProcessInfo_t;
 
 enum { MAX_DEVICES = 8, MAX_SAMPLES = 256, MAX_RUNNING = 64, MAX_FRAMES = 4096, FRAME_PIDS = 8 };
-enum { E_ALL, E_ENERGY, E_POWER, E_TEMP, E_UTIL, E_MEM, E_SAMPLES, E_PROCESSES, E_KINDS };
+enum { E_ALL, E_ENERGY, E_POWER, E_TEMP, E_UTIL, E_MEM, E_SAMPLES, E_PROCESSES, E_ACCOUNTING,
+       E_KINDS };
+enum { MAX_ACCOUNTED = 64 };
 
 struct nvmlDevice_st {
     char name[96];
@@ -95,6 +111,9 @@ struct nvmlDevice_st {
     unsigned int n_samples;
     nvmlProcessInfo_t compute[MAX_RUNNING], graphics[MAX_RUNNING];
     unsigned int n_compute, n_graphics;
+    unsigned int accounted_pids[MAX_ACCOUNTED];
+    nvmlAccountingStats_t accounted[MAX_ACCOUNTED];
+    unsigned int n_accounted;
 };
 
 /* One poll of a recorded GPU (see `frame`). */
@@ -135,8 +154,8 @@ static int error_code(const char *name) {
 }
 
 static int error_kind(const char *what) {
-    static const char *kinds[E_KINDS] = {"all",  "energy", "power",   "temp",
-                                         "util", "mem",    "samples", "processes"};
+    static const char *kinds[E_KINDS] = {"all", "energy",  "power",     "temp",      "util",
+                                         "mem", "samples", "processes", "accounting"};
     for (int i = 0; i < E_KINDS; i++)
         if (strcmp(what, kinds[i]) == 0)
             return i;
@@ -334,6 +353,25 @@ static void load(void) {
                 *eq = 0;
                 parse_frame_value(fr, kv, eq + 1);
             }
+        } else if (!strcmp(word, "accounting") && d->n_accounted < MAX_ACCOUNTED) {
+            nvmlAccountingStats_t *a = &d->accounted[d->n_accounted];
+            memset(a, 0, sizeof *a);
+            unsigned int pid = 0;
+            char *kv;
+            while ((kv = strtok_r(NULL, " ", &save))) {
+                char *eq = strchr(kv, '=');
+                if (!eq) continue;
+                *eq = 0;
+                unsigned long long v = strtoull(eq + 1, NULL, 10);
+                if (!strcmp(kv, "pid")) pid = (unsigned)v;
+                else if (!strcmp(kv, "util")) a->gpuUtilization = (unsigned)v;
+                else if (!strcmp(kv, "mem")) a->memoryUtilization = (unsigned)v;
+                else if (!strcmp(kv, "max_mem")) a->maxMemoryUsage = v;
+                else if (!strcmp(kv, "time_ms")) a->time = v;
+                else if (!strcmp(kv, "start_us")) a->startTime = v;
+                else if (!strcmp(kv, "running")) a->isRunning = (unsigned)v;
+            }
+            d->accounted_pids[d->n_accounted++] = pid;
         } else if (!strcmp(word, "running")) {
             char *pid = strtok_r(NULL, " ", &save);
             char *kind = strtok_r(NULL, " ", &save);
@@ -534,4 +572,37 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsign
 nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *count,
                                                       nvmlProcessInfo_t *infos) {
     return running(device, count, infos, 1);
+}
+
+/* Accounting mode is on when the script gives any accounting stats for the GPU. */
+nvmlReturn_t nvmlDeviceGetAccountingMode(nvmlDevice_t device, int *mode) {
+    nvmlReturn_t r = enter(device, E_ACCOUNTING);
+    if (r) return r;
+    *mode = device->n_accounted > 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetAccountingPids(nvmlDevice_t device, unsigned int *count,
+                                         unsigned int *pids) {
+    nvmlReturn_t r = enter(device, E_ACCOUNTING);
+    if (r) return r;
+    if (!pids || *count < device->n_accounted) {
+        *count = device->n_accounted;
+        return device->n_accounted ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+    }
+    memcpy(pids, device->accounted_pids, device->n_accounted * sizeof *pids);
+    *count = device->n_accounted;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetAccountingStats(nvmlDevice_t device, unsigned int pid,
+                                          nvmlAccountingStats_t *stats) {
+    nvmlReturn_t r = enter(device, E_ACCOUNTING);
+    if (r) return r;
+    for (unsigned int i = 0; i < device->n_accounted; i++)
+        if (device->accounted_pids[i] == pid) {
+            *stats = device->accounted[i];
+            return NVML_SUCCESS;
+        }
+    return NVML_ERROR_NOT_FOUND;
 }

@@ -1035,6 +1035,9 @@ pub struct ReplayScript {
     /// Recorded pid -> the test's pid. Recorded pids not named here become pids no process
     /// can have (above the kernel's largest, 2^22), as processes foreign to the test.
     pub pids: Vec<(u32, u32)>,
+    /// NVIDIA's accounting stats recorded after the run (`trace2-accounting.json`), served
+    /// with accounting mode on; `None`: accounting mode off.
+    pub accounting: Option<PathBuf>,
 }
 
 /// The NVML stand-in playing a recorded GPU: every poll of the stretch is a frame the
@@ -1117,6 +1120,23 @@ impl NvmlReplay {
         }
         for sample in samples {
             out.push_str(&sample);
+        }
+        if let Some(path) = &script.accounting {
+            // Not a report: NVIDIA's accounting stats as pynvml recorded them.
+            let stats: Value = serde_json::from_str(&fs::read_to_string(path).unwrap()).unwrap();
+            for p in stats["pids"].as_array().unwrap() {
+                out.push_str(&format!(
+                    "accounting 0 pid={} util={} mem={} max_mem={} time_ms={} start_us={} \
+                     running={}\n",
+                    map(p["pid"].as_u64().unwrap()),
+                    p["gpu_util_pct"],
+                    p["mem_util_pct"],
+                    p["max_mem_bytes"],
+                    p["time_ms"],
+                    p["start_us"],
+                    p["running"]
+                ));
+            }
         }
         let path = dir.path().join("fake-nvml.script");
         let tmp = path.with_extension("tmp");

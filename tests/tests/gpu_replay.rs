@@ -30,6 +30,15 @@ const STEADY: (f64, f64) = (10.0, 17.0);
 const PHASED: (f64, f64) = (16.5, 28.5);
 
 fn replay(stretch: (f64, f64), name: &'static str, pids: Vec<(u32, u32)>) -> NvmlReplay {
+    replay_with(stretch, name, pids, None)
+}
+
+fn replay_with(
+    stretch: (f64, f64),
+    name: &'static str,
+    pids: Vec<(u32, u32)>,
+    accounting: Option<std::path::PathBuf>,
+) -> NvmlReplay {
     NvmlReplay::start(&ReplayScript {
         recording: nvml_recording("trace2-nvml.jsonl"),
         from_s: stretch.0,
@@ -37,6 +46,7 @@ fn replay(stretch: (f64, f64), name: &'static str, pids: Vec<(u32, u32)>) -> Nvm
         name,
         uuid: UUID,
         pids,
+        accounting,
     })
 }
 
@@ -168,10 +178,11 @@ fn no_interval_gives_the_light_process_the_gpu_and_the_split_follows_nvidias_acc
     let sleep = Path::new("/bin/sleep");
     let heavy = Background::spawn(sleep, &["30"]);
     let light = Background::spawn(sleep, &["30"]);
-    let nvml = replay(
+    let nvml = replay_with(
         HEAVY_AND_LIGHT,
         H100,
         vec![(494, heavy.pid()), (495, light.pid())],
+        Some(nvml_recording("trace2-accounting.json")),
     );
     let pids = format!("{},{}", heavy.pid(), light.pid());
     let report = run(
@@ -218,4 +229,24 @@ fn no_interval_gives_the_light_process_the_gpu_and_the_split_follows_nvidias_acc
         (heavy_share - 86.0 / 87.0).abs() <= 0.05,
         "heavy {heavy_j} J, light {light_j} J: {heavy_share}"
     );
+    // The report reads the accounting stats at the end and says how far its split is from
+    // theirs.
+    let accounted = report["meta"]["gpus"][0]["accounting"].as_array().unwrap();
+    assert_eq!(accounted.len(), 4, "{accounted:#?}");
+    let notes = report["meta"]["measurement_quality"]["notes"]
+        .as_array()
+        .unwrap();
+    let note = notes
+        .iter()
+        .filter_map(|n| n.as_str())
+        .find(|n| n.contains("NVIDIA's accounting stats"))
+        .unwrap_or_else(|| panic!("{notes:#?}"));
+    let worst: f64 = note
+        .rsplit("largest difference ")
+        .next()
+        .and_then(|t| t.split(' ').next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("{note}"));
+    assert!(worst <= 5.0, "{note}");
+    assert!(note.contains(&format!("pid {} ", light.pid())), "{note}");
 }

@@ -455,8 +455,57 @@ pub fn build(rec: &Recording) -> Report {
         budgets: Vec::new(),
         stacks: built.stacks,
     };
+    accounting_notes(&mut report);
     check_finite(&mut report);
     report
+}
+
+/// Where NVIDIA's accounting stats were read (accounting mode on), a note per GPU comparing
+/// cg-trace's split of its energy with theirs ([`crate::attribution::gpu::against_accounting`]).
+fn accounting_notes(report: &mut Report) {
+    let mut notes = Vec::new();
+    for gpu in &report.meta.gpus {
+        let Some(accounting) = &gpu.accounting else {
+            continue;
+        };
+        let ours: Vec<(u32, f64)> = report
+            .processes
+            .iter()
+            .filter_map(|p| p.domains.get(&gpu.domain).map(|d| (p.pid, d.energy_j)))
+            .collect();
+        let theirs: Vec<(u32, f64)> = accounting.iter().map(|a| (a.pid, a.busy_s())).collect();
+        let checks = crate::attribution::gpu::against_accounting(&ours, &theirs);
+        let note = if checks.is_empty() {
+            format!(
+                "{}: NVIDIA's accounting stats name none of the processes cg-trace charged its \
+                 energy to; the split could not be checked",
+                gpu.domain
+            )
+        } else {
+            let worst = checks
+                .iter()
+                .map(|c| (c.ours_pct - c.theirs_pct).abs())
+                .fold(0.0, f64::max);
+            let each: Vec<String> = checks
+                .iter()
+                .map(|c| {
+                    format!(
+                        "pid {} {:.1} % (accounting {:.1} %)",
+                        c.pid, c.ours_pct, c.theirs_pct
+                    )
+                })
+                .collect();
+            format!(
+                "{}: split of its energy among the processes NVIDIA's accounting stats also \
+                 name, against theirs (GPU utilisation x time): {}; largest difference {worst:.1} \
+                 points",
+                gpu.domain,
+                each.join(", ")
+            )
+        };
+        notes.push(note);
+    }
+    report.meta.measurement_quality.notes.extend(notes);
 }
 
 /// The last check of a report: every figure is finite. One that is not is a bug upstream; the

@@ -113,6 +113,28 @@ impl GpuPoll {
     }
 }
 
+/// NVIDIA's accounting stats of one process over its life (`nvmlDeviceGetAccountingStats`,
+/// with accounting mode on: `nvidia-smi -am 1`): the truth the per-process split is checked
+/// against at the end of a run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AccountedProcess {
+    pub pid: u32,
+    /// Percent of its life during which a kernel of it ran.
+    pub gpu_utilization_pct: u32,
+    /// How long its context was on the GPU, seconds.
+    pub time_s: f64,
+}
+
+impl AccountedProcess {
+    /// GPU-busy seconds: what its share of the GPU's active energy should follow.
+    pub fn busy_s(&self) -> f64 {
+        f64::from(self.gpu_utilization_pct.min(100)) / 100.0 * self.time_s
+    }
+}
+
+/// Processes kept from one GPU's accounting stats (NVML keeps up to 4,000 by default).
+pub const MAX_ACCOUNTED: usize = 4_096;
+
 /// The GPU library: NVML in production, scripted readings in tests.
 pub trait GpuBackend {
     /// Where the figures come from (`NVML (libnvidia-ml.so.1)`).
@@ -122,6 +144,10 @@ pub trait GpuBackend {
     /// Reads GPU `gpu`; per-process figures only when `processes`, samples newer than
     /// `samples_since_us`.
     fn poll(&self, gpu: u32, processes: bool, samples_since_us: u64) -> GpuPoll;
+    /// GPU `gpu`'s accounting stats, or `None` when accounting mode is off.
+    fn accounting(&self, _gpu: u32) -> Result<Option<Vec<AccountedProcess>>, GpuError> {
+        Err(GpuError::NotSupported)
+    }
 }
 
 /// How a GPU's energy is obtained.
@@ -226,6 +252,9 @@ pub struct GpuSummary {
     pub even_split_polls_count: u64,
     /// `ok`, `degraded` (some reads failed) or `lost` (the GPU stopped answering).
     pub status: &'static str,
+    /// NVIDIA's accounting stats at the end of the run, when accounting mode is on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub accounting: Option<Vec<AccountedProcess>>,
 }
 
 /// One GPU's state during a run.
@@ -246,6 +275,8 @@ struct Device {
     /// Processes on the GPU at the last process poll (`None`: not known).
     running_count: Option<usize>,
     rest: RestTracker,
+    /// Accounting stats read at the end of the run.
+    accounting: Option<Vec<AccountedProcess>>,
     /// Seconds since the energy counter was last read successfully.
     since_energy_s: f64,
     /// Counter readings that were not plausible (see [`crate::sources::counter`]).
@@ -343,6 +374,7 @@ impl<B: GpuBackend> GpuSource<B> {
                 clock_s: 0.0,
                 running_count: None,
                 rest: RestTracker::default(),
+                accounting: None,
                 since_energy_s: 0.0,
                 glitches: BTreeMap::new(),
                 power_w_s: 0.0,
@@ -632,13 +664,16 @@ impl<B: GpuBackend> EnergySource for GpuSource<B> {
         )
     }
 
-    /// The run is over: the rest powers seen in it are kept for later runs. The live reads
-    /// stand.
+    /// The run is over: the rest powers seen in it are kept for later runs, and NVIDIA's
+    /// accounting stats are read where accounting mode is on. The live reads stand.
     fn settle(&mut self, _spans: &[WallSpan]) -> Option<Result<Vec<Vec<f64>>, SourceError>> {
         let now = unix_now_s();
-        for d in &self.devices {
+        for d in &mut self.devices {
             if let Some(w) = d.rest.lowest_w() {
                 self.store.keep(&d.identity.uuid, &d.identity.name, w, now);
+            }
+            if !d.lost {
+                d.accounting = self.backend.accounting(d.index).ok().flatten();
             }
         }
         None
@@ -728,6 +763,7 @@ impl<B: GpuBackend> EnergySource for GpuSource<B> {
                 polls_count: d.polls,
                 read_errors_count: read_errors,
                 even_split_polls_count: d.even_split_polls,
+                accounting: d.accounting.clone(),
                 status: if d.lost {
                     "lost"
                 } else if read_errors > 0 {

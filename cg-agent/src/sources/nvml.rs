@@ -9,7 +9,9 @@
 //! `nvmlDeviceGetTotalEnergyConsumption`, `nvmlDeviceGetPowerUsage`,
 //! `nvmlDeviceGetTemperature`, `nvmlDeviceGetUtilizationRates`,
 //! `nvmlDeviceGetProcessUtilization`, `nvmlDeviceGetComputeRunningProcesses_v3`,
-//! `nvmlDeviceGetGraphicsRunningProcesses_v3`.
+//! `nvmlDeviceGetGraphicsRunningProcesses_v3`, and at the end of a run
+//! `nvmlDeviceGetAccountingMode`, `nvmlDeviceGetAccountingPids`,
+//! `nvmlDeviceGetAccountingStats`.
 
 use std::path::{Path, PathBuf};
 
@@ -17,7 +19,10 @@ use nvml_wrapper::{Nvml, enum_wrappers::device::TemperatureSensor, error::NvmlEr
 
 use super::{
     SourceError,
-    gpu::{GpuBackend, GpuError, GpuIdentity, GpuPoll, GpuSource, ProcessSample},
+    gpu::{
+        AccountedProcess, GpuBackend, GpuError, GpuIdentity, GpuPoll, GpuSource, MAX_ACCOUNTED,
+        ProcessSample,
+    },
 };
 
 /// The NVML library the NVIDIA driver installs.
@@ -78,6 +83,27 @@ fn gpu_error(err: NvmlError) -> GpuError {
 }
 
 impl GpuBackend for NvmlBackend {
+    fn accounting(&self, gpu: u32) -> Result<Option<Vec<AccountedProcess>>, GpuError> {
+        let device = self.nvml.device_by_index(gpu).map_err(gpu_error)?;
+        if !device.is_accounting_enabled().map_err(gpu_error)? {
+            return Ok(None);
+        }
+        let pids = device.accounting_pids().map_err(gpu_error)?;
+        let processes = pids
+            .into_iter()
+            .take(MAX_ACCOUNTED)
+            .filter_map(|pid| {
+                let stats = device.accounting_stats_for(pid).ok()?;
+                Some(AccountedProcess {
+                    pid,
+                    gpu_utilization_pct: stats.gpu_utilization?.min(100),
+                    time_s: stats.time as f64 / 1e3,
+                })
+            })
+            .collect();
+        Ok(Some(processes))
+    }
+
     fn describe(&self) -> String {
         format!("NVML ({})", self.lib.display())
     }
