@@ -216,7 +216,7 @@ fn main() {
     };
     let gpu = || -> Option<Box<dyn EnergySource>> {
         nvml_lib.as_ref().map(|lib| {
-            Box::new(nvml::open_source(lib).expect("NVML stand-in")) as Box<dyn EnergySource>
+            Box::new(nvml::open_source(lib, None).expect("NVML stand-in")) as Box<dyn EnergySource>
         })
     };
     let mut cases: Vec<(&str, Opener)> = vec![

@@ -621,6 +621,10 @@ pub fn source_options(args: &RunArgs) -> SourceOptions {
         }),
         nvml_required: args.nvml_lib.is_some(),
         power_log: args.power_log.clone(),
+        state_dir: args
+            .state_dir
+            .clone()
+            .or_else(crate::sources::gpu_rest::default_state_dir),
     }
 }
 

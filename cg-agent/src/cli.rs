@@ -258,6 +258,12 @@ pub struct RunArgs {
     #[arg(long, global = true)]
     pub no_gpu: bool,
 
+    /// Where cg-trace keeps what it learns about this machine between runs (each GPU's rest
+    /// power, its idle baseline) [default: /var/lib/cg-trace as root, else
+    /// $XDG_STATE_HOME/cg-trace]
+    #[arg(long, value_name = "DIR", global = true)]
+    pub state_dir: Option<PathBuf>,
+
     /// A power meter's log (CSV `time,id,pm1,pm2,sum` or `time,watts`), followed while it
     /// grows: the energy of the whole machine, with RAPL and GPU domains nested inside it
     #[arg(long, value_name = "FILE", global = true)]

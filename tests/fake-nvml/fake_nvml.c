@@ -19,8 +19,21 @@
  *                                   script's writer is)
  *   sample I pid=P ts=T sm=S        a per-process utilisation sample (ts in microseconds)
  *   running I PID compute|graphics  a process with a context on GPU I
+ *   accounting I pid=P util=U mem=M max_mem=B time_ms=T start_us=S running=0|1
+ *                                   NVIDIA's accounting stats of a process (and accounting
+ *                                   mode on for GPU I)
  *   error I WHAT ERROR              WHAT: all energy power temp util mem samples processes
+ *                                   accounting
  * ERROR: NOT_SUPPORTED NO_PERMISSION NOT_FOUND DRIVER_NOT_LOADED GPU_IS_LOST UNKNOWN ...
+ *
+ * Replaying a recorded GPU (tests/src/lib.rs `NvmlReplay` writes these from a recording of a
+ * real one), driven by the clock as a real GPU is:
+ *   replay_start_us U               the recording's time 0 plays at U (CLOCK_REALTIME, µs)
+ *   frame I t_us=T key=value ...    from U+T on, GPU I reads as `set` would make it (keys as
+ *                                   for `set`, and running=PID,PID,... its compute processes),
+ *                                   until the next frame; before the first, the first
+ * In replay, `sample` timestamps are CLOCK_REALTIME µs, and a sample is seen only once its
+ * time has come (NVML's buffer fills as the GPU runs).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -67,14 +80,26 @@ typedef struct {
 } nvmlProcessUtilizationSample_t;
 
 typedef struct {
+    unsigned int gpuUtilization;
+    unsigned int memoryUtilization;
+    unsigned long long maxMemoryUsage;
+    unsigned long long time;
+    unsigned long long startTime;
+    unsigned int isRunning;
+    unsigned int reserved[5];
+} nvmlAccountingStats_t;
+
+typedef struct {
     unsigned int pid;
     unsigned long long usedGpuMemory;
     unsigned int gpuInstanceId;
     unsigned int computeInstanceId;
 } nvmlProcessInfo_t;
 
-enum { MAX_DEVICES = 8, MAX_SAMPLES = 256, MAX_RUNNING = 64 };
-enum { E_ALL, E_ENERGY, E_POWER, E_TEMP, E_UTIL, E_MEM, E_SAMPLES, E_PROCESSES, E_KINDS };
+enum { MAX_DEVICES = 8, MAX_SAMPLES = 256, MAX_RUNNING = 64, MAX_FRAMES = 4096, FRAME_PIDS = 8 };
+enum { E_ALL, E_ENERGY, E_POWER, E_TEMP, E_UTIL, E_MEM, E_SAMPLES, E_PROCESSES, E_ACCOUNTING,
+       E_KINDS };
+enum { MAX_ACCOUNTED = 64 };
 
 struct nvmlDevice_st {
     char name[96];
@@ -86,12 +111,26 @@ struct nvmlDevice_st {
     unsigned int n_samples;
     nvmlProcessInfo_t compute[MAX_RUNNING], graphics[MAX_RUNNING];
     unsigned int n_compute, n_graphics;
+    unsigned int accounted_pids[MAX_ACCOUNTED];
+    nvmlAccountingStats_t accounted[MAX_ACCOUNTED];
+    unsigned int n_accounted;
+};
+
+/* One poll of a recorded GPU (see `frame`). */
+struct frame {
+    unsigned int device;
+    unsigned long long t_us, energy_mj, mem_used;
+    unsigned int power_mw, temp_c, util_gpu, util_mem;
+    unsigned int pids[FRAME_PIDS], n_pids;
 };
 
 static struct {
     int init_error;
     unsigned int devices;
     struct nvmlDevice_st dev[MAX_DEVICES];
+    unsigned long long replay_start_us;
+    struct frame frames[MAX_FRAMES];
+    unsigned int n_frames;
 } state;
 
 static int error_code(const char *name) {
@@ -115,8 +154,8 @@ static int error_code(const char *name) {
 }
 
 static int error_kind(const char *what) {
-    static const char *kinds[E_KINDS] = {"all",  "energy", "power",   "temp",
-                                         "util", "mem",    "samples", "processes"};
+    static const char *kinds[E_KINDS] = {"all", "energy",  "power",     "temp",      "util",
+                                         "mem", "samples", "processes", "accounting"};
     for (int i = 0; i < E_KINDS; i++)
         if (strcmp(what, kinds[i]) == 0)
             return i;
@@ -158,6 +197,67 @@ static void set_value(struct nvmlDevice_st *d, const char *key, const char *valu
     else if (!strcmp(key, "power_limit_mw")) d->power_limit_mw = (unsigned)v;
 }
 
+static void parse_frame_value(struct frame *fr, const char *key, const char *value) {
+    unsigned long long v = strtoull(value, NULL, 10);
+    if (!strcmp(key, "t_us")) fr->t_us = v;
+    else if (!strcmp(key, "energy_mj")) fr->energy_mj = v;
+    else if (!strcmp(key, "power_mw")) fr->power_mw = (unsigned)v;
+    else if (!strcmp(key, "temp_c")) fr->temp_c = (unsigned)v;
+    else if (!strcmp(key, "util_gpu")) fr->util_gpu = (unsigned)v;
+    else if (!strcmp(key, "util_mem")) fr->util_mem = (unsigned)v;
+    else if (!strcmp(key, "mem_used")) fr->mem_used = v;
+    else if (!strcmp(key, "running")) {
+        const char *p = value;
+        while (*p && fr->n_pids < FRAME_PIDS) {
+            char *end;
+            unsigned long pid = strtoul(p, &end, 10);
+            if (end == p) break;
+            fr->pids[fr->n_pids++] = (unsigned)pid;
+            p = *end == ',' ? end + 1 : end;
+        }
+    }
+}
+
+static unsigned long long realtime_us(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return (unsigned long long)now.tv_sec * 1000000ull + (unsigned long long)now.tv_nsec / 1000;
+}
+
+/* In replay: sets each replayed GPU to its frame for now (the last one whose time has come). */
+static void play(void) {
+    if (!state.replay_start_us)
+        return;
+    unsigned long long now = realtime_us();
+    unsigned long long t = now > state.replay_start_us ? now - state.replay_start_us : 0;
+    for (unsigned int dev = 0; dev < state.devices; dev++) {
+        const struct frame *current = NULL;
+        for (unsigned int i = 0; i < state.n_frames; i++) {
+            const struct frame *fr = &state.frames[i];
+            if (fr->device != dev) continue;
+            if (!current || fr->t_us <= t) current = fr;
+            if (fr->t_us > t) break;
+        }
+        if (!current) continue;
+        struct nvmlDevice_st *d = &state.dev[dev];
+        d->energy_mj = current->energy_mj;
+        d->at_ns = 0;
+        d->power_mw = current->power_mw;
+        d->temp_c = current->temp_c;
+        d->util_gpu = current->util_gpu;
+        d->util_mem = current->util_mem;
+        d->mem_used = current->mem_used;
+        d->n_compute = 0;
+        for (unsigned int k = 0; k < current->n_pids && k < MAX_RUNNING; k++) {
+            memset(&d->compute[k], 0, sizeof d->compute[k]);
+            d->compute[k].pid = current->pids[k];
+            d->compute[k].gpuInstanceId = 0xFFFFFFFF;
+            d->compute[k].computeInstanceId = 0xFFFFFFFF;
+            d->n_compute++;
+        }
+    }
+}
+
 /* Re-reads the script into `state` when it changed (a new file, size or time). */
 static void load(void) {
     static struct stat seen;
@@ -167,8 +267,10 @@ static void load(void) {
     struct stat now;
     if (stat(path, &now) == 0 && loaded && now.st_ino == seen.st_ino &&
         now.st_size == seen.st_size && now.st_mtim.tv_sec == seen.st_mtim.tv_sec &&
-        now.st_mtim.tv_nsec == seen.st_mtim.tv_nsec)
+        now.st_mtim.tv_nsec == seen.st_mtim.tv_nsec) {
+        play();
         return;
+    }
     memset(&seen, 0, sizeof seen);
     loaded = 0;
     memset(&state, 0, sizeof state);
@@ -196,6 +298,11 @@ static void load(void) {
         if (!strcmp(word, "init")) {
             char *e = strtok_r(NULL, " ", &save);
             if (e) state.init_error = error_code(e);
+            continue;
+        }
+        if (!strcmp(word, "replay_start_us")) {
+            char *u = strtok_r(NULL, " ", &save);
+            if (u) state.replay_start_us = strtoull(u, NULL, 10);
             continue;
         }
         if (!strcmp(word, "devices")) {
@@ -235,6 +342,36 @@ static void load(void) {
                 else if (!strcmp(kv, "sm")) s->smUtil = (unsigned)v;
                 else if (!strcmp(kv, "mem")) s->memUtil = (unsigned)v;
             }
+        } else if (!strcmp(word, "frame") && state.n_frames < MAX_FRAMES) {
+            struct frame *fr = &state.frames[state.n_frames++];
+            memset(fr, 0, sizeof *fr);
+            fr->device = (unsigned)(d - state.dev);
+            char *kv;
+            while ((kv = strtok_r(NULL, " ", &save))) {
+                char *eq = strchr(kv, '=');
+                if (!eq) continue;
+                *eq = 0;
+                parse_frame_value(fr, kv, eq + 1);
+            }
+        } else if (!strcmp(word, "accounting") && d->n_accounted < MAX_ACCOUNTED) {
+            nvmlAccountingStats_t *a = &d->accounted[d->n_accounted];
+            memset(a, 0, sizeof *a);
+            unsigned int pid = 0;
+            char *kv;
+            while ((kv = strtok_r(NULL, " ", &save))) {
+                char *eq = strchr(kv, '=');
+                if (!eq) continue;
+                *eq = 0;
+                unsigned long long v = strtoull(eq + 1, NULL, 10);
+                if (!strcmp(kv, "pid")) pid = (unsigned)v;
+                else if (!strcmp(kv, "util")) a->gpuUtilization = (unsigned)v;
+                else if (!strcmp(kv, "mem")) a->memoryUtilization = (unsigned)v;
+                else if (!strcmp(kv, "max_mem")) a->maxMemoryUsage = v;
+                else if (!strcmp(kv, "time_ms")) a->time = v;
+                else if (!strcmp(kv, "start_us")) a->startTime = v;
+                else if (!strcmp(kv, "running")) a->isRunning = (unsigned)v;
+            }
+            d->accounted_pids[d->n_accounted++] = pid;
         } else if (!strcmp(word, "running")) {
             char *pid = strtok_r(NULL, " ", &save);
             char *kind = strtok_r(NULL, " ", &save);
@@ -257,6 +394,7 @@ static void load(void) {
         }
     }
     fclose(f);
+    play();
 }
 
 /* Loads the script and checks the handle; returns the error for `kind`, if any. */
@@ -389,20 +527,24 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
                                              unsigned long long lastSeen) {
     nvmlReturn_t r = enter(device, E_SAMPLES);
     if (r) return r;
+    unsigned long long until = state.replay_start_us ? realtime_us() : ~0ull;
     unsigned int n = 0;
     for (unsigned int i = 0; i < device->n_samples; i++)
-        if (device->samples[i].timeStamp > lastSeen) n++;
+        if (device->samples[i].timeStamp > lastSeen && device->samples[i].timeStamp <= until) n++;
     if (n == 0) {
         *count = 0;
         return NVML_ERROR_NOT_FOUND;
     }
-    if (!samples || *count < n) {
+    if (!samples || *count == 0) {
         *count = n;
         return NVML_ERROR_INSUFFICIENT_SIZE;
     }
+    /* A sample that came due since the caller counted waits for the next call (its time is
+     * later than all of these). */
     unsigned int k = 0;
-    for (unsigned int i = 0; i < device->n_samples; i++)
-        if (device->samples[i].timeStamp > lastSeen) samples[k++] = device->samples[i];
+    for (unsigned int i = 0; i < device->n_samples && k < *count; i++)
+        if (device->samples[i].timeStamp > lastSeen && device->samples[i].timeStamp <= until)
+            samples[k++] = device->samples[i];
     *count = k;
     return NVML_SUCCESS;
 }
@@ -430,4 +572,37 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsign
 nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *count,
                                                       nvmlProcessInfo_t *infos) {
     return running(device, count, infos, 1);
+}
+
+/* Accounting mode is on when the script gives any accounting stats for the GPU. */
+nvmlReturn_t nvmlDeviceGetAccountingMode(nvmlDevice_t device, int *mode) {
+    nvmlReturn_t r = enter(device, E_ACCOUNTING);
+    if (r) return r;
+    *mode = device->n_accounted > 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetAccountingPids(nvmlDevice_t device, unsigned int *count,
+                                         unsigned int *pids) {
+    nvmlReturn_t r = enter(device, E_ACCOUNTING);
+    if (r) return r;
+    if (!pids || *count < device->n_accounted) {
+        *count = device->n_accounted;
+        return device->n_accounted ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+    }
+    memcpy(pids, device->accounted_pids, device->n_accounted * sizeof *pids);
+    *count = device->n_accounted;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetAccountingStats(nvmlDevice_t device, unsigned int pid,
+                                          nvmlAccountingStats_t *stats) {
+    nvmlReturn_t r = enter(device, E_ACCOUNTING);
+    if (r) return r;
+    for (unsigned int i = 0; i < device->n_accounted; i++)
+        if (device->accounted_pids[i] == pid) {
+            *stats = device->accounted[i];
+            return NVML_SUCCESS;
+        }
+    return NVML_ERROR_NOT_FOUND;
 }

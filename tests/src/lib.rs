@@ -12,7 +12,7 @@ use std::{
         atomic::{AtomicBool, Ordering},
     },
     thread::JoinHandle,
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use serde_json::Value;
@@ -1055,6 +1055,146 @@ impl FakeNvml {
             lib,
             _ticker: ticker,
         }
+    }
+
+    /// `--nvml-lib`.
+    pub fn lib(&self) -> &Path {
+        &self.lib
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// A recorded GPU for [`NvmlReplay`]: a poll log as `tests/fake-nvml/recordings/` holds.
+pub fn nvml_recording(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fake-nvml/recordings")
+        .join(name)
+}
+
+/// What a [`NvmlReplay`] plays.
+#[derive(Clone, Debug)]
+pub struct ReplayScript {
+    /// The poll log (JSON lines, see `tests/fake-nvml/recordings/README.md`).
+    pub recording: PathBuf,
+    /// The stretch of it to play, seconds from its first poll; it plays in real time.
+    pub from_s: f64,
+    pub to_s: f64,
+    pub name: &'static str,
+    pub uuid: &'static str,
+    /// Recorded pid -> the test's pid. Recorded pids not named here become pids no process
+    /// can have (above the kernel's largest, 2^22), as processes foreign to the test.
+    pub pids: Vec<(u32, u32)>,
+    /// NVIDIA's accounting stats recorded after the run (`trace2-accounting.json`), served
+    /// with accounting mode on; `None`: accounting mode off.
+    pub accounting: Option<PathBuf>,
+}
+
+/// The NVML stand-in playing a recorded GPU: every poll of the stretch is a frame the
+/// stand-in switches to when its time comes, per-process samples appear when their
+/// (shifted) timestamps pass, as a real GPU's buffer fills.
+pub struct NvmlReplay {
+    dir: tempfile::TempDir,
+    lib: PathBuf,
+}
+
+/// A pid that no process can have: the kernel's pids stay below 2^22.
+pub const FOREIGN_PID_BASE: u32 = 1 << 23;
+
+impl NvmlReplay {
+    pub fn start(script: &ReplayScript) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let lib = build_fake_nvml(dir.path());
+        let text = fs::read_to_string(&script.recording).expect("the recording");
+        let polls: Vec<Value> = text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).expect("a recorded poll"))
+            .collect();
+        let t0 = polls[0]["t"].as_f64().expect("t");
+        let map = |pid: u64| {
+            let pid = pid as u32;
+            script
+                .pids
+                .iter()
+                .find(|(recorded, _)| *recorded == pid)
+                .map_or(FOREIGN_PID_BASE + pid, |&(_, ours)| ours)
+        };
+        let start_us = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_micros() as u64;
+        let origin_us = ((t0 + script.from_s) * 1e6) as i64;
+        let mut out = format!(
+            "devices 1\nname 0 {}\nuuid 0 {}\nset 0 power_limit_mw=700000 \
+             mem_total=85520809984\nreplay_start_us {start_us}\n",
+            script.name, script.uuid
+        );
+        let mut samples = Vec::new();
+        for poll in &polls {
+            let t = poll["t"].as_f64().unwrap() - t0;
+            for s in poll["samples"].as_array().unwrap() {
+                let ts = s[1].as_i64().unwrap();
+                // Samples from a little before the stretch, as the driver's buffer holds.
+                let shifted = start_us as i64 + ts - origin_us;
+                if shifted > 0 && t <= script.to_s && t >= script.from_s - 2.0 {
+                    samples.push(format!(
+                        "sample 0 pid={} ts={shifted} sm={} mem={}\n",
+                        map(s[0].as_u64().unwrap()),
+                        s[2],
+                        s[3]
+                    ));
+                }
+            }
+            if t < script.from_s || t > script.to_s {
+                continue;
+            }
+            let running: Vec<String> = poll["running"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| map(p.as_u64().unwrap()).to_string())
+                .collect();
+            out.push_str(&format!(
+                "frame 0 t_us={} energy_mj={} power_mw={} util_gpu={} util_mem={} temp_c={} \
+                 mem_used={} running={}\n",
+                ((t - script.from_s) * 1e6) as u64,
+                poll["energy_mj"],
+                poll["power_mw"],
+                poll["util_gpu"],
+                poll["util_mem"],
+                poll["temp_c"],
+                poll["mem_used"],
+                running.join(",")
+            ));
+        }
+        for sample in samples {
+            out.push_str(&sample);
+        }
+        if let Some(path) = &script.accounting {
+            // Not a report: NVIDIA's accounting stats as pynvml recorded them.
+            let stats: Value = serde_json::from_str(&fs::read_to_string(path).unwrap()).unwrap();
+            for p in stats["pids"].as_array().unwrap() {
+                out.push_str(&format!(
+                    "accounting 0 pid={} util={} mem={} max_mem={} time_ms={} start_us={} \
+                     running={}\n",
+                    map(p["pid"].as_u64().unwrap()),
+                    p["gpu_util_pct"],
+                    p["mem_util_pct"],
+                    p["max_mem_bytes"],
+                    p["time_ms"],
+                    p["start_us"],
+                    p["running"]
+                ));
+            }
+        }
+        let path = dir.path().join("fake-nvml.script");
+        let tmp = path.with_extension("tmp");
+        fs::write(&tmp, out).unwrap();
+        fs::rename(&tmp, &path).unwrap();
+        NvmlReplay { dir, lib }
     }
 
     /// `--nvml-lib`.

@@ -3,6 +3,13 @@
 //! (its power samples, averaged over the same run). The default workload is a PyTorch matrix
 //! multiplication loop when PyTorch with CUDA is installed; otherwise give one after `--`.
 //! Fails at once, saying so, where there is no GPU.
+//!
+//! With PyTorch, it then checks the split and the idle baseline (issue 18): it samples the
+//! GPU's rest power with nvidia-smi, runs two processes whose GPU busy time is 8:1 (each
+//! busy for a fixed part of every 100 ms), and prints cg-trace's split of the GPU's energy
+//! between them, NVIDIA's accounting stats' split (when accounting mode is on:
+//! `nvidia-smi -am 1`), the 8:1 expected, and the idle baseline against the rest power.
+//! Not part of CI: it needs the GPU.
 
 use std::{
     io::{BufRead, BufReader},
@@ -15,6 +22,24 @@ use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
 use crate::{build, is_root, root};
+
+/// Busy for `argv[1]` ms of every 100 ms for 12 s (after CUDA starts).
+const DUTY_WORKLOAD: &str = "\
+import sys, time, torch
+busy = float(sys.argv[1]) / 1000
+a = torch.randn(2048, 2048, device='cuda')
+torch.cuda.synchronize()
+end = time.time() + 12
+while time.time() < end:
+    t0 = time.time()
+    while time.time() - t0 < busy:
+        b = a @ a
+        torch.cuda.synchronize()
+    time.sleep(max(0.0, 0.1 - (time.time() - t0)))
+";
+
+/// GPU busy ms per 100 ms of the two processes of the split check: 8:1.
+const DUTY_MS: [u32; 2] = [80, 10];
 
 const TORCH_WORKLOAD: &str = "\
 import time, torch
@@ -46,13 +71,13 @@ pub fn run(args: &[String]) -> Result<()> {
     };
     print!("GPUs:\n{gpus}");
 
+    let torch = Command::new("python3")
+        .args(["-c", "import torch; assert torch.cuda.is_available()"])
+        .output()
+        .is_ok_and(|o| o.status.success());
     let workload: Vec<String> = match args.iter().position(|a| a == "--") {
         Some(i) if i + 1 < args.len() => args[i + 1..].to_vec(),
         _ => {
-            let torch = Command::new("python3")
-                .args(["-c", "import torch; assert torch.cuda.is_available()"])
-                .output()
-                .is_ok_and(|o| o.status.success());
             if !torch {
                 bail!(
                     "no default GPU workload here (PyTorch with CUDA is not installed): give one, \
@@ -63,7 +88,161 @@ pub fn run(args: &[String]) -> Result<()> {
         }
     };
     build(true)?;
+    energy_check(&workload)?;
+    if torch {
+        split_check()?;
+    } else {
+        println!("\n(no PyTorch with CUDA here: the 8:1 split check is skipped)");
+    }
+    Ok(())
+}
 
+/// cg-trace wrapping `workload` (as root, through sudo when needed) with `extra` arguments
+/// first; returns its report.
+fn cg_trace(workload: &[String], extra: &[&str]) -> Result<Value> {
+    let report_path =
+        std::env::temp_dir().join(format!("cg-gpu-check-{}.json", std::process::id()));
+    let binary = root().join("target/release/cg-trace");
+    let mut cmd = if is_root() {
+        Command::new(&binary)
+    } else {
+        let mut sudo = Command::new("sudo");
+        sudo.arg("-E").arg(&binary);
+        sudo
+    };
+    cmd.args(extra)
+        .arg("-o")
+        .arg(&report_path)
+        .arg("--")
+        .args(workload);
+    let status = cmd.status().context("running cg-trace")?;
+    if !status.success() {
+        bail!("cg-trace or the workload failed ({status})");
+    }
+    let report: Value = serde_json::from_str(
+        &std::fs::read_to_string(&report_path).context("reading cg-trace's report")?,
+    )?;
+    let _ = std::fs::remove_file(&report_path);
+    Ok(report)
+}
+
+/// GPU 0's mean power.draw over `seconds` by nvidia-smi, watts.
+fn smi_power_w(seconds: u64) -> Result<f64> {
+    let out = Command::new("timeout")
+        .arg(seconds.to_string())
+        .args([
+            "nvidia-smi",
+            "--id=0",
+            "--query-gpu=power.draw",
+            "--format=csv,noheader,nounits",
+            "-lms",
+            "100",
+        ])
+        .output()
+        .context("running nvidia-smi")?;
+    let watts: Vec<f64> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .filter(|w: &f64| w.is_finite())
+        .collect();
+    if watts.is_empty() {
+        bail!("nvidia-smi gave no power reading");
+    }
+    Ok(watts.iter().sum::<f64>() / watts.len() as f64)
+}
+
+/// Two processes busy 8:1 on GPU 0: cg-trace's split, the accounting stats' split, and the
+/// idle baseline against the rest power nvidia-smi sees with nothing on the GPU.
+fn split_check() -> Result<()> {
+    println!("\n8:1 split check: the GPU at rest first (10 s, nothing on it)...");
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    let rest_w = smi_power_w(5)?;
+    let duty = |ms: u32| format!("python3 -c \"$CG_DUTY\" {ms} & ");
+    let script = format!("{}{}wait", duty(DUTY_MS[0]), duty(DUTY_MS[1]));
+    // SAFETY: the xtask is single-threaded here; the variable is read by the shell.
+    unsafe { std::env::set_var("CG_DUTY", DUTY_WORKLOAD) };
+    let workload = vec!["sh".to_string(), "-c".to_string(), script];
+    let report = cg_trace(&workload, &["-q"])?;
+    let num = |v: &Value, p: &str| v.pointer(p).and_then(Value::as_f64).unwrap_or(f64::NAN);
+    let busy_of = |p: &Value| {
+        p["cmdline"].as_array().and_then(|args| {
+            args.last()
+                .and_then(Value::as_str)
+                .and_then(|a| a.parse::<u32>().ok())
+                .filter(|ms| DUTY_MS.contains(ms))
+        })
+    };
+    let processes = report["processes"].as_array().cloned().unwrap_or_default();
+    let workers: Vec<(u32, u64, f64)> = processes
+        .iter()
+        .filter_map(|p| {
+            Some((
+                busy_of(p)?,
+                p["pid"].as_u64()?,
+                num(p, "/domains/gpu0/energy_j"),
+            ))
+        })
+        .collect();
+    if workers.len() != 2 {
+        bail!("expected the two workers in the report, found {workers:?}");
+    }
+    let ours: f64 = workers.iter().map(|w| w.2).sum();
+    let expected: f64 = DUTY_MS.iter().map(|&m| f64::from(m)).sum();
+    let accounting = report["meta"]["gpus"][0]["accounting"].as_array().cloned();
+    let theirs_of = |pid: u64| {
+        accounting.as_ref().and_then(|a| {
+            a.iter()
+                .find(|e| e["pid"].as_u64() == Some(pid))
+                .map(|e| num(e, "/gpu_utilization_pct") / 100.0 * num(e, "/time_s"))
+        })
+    };
+    let theirs: f64 = workers.iter().filter_map(|w| theirs_of(w.1)).sum();
+    println!(
+        "{:>8} {:>9} {:>14} {:>16} {:>12}",
+        "busy/100ms", "pid", "cg-trace [%]", "accounting [%]", "expected [%]"
+    );
+    for (ms, pid, j) in &workers {
+        let theirs_pct = theirs_of(*pid).map_or("accounting off".to_string(), |b| {
+            format!("{:.1}", 100.0 * b / theirs)
+        });
+        println!(
+            "{:>7}ms {pid:>9} {:>14.1} {theirs_pct:>16} {:>12.1}",
+            ms,
+            100.0 * j / ours,
+            100.0 * f64::from(*ms) / expected
+        );
+    }
+    if accounting.is_none() {
+        println!("(accounting mode is off: `sudo nvidia-smi -am 1` turns it on)");
+    }
+    let baseline = report["meta"]["idle_baseline"]
+        .as_array()
+        .and_then(|b| b.iter().find(|e| e["domain"] == "gpu0").cloned())
+        .unwrap_or_default();
+    let base_w = num(&baseline, "/power_w");
+    println!(
+        "idle baseline of gpu0: {base_w:.1} W ({}{}) against its rest power {rest_w:.1} W \
+         (nvidia-smi, nothing on it): {:+.1} %",
+        baseline["method"].as_str().unwrap_or("?"),
+        baseline["rest_source"]
+            .as_str()
+            .map_or(String::new(), |s| format!(", {s}")),
+        100.0 * (base_w - rest_w) / rest_w
+    );
+    for note in report["meta"]["measurement_quality"]["notes"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+    {
+        if let Some(n) = note.as_str().filter(|n| n.contains("gpu0")) {
+            println!("  note: {n}");
+        }
+    }
+    Ok(())
+}
+
+/// The workload under cg-trace, its GPU energy against nvidia-smi's power samples.
+fn energy_check(workload: &[String]) -> Result<()> {
     // nvidia-smi's power samples, stamped when they arrive.
     let mut smi = Command::new("nvidia-smi")
         .args([
@@ -91,30 +270,13 @@ pub fn run(args: &[String]) -> Result<()> {
         }
     });
 
-    let report_path =
-        std::env::temp_dir().join(format!("cg-gpu-check-{}.json", std::process::id()));
-    let binary = root().join("target/release/cg-trace");
-    let mut cmd = if is_root() {
-        Command::new(&binary)
-    } else {
-        let mut sudo = Command::new("sudo");
-        sudo.arg("-E").arg(&binary);
-        sudo
-    };
-    cmd.arg("-o").arg(&report_path).arg("--").args(&workload);
     let spawned = Instant::now();
-    let status = cmd.status().context("running cg-trace")?;
+    let result = cg_trace(workload, &[]);
     let ended = Instant::now();
     let _ = smi.kill();
     let _ = smi.wait();
     let _ = reader.join();
-    if !status.success() {
-        bail!("cg-trace or the workload failed ({status})");
-    }
-    let report: Value = serde_json::from_str(
-        &std::fs::read_to_string(&report_path).context("reading cg-trace's report")?,
-    )?;
-    let _ = std::fs::remove_file(&report_path);
+    let report = result?;
     let num = |v: &Value, p: &str| v.pointer(p).and_then(Value::as_f64).unwrap_or(f64::NAN);
     let duration_s = num(&report, "/meta/duration_s");
     // The command started after loading the probes and the idle calibration.

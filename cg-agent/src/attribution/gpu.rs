@@ -120,9 +120,64 @@ pub fn split(usage: Option<&GpuUsage>, measured_j: f64, baseline_j: f64) -> Doma
     }
 }
 
+/// One process's share of a GPU's active energy by cg-trace and by NVIDIA's accounting.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ShareCheck {
+    pub pid: u32,
+    /// Percent of the energy charged to the processes both name.
+    pub ours_pct: f64,
+    /// Percent of their GPU-busy time (utilisation x time) by the accounting stats.
+    pub theirs_pct: f64,
+}
+
+/// Compares the split of a GPU's energy (`ours_j`: per pid, joules charged) with NVIDIA's
+/// accounting (`theirs_busy_s`: per pid, GPU-busy seconds over its life), over the processes
+/// both name: each side's shares are of their total there. Empty when they share none or
+/// either side's total is 0.
+pub fn against_accounting(ours_j: &[(u32, f64)], theirs_busy_s: &[(u32, f64)]) -> Vec<ShareCheck> {
+    let valid = |v: f64| if v.is_finite() { v.max(0.0) } else { 0.0 };
+    let both: Vec<(u32, f64, f64)> = ours_j
+        .iter()
+        .filter_map(|&(pid, j)| {
+            let busy = theirs_busy_s.iter().find(|(p, _)| *p == pid)?.1;
+            Some((pid, valid(j), valid(busy)))
+        })
+        .collect();
+    let ours: f64 = both.iter().map(|b| b.1).sum();
+    let theirs: f64 = both.iter().map(|b| b.2).sum();
+    if ours <= 0.0 || theirs <= 0.0 {
+        return Vec::new();
+    }
+    both.into_iter()
+        .map(|(pid, j, busy)| ShareCheck {
+            pid,
+            ours_pct: 100.0 * j / ours,
+            theirs_pct: 100.0 * busy / theirs,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_split_is_compared_with_accounting_over_the_processes_both_name() {
+        // trace2's accounting: heavy 86 % over 11.2 s, light 1 % over 11.4 s, and a warm-up
+        // (0 %) cg-trace never saw; cg-trace charged heavy 6,870 J, light 68.7 J and a
+        // process the accounting does not know 5 J.
+        let ours = [(494, 6870.0), (495, 68.7), (7, 5.0)];
+        let theirs = [(446, 0.0), (494, 0.86 * 11.247), (495, 0.01 * 11.361)];
+        let checks = against_accounting(&ours, &theirs);
+        assert_eq!(checks.len(), 2);
+        assert!((checks[0].ours_pct - 100.0 * 6870.0 / 6938.7).abs() < 1e-9);
+        assert!((checks[0].theirs_pct - 100.0 * 9.672_42 / (9.672_42 + 0.113_61)).abs() < 1e-6);
+        assert!((checks[0].ours_pct + checks[1].ours_pct - 100.0).abs() < 1e-9);
+        // Nothing in common, or nothing charged: nothing to compare.
+        assert!(against_accounting(&[(1, 5.0)], &theirs).is_empty());
+        assert!(against_accounting(&[(494, 0.0)], &theirs).is_empty());
+        assert!(against_accounting(&[(494, f64::NAN)], &theirs).is_empty());
+    }
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() <= 1e-9 * (1.0 + a.abs().max(b.abs()))

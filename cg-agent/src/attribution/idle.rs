@@ -4,10 +4,11 @@
 //! Where it comes from, in order of preference (the report says which was used):
 //! 1. `--idle-watts`, given by the user;
 //! 2. the power model's own idle term (the model source);
-//! 3. a least-squares fit of interval power against busy CPUs over the run (and, in wrap
+//! 3. for a GPU, its rest power ([`RestPower`], found by `sources::gpu_rest`);
+//! 4. a least-squares fit of interval power against busy CPUs over the run (and, in wrap
 //!    mode, a short calibration window before the command starts), whose intercept is the
 //!    power at zero busy CPUs; it is clamped to `[0, lowest interval power]`;
-//! 4. when the busy level hardly varied (no fit possible): the lowest interval power, less an
+//! 5. when the busy level hardly varied (no fit possible): the lowest interval power, less an
 //!    assumed per-CPU slope times the CPUs busy in that interval (marked as a prior).
 
 /// Energy and activity of one interval, seen from one domain.
@@ -19,6 +20,40 @@ pub struct PowerPoint {
     pub busy_cpus: f64,
 }
 
+/// Where a rest power came from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RestOrigin {
+    SeenThisRun,
+    /// Seen in an earlier run, `age_s` before this one.
+    StateFile {
+        age_s: f64,
+    },
+    ModelTable,
+}
+
+impl RestOrigin {
+    /// The report's name for it (`meta.idle_baseline[].rest_source`).
+    pub fn name(self) -> &'static str {
+        match self {
+            RestOrigin::SeenThisRun => "rest_seen_this_run",
+            RestOrigin::StateFile { .. } => "rest_from_state_file",
+            RestOrigin::ModelTable => "model_table",
+        }
+    }
+
+    /// Whether it is a typical figure of the model rather than this GPU's own.
+    pub fn is_estimated(self) -> bool {
+        self == RestOrigin::ModelTable
+    }
+}
+
+/// A GPU's rest power and where it came from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RestPower {
+    pub power_w: f64,
+    pub origin: RestOrigin,
+}
+
 /// How a baseline was obtained.
 #[derive(Clone, Debug, PartialEq)]
 pub enum IdleMethod {
@@ -26,6 +61,8 @@ pub enum IdleMethod {
     Given,
     /// The power model's idle term.
     Model,
+    /// A GPU's rest power.
+    Rest(RestOrigin),
     /// Intercept of a duration-weighted least-squares fit of power against busy CPUs.
     Regression {
         points: usize,
@@ -44,6 +81,7 @@ impl IdleMethod {
         match self {
             IdleMethod::Given => "given",
             IdleMethod::Model => "model",
+            IdleMethod::Rest(_) => "rest",
             IdleMethod::Regression { .. } => "regression",
             IdleMethod::Prior { .. } => "prior",
             IdleMethod::NoData => "none",

@@ -27,7 +27,7 @@ use crate::{
     attribution::{
         Coverage, DomainSplit, Interval, Ledger, ProcId,
         functions::{IntervalSpend, ProcessSpend},
-        idle::{self, IdleBaseline, IdleMethod, PowerPoint},
+        idle::{self, IdleBaseline, IdleMethod, PowerPoint, RestOrigin, RestPower},
         split_interval,
     },
     probes::Losses,
@@ -141,7 +141,7 @@ pub struct DomainEntry {
 pub struct IdleEntry {
     pub domain: String,
     pub power_w: f64,
-    /// `given`, `model`, `regression`, `prior` or `none`.
+    /// `given`, `model`, `rest`, `regression`, `prior` or `none`.
     pub method: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fit_points_count: Option<usize>,
@@ -149,6 +149,12 @@ pub struct IdleEntry {
     pub slope_w_per_cpu: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub r_squared: Option<f64>,
+    /// `rest`: `rest_seen_this_run`, `rest_from_state_file` or `model_table` (estimated).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rest_source: Option<&'static str>,
+    /// `rest_from_state_file`: how long before this run the rest power was seen.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rest_age_s: Option<f64>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -449,8 +455,57 @@ pub fn build(rec: &Recording) -> Report {
         budgets: Vec::new(),
         stacks: built.stacks,
     };
+    accounting_notes(&mut report);
     check_finite(&mut report);
     report
+}
+
+/// Where NVIDIA's accounting stats were read (accounting mode on), a note per GPU comparing
+/// cg-trace's split of its energy with theirs ([`crate::attribution::gpu::against_accounting`]).
+fn accounting_notes(report: &mut Report) {
+    let mut notes = Vec::new();
+    for gpu in &report.meta.gpus {
+        let Some(accounting) = &gpu.accounting else {
+            continue;
+        };
+        let ours: Vec<(u32, f64)> = report
+            .processes
+            .iter()
+            .filter_map(|p| p.domains.get(&gpu.domain).map(|d| (p.pid, d.energy_j)))
+            .collect();
+        let theirs: Vec<(u32, f64)> = accounting.iter().map(|a| (a.pid, a.busy_s())).collect();
+        let checks = crate::attribution::gpu::against_accounting(&ours, &theirs);
+        let note = if checks.is_empty() {
+            format!(
+                "{}: NVIDIA's accounting stats name none of the processes cg-trace charged its \
+                 energy to; the split could not be checked",
+                gpu.domain
+            )
+        } else {
+            let worst = checks
+                .iter()
+                .map(|c| (c.ours_pct - c.theirs_pct).abs())
+                .fold(0.0, f64::max);
+            let each: Vec<String> = checks
+                .iter()
+                .map(|c| {
+                    format!(
+                        "pid {} {:.1} % (accounting {:.1} %)",
+                        c.pid, c.ours_pct, c.theirs_pct
+                    )
+                })
+                .collect();
+            format!(
+                "{}: split of its energy among the processes NVIDIA's accounting stats also \
+                 name, against theirs (GPU utilisation x time): {}; largest difference {worst:.1} \
+                 points",
+                gpu.domain,
+                each.join(", ")
+            )
+        };
+        notes.push(note);
+    }
+    report.meta.measurement_quality.notes.extend(notes);
 }
 
 /// The last check of a report: every figure is finite. One that is not is a bug upstream; the
@@ -533,6 +588,7 @@ fn idle_baselines(rec: &Recording) -> Vec<IdleBaseline> {
         domains: &rec.header.domains,
         idle_watts: &rec.header.idle_watts,
         known_idle_w: &rec.header.known_idle_w,
+        rest_power: &rec.header.rest_power,
         busy_slope_w: &rec.header.busy_slope_w,
         interval: rec.header.interval,
         prior_slope_w_per_cpu: rec.header.prior_slope_w_per_cpu,
@@ -559,6 +615,8 @@ pub(crate) struct BaselineInputs<'a> {
     pub domains: &'a [DomainSpec],
     pub idle_watts: &'a IdleWatts,
     pub known_idle_w: &'a [Option<f64>],
+    /// Per domain: a GPU's rest power, when known.
+    pub rest_power: &'a [Option<RestPower>],
     /// Per domain: the watts a fully busy unit is assumed to add when no idle fit is possible
     /// (GPUs); `None` uses the CPU prior.
     pub busy_slope_w: &'a [Option<f64>],
@@ -567,8 +625,8 @@ pub(crate) struct BaselineInputs<'a> {
 }
 
 impl BaselineInputs<'_> {
-    /// Domain `d`'s baseline when it does not depend on measurements: given with
-    /// `--idle-watts`, or known to its source (the model's idle term).
+    /// Domain `d`'s baseline when it does not depend on a fit: given with `--idle-watts`,
+    /// known to its source (the model's idle term), or a GPU's rest power.
     pub fn fixed(&self, d: usize) -> Option<IdleBaseline> {
         let spec = self.domains.get(d)?;
         let top_count = self.domains.iter().filter(|d| d.parent.is_none()).count();
@@ -583,13 +641,18 @@ impl BaselineInputs<'_> {
                 method: IdleMethod::Given,
             });
         }
-        self.known_idle_w
-            .get(d)
-            .copied()
-            .flatten()
+        let model = self.known_idle_w.get(d).copied().flatten();
+        let rest = self.rest_power.get(d).copied().flatten();
+        model
             .map(|power_w| IdleBaseline {
                 power_w,
                 method: IdleMethod::Model,
+            })
+            .or_else(|| {
+                rest.map(|r| IdleBaseline {
+                    power_w: r.power_w,
+                    method: IdleMethod::Rest(r.origin),
+                })
             })
     }
 
@@ -804,6 +867,16 @@ fn meta(rec: &Recording, baselines: &[IdleBaseline], ledger: &Ledger) -> Meta {
                 } => (Some(points), Some(slope_w_per_cpu), None),
                 _ => (None, None, None),
             };
+            let (rest_source, rest_age_s) = match b.method {
+                IdleMethod::Rest(origin) => (
+                    Some(origin.name()),
+                    match origin {
+                        RestOrigin::StateFile { age_s } => Some(age_s),
+                        _ => None,
+                    },
+                ),
+                _ => (None, None),
+            };
             IdleEntry {
                 domain: d.name.clone(),
                 power_w: b.power_w,
@@ -811,6 +884,8 @@ fn meta(rec: &Recording, baselines: &[IdleBaseline], ledger: &Ledger) -> Meta {
                 fit_points_count,
                 slope_w_per_cpu,
                 r_squared,
+                rest_source,
+                rest_age_s,
             }
         })
         .collect();
@@ -892,6 +967,20 @@ fn quality(rec: &Recording, baselines: &[IdleBaseline], ledger: &Ledger) -> Qual
     let mut degraded = false;
     for (d, b) in rec.header.domains.iter().zip(baselines) {
         match b.method {
+            IdleMethod::Regression { .. } | IdleMethod::Prior { .. }
+                if d.kind == DomainKind::Gpu =>
+            {
+                degraded = true;
+                notes.push(format!(
+                    "idle baseline of {} is not its rest power, which is not known: it was \
+                         not seen at rest ({} s at 0 % with no process on it) in this run or an \
+                         earlier one, and its model is not in the table; let it rest once during \
+                         a run (cg-trace keeps what it sees), or pass --idle-watts {}=W",
+                    d.name,
+                    crate::sources::gpu_rest::QUIET_S,
+                    d.name
+                ));
+            }
             IdleMethod::Prior { .. } => {
                 degraded = true;
                 notes.push(format!(
@@ -912,6 +1001,20 @@ fn quality(rec: &Recording, baselines: &[IdleBaseline], ledger: &Ledger) -> Qual
                     }
                 ));
             }
+            IdleMethod::Rest(RestOrigin::ModelTable) => notes.push(format!(
+                "idle baseline of {} ({:.1} W) is the typical rest power of its model \
+                 (estimated): it was not seen at rest ({} s at 0 % with no process on it) in \
+                 this run or an earlier one",
+                d.name,
+                b.power_w,
+                crate::sources::gpu_rest::QUIET_S
+            )),
+            IdleMethod::Rest(RestOrigin::StateFile { age_s }) => notes.push(format!(
+                "idle baseline of {} ({:.1} W) is its rest power seen {} ago, in an earlier run",
+                d.name,
+                b.power_w,
+                crate::sources::human_duration((age_s * 1e9) as u64)
+            )),
             IdleMethod::Regression { r_squared, .. } if r_squared < 0.5 => {
                 degraded = true;
                 notes.push(format!(
@@ -1076,6 +1179,7 @@ mod tests {
                 selection_reason: "test".into(),
                 known_idle_w: vec![None],
                 busy_slope_w: vec![None],
+                rest_power: Vec::new(),
                 idle_watts,
                 prior_slope_w_per_cpu: 5.0,
             },

@@ -61,6 +61,7 @@ fn header() -> RunHeader {
         selection_reason: "benchmark".into(),
         known_idle_w: vec![Some(5.0)],
         busy_slope_w: vec![],
+        rest_power: Vec::new(),
         idle_watts: IdleWatts::Estimate,
         prior_slope_w_per_cpu: 10.0,
     }

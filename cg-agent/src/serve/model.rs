@@ -21,7 +21,7 @@ use std::collections::{HashMap, VecDeque};
 use crate::{
     attribution::{
         Coverage, ProcId,
-        idle::{IdleBaseline, PowerPoint},
+        idle::{IdleBaseline, PowerPoint, RestPower},
         split_interval,
     },
     report::BaselineInputs,
@@ -216,6 +216,7 @@ pub struct Exporter {
     sources: Vec<SourceInfo>,
     idle_watts: IdleWatts,
     known_idle_w: Vec<Option<f64>>,
+    rest_power: Vec<Option<RestPower>>,
     busy_slope_w: Vec<Option<f64>>,
     prior_slope_w_per_cpu: f64,
     interval_ns: u64,
@@ -330,6 +331,7 @@ impl Exporter {
             sources: header.sources.clone(),
             idle_watts: header.idle_watts.clone(),
             known_idle_w: header.known_idle_w.clone(),
+            rest_power: header.rest_power.clone(),
             busy_slope_w: header.busy_slope_w.clone(),
             prior_slope_w_per_cpu: header.prior_slope_w_per_cpu,
             interval_ns: header.interval.as_nanos() as u64,
@@ -359,6 +361,7 @@ impl Exporter {
             domains: &self.domains,
             idle_watts: &self.idle_watts,
             known_idle_w: &self.known_idle_w,
+            rest_power: &self.rest_power,
             busy_slope_w: &self.busy_slope_w,
             interval: std::time::Duration::from_nanos(self.interval_ns),
             prior_slope_w_per_cpu: self.prior_slope_w_per_cpu,
@@ -763,6 +766,7 @@ mod tests {
             selection_reason: "test".into(),
             known_idle_w: vec![Some(idle_w), Some(idle_w / 2.0)],
             busy_slope_w: vec![],
+            rest_power: Vec::new(),
             idle_watts: IdleWatts::Estimate,
             prior_slope_w_per_cpu: 5.0,
         }

@@ -10,6 +10,7 @@ use crate::{
     attribution::{
         EnergyState, Glitch, Interval,
         gpu::{GpuShare, GpuUsage, GpuUser},
+        idle::RestPower,
     },
     sources::{
         DomainSpec, EnergySource, Reading, SourceError, SourceNote, WallSpan, gpu::GpuSummary,
@@ -398,6 +399,20 @@ pub struct Reports {
     pub meter: Option<MeterSummary>,
     /// Per domain (all sources, in order).
     pub busy_slope_w: Vec<Option<f64>>,
+    /// Per domain (all sources, in order): a GPU's rest power.
+    pub rest_power: Vec<Option<RestPower>>,
+}
+
+/// Per domain (all sources, in order): a GPU's rest power, when its source knows it.
+pub fn rest_powers(sources: &[Box<dyn EnergySource>]) -> Vec<Option<RestPower>> {
+    sources
+        .iter()
+        .flat_map(|s| {
+            let rest = s.rest_power();
+            (0..s.domains().len())
+                .map(move |d| rest.as_ref().and_then(|r| r.get(d).copied().flatten()))
+        })
+        .collect()
 }
 
 pub fn collect(sources: &[Box<dyn EnergySource>]) -> Reports {
@@ -416,6 +431,7 @@ pub fn collect(sources: &[Box<dyn EnergySource>]) -> Reports {
                 .push(slopes.as_ref().and_then(|s| s.get(d).copied()));
         }
     }
+    reports.rest_power = rest_powers(sources);
     reports
 }
 

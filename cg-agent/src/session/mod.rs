@@ -28,7 +28,7 @@ use self::{
     recorder::Recorder,
 };
 use crate::{
-    attribution::{EnergyState, Glitch, Interval, ProcId},
+    attribution::{EnergyState, Glitch, Interval, ProcId, idle::RestPower},
     host::HostInfo,
     privileges,
     probes::{
@@ -174,6 +174,9 @@ pub struct RunHeader {
     pub selection_reason: String,
     /// Idle power a source knows exactly (the model's), per domain.
     pub known_idle_w: Vec<Option<f64>>,
+    /// Per domain: a GPU's rest power (its idle baseline), when known; the run's end brings
+    /// what was seen during it.
+    pub rest_power: Vec<Option<RestPower>>,
     /// Per domain: the watts a fully busy unit (a GPU) is assumed to add when no idle fit is
     /// possible; `None` uses the CPU prior.
     pub busy_slope_w: Vec<Option<f64>>,
@@ -197,6 +200,7 @@ impl RunHeader {
             .collect();
         self.selection_reason = reason;
         self.known_idle_w = known_idle(sources);
+        self.rest_power = energy::rest_powers(sources);
         self.busy_slope_w = busy_slopes(sources);
     }
 
@@ -592,6 +596,7 @@ async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup
         sources: Vec::new(),
         selection_reason: String::new(),
         known_idle_w: Vec::new(),
+        rest_power: Vec::new(),
         busy_slope_w: Vec::new(),
         idle_watts: config.idle_watts.clone(),
         prior_slope_w_per_cpu: sources::model::ModelParams::defaults(
@@ -1096,6 +1101,7 @@ fn conclude(setup: &mut Setup, measured: Measured) -> Outcome {
     sampler.pending.processes.clear();
     let mut header = setup.header.clone();
     header.busy_slope_w = reports.busy_slope_w;
+    header.rest_power = reports.rest_power;
     Outcome {
         exit_code,
         recording: Recording {
@@ -1804,6 +1810,7 @@ mod tests {
             selection_reason: String::new(),
             known_idle_w: Vec::new(),
             busy_slope_w: Vec::new(),
+            rest_power: Vec::new(),
             idle_watts: IdleWatts::Estimate,
             prior_slope_w_per_cpu: 1.0,
         };

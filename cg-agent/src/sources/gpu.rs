@@ -9,10 +9,20 @@
 //!
 //! How coarse this is: NVML refreshes power and energy every 20-100 ms and samples per-process
 //! utilisation about every 1/6 s, so per-process GPU figures are approximate, and intervals
-//! shorter than NVML's refresh see energy arrive in lumps (never lost or counted twice). Between
-//! two sets of per-process samples, the last shares are kept for the processes still running;
-//! with no sample at all, the busy time is shared evenly among the GPU's running processes
-//! (noted in the report). Busy time no process accounts for is reported as unexplained.
+//! shorter than NVML's refresh see energy arrive in lumps (never lost or counted twice).
+//! Per-process samples are sparse and coarse: a poll may bring none, and a sampling tick may
+//! name only one of the processes sharing the GPU (the recorded H100 once gave a process that
+//! used 1 % of it a 98 % sample while the busy one had none). So shares are taken over the
+//! samples of the last [`SHARE_WINDOW_US`] by their own timestamps, not over one poll's: a
+//! process's share is the sum of its samples there over the most samples any process has
+//! there (the sampling periods the window holds), so one stray sample weighs one period of
+//! the window, not a whole interval. Between samples, the window's shares stand for the
+//! processes still running; with no sample at all, the busy time is shared evenly among the
+//! GPU's running processes (noted in the report). Busy time no process accounts for is
+//! reported as unexplained.
+//!
+//! Each poll also tells whether the GPU is at rest; its rest power is its domain's idle
+//! baseline ([`super::gpu_rest`]), kept for later runs when the run is over.
 
 use std::collections::BTreeMap;
 
@@ -20,8 +30,9 @@ use serde::Serialize;
 
 use super::{
     DomainKind, DomainSpec, EnergySource, GpuActivity, Provenance, ReadContext, Reading,
-    SourceError, SourceNote, SourceSummary,
+    SourceError, SourceNote, SourceSummary, WallSpan,
     counter::{self, CheckedCounter},
+    gpu_rest::{self, RestPower, RestStore, RestTracker},
 };
 use crate::attribution::{Coverage, Glitch};
 
@@ -30,6 +41,11 @@ use crate::attribution::{Coverage, Glitch};
 pub const MIN_POLL_NS: u64 = 10_000_000;
 /// Per-process utilisation and process lists are asked for at most this often.
 pub const PROCESS_POLL_NS: u64 = 100_000_000;
+/// Per-process shares are taken over the samples of this long before the newest (several of
+/// NVML's sampling periods, 1/6-1/5 s), by the samples' own timestamps.
+pub const SHARE_WINDOW_US: u64 = 1_000_000;
+/// At most this many samples are kept per GPU for the window.
+const MAX_WINDOW_SAMPLES: usize = 4_096;
 /// With no fit possible, a fully busy GPU is assumed to draw this fraction of its power limit
 /// above idle.
 const PRIOR_BUSY_FRACTION_OF_LIMIT: f64 = 0.8;
@@ -97,6 +113,28 @@ impl GpuPoll {
     }
 }
 
+/// NVIDIA's accounting stats of one process over its life (`nvmlDeviceGetAccountingStats`,
+/// with accounting mode on: `nvidia-smi -am 1`): the truth the per-process split is checked
+/// against at the end of a run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AccountedProcess {
+    pub pid: u32,
+    /// Percent of its life during which a kernel of it ran.
+    pub gpu_utilization_pct: u32,
+    /// How long its context was on the GPU, seconds.
+    pub time_s: f64,
+}
+
+impl AccountedProcess {
+    /// GPU-busy seconds: what its share of the GPU's active energy should follow.
+    pub fn busy_s(&self) -> f64 {
+        f64::from(self.gpu_utilization_pct.min(100)) / 100.0 * self.time_s
+    }
+}
+
+/// Processes kept from one GPU's accounting stats (NVML keeps up to 4,000 by default).
+pub const MAX_ACCOUNTED: usize = 4_096;
+
 /// The GPU library: NVML in production, scripted readings in tests.
 pub trait GpuBackend {
     /// Where the figures come from (`NVML (libnvidia-ml.so.1)`).
@@ -106,6 +144,10 @@ pub trait GpuBackend {
     /// Reads GPU `gpu`; per-process figures only when `processes`, samples newer than
     /// `samples_since_us`.
     fn poll(&self, gpu: u32, processes: bool, samples_since_us: u64) -> GpuPoll;
+    /// GPU `gpu`'s accounting stats, or `None` when accounting mode is off.
+    fn accounting(&self, _gpu: u32) -> Result<Option<Vec<AccountedProcess>>, GpuError> {
+        Err(GpuError::NotSupported)
+    }
 }
 
 /// How a GPU's energy is obtained.
@@ -130,27 +172,37 @@ pub enum ShareBasis {
     None,
 }
 
-/// Per-process shares of a GPU's busy time for one poll (pure, see the module docs).
+/// Per-process shares of a GPU's busy time for one poll (pure, see the module docs): from
+/// `window`, the samples of the last [`SHARE_WINDOW_US`], when some are new since the last
+/// poll (`fresh`); else the previous shares of the processes still running; else an even
+/// split of the busy time among them.
 pub fn shares(
-    samples: &[ProcessSample],
+    window: &[ProcessSample],
+    fresh: bool,
     previous: &[(u32, f64)],
     running: Option<&[u32]>,
     busy_fraction: f64,
 ) -> (Vec<(u32, f64)>, ShareBasis) {
-    if !samples.is_empty() {
+    let is_running = |pid: u32| running.is_none_or(|r| r.contains(&pid));
+    if fresh {
         let mut per_pid: BTreeMap<u32, (f64, u32)> = BTreeMap::new();
-        for s in samples {
+        for s in window {
             let e = per_pid.entry(s.pid).or_default();
             e.0 += f64::from(s.sm_pct.min(100)) / 100.0;
             e.1 += 1;
         }
-        let shares = per_pid
+        // The sampling periods the window holds: the most samples any process has in it. A
+        // process that has just left keeps its share of the window: the GPU's tail after its
+        // last kernels is its own.
+        let periods = per_pid.values().map(|&(_, n)| n).max().unwrap_or(0);
+        let shares: Vec<(u32, f64)> = per_pid
             .into_iter()
-            .map(|(pid, (sum, n))| (pid, sum / f64::from(n)))
+            .map(|(pid, (sum, _))| (pid, sum / f64::from(periods)))
             .collect();
-        return (shares, ShareBasis::Samples);
+        if !shares.is_empty() {
+            return (shares, ShareBasis::Samples);
+        }
     }
-    let is_running = |pid: u32| running.is_none_or(|r| r.contains(&pid));
     let carried: Vec<(u32, f64)> = previous
         .iter()
         .copied()
@@ -200,6 +252,9 @@ pub struct GpuSummary {
     pub even_split_polls_count: u64,
     /// `ok`, `degraded` (some reads failed) or `lost` (the GPU stopped answering).
     pub status: &'static str,
+    /// NVIDIA's accounting stats at the end of the run, when accounting mode is on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub accounting: Option<Vec<AccountedProcess>>,
 }
 
 /// One GPU's state during a run.
@@ -212,7 +267,16 @@ struct Device {
     last_seen_us: u64,
     busy_fraction: f64,
     shares: Vec<(u32, f64)>,
+    /// Per-process samples of the last [`SHARE_WINDOW_US`], oldest first.
+    window: std::collections::VecDeque<ProcessSample>,
     lost: bool,
+    /// Seconds of the run polled so far (the clock of [`RestTracker`]).
+    clock_s: f64,
+    /// Processes on the GPU at the last process poll (`None`: not known).
+    running_count: Option<usize>,
+    rest: RestTracker,
+    /// Accounting stats read at the end of the run.
+    accounting: Option<Vec<AccountedProcess>>,
     /// Seconds since the energy counter was last read successfully.
     since_energy_s: f64,
     /// Counter readings that were not plausible (see [`crate::sources::counter`]).
@@ -240,6 +304,10 @@ pub struct GpuSource<B> {
     activity: Vec<GpuActivity>,
     /// GPUs that could not be opened.
     open_notes: Vec<SourceNote>,
+    /// Rest powers of earlier runs, by UUID.
+    store: RestStore,
+    /// When the source was opened, seconds since the Unix epoch (ages of stored rest powers).
+    opened_unix_s: f64,
 }
 
 impl<B> std::fmt::Debug for GpuSource<B> {
@@ -253,8 +321,13 @@ impl<B> std::fmt::Debug for GpuSource<B> {
 impl<B: GpuBackend> GpuSource<B> {
     /// Lists the GPUs and takes a first reading of each (energy counter or power, and the
     /// driver's buffered per-process samples, which are skipped). GPUs that do not answer are
-    /// left out with a note; no GPU at all is an error.
-    pub fn open(backend: B, lib: &std::path::Path) -> Result<Self, SourceError> {
+    /// left out with a note; no GPU at all is an error. Rest powers of earlier runs are read
+    /// from, and this run's kept in, `state_dir` ([`gpu_rest`]; `None`: nothing is kept).
+    pub fn open(
+        backend: B,
+        lib: &std::path::Path,
+        state_dir: Option<&std::path::Path>,
+    ) -> Result<Self, SourceError> {
         let count = backend
             .device_count()
             .map_err(|err| SourceError::NvmlUnavailable {
@@ -296,7 +369,12 @@ impl<B: GpuBackend> GpuSource<B> {
                 last_seen_us,
                 busy_fraction: 0.0,
                 shares: Vec::new(),
+                window: std::collections::VecDeque::new(),
                 lost: false,
+                clock_s: 0.0,
+                running_count: None,
+                rest: RestTracker::default(),
+                accounting: None,
                 since_energy_s: 0.0,
                 glitches: BTreeMap::new(),
                 power_w_s: 0.0,
@@ -329,6 +407,7 @@ impl<B: GpuBackend> GpuSource<B> {
             })
             .collect();
         let activity = vec![GpuActivity::default(); devices.len()];
+        let opened_unix_s = unix_now_s();
         Ok(GpuSource {
             backend,
             devices,
@@ -337,6 +416,8 @@ impl<B: GpuBackend> GpuSource<B> {
             since_process_poll_ns: PROCESS_POLL_NS,
             activity,
             open_notes,
+            store: RestStore::load(state_dir, opened_unix_s),
+            opened_unix_s,
         })
     }
 
@@ -450,12 +531,24 @@ impl<B: GpuBackend> GpuSource<B> {
                     Vec::new()
                 }
             };
-            let fresh: Vec<ProcessSample> = samples
+            let mut fresh: Vec<ProcessSample> = samples
                 .into_iter()
                 .filter(|s| s.timestamp_us > device.last_seen_us)
                 .collect();
-            if let Some(max) = fresh.iter().map(|s| s.timestamp_us).max() {
+            fresh.sort_by_key(|s| s.timestamp_us);
+            if let Some(max) = fresh.last().map(|s| s.timestamp_us) {
                 device.last_seen_us = max;
+            }
+            let new_samples = !fresh.is_empty();
+            device.window.extend(fresh);
+            let oldest_us = device.last_seen_us.saturating_sub(SHARE_WINDOW_US);
+            while device
+                .window
+                .front()
+                .is_some_and(|s| s.timestamp_us <= oldest_us)
+                || device.window.len() > MAX_WINDOW_SAMPLES
+            {
+                device.window.pop_front();
             }
             let running = match poll.running_pids {
                 Some(Ok(pids)) => Some(pids),
@@ -466,7 +559,8 @@ impl<B: GpuBackend> GpuSource<B> {
                 }
             };
             let (shares, basis) = shares(
-                &fresh,
+                device.window.make_contiguous(),
+                new_samples,
                 &device.shares,
                 running.as_deref(),
                 device.busy_fraction,
@@ -475,7 +569,13 @@ impl<B: GpuBackend> GpuSource<B> {
                 device.even_split_polls += 1;
             }
             device.shares = shares;
+            device.running_count = running.as_ref().map(Vec::len);
         }
+        device.clock_s += dt_s;
+        let util_pct = poll.utilization_pct.as_ref().ok().copied();
+        device
+            .rest
+            .observe(device.clock_s, power_w, util_pct, device.running_count);
         if device.lost {
             device.busy_fraction = 0.0;
             device.shares.clear();
@@ -548,6 +648,37 @@ impl<B: GpuBackend> EnergySource for GpuSource<B> {
         self.activity.clone()
     }
 
+    fn rest_power(&self) -> Option<Vec<Option<RestPower>>> {
+        Some(
+            self.devices
+                .iter()
+                .map(|d| {
+                    gpu_rest::choose(
+                        d.rest.lowest_w(),
+                        self.store.get(&d.identity.uuid),
+                        gpu_rest::table_rest_w(&d.identity.name),
+                        self.opened_unix_s,
+                    )
+                })
+                .collect(),
+        )
+    }
+
+    /// The run is over: the rest powers seen in it are kept for later runs, and NVIDIA's
+    /// accounting stats are read where accounting mode is on. The live reads stand.
+    fn settle(&mut self, _spans: &[WallSpan]) -> Option<Result<Vec<Vec<f64>>, SourceError>> {
+        let now = unix_now_s();
+        for d in &mut self.devices {
+            if let Some(w) = d.rest.lowest_w() {
+                self.store.keep(&d.identity.uuid, &d.identity.name, w, now);
+            }
+            if !d.lost {
+                d.accounting = self.backend.accounting(d.index).ok().flatten();
+            }
+        }
+        None
+    }
+
     fn busy_slope_w(&self) -> Option<Vec<f64>> {
         Some(
             self.devices
@@ -562,6 +693,7 @@ impl<B: GpuBackend> EnergySource for GpuSource<B> {
 
     fn summary(&self) -> SourceSummary {
         let mut notes = self.open_notes.clone();
+        notes.extend(self.store.notes.iter().cloned());
         let mut gpus = Vec::new();
         for (d, spec) in self.devices.iter().zip(&self.domains) {
             let label = format!("{} ({})", spec.name, d.identity.name);
@@ -631,6 +763,7 @@ impl<B: GpuBackend> EnergySource for GpuSource<B> {
                 polls_count: d.polls,
                 read_errors_count: read_errors,
                 even_split_polls_count: d.even_split_polls,
+                accounting: d.accounting.clone(),
                 status: if d.lost {
                     "lost"
                 } else if read_errors > 0 {
@@ -646,6 +779,13 @@ impl<B: GpuBackend> EnergySource for GpuSource<B> {
             meter: None,
         }
     }
+}
+
+/// Now, seconds since the Unix epoch.
+fn unix_now_s() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 #[cfg(test)]
@@ -735,7 +875,7 @@ mod tests {
     }
 
     fn open(script: &Script) -> GpuSource<Script> {
-        GpuSource::open(script.clone(), Path::new("libnvidia-ml.so.1")).unwrap()
+        GpuSource::open(script.clone(), Path::new("libnvidia-ml.so.1"), None).unwrap()
     }
 
     #[test]
@@ -971,7 +1111,7 @@ mod tests {
         assert_eq!(gpu.domains()[0].coverage, Coverage::Gpu(0));
         assert!(gpu.summary().notes[0].text.contains("GPU 0 left out"));
         let none = Script::default();
-        let err = GpuSource::open(none, Path::new("lib")).unwrap_err();
+        let err = GpuSource::open(none, Path::new("lib"), None).unwrap_err();
         assert!(matches!(err, SourceError::NvmlNoDevice { .. }), "{err}");
     }
 
@@ -982,18 +1122,92 @@ mod tests {
             timestamp_us: 1,
             sm_pct,
         };
-        let (s, basis) = shares(&[sample(1, 40), sample(1, 60)], &[], None, 0.5);
+        let (s, basis) = shares(&[sample(1, 40), sample(1, 60)], true, &[], None, 0.5);
         assert_eq!((s, basis), (vec![(1, 0.5)], ShareBasis::Samples));
         // No new samples: keep the last shares of processes still running.
-        let (s, basis) = shares(&[], &[(1, 0.5), (2, 0.1)], Some(&[1]), 0.5);
+        let (s, basis) = shares(&[], false, &[(1, 0.5), (2, 0.1)], Some(&[1]), 0.5);
         assert_eq!((s, basis), (vec![(1, 0.5)], ShareBasis::Carried));
         // Never any samples: split the busy time evenly among running processes.
-        let (s, basis) = shares(&[], &[], Some(&[3, 4]), 0.8);
+        let (s, basis) = shares(&[], false, &[], Some(&[3, 4]), 0.8);
         assert_eq!(
             (s, basis),
             (vec![(3, 0.4), (4, 0.4)], ShareBasis::RunningList)
         );
         // Idle GPU, nobody running: nothing.
-        assert_eq!(shares(&[], &[], Some(&[]), 0.0).1, ShareBasis::None);
+        assert_eq!(shares(&[], false, &[], Some(&[]), 0.0).1, ShareBasis::None);
+    }
+
+    #[test]
+    fn one_stray_sample_weighs_one_period_of_the_window_not_the_whole_poll() {
+        // The recorded H100 near the end of its heavy phase (trace2, t = 17.7-18.7 s): one
+        // sample per 0.2 s tick, each naming one process; at 18.5 s the light one (L, 1 % of
+        // the GPU by NVIDIA's accounting) is named at 98 % and the heavy one (H) is not:
+        //   tick  |17.7 17.9 18.1 18.3 18.5|
+        //   H     | 98   99   98   98   .  |
+        //   L     |  .    .    .    .   98 |
+        // Over the poll's own samples (one tick) L would get the whole GPU and H nothing;
+        // over the window, H has 4 of 5 periods at ~98 %, L 1 at 98 %.
+        let tick = |n: u64, pid, sm_pct| ProcessSample {
+            pid,
+            timestamp_us: 17_700_000 + n * 200_000,
+            sm_pct,
+        };
+        let window = [
+            tick(0, 1, 98),
+            tick(1, 1, 99),
+            tick(2, 1, 98),
+            tick(3, 1, 98),
+            tick(4, 2, 98),
+        ];
+        let (s, basis) = shares(&window, true, &[(1, 0.98)], Some(&[1, 2]), 0.98);
+        assert_eq!(basis, ShareBasis::Samples);
+        let share = |pid| s.iter().find(|(p, _)| *p == pid).unwrap().1;
+        assert!((share(1) - 393.0 / 400.0).abs() < 1e-9, "{s:?}");
+        assert!((share(2) - 98.0 / 400.0).abs() < 1e-9, "{s:?}");
+        // H has just left the GPU (its tail, ~125 W for a second, is H's), and the window
+        // still weighs L's stray sample as one period of four.
+        let (s2, _) = shares(&window, true, &[], Some(&[2]), 0.0);
+        assert_eq!(s2, s);
+    }
+
+    #[test]
+    fn the_share_window_follows_the_samples_timestamps_across_polls() {
+        let script = Script {
+            identities: vec![identity("H100")],
+            ..Script::default()
+        };
+        // Polls 0.1 s apart bring the samples of their ticks (µs timestamps, 0.2 s apart);
+        // the third brings only the stray sample of pid 8.
+        let at = |ticks: &[(u32, u64, u32)]| with_samples(poll(Ok(0), 700_000, 98), ticks, &[7, 8]);
+        script.polls.borrow_mut().push(VecDeque::from([
+            at(&[]),
+            at(&[(7, 1_000_000, 98), (7, 1_200_000, 98)]),
+            at(&[(7, 1_400_000, 98)]),
+            at(&[(8, 1_600_000, 98)]),
+            // 1.2 s later: the window holds pid 7's newest samples only.
+            at(&[(7, 2_800_000, 90), (7, 3_000_000, 90)]),
+        ]));
+        let mut gpu = open(&script);
+        for _ in 0..3 {
+            gpu.read(&ctx(100)).unwrap();
+        }
+        let activity = gpu.gpu_activity();
+        let share = |a: &GpuActivity, pid| a.processes.iter().find(|(p, _)| *p == pid).map(|s| s.1);
+        // pid 7: 3 periods at 98 %; pid 8: 1 of 3 periods at 98 %.
+        assert!(
+            (share(&activity[0], 7).unwrap() - 0.98).abs() < 1e-9,
+            "{activity:?}"
+        );
+        assert!(
+            (share(&activity[0], 8).unwrap() - 0.98 / 3.0).abs() < 1e-9,
+            "{activity:?}"
+        );
+        gpu.read(&ctx(100)).unwrap();
+        let activity = gpu.gpu_activity();
+        assert!(
+            (share(&activity[0], 7).unwrap() - 0.9).abs() < 1e-9,
+            "{activity:?}"
+        );
+        assert_eq!(share(&activity[0], 8), None);
     }
 }

@@ -16,6 +16,7 @@
 
 pub mod counter;
 pub mod gpu;
+pub mod gpu_rest;
 pub mod meter;
 pub mod model;
 pub mod nvml;
@@ -273,6 +274,11 @@ pub trait EnergySource {
     fn busy_slope_w(&self) -> Option<Vec<f64>> {
         None
     }
+    /// For GPU sources, per domain: the GPU's rest power, its idle baseline (see
+    /// [`gpu_rest`]); `None` where it is not known.
+    fn rest_power(&self) -> Option<Vec<Option<gpu_rest::RestPower>>> {
+        None
+    }
     /// For GPU sources: per GPU number ([`crate::attribution::Coverage::Gpu`]), its use since
     /// the previous [`EnergySource::read`].
     fn gpu_activity(&self) -> Vec<GpuActivity> {
@@ -399,6 +405,9 @@ pub struct SourceOptions {
     pub nvml_required: bool,
     /// `--power-log FILE`: a power meter's log, the energy truth for the whole machine.
     pub power_log: Option<PathBuf>,
+    /// Where what is learnt about the machine between runs is kept (a GPU's rest power, see
+    /// [`gpu_rest`]); `None`: nothing is kept.
+    pub state_dir: Option<PathBuf>,
 }
 
 impl Default for SourceOptions {
@@ -412,6 +421,7 @@ impl Default for SourceOptions {
             nvml_lib: Some(PathBuf::from(nvml::DEFAULT_LIB)),
             nvml_required: false,
             power_log: None,
+            state_dir: gpu_rest::default_state_dir(),
         }
     }
 }

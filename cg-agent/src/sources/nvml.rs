@@ -9,7 +9,9 @@
 //! `nvmlDeviceGetTotalEnergyConsumption`, `nvmlDeviceGetPowerUsage`,
 //! `nvmlDeviceGetTemperature`, `nvmlDeviceGetUtilizationRates`,
 //! `nvmlDeviceGetProcessUtilization`, `nvmlDeviceGetComputeRunningProcesses_v3`,
-//! `nvmlDeviceGetGraphicsRunningProcesses_v3`.
+//! `nvmlDeviceGetGraphicsRunningProcesses_v3`, and at the end of a run
+//! `nvmlDeviceGetAccountingMode`, `nvmlDeviceGetAccountingPids`,
+//! `nvmlDeviceGetAccountingStats`.
 
 use std::path::{Path, PathBuf};
 
@@ -17,7 +19,10 @@ use nvml_wrapper::{Nvml, enum_wrappers::device::TemperatureSensor, error::NvmlEr
 
 use super::{
     SourceError,
-    gpu::{GpuBackend, GpuError, GpuIdentity, GpuPoll, GpuSource, ProcessSample},
+    gpu::{
+        AccountedProcess, GpuBackend, GpuError, GpuIdentity, GpuPoll, GpuSource, MAX_ACCOUNTED,
+        ProcessSample,
+    },
 };
 
 /// The NVML library the NVIDIA driver installs.
@@ -57,9 +62,13 @@ impl NvmlBackend {
     }
 }
 
-/// Opens the GPU source on NVML loaded from `lib`.
-pub fn open_source(lib: &Path) -> Result<GpuSource<NvmlBackend>, SourceError> {
-    GpuSource::open(NvmlBackend::open(lib)?, lib)
+/// Opens the GPU source on NVML loaded from `lib`, with the GPUs' rest powers kept in
+/// `state_dir` (see [`super::gpu_rest`]).
+pub fn open_source(
+    lib: &Path,
+    state_dir: Option<&Path>,
+) -> Result<GpuSource<NvmlBackend>, SourceError> {
+    GpuSource::open(NvmlBackend::open(lib)?, lib, state_dir)
 }
 
 fn gpu_error(err: NvmlError) -> GpuError {
@@ -74,6 +83,27 @@ fn gpu_error(err: NvmlError) -> GpuError {
 }
 
 impl GpuBackend for NvmlBackend {
+    fn accounting(&self, gpu: u32) -> Result<Option<Vec<AccountedProcess>>, GpuError> {
+        let device = self.nvml.device_by_index(gpu).map_err(gpu_error)?;
+        if !device.is_accounting_enabled().map_err(gpu_error)? {
+            return Ok(None);
+        }
+        let pids = device.accounting_pids().map_err(gpu_error)?;
+        let processes = pids
+            .into_iter()
+            .take(MAX_ACCOUNTED)
+            .filter_map(|pid| {
+                let stats = device.accounting_stats_for(pid).ok()?;
+                Some(AccountedProcess {
+                    pid,
+                    gpu_utilization_pct: stats.gpu_utilization?.min(100),
+                    time_s: stats.time as f64 / 1e3,
+                })
+            })
+            .collect();
+        Ok(Some(processes))
+    }
+
     fn describe(&self) -> String {
         format!("NVML ({})", self.lib.display())
     }
@@ -206,7 +236,7 @@ mod tests {
              set 1 power_mw=30000\n\
              error 1 energy NOT_SUPPORTED\n",
         );
-        let mut source = open_source(&lib).unwrap();
+        let mut source = open_source(&lib, None).unwrap();
         let names: Vec<_> = source.domains().iter().map(|d| d.name.clone()).collect();
         assert_eq!(names, ["gpu0", "gpu1"]);
         script(
@@ -267,14 +297,14 @@ mod tests {
     #[test]
     fn no_library_or_a_failing_driver_says_why() {
         let dir = tempfile::tempdir().unwrap();
-        let err = open_source(&dir.path().join("libnvidia-ml.so.1")).unwrap_err();
+        let err = open_source(&dir.path().join("libnvidia-ml.so.1"), None).unwrap_err();
         match &err {
             SourceError::NvmlUnavailable { missing, .. } => assert!(*missing, "{err}"),
             other => panic!("{other}"),
         }
         let lib = fake_nvml(dir.path());
         script(dir.path(), "init DRIVER_NOT_LOADED\n");
-        let err = open_source(&lib).unwrap_err();
+        let err = open_source(&lib, None).unwrap_err();
         match &err {
             SourceError::NvmlUnavailable {
                 missing, reason, ..
@@ -285,7 +315,7 @@ mod tests {
             other => panic!("{other}"),
         }
         script(dir.path(), "devices 0\n");
-        let err = open_source(&lib).unwrap_err();
+        let err = open_source(&lib, None).unwrap_err();
         assert!(matches!(err, SourceError::NvmlNoDevice { .. }), "{err}");
     }
 }

@@ -187,7 +187,8 @@ fn probe_nvml(options: &SourceOptions) -> Probed {
     probed(
         "nvml",
         Provenance::Measured,
-        nvml::open_source(lib).map(|s| Box::new(s) as Box<dyn EnergySource>),
+        nvml::open_source(lib, options.state_dir.as_deref())
+            .map(|s| Box::new(s) as Box<dyn EnergySource>),
         |s| s.describe(),
         Vec::new,
     )
@@ -574,6 +575,9 @@ impl EnergySource for Nested {
     }
     fn busy_slope_w(&self) -> Option<Vec<f64>> {
         self.inner.busy_slope_w()
+    }
+    fn rest_power(&self) -> Option<Vec<Option<super::gpu_rest::RestPower>>> {
+        self.inner.rest_power()
     }
     fn gpu_activity(&self) -> Vec<GpuActivity> {
         self.inner.gpu_activity()

@@ -471,6 +471,7 @@ pub fn wrapped_run(intervals: u64, mut observer: impl FnMut(LiveEvent<'_>)) {
             selection_reason: "requested with --source model".into(),
             known_idle_w: vec![Some(5.0)],
             busy_slope_w: vec![],
+            rest_power: Vec::new(),
             idle_watts: IdleWatts::Estimate,
             prior_slope_w_per_cpu: 6.5,
         },
