@@ -711,6 +711,11 @@ async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup
         && config.idle_watts == IdleWatts::Estimate;
     let mut early_stop = None;
     if calibrate {
+        tracing::info!(
+            "probes in place in {attach_ms:.1} ms; idle calibration for up to {} ms before the \
+             command starts",
+            config.calibration.as_millis()
+        );
         let started = Instant::now();
         let mut tick = tokio::time::interval(config.interval.min(config.calibration));
         tick.tick().await;
