@@ -255,6 +255,29 @@ fn kernel_threads_are_refused_and_init_is_traced_with_a_warning() {
 }
 
 #[test]
+fn absurd_model_watts_and_endless_calibrations_are_refused_before_tracing() {
+    // Finite numbers whose products with seconds overflow: the report had 6 nulls.
+    let output = cg(&[
+        "--source",
+        "model",
+        "--model-watts",
+        "1e308:1.7e308",
+        "--",
+        "true",
+    ]);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("at most 1000000 W"), "{stderr}");
+    let output = cg(&["--idle-watts", "inf", "--", "true"]);
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
+    // u64::MAX ms: once calibrated for ever.
+    let output = cg(&["--calibrate-ms", "18446744073709551615", "--", "true"]);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("at most a year"), "{stderr}");
+}
+
+#[test]
 fn sigterm_during_the_calibration_exits_as_interrupted_and_says_the_command_never_ran() {
     require_root();
     // A measured source, so that the idle calibration runs before the command.
