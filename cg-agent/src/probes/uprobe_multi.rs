@@ -251,3 +251,20 @@ impl MultiPrograms {
         sys_bpf(BPF_LINK_CREATE, &mut attr)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_kernels_feature_answers_mean_no_uprobe_multi() {
+        let os = io::Error::from_raw_os_error;
+        for no_such_links in [libc::EINVAL, libc::EOPNOTSUPP, libc::ENOSYS] {
+            assert!(unsupported(&os(no_such_links)), "{no_such_links}");
+        }
+        // A signal in the middle of the call, a function that cannot be probed, no rights.
+        for other in [libc::EAGAIN, libc::EINTR, 524, libc::EPERM, libc::ENOMEM] {
+            assert!(!unsupported(&os(other)), "{other}");
+        }
+    }
+}
