@@ -7,9 +7,11 @@
 //! Root, real eBPF. Run serially (`--test-threads=1`).
 
 use std::{
+    io::Read,
     os::unix::process::ExitStatusExt,
     path::{Path, PathBuf},
     process::{Child, Command, ExitStatus, Stdio},
+    thread::JoinHandle,
     time::{Duration, Instant},
 };
 
@@ -131,67 +133,134 @@ fn running_with(marker: &str) -> bool {
         })
 }
 
-/// Starts `cg-trace -q --source model --func MANY:cg_many_* -o REPORT -- COMMAND`.
-fn start(many: &Path, report: &Path, command: &[&str]) -> Child {
-    Command::new(bin("cg-trace"))
-        .args(["-q", "--source", "model", "--func"])
-        .arg(format!("{}:cg_many_*", many.display()))
-        .arg("-o")
-        .arg(report)
-        .arg("--")
-        .args(command)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting cg-trace")
+/// A cg-trace run that the test signals; its output is read as it comes (a full pipe would
+/// stall it).
+struct Traced {
+    child: Child,
+    stdout: Option<JoinHandle<String>>,
+    stderr: Option<JoinHandle<String>>,
 }
 
-/// Sends `signals` in turn to `child`, `gap()` apart, from `after` on, until it exits (then
-/// its status, and how long it took from the first signal) or [`HANG_BOUND`] passes (then
-/// it is killed and `None`).
+fn read_all(pipe: Option<impl Read + Send + 'static>) -> Option<JoinHandle<String>> {
+    let mut pipe = pipe?;
+    Some(std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = pipe.read_to_string(&mut text);
+        text
+    }))
+}
+
+impl Traced {
+    /// Starts `cg-trace -q --source model --func MANY:cg_many_* -o REPORT -- COMMAND`.
+    fn start(many: &Path, report: &Path, command: &[&str]) -> Self {
+        let mut child = Command::new(bin("cg-trace"))
+            .args(["-q", "--source", "model", "--func"])
+            .arg(format!("{}:cg_many_*", many.display()))
+            .arg("-o")
+            .arg(report)
+            .arg("--")
+            .args(command)
+            // What it did, for the message of a run that fails.
+            .env("CG_TRACE_LOG", "cg_agent=info,cg_agent::probes=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting cg-trace");
+        let stdout = read_all(child.stdout.take());
+        let stderr = read_all(child.stderr.take());
+        Traced {
+            child,
+            stdout,
+            stderr,
+        }
+    }
+
+    fn signal(&self, signal: i32) {
+        // SAFETY: a signal to the child this test started, not reaped yet (so the pid is
+        // still its own, even once it has exited).
+        unsafe { libc::kill(self.child.id() as i32, signal) };
+    }
+
+    fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().expect("waiting for cg-trace")
+    }
+
+    /// Its stdout and stderr, once it has exited.
+    fn output(&mut self) -> (String, String) {
+        let join = |t: Option<JoinHandle<String>>| t.map(|t| t.join().unwrap_or_default());
+        (
+            join(self.stdout.take()).unwrap_or_default(),
+            join(self.stderr.take()).unwrap_or_default(),
+        )
+    }
+
+    /// Kills a run that hangs; says what each of its threads was doing in the kernel.
+    fn kill_stuck(&mut self) -> String {
+        let tasks = format!("/proc/{}/task", self.child.id());
+        let mut text = String::from("its threads (state, kernel stack):\n");
+        for task in std::fs::read_dir(&tasks).into_iter().flatten().flatten() {
+            let read = |name: &str| std::fs::read_to_string(task.path().join(name));
+            let stat = read("stat").unwrap_or_default();
+            let state = stat
+                .rsplit(") ")
+                .next()
+                .and_then(|rest| rest.split(' ').next());
+            text.push_str(&format!(
+                "{:?} {}\n{}\n",
+                task.file_name(),
+                state.unwrap_or("?"),
+                read("stack").unwrap_or_default()
+            ));
+        }
+        self.signal(libc::SIGCONT);
+        self.signal(libc::SIGKILL);
+        let _ = self.child.wait();
+        format!("{text}it said:\n{}", self.output().1)
+    }
+}
+
+/// Sends `signals` in turn to `traced`, 1-3 ms apart, from `after` on, for `lasting` (or
+/// until it exits), then a SIGCONT. Its exit status and how long it took from the first
+/// signal; or, when it is still running [`HANG_BOUND`] after the first signal (a storm until
+/// exit) or after the storm, what it was doing (and it is killed).
 fn storm(
-    child: &mut Child,
+    traced: &mut Traced,
     after: Duration,
+    lasting: Option<Duration>,
     signals: &[i32],
     draws: &mut Draws,
-) -> Option<(ExitStatus, Duration)> {
+) -> Result<(ExitStatus, Duration), String> {
     let started = Instant::now();
     while started.elapsed() < after {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Some((status, Duration::ZERO));
+        if let Some(status) = traced.exited() {
+            return Ok((status, Duration::ZERO));
         }
         std::thread::sleep(Duration::from_micros(200));
     }
     let first = Instant::now();
-    let pid = child.id() as i32;
     for n in 0.. {
-        // (Not reaped yet: the pid is still this child's, even once it has exited.)
-        if let Ok(Some(status)) = child.try_wait() {
-            return Some((status, first.elapsed()));
+        if let Some(status) = traced.exited() {
+            return Ok((status, first.elapsed()));
+        }
+        if lasting.is_some_and(|l| first.elapsed() >= l) {
+            break;
         }
         if first.elapsed() > HANG_BOUND {
-            // SAFETY: signals to the child this test started.
-            unsafe {
-                libc::kill(pid, libc::SIGCONT);
-                libc::kill(pid, libc::SIGKILL);
-            }
-            let _ = child.wait();
-            return None;
+            return Err(traced.kill_stuck());
         }
-        // SAFETY: as above.
-        unsafe { libc::kill(pid, signals[n % signals.len()]) };
+        traced.signal(signals[n % signals.len()]);
         std::thread::sleep(draws.gap());
     }
-    unreachable!()
-}
-
-fn said(child: &mut Child) -> String {
-    let mut text = String::new();
-    if let Some(mut err) = child.stderr.take() {
-        let _ = std::io::Read::read_to_string(&mut err, &mut text);
+    traced.signal(libc::SIGCONT);
+    let calm = Instant::now();
+    while calm.elapsed() < HANG_BOUND {
+        if let Some(status) = traced.exited() {
+            return Ok((status, first.elapsed()));
+        }
+        std::thread::sleep(Duration::from_millis(1));
     }
-    text
+    Err(traced.kill_stuck())
 }
 
 /// How long a plain start-up takes here (spawn until the probes are on `many`), checking on
@@ -199,31 +268,31 @@ fn said(child: &mut Child) -> String {
 fn start_up_time(many: &Path, dir: &Path) -> Duration {
     let marker = "31.4159";
     let started = Instant::now();
-    let mut child = start(many, &dir.join("plain.json"), &["sleep", marker]);
+    let mut traced = Traced::start(many, &dir.join("plain.json"), &["sleep", marker]);
     let mut attached = None;
-    while started.elapsed() < HANG_BOUND {
+    while started.elapsed() < HANG_BOUND && traced.exited().is_none() {
         if !uprobe_links_on(many).is_empty() {
             attached = Some(started.elapsed());
             break;
         }
         std::thread::sleep(Duration::from_millis(2));
     }
-    // SAFETY: a signal to the child this test started.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let status = child.wait().expect("waiting for cg-trace");
+    let ended = storm(
+        &mut traced,
+        Duration::ZERO,
+        None,
+        &[libc::SIGTERM],
+        &mut Draws(7),
+    );
+    let (status, _) = ended.unwrap_or_else(|stuck| panic!("a plain run hung: {stuck}"));
+    let said = traced.output().1;
     let attached = attached.unwrap_or_else(|| {
         panic!(
-            "no uprobe link on {} seen while cg-trace ran: {}",
-            many.display(),
-            said(&mut child)
+            "no uprobe link on {} seen while cg-trace ran: {said}",
+            many.display()
         )
     });
-    assert_eq!(
-        status.code(),
-        Some(128 + libc::SIGTERM),
-        "{}",
-        said(&mut child)
-    );
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{said}");
     assert_eq!(
         uprobe_links_on(many),
         Vec::<u32>::new(),
@@ -233,26 +302,38 @@ fn start_up_time(many: &Path, dir: &Path) -> Duration {
     attached
 }
 
-/// SIGSTOP and SIGCONT in turn, every 1-3 ms from the moment cg-trace is started until it
-/// has ended: each run goes through, exit 0, with its report, on uprobe_multi links, each
-/// function's one call counted, and nothing left attached.
+/// Median and longest.
+fn spread(mut took: Vec<Duration>) -> (Duration, Duration) {
+    took.sort();
+    (took[took.len() / 2], took[took.len() - 1])
+}
+
+/// SIGSTOP and SIGCONT in turn, every 1-3 ms from the moment cg-trace is started until twice
+/// a plain start-up has passed: each run goes through, exit 0, with its report, on
+/// uprobe_multi links, each function's one call counted, and nothing left attached.
 #[test]
 fn a_storm_of_stops_and_continues_across_start_up_lets_every_run_finish() {
     require_root();
     let dir = tempfile::tempdir().unwrap();
     let many = private_many(dir.path());
+    let lasting = start_up_time(&many, dir.path()) * 2;
     let mut draws = Draws(0x5eed_0001);
     let mut took = Vec::new();
     for run in 0..16 {
         let report = dir.path().join(format!("stop-{run}.json"));
-        let mut child = start(&many, &report, &[many.to_str().unwrap()]);
+        let mut traced = Traced::start(&many, &report, &[many.to_str().unwrap()]);
         let stops = [libc::SIGSTOP, libc::SIGCONT];
-        let Some((status, time)) = storm(&mut child, Duration::ZERO, &stops, &mut draws) else {
-            panic!("run {run}: still running {HANG_BOUND:?} into the storm (killed)");
-        };
-        let mut stdout = String::new();
-        std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
-        let said = said(&mut child);
+        let ended = storm(
+            &mut traced,
+            Duration::ZERO,
+            Some(lasting),
+            &stops,
+            &mut draws,
+        );
+        let (status, time) = ended.unwrap_or_else(|stuck| {
+            panic!("run {run}: still running {HANG_BOUND:?} after the storm: {stuck}")
+        });
+        let (stdout, said) = traced.output();
         assert_eq!(status.code(), Some(0), "run {run}: {status:?}\n{said}");
         assert!(
             stdout.starts_with("sum="),
@@ -275,12 +356,8 @@ fn a_storm_of_stops_and_continues_across_start_up_lets_every_run_finish() {
         );
         took.push(time);
     }
-    took.sort();
-    eprintln!(
-        "under the storm, runs took {:?} (median) to {:?}",
-        took[took.len() / 2],
-        took[took.len() - 1]
-    );
+    let (median, longest) = spread(took);
+    eprintln!("storms of {lasting:?}; runs took {median:?} (median) to {longest:?}");
 }
 
 /// SIGTERM every 1-3 ms from a moment spread over the whole start-up (spawn to well after
@@ -302,11 +379,12 @@ fn a_storm_of_sigterm_anywhere_in_start_up_ends_every_run_with_its_status() {
         let report = dir.path().join(format!("term-{run}.json"));
         let marker = format!("27.{run:04}");
         let after = span.mul_f64(f64::from(run) / f64::from(runs - 1));
-        let mut child = start(&many, &report, &["sleep", &marker]);
-        let Some((status, time)) = storm(&mut child, after, &[libc::SIGTERM], &mut draws) else {
-            panic!("run {run}: still running {HANG_BOUND:?} after SIGTERM (killed)");
-        };
-        let said = said(&mut child);
+        let mut traced = Traced::start(&many, &report, &["sleep", &marker]);
+        let ended = storm(&mut traced, after, None, &[libc::SIGTERM], &mut draws);
+        let (status, time) = ended.unwrap_or_else(|stuck| {
+            panic!("run {run}: still running {HANG_BOUND:?} after SIGTERM: {stuck}")
+        });
+        let said = traced.output().1;
         match (status.code(), status.signal()) {
             (Some(143), _) => handled += 1,
             (None, Some(libc::SIGTERM)) => before_handlers += 1,
@@ -323,12 +401,10 @@ fn a_storm_of_sigterm_anywhere_in_start_up_ends_every_run_with_its_status() {
         );
         took.push(time);
     }
-    took.sort();
+    let (median, longest) = spread(took);
     eprintln!(
         "start-up {plain:?}; {handled} runs exited 143, {before_handlers} were killed before \
-         handling signals; stopped {:?} (median) to {:?} after the first SIGTERM",
-        took[took.len() / 2],
-        took[took.len() - 1]
+         handling signals; stopped {median:?} (median) to {longest:?} after the first SIGTERM"
     );
     // The spread reaches past the start-up: most runs see the signal once cg-trace handles it.
     assert!(handled > runs / 2, "{handled} of {runs} exited 143");
