@@ -550,9 +550,9 @@ struct Measured {
 }
 
 /// Privileges, targets, sources, probes, and the idle calibration. A stop signal at any
-/// point of it ends the run: before the probes are in place with [`RunError::Interrupted`]
-/// (or the probes' own interrupted errors), after them as a stop request that the command
-/// never sees started (see [`Signals`]).
+/// point of it ends the run: until the probes are in place with [`RunError::Interrupted`]
+/// (or the probes' own interrupted errors), after that as a stop request that comes before
+/// the command is started (see [`Signals`]).
 async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup, RunError> {
     let (observer, quit, command_output) = match hooks {
         Some(h) => (Some(h.observer), Some(h.stop), h.command_output),
@@ -623,7 +623,7 @@ async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup
             .tell(Notice::SourceWarning(note.text.clone()));
     }
 
-    signals.stop_here("reading the functions to probe")?;
+    signals.stop_here("choosing the sources and the functions to probe")?;
     let probe_config = ProbeConfig {
         all_tasks: config.mode == Mode::System,
         spawner_tgid: matches!(config.mode, Mode::Wrap { .. }).then(std::process::id),
