@@ -280,7 +280,7 @@ pub struct RunArgs {
 
     /// Idle calibration before the command starts, in milliseconds (wrap mode, measured
     /// sources; 0 to skip)
-    #[arg(long, value_name = "MS", default_value_t = 500)]
+    #[arg(long, value_name = "MS", default_value_t = 500, value_parser = parse_calibrate_ms)]
     pub calibrate_ms: u64,
 
     /// Include a per-interval time series in the report
@@ -434,6 +434,10 @@ pub struct ModelWatts {
     pub max_w: f64,
 }
 
+/// The most watts an option may give (`--model-watts`, `--idle-watts`): a megawatt, far above
+/// any one machine, and low enough that a year of it stays a finite number of joules.
+pub const MAX_WATTS: f64 = 1e6;
+
 fn parse_watts(text: &str) -> Result<f64, String> {
     let w: f64 = text
         .trim()
@@ -442,6 +446,11 @@ fn parse_watts(text: &str) -> Result<f64, String> {
         .map_err(|_| format!("{text:?} is not a number of watts"))?;
     if !w.is_finite() || w < 0.0 {
         return Err(format!("{text:?}: watts must be a finite number >= 0"));
+    }
+    if w > MAX_WATTS {
+        return Err(format!(
+            "{text:?}: at most {MAX_WATTS:.0} W (a megawatt; one machine draws far less)"
+        ));
     }
     Ok(w)
 }
@@ -473,6 +482,22 @@ fn parse_idle_watts(text: &str) -> Result<IdleWatts, String> {
 
 /// The longest `--duration`: a year (much longer overflows the clocks; nobody means it).
 pub const MAX_DURATION: Duration = Duration::from_secs(366 * 86_400);
+
+/// `--calibrate-ms`: milliseconds, bounded as `--duration` is.
+fn parse_calibrate_ms(text: &str) -> Result<u64, String> {
+    let ms: u64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a whole number of milliseconds"))?;
+    if u128::from(ms) > MAX_DURATION.as_millis() {
+        return Err(format!(
+            "{text:?}: the calibration can be at most a year ({} ms); 500 (the default) is \
+             plenty, 0 skips it",
+            MAX_DURATION.as_millis()
+        ));
+    }
+    Ok(ms)
+}
 
 /// `--duration`: seconds (`2.5`, `2.5s`) or a humantime span (`90s`, `1m`, `1h30m`, `500ms`).
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -557,6 +582,15 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(parse_idle_watts("-3").is_err());
+        // Finite but absurd: products with seconds would overflow to infinity.
+        assert!(
+            parse_model_watts("1e308:1.7e308")
+                .unwrap_err()
+                .contains("at most")
+        );
+        assert!(parse_model_watts("8:1e7").is_err());
+        assert!(parse_model_watts("0:1000000").is_ok());
+        assert!(parse_idle_watts("package-0=1e300").is_err());
         assert!(parse_duration("0").is_err());
         assert_eq!(parse_duration("2.5s").unwrap(), Duration::from_millis(2500));
     }
@@ -691,6 +725,34 @@ mod tests {
             parse(&["--all", "--duration", "1m"]).unwrap().run.duration,
             Some(Duration::from_secs(60))
         );
+    }
+
+    #[test]
+    fn the_calibration_is_bounded_as_the_duration_is() {
+        assert_eq!(parse_calibrate_ms("0"), Ok(0));
+        assert_eq!(parse_calibrate_ms("60000"), Ok(60_000));
+        assert_eq!(
+            parse_calibrate_ms(&MAX_DURATION.as_millis().to_string()),
+            Ok(MAX_DURATION.as_millis() as u64)
+        );
+        for bad in [
+            "18446744073709551615",
+            "31622400001",
+            "-1",
+            "1.5",
+            "soon",
+            "",
+        ] {
+            assert!(parse_calibrate_ms(bad).is_err(), "{bad}");
+        }
+        assert!(
+            parse_calibrate_ms("18446744073709551615")
+                .unwrap_err()
+                .contains("at most a year")
+        );
+        // Through clap, as the binary parses it; the default stays.
+        assert!(parse(&["--calibrate-ms", "18446744073709551615", "--", "true"]).is_err());
+        assert_eq!(parse(&["--", "true"]).unwrap().run.calibrate_ms, 500);
     }
 
     #[test]

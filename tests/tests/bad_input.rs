@@ -255,6 +255,29 @@ fn kernel_threads_are_refused_and_init_is_traced_with_a_warning() {
 }
 
 #[test]
+fn absurd_model_watts_and_endless_calibrations_are_refused_before_tracing() {
+    // Finite numbers whose products with seconds overflow: the report had 6 nulls.
+    let output = cg(&[
+        "--source",
+        "model",
+        "--model-watts",
+        "1e308:1.7e308",
+        "--",
+        "true",
+    ]);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("at most 1000000 W"), "{stderr}");
+    let output = cg(&["--idle-watts", "inf", "--", "true"]);
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
+    // u64::MAX ms: once calibrated for ever.
+    let output = cg(&["--calibrate-ms", "18446744073709551615", "--", "true"]);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("at most a year"), "{stderr}");
+}
+
+#[test]
 fn sigterm_during_the_calibration_exits_as_interrupted_and_says_the_command_never_ran() {
     require_root();
     // A measured source, so that the idle calibration runs before the command.
@@ -279,28 +302,27 @@ fn sigterm_during_the_calibration_exits_as_interrupted_and_says_the_command_neve
     let mut child = Command::new(bin("cg-trace"))
         .args(["--source", "powercap", "--powercap-root"])
         .arg(rapl.root())
-        // Not -q: the source line on stderr says when the calibration has begun.
         .args(["--calibrate-ms", "60000", "-o"])
         .arg(&out)
         .arg("--")
         .arg("touch")
         .arg(&marker)
+        // The log says when the calibration has begun (a signal before it, while the probes
+        // load, ends the run with no report: tests/tests/start_signals.rs).
+        .env("CG_TRACE_LOG", "cg_agent=info")
         .stdin(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Once the source is chosen, the signal handlers are being set up; a second later the
-    // probes are loading or the 60 s calibration is on (either way before the command).
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
     let mut seen = String::new();
-    while !seen.contains("energy source") {
+    while !seen.contains("idle calibration for up to 60000 ms") {
         let mut line = String::new();
         if stderr.read_line(&mut line).unwrap() == 0 {
             panic!("cg-trace ended early: {seen}");
         }
         seen.push_str(&line);
     }
-    std::thread::sleep(Duration::from_secs(1));
     // SAFETY: signalling our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = child.wait().unwrap();

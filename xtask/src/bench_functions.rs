@@ -207,7 +207,7 @@ pub fn run(args: &[String]) -> Result<()> {
     println!();
 
     // 4. Attach and detach.
-    let many = newest_build_output("cg-many")?;
+    let many = newest_build_output("release", "cg-many")?;
     let (mut attach_ms, mut detach_ms) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
         let (a, d) = attach_detach_ms(&cg_trace, &many, "cg_many_*", false)?;
@@ -459,10 +459,10 @@ fn attach_detach_ms(
     }
 }
 
-/// The newest file named `name` among the build scripts' outputs of the release build
+/// The newest file named `name` among the build scripts' outputs of the `profile` build
 /// (tests/build.rs builds the C workloads there).
-fn newest_build_output(name: &str) -> Result<std::path::PathBuf> {
-    let build = root().join("target/release/build");
+pub(crate) fn newest_build_output(profile: &str, name: &str) -> Result<std::path::PathBuf> {
+    let build = root().join("target").join(profile).join("build");
     let mut best: Option<(std::time::SystemTime, std::path::PathBuf)> = None;
     for entry in
         std::fs::read_dir(&build).with_context(|| format!("reading {}", build.display()))?

@@ -34,6 +34,7 @@ mod bench_functions;
 mod bench_repeat;
 mod bench_report;
 mod bench_serve;
+mod bench_signals;
 mod bench_sources;
 mod bench_view;
 mod deb;
@@ -49,7 +50,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup | build [--release] | run -- CG-TRACE-ARGS... | test | fuzz [TARGET] [SECONDS] | bench [--quick] [--overhead | --sources | --proc | --tui | --functions [--sampler | --globs] | --diff | --report | --repeat | --serve] | dist [--profile release|debug] [--no-build] [--out DIR] | deb | gpu-check [-- CMD ARGS...]>";
+const USAGE: &str = "usage: cargo xtask <setup | build [--release] | run -- CG-TRACE-ARGS... | test | fuzz [TARGET] [SECONDS] | bench [--quick] [--overhead | --sources | --proc | --tui | --functions [--sampler | --globs] | --diff | --report | --repeat | --serve | --signals] | dist [--profile release|debug] [--no-build] [--out DIR] | deb | gpu-check [-- CMD ARGS...]>";
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();

@@ -12,6 +12,7 @@
 pub mod activity;
 mod batch;
 pub mod btf;
+pub mod retry;
 pub mod sampler;
 mod uprobe_multi;
 pub mod uprobes;
@@ -119,6 +120,15 @@ pub enum ProbeError {
         attached: usize,
         total: usize,
     },
+    /// A stop signal came while the programs were being loaded: nothing was traced.
+    #[error(
+        "interrupted by {} while loading the eBPF programs: nothing was traced and no \
+         report written",
+        signal_name(*signal)
+    )]
+    LoadInterrupted { signal: i32 },
+    #[error("loading the function probes for uprobe_multi links: {0}")]
+    LoadMulti(String),
     #[error("the eBPF object has no map {0}")]
     MissingMap(&'static str),
     #[error(
@@ -281,9 +291,36 @@ const LIFECYCLE: [(&str, &str); 3] = [
     ("sched_process_exit", "sched_process_exit"),
 ];
 
+/// Ends loading when `stop()` says a stop signal came (its number).
+fn stop_here(stop: &mut dyn FnMut() -> Option<i32>) -> Result<(), ProbeError> {
+    match stop() {
+        Some(signal) => Err(ProbeError::LoadInterrupted { signal }),
+        None => Ok(()),
+    }
+}
+
+/// Loads one program with `load`, again when a signal interrupts it (see [`retry`]).
+fn load_program(
+    program: &'static str,
+    stop: &mut dyn FnMut() -> Option<i32>,
+    load: impl FnMut() -> Result<(), aya::programs::ProgramError>,
+) -> Result<(), ProbeError> {
+    stop_here(stop)?;
+    match retry::again_after_signals(stop, |e| retry::errno_in(e), load) {
+        Ok(()) => Ok(()),
+        Err(retry::Retried::Stopped(signal)) => Err(ProbeError::LoadInterrupted { signal }),
+        Err(retry::Retried::Failed(source)) => Err(ProbeError::Attach { program, source }),
+    }
+}
+
 impl Probes {
-    /// Loads the programs, marks the initial targets, and attaches.
-    pub fn load(config: &ProbeConfig) -> Result<Self, ProbeError> {
+    /// Loads the programs, marks the initial targets, and attaches. `stop()` says whether a
+    /// stop signal came (its number): asked between steps and when a signal interrupts one,
+    /// it ends loading with [`ProbeError::LoadInterrupted`] (what was loaded is unloaded).
+    pub fn load(
+        config: &ProbeConfig,
+        stop: &mut dyn FnMut() -> Option<i32>,
+    ) -> Result<Self, ProbeError> {
         if EBPF_OBJECT.is_empty() {
             return Err(ProbeError::NoObject);
         }
@@ -359,11 +396,12 @@ impl Probes {
             .map_err(ProbeError::Load)?;
 
         // (Before any map is taken: these programs share every map.)
-        let multi = config
-            .functions
-            .uprobes
-            .then(|| uprobes::load_multi(&ebpf))
-            .flatten();
+        stop_here(stop)?;
+        let multi = if config.functions.uprobes {
+            uprobes::load_multi(&ebpf, stop)?
+        } else {
+            None
+        };
         let mut take = |name: &'static str| ebpf.take_map(name).ok_or(ProbeError::MissingMap(name));
         let map_err = |name| move |source| ProbeError::Map { name, source };
         let on_cpu =
@@ -399,8 +437,7 @@ impl Probes {
                 .ok_or(ProbeError::MissingProgram(program))?
                 .try_into()
                 .map_err(|source| ProbeError::Attach { program, source })?;
-            prog.load(tracepoint, &aya_btf)
-                .map_err(|source| ProbeError::Attach { program, source })?;
+            load_program(program, stop, || prog.load(tracepoint, &aya_btf))?;
             prog.attach()
                 .map_err(|source| ProbeError::Attach { program, source })?;
         }
@@ -449,13 +486,18 @@ impl Probes {
 
     /// Starts the stack sampler at `hz` samples per second per CPU (`--profile`); the probes
     /// must have been loaded with [`FunctionProbeConfig::sampling`].
-    pub fn attach_sampler(&mut self, hz: u64) -> Result<(), ProbeError> {
+    /// `stop()` as for [`Self::load`].
+    pub fn attach_sampler(
+        &mut self,
+        hz: u64,
+        stop: &mut dyn FnMut() -> Option<i32>,
+    ) -> Result<(), ProbeError> {
         let started = Instant::now();
         let maps = self
             .sampler
             .as_mut()
             .ok_or(ProbeError::MissingMap(profiling::names::SAMPLE_RING))?;
-        sampler::attach(&mut self._ebpf, maps, hz)?;
+        sampler::attach(&mut self._ebpf, maps, hz, stop)?;
         self.attach_time += started.elapsed();
         Ok(())
     }

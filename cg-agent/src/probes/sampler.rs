@@ -156,7 +156,12 @@ fn stack_id(
 }
 
 /// Loads the sampling program and attaches it to every online CPU at `hz` samples/s.
-pub(super) fn attach(ebpf: &mut Ebpf, maps: &mut SamplerMaps, hz: u64) -> Result<(), ProbeError> {
+pub(super) fn attach(
+    ebpf: &mut Ebpf,
+    maps: &mut SamplerMaps,
+    hz: u64,
+    stop: &mut dyn FnMut() -> Option<i32>,
+) -> Result<(), ProbeError> {
     if std::env::var_os(BPF_STATS_ENV).is_some_and(|v| v == "1") {
         match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
             Ok(fd) => maps.stats = Some(fd),
@@ -169,8 +174,7 @@ pub(super) fn attach(ebpf: &mut Ebpf, maps: &mut SamplerMaps, hz: u64) -> Result
         .ok_or(ProbeError::MissingProgram(program))?
         .try_into()
         .map_err(|source| ProbeError::Attach { program, source })?;
-    prog.load()
-        .map_err(|source| ProbeError::Attach { program, source })?;
+    super::load_program(program, stop, || prog.load())?;
     let cpus = aya::util::online_cpus().map_err(|(_, source)| ProbeError::Read {
         name: "/sys/devices/system/cpu/online",
         source,

@@ -8,8 +8,9 @@
 //! expected attach type such links need, so the two function programs are loaded a second
 //! time here: the object is parsed again with aya's own parser, its map references are
 //! pointed at the maps aya created (so both copies share them), and the programs are loaded
-//! with `BPF_TRACE_UPROBE_MULTI`. Anything missing makes [`MultiPrograms::load`] say why,
-//! and the caller falls back to aya's one-perf-event-per-probe path.
+//! with `BPF_TRACE_UPROBE_MULTI`. Only the kernel's own answer that it has no such programs
+//! ([`unsupported`]) sends the caller to aya's one-perf-event-per-probe path; a load that a
+//! signal interrupted is made again (see [`super::retry`]), and any other failure is an error.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -20,6 +21,8 @@ use std::{
 };
 
 use aya::{Ebpf, maps::Map};
+
+use super::retry::{Retried, again_after_signals};
 
 const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_LINK_CREATE: libc::c_long = 28;
@@ -107,6 +110,29 @@ fn map_fd(map: &Map) -> Option<RawFd> {
     Some(data.fd().as_fd().as_raw_fd())
 }
 
+/// Whether an OS error of loading or linking means "no uprobe_multi in this kernel" rather
+/// than "not this program" or "not this function".
+pub(super) fn unsupported(err: &io::Error) -> bool {
+    // Kernels before 6.6 answer EINVAL to the unknown attach type; without CONFIG_UPROBES,
+    // EOPNOTSUPP. (ENOTSUPP, 524, is a function whose first instruction cannot be probed;
+    // EAGAIN and EINTR are signals, made again.)
+    matches!(
+        err.raw_os_error(),
+        Some(libc::EINVAL | libc::EOPNOTSUPP | libc::ENOSYS)
+    )
+}
+
+/// Why the programs for uprobe_multi links were not loaded.
+#[derive(Debug)]
+pub(super) enum MultiLoadError {
+    /// The kernel said it has no such programs: take aya's path.
+    Unsupported(String),
+    /// A stop request (this signal) came while loading.
+    Stopped(i32),
+    /// Anything else: the run cannot go on as asked.
+    Failed(String),
+}
+
 /// The entry and return programs, loaded for uprobe_multi links.
 pub(super) struct MultiPrograms {
     entry: OwnedFd,
@@ -115,9 +141,18 @@ pub(super) struct MultiPrograms {
 
 impl MultiPrograms {
     /// Loads `entry` and `ret` from `object` against the maps aya created for it. Must run
-    /// before any map is taken out of `ebpf`. An error says why (then use aya's path).
-    pub(super) fn load(ebpf: &Ebpf, object: &[u8], entry: &str, ret: &str) -> Result<Self, String> {
-        let mut obj = aya_obj::Object::parse(object).map_err(|e| format!("parsing: {e}"))?;
+    /// before any map is taken out of `ebpf`. `stop()` says whether a stop signal came (asked
+    /// when a signal interrupts a load).
+    pub(super) fn load(
+        ebpf: &Ebpf,
+        object: &[u8],
+        entry: &str,
+        ret: &str,
+        stop: &mut dyn FnMut() -> Option<i32>,
+    ) -> Result<Self, MultiLoadError> {
+        use MultiLoadError::Failed;
+        let mut obj =
+            aya_obj::Object::parse(object).map_err(|e| Failed(format!("parsing: {e}")))?;
         let fds: HashMap<&str, RawFd> = ebpf
             .maps()
             .filter_map(|(name, map)| Some((name, map_fd(map)?)))
@@ -125,45 +160,55 @@ impl MultiPrograms {
         let definitions = obj.maps.clone();
         let mut maps = Vec::new();
         for (name, definition) in &definitions {
-            let fd = fds
-                .get(name.as_str())
-                .ok_or_else(|| format!("map {name} was not created or has an unknown type"))?;
+            let fd = fds.get(name.as_str()).ok_or_else(|| {
+                Failed(format!("map {name} was not created or has an unknown type"))
+            })?;
             maps.push((name.as_str(), *fd, definition));
         }
         let text_sections: HashSet<usize> = obj.functions.keys().map(|(s, _)| *s).collect();
         obj.relocate_maps(maps.into_iter(), &text_sections)
-            .map_err(|e| format!("relocating maps: {e}"))?;
+            .map_err(|e| Failed(format!("relocating maps: {e}")))?;
         obj.relocate_calls(&text_sections)
-            .map_err(|e| format!("relocating calls: {e}"))?;
-        let load = |name: &str| -> Result<OwnedFd, String> {
+            .map_err(|e| Failed(format!("relocating calls: {e}")))?;
+        let mut load = |name: &str| -> Result<OwnedFd, MultiLoadError> {
             let program = obj
                 .programs
                 .get(name)
-                .ok_or_else(|| format!("no program {name}"))?;
+                .ok_or_else(|| Failed(format!("no program {name}")))?;
             let function = obj
                 .functions
                 .get(&program.function_key())
-                .ok_or_else(|| format!("no code for {name}"))?;
+                .ok_or_else(|| Failed(format!("no code for {name}")))?;
             let mut prog_name = [0u8; 16];
             for (slot, byte) in prog_name.iter_mut().zip(name.bytes().take(15)) {
                 *slot = byte;
             }
             let license: &CString = &program.license;
-            let mut attr = ProgLoadAttr {
-                prog_type: BPF_PROG_TYPE_KPROBE,
-                insn_cnt: function.instructions.len() as u32,
-                insns: function.instructions.as_ptr() as u64,
-                license: license.as_ptr() as u64,
-                log_level: 0,
-                log_size: 0,
-                log_buf: 0,
-                kern_version: program.kernel_version.unwrap_or(0),
-                prog_flags: 0,
-                prog_name,
-                prog_ifindex: 0,
-                expected_attach_type: BPF_TRACE_UPROBE_MULTI,
-            };
-            sys_bpf(BPF_PROG_LOAD, &mut attr).map_err(|e| format!("loading {name}: {e}"))
+            let loaded = again_after_signals(&mut *stop, io::Error::raw_os_error, || {
+                let mut attr = ProgLoadAttr {
+                    prog_type: BPF_PROG_TYPE_KPROBE,
+                    insn_cnt: function.instructions.len() as u32,
+                    insns: function.instructions.as_ptr() as u64,
+                    license: license.as_ptr() as u64,
+                    log_level: 0,
+                    log_size: 0,
+                    log_buf: 0,
+                    kern_version: program.kernel_version.unwrap_or(0),
+                    prog_flags: 0,
+                    prog_name,
+                    prog_ifindex: 0,
+                    expected_attach_type: BPF_TRACE_UPROBE_MULTI,
+                };
+                sys_bpf(BPF_PROG_LOAD, &mut attr)
+            });
+            match loaded {
+                Ok(fd) => Ok(fd),
+                Err(Retried::Stopped(signal)) => Err(MultiLoadError::Stopped(signal)),
+                Err(Retried::Failed(e)) if unsupported(&e) => {
+                    Err(MultiLoadError::Unsupported(format!("loading {name}: {e}")))
+                }
+                Err(Retried::Failed(e)) => Err(Failed(format!("loading {name}: {e}"))),
+            }
         };
         Ok(MultiPrograms {
             entry: load(entry)?,
@@ -204,5 +249,22 @@ impl MultiPrograms {
             _pad: 0,
         };
         sys_bpf(BPF_LINK_CREATE, &mut attr)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_kernels_feature_answers_mean_no_uprobe_multi() {
+        let os = io::Error::from_raw_os_error;
+        for no_such_links in [libc::EINVAL, libc::EOPNOTSUPP, libc::ENOSYS] {
+            assert!(unsupported(&os(no_such_links)), "{no_such_links}");
+        }
+        // A signal in the middle of the call, a function that cannot be probed, no rights.
+        for other in [libc::EAGAIN, libc::EINTR, 524, libc::EPERM, libc::ENOMEM] {
+            assert!(!unsupported(&os(other)), "{other}");
+        }
     }
 }

@@ -27,7 +27,11 @@ use cg_common::profiling::{
     COOKIE_ENTRY_ONLY, FuncCounters, FuncKey, FuncStats, FuncThread, names,
 };
 
-use super::{ProbeError, Probes, uprobe_multi::MultiPrograms};
+use super::{
+    ProbeError, Probes,
+    retry::{Retried, again_after_signals, errno_in},
+    uprobe_multi::{MultiLoadError, MultiPrograms, unsupported},
+};
 use crate::functions::resolve::ResolvedFunction;
 
 /// The maps of the function probes.
@@ -130,17 +134,22 @@ pub enum Attached {
     Stopped { functions: usize },
 }
 
-/// Loads the programs for uprobe_multi links, or says (in the log) why not; call before any
-/// map is taken from `ebpf`.
-pub(super) fn load_multi(ebpf: &Ebpf) -> Option<MultiPrograms> {
-    match MultiPrograms::load(ebpf, super::EBPF_OBJECT, ENTRY, RETURN) {
-        Ok(programs) => Some(programs),
-        Err(why) => {
+/// Loads the programs for uprobe_multi links: `None` (said in the log) when the kernel has
+/// none; call before any map is taken from `ebpf`. `stop()` says whether a stop signal came.
+pub(super) fn load_multi(
+    ebpf: &Ebpf,
+    stop: &mut dyn FnMut() -> Option<i32>,
+) -> Result<Option<MultiPrograms>, ProbeError> {
+    match MultiPrograms::load(ebpf, super::EBPF_OBJECT, ENTRY, RETURN, stop) {
+        Ok(programs) => Ok(Some(programs)),
+        Err(MultiLoadError::Unsupported(why)) => {
             tracing::info!(
                 "function probes: no uprobe_multi links ({why}); one perf event per probe"
             );
-            None
+            Ok(None)
         }
+        Err(MultiLoadError::Stopped(signal)) => Err(ProbeError::LoadInterrupted { signal }),
+        Err(MultiLoadError::Failed(why)) => Err(ProbeError::LoadMulti(why)),
     }
 }
 
@@ -203,10 +212,20 @@ fn attach_multi(
                 }
                 let offsets: Vec<u64> = probed.iter().map(|f| f.offset).collect();
                 let cookies: Vec<u64> = probed.iter().map(|f| cookie(f)).collect();
-                match multi.attach(module, &offsets, &cookies, return_probe) {
+                let made = again_after_signals(
+                    || (!keep_going(done, total)).then_some(0),
+                    std::io::Error::raw_os_error,
+                    || multi.attach(module, &offsets, &cookies, return_probe),
+                );
+                match made {
                     Ok(link) => links.push(link),
-                    Err(err) if links.is_empty() && unsupported(&err) => return Ok(None),
-                    Err(err) => {
+                    Err(Retried::Stopped(_)) => {
+                        return Ok(Some(Attached::Stopped { functions: done }));
+                    }
+                    Err(Retried::Failed(err)) if links.is_empty() && unsupported(&err) => {
+                        return Ok(None);
+                    }
+                    Err(Retried::Failed(err)) => {
                         return Err(culprit(multi, module, &probed, return_probe, program, err));
                     }
                 }
@@ -229,16 +248,6 @@ fn cookie(function: &ResolvedFunction) -> u64 {
     u64::from(function.id) | flag
 }
 
-/// Whether a link error means "no uprobe_multi here" rather than "not this function".
-fn unsupported(err: &std::io::Error) -> bool {
-    // Kernels before 6.6 answer EINVAL to the unknown attach type; without CONFIG_UPROBES,
-    // EOPNOTSUPP. (ENOTSUPP, 524, is a function whose first instruction cannot be probed.)
-    matches!(
-        err.raw_os_error(),
-        Some(libc::EINVAL | libc::EOPNOTSUPP | libc::ENOSYS)
-    )
-}
-
 /// A link of many functions failed: the function that cannot be probed, found by halving
 /// the set (each try makes and drops a link), named in the error.
 fn culprit(
@@ -251,9 +260,17 @@ fn culprit(
 ) -> ProbeError {
     let fails = |set: &[&ResolvedFunction]| {
         let offsets: Vec<u64> = set.iter().map(|f| f.offset).collect();
-        multi
-            .attach(module, &offsets, &vec![0; set.len()], return_probe)
-            .err()
+        let cookies = vec![0; set.len()];
+        // (A signal is no function's fault: such tries are made again.)
+        match again_after_signals(
+            || None,
+            std::io::Error::raw_os_error,
+            || multi.attach(module, &offsets, &cookies, return_probe),
+        ) {
+            Ok(_) => None,
+            Err(Retried::Failed(e)) => Some(e),
+            Err(Retried::Stopped(_)) => None,
+        }
     };
     let mut suspects = functions;
     let mut source = err;
@@ -306,8 +323,18 @@ fn attach_perf_events(
             .map_err(|source| ProbeError::Attach { program, source })?;
         // Loaded once: functions of a library mapped during the run are attached later.
         if prog.fd().is_err() {
-            prog.load()
-                .map_err(|source| ProbeError::Attach { program, source })?;
+            let loaded = again_after_signals(
+                || (!keep_going(0, total)).then_some(0),
+                |e: &aya::programs::ProgramError| errno_in(e),
+                || prog.load(),
+            );
+            match loaded {
+                Ok(()) => {}
+                Err(Retried::Stopped(_)) => return Ok(Attached::Stopped { functions: 0 }),
+                Err(Retried::Failed(source)) => {
+                    return Err(ProbeError::Attach { program, source });
+                }
+            }
         }
     }
     for (done, function) in functions.iter().enumerate() {

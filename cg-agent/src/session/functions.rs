@@ -19,7 +19,6 @@ use std::{
     collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     io::{IsTerminal as _, Write as _},
     path::{Path, PathBuf},
-    sync::atomic::{AtomicI32, Ordering},
     time::Instant,
 };
 
@@ -333,19 +332,21 @@ pub struct LiveFunctions<'a> {
 
 impl FunctionSession {
     /// Attaches the function probes and the sampler as the options ask.
+    /// `stop()` says whether a stop signal came (its number): attaching then stops.
     pub fn start(
         options: &FunctionOptions,
         resolution: Resolution,
         probes: &mut Probes,
         proc_root: &Path,
         notices: &Notices,
+        stop: &mut dyn FnMut() -> Option<i32>,
     ) -> Result<Self, ProbeError> {
         let functions = resolution.functions;
         let attach_path = if functions.is_empty() {
             None
         } else {
             raise_open_files_limit(functions.len() * 2 + 256);
-            Some(attach_functions(probes, &functions)?)
+            Some(attach_functions(probes, &functions, stop)?)
         };
         let pending = PendingSpecs {
             matched: vec![false; resolution.pending.len()],
@@ -357,7 +358,7 @@ impl FunctionSession {
             ..PendingSpecs::default()
         };
         if options.profile {
-            probes.attach_sampler(options.sample_hz)?;
+            probes.attach_sampler(options.sample_hz, stop)?;
         }
         Ok(FunctionSession::fresh(
             options.clone(),
@@ -1191,13 +1192,14 @@ impl FunctionSession {
 }
 
 /// Attaches the probes to every function: with a progress line on a terminal when it takes
-/// a while, and stopping between steps at SIGINT, SIGTERM or SIGHUP (then what was attached
-/// is detached when `probes` is dropped, and the error says nothing was traced).
+/// a while, and stopping between steps when `stop()` says a stop signal came (then what was
+/// attached is detached when `probes` is dropped, and the error says nothing was traced).
 fn attach_functions(
     probes: &mut Probes,
     functions: &[ResolvedFunction],
+    stop: &mut dyn FnMut() -> Option<i32>,
 ) -> Result<AttachPath, ProbeError> {
-    let stop = StopOnSignal::install();
+    let mut stopped_by = None;
     let terminal = std::io::stderr().is_terminal() && !crate::console::is_quiet();
     let started = Instant::now();
     let mut shown = false;
@@ -1218,7 +1220,8 @@ fn attach_functions(
                 "\rcg-trace: attaching probes: {done}/{total} functions"
             );
         }
-        stop.signal().is_none()
+        stopped_by = stopped_by.or_else(&mut *stop);
+        stopped_by.is_none()
     });
     if shown {
         let _ = write!(std::io::stderr(), "\r\x1b[2K");
@@ -1233,10 +1236,7 @@ fn attach_functions(
             Ok(path)
         }
         Attached::Stopped { functions: done } => {
-            let signal = stop.signal().unwrap_or(libc::SIGINT);
-            if signal == libc::SIGHUP {
-                super::leave_a_dead_terminal();
-            }
+            let signal = stopped_by.unwrap_or(libc::SIGINT);
             Err(ProbeError::Interrupted {
                 signal,
                 attached: done,
@@ -1249,53 +1249,6 @@ fn attach_functions(
 /// Attaching shows its progress once it has taken this long, then renews it this often.
 const PROGRESS_AFTER: std::time::Duration = std::time::Duration::from_millis(250);
 const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// The first of SIGINT, SIGTERM and SIGHUP since [`StopOnSignal::install`]; 0: none.
-static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
-
-/// Notes SIGINT, SIGTERM and SIGHUP while installed, beside the session's own handlers
-/// (which cannot run while attaching blocks the session's thread, and still see the
-/// signal afterwards).
-struct StopOnSignal {
-    ids: Vec<signal_hook_registry::SigId>,
-}
-
-impl StopOnSignal {
-    fn install() -> Self {
-        STOP_SIGNAL.store(0, Ordering::SeqCst);
-        let ids = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP]
-            .into_iter()
-            .filter_map(|signal| {
-                // SAFETY: the action only stores into an atomic: async-signal-safe.
-                unsafe {
-                    signal_hook_registry::register(signal, move || {
-                        let _ = STOP_SIGNAL.compare_exchange(
-                            0,
-                            signal,
-                            Ordering::SeqCst,
-                            Ordering::SeqCst,
-                        );
-                    })
-                }
-                .ok()
-            })
-            .collect();
-        StopOnSignal { ids }
-    }
-
-    fn signal(&self) -> Option<i32> {
-        let signal = STOP_SIGNAL.load(Ordering::SeqCst);
-        (signal != 0).then_some(signal)
-    }
-}
-
-impl Drop for StopOnSignal {
-    fn drop(&mut self) {
-        for id in self.ids.drain(..) {
-            signal_hook_registry::unregister(id);
-        }
-    }
-}
 
 /// A thread's CPU time now (the kernel's `sum_exec_runtime`, brought up to date on read).
 fn thread_cpu_ns(proc_root: &Path, tgid: u32, tid: u32) -> Option<u64> {
@@ -1327,26 +1280,5 @@ fn raise_open_files_limit(needed: usize) {
                 .min(needed.max(limit.rlim_cur as usize) as u64);
             libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_signal_while_attaching_is_noted_and_only_while_installed() {
-        let stop = StopOnSignal::install();
-        assert_eq!(stop.signal(), None);
-        // SAFETY: raising a signal that the installed handler catches.
-        unsafe { libc::raise(libc::SIGTERM) };
-        assert_eq!(stop.signal(), Some(libc::SIGTERM));
-        // The first signal is the one reported.
-        // SAFETY: as above.
-        unsafe { libc::raise(libc::SIGINT) };
-        assert_eq!(stop.signal(), Some(libc::SIGTERM));
-        drop(stop);
-        let again = StopOnSignal::install();
-        assert_eq!(again.signal(), None, "a new attach starts clean");
     }
 }

@@ -14,6 +14,7 @@ pub mod targets;
 use std::{
     collections::{BTreeMap, HashMap},
     path::PathBuf,
+    sync::atomic::{AtomicI32, Ordering},
     time::{Duration, Instant, SystemTime},
 };
 
@@ -125,6 +126,12 @@ pub enum RunError {
     },
     #[error("setting up signal handling: {0}")]
     Signals(#[source] std::io::Error),
+    /// A stop signal came while starting, before anything was traced: exit 128 + N.
+    #[error(
+        "interrupted by {} while {during}: nothing was traced and no report written",
+        StopRequest::from_signal(*signal).map_or("a signal", StopRequest::name)
+    )]
+    Interrupted { signal: i32, during: &'static str },
 }
 
 impl RunError {
@@ -136,8 +143,12 @@ impl RunError {
                 std::io::ErrorKind::NotFound => 127,
                 _ => 126,
             },
-            // Stopped while attaching function probes: as if killed by that signal.
-            RunError::Probe(ProbeError::Interrupted { signal, .. }) => 128 + signal,
+            // Stopped while starting (loading or attaching the probes): as if killed by that
+            // signal.
+            RunError::Probe(
+                ProbeError::Interrupted { signal, .. } | ProbeError::LoadInterrupted { signal },
+            )
+            | RunError::Interrupted { signal, .. } => 128 + signal,
             RunError::Probe(_) | RunError::Signals(_) => 1,
         }
     }
@@ -502,6 +513,16 @@ pub enum StopRequest {
 }
 
 impl StopRequest {
+    /// The request a stop signal makes (SIGINT, SIGTERM, SIGHUP).
+    fn from_signal(signal: i32) -> Option<Self> {
+        match signal {
+            libc::SIGINT => Some(StopRequest::Interrupt),
+            libc::SIGTERM => Some(StopRequest::Terminate),
+            libc::SIGHUP => Some(StopRequest::Hangup),
+            _ => None,
+        }
+    }
+
     /// The signal a wrapped command gets for it, and whose number makes cg-trace's exit
     /// status (128 + N): a quit is a Ctrl-C that the view's raw terminal did not send.
     pub fn signal(self) -> i32 {
@@ -561,8 +582,17 @@ struct Measured {
     run_end_ns: u64,
 }
 
-/// Privileges, targets, sources, probes, and the idle calibration.
+/// Privileges, targets, sources, probes, and the idle calibration. A stop signal at any
+/// point of it ends the run: until the probes are in place with [`RunError::Interrupted`]
+/// (or the probes' own interrupted errors), after that as a stop request that comes before
+/// the command is started (see [`Signals`]).
 async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup, RunError> {
+    let (observer, quit, command_output) = match hooks {
+        Some(h) => (Some(h.observer), Some(h.stop), h.command_output),
+        None => (None, None, None),
+    };
+    // First of all, so that no stop signal of the start-up is lost.
+    let mut signals = Signals::new(quit).map_err(RunError::Signals)?;
     privileges::check_can_trace().map_err(RunError::Privileges)?;
     if let Mode::Attach { pids } = &mut config.mode {
         let (checked, warnings) =
@@ -615,11 +645,7 @@ async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup
             .tell(Notice::SourceWarning(note.text.clone()));
     }
 
-    let (observer, quit, command_output) = match hooks {
-        Some(h) => (Some(h.observer), Some(h.stop), h.command_output),
-        None => (None, None, None),
-    };
-    let mut signals = Signals::new(quit).map_err(RunError::Signals)?;
+    signals.stop_here("choosing the sources and the functions to probe")?;
     let probe_config = ProbeConfig {
         all_tasks: config.mode == Mode::System,
         spawner_tgid: matches!(config.mode, Mode::Wrap { .. }).then(std::process::id),
@@ -639,7 +665,8 @@ async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup
     if config.noop_probes {
         config.notices.tell(Notice::NoopProbes);
     }
-    let mut probes = Probes::load(&probe_config)?;
+    let mut stop = || signals.received().map(StopRequest::signal);
+    let mut probes = Probes::load(&probe_config, &mut stop)?;
     let function_session = if config.functions.any() {
         Some(functions::FunctionSession::start(
             &config.functions,
@@ -647,10 +674,12 @@ async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup
             &mut probes,
             &config.proc_root,
             &config.notices,
+            &mut stop,
         )?)
     } else {
         None
     };
+    signals.stop_here("attaching the probes")?;
     let attach_ms = probes.attach_time.as_secs_f64() * 1e3;
     let run_start_ns = monotonic_ns();
     let mut sampler = Sampler {
@@ -698,6 +727,8 @@ async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup
         &mut probes_seen,
     )
     .await?;
+    // A signal since the last step: the command is not started.
+    let early_stop = early_stop.or_else(|| signals.received());
     Ok(Setup {
         config,
         header,
@@ -736,6 +767,10 @@ async fn calibrate(
     };
     let mut calibration_s = 0.0;
     while wanted(sampler) {
+        tracing::info!(
+            "probes in place; idle calibration for up to {} ms before the command starts",
+            config.calibration.as_millis()
+        );
         let started = Instant::now();
         let mut tick = tokio::time::interval(config.interval.min(config.calibration));
         tick.tick().await;
@@ -1023,10 +1058,10 @@ fn conclude(setup: &mut Setup, measured: Measured) -> Outcome {
     // A wrapped command stopped by a signal, or never started because the signal came during
     // the idle calibration, exits as if interrupted (not 0: the command did not succeed).
     let wrap = matches!(config.mode, Mode::Wrap { .. });
-    let never_started = if wrap && !spawned {
-        " during the idle calibration: the command was never started"
-    } else {
-        ""
+    let never_started = match (wrap && !spawned, setup.calibration_s > 0.0) {
+        (false, _) => "",
+        (true, true) => " during the idle calibration: the command was never started",
+        (true, false) => " before the command started: it was never started",
     };
     let (stop_reason, exit_code, command_ending) = match stop {
         Stop::CommandExited(ending) => {
@@ -1211,8 +1246,18 @@ fn shares_foreground_terminal() -> bool {
     unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp() }
 }
 
-/// The signals that stop a run, and the live view's stop request.
+/// The first of SIGINT, SIGTERM and SIGHUP since the session's [`Signals`] were set up; 0:
+/// none.
+static FIRST_STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+/// The signals that stop a run, and the live view's stop request: the one way a session
+/// learns of them, from the first moment of its start-up to its end. The blocking steps of
+/// start-up (loading and attaching the probes, which a signal may interrupt in the kernel)
+/// ask [`Signals::received`] between steps; once the run measures, [`Signals::recv`] waits.
+/// Both see every signal: a signal is noted once and never forgotten.
 struct Signals {
+    /// Handlers that note the first stop signal in [`FIRST_STOP_SIGNAL`].
+    noted: Vec<signal_hook_registry::SigId>,
     interrupt: Signal,
     terminate: Signal,
     hangup: Signal,
@@ -1221,12 +1266,58 @@ struct Signals {
 
 impl Signals {
     fn new(quit: Option<std::sync::Arc<tokio::sync::Notify>>) -> std::io::Result<Self> {
+        FIRST_STOP_SIGNAL.store(0, Ordering::SeqCst);
+        let mut noted = Vec::new();
+        for stop in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            // SAFETY: the action only stores into an atomic: async-signal-safe.
+            let id = unsafe {
+                signal_hook_registry::register(stop, move || {
+                    let _ = FIRST_STOP_SIGNAL.compare_exchange(
+                        0,
+                        stop,
+                        Ordering::SeqCst,
+                        Ordering::SeqCst,
+                    );
+                })
+            };
+            match id {
+                Ok(id) => noted.push(id),
+                Err(err) => {
+                    for id in noted {
+                        signal_hook_registry::unregister(id);
+                    }
+                    return Err(err);
+                }
+            }
+        }
+        // (After the handlers above: a signal between the two is noted all the same.)
         Ok(Signals {
+            noted,
             interrupt: signal(SignalKind::interrupt())?,
             terminate: signal(SignalKind::terminate())?,
             hangup: signal(SignalKind::hangup())?,
             quit,
         })
+    }
+
+    /// The first stop signal received since the session started, without waiting.
+    fn received(&self) -> Option<StopRequest> {
+        let request = StopRequest::from_signal(FIRST_STOP_SIGNAL.load(Ordering::SeqCst));
+        if request == Some(StopRequest::Hangup) {
+            leave_a_dead_terminal();
+        }
+        request
+    }
+
+    /// Ends the start-up `during` this step when a stop signal came.
+    fn stop_here(&self, during: &'static str) -> Result<(), RunError> {
+        match self.received() {
+            Some(request) => Err(RunError::Interrupted {
+                signal: request.signal(),
+                during,
+            }),
+            None => Ok(()),
+        }
     }
 
     async fn recv(&mut self) -> StopRequest {
@@ -1244,6 +1335,14 @@ impl Signals {
                 StopRequest::Hangup
             }
             _ = quit => StopRequest::Quit,
+        }
+    }
+}
+
+impl Drop for Signals {
+    fn drop(&mut self) {
+        for id in self.noted.drain(..) {
+            signal_hook_registry::unregister(id);
         }
     }
 }
@@ -1736,6 +1835,46 @@ mod tests {
         assert_eq!(StopRequest::Quit.signal(), libc::SIGINT);
         assert_eq!(StopRequest::Quit.name(), "SIGINT");
         assert_eq!(StopRequest::Terminate.name(), "SIGTERM");
+    }
+
+    #[test]
+    fn a_stop_signal_of_the_start_up_is_noted_at_once_kept_and_seen_by_the_run() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let mut signals = Signals::new(None).unwrap();
+            assert_eq!(signals.received(), None);
+            // SAFETY: raising signals that the handlers just installed catch.
+            unsafe { libc::raise(libc::SIGTERM) };
+            assert_eq!(signals.received(), Some(StopRequest::Terminate));
+            // SAFETY: as above.
+            unsafe { libc::raise(libc::SIGINT) };
+            // The first one is the run's: asking again (between steps) never forgets it.
+            assert_eq!(signals.received(), Some(StopRequest::Terminate));
+            assert_eq!(signals.received(), Some(StopRequest::Terminate));
+            // The measuring side waits for the same signals.
+            let seen = signals.recv().await;
+            assert!(
+                matches!(seen, StopRequest::Terminate | StopRequest::Interrupt),
+                "{seen:?}"
+            );
+            assert!(matches!(
+                signals.stop_here("loading"),
+                Err(RunError::Interrupted {
+                    signal: libc::SIGTERM,
+                    during: "loading"
+                })
+            ));
+            assert_eq!(
+                signals.stop_here("loading").unwrap_err().exit_code(),
+                128 + libc::SIGTERM
+            );
+            drop(signals);
+            let again = Signals::new(None).unwrap();
+            assert_eq!(again.received(), None, "a new session starts clean");
+        });
     }
 
     #[test]
