@@ -1105,21 +1105,23 @@ fn what_the_command_leaves_running_is_named_on_stderr_and_in_the_report() {
     );
 
     // A command that ignores SIGINT outlives the 3 s cg-trace gives it after a Ctrl-C.
+    // The Ctrl-C comes once the shell ignores SIGINT (it says so in a file), not after a
+    // guessed delay: on a loaded machine it could come first and end the shell.
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("r.json");
+    let ready = dir.path().join("ignoring");
     let child = Command::new(bin("cg-trace"))
         .args(["--source", "model", "-o"])
         .arg(&out)
-        .args([
-            "--",
-            "sh",
-            "-c",
-            "trap '' INT; exec sleep 30 </dev/null >/dev/null 2>&1",
-        ])
+        .args(["--", "sh", "-c"])
+        .arg(format!(
+            "trap '' INT; echo $$ > {}; exec sleep 30 </dev/null >/dev/null 2>&1",
+            ready.display()
+        ))
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(800));
+    pid_in(&ready);
     // SAFETY: signalling our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let output = child.wait_with_output().unwrap();
