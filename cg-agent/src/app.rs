@@ -67,11 +67,12 @@ pub fn main_with(cli: Cli) -> i32 {
             if let Some(option) = option_before_top(&cli.run) {
                 eprintln!(
                     "cg-trace: {option} is a run option, not one of `diff`: `cg-trace diff \
-                     BASE.json NEW.json [--max-increase PCT] [--format text|markdown|json|html]`"
+                     BASE.json NEW.json [--max-increase PCT] [--gate WHAT] [--format \
+                     text|markdown|json|html] [-o FILE]`"
                 );
                 return EXIT_USAGE;
             }
-            return crate::compare::main(&diff_args);
+            return crate::compare::main(&diff_args, &invoker);
         }
         Some(Command::Report(report_args)) => {
             if let Some(option) = option_before_top(&cli.run) {
@@ -184,7 +185,7 @@ pub fn main_with(cli: Cli) -> i32 {
         let reports = outcome.runs.iter().map(report::build).collect();
         let info = report::repeat::SetInfo {
             runs_requested_count: runs,
-            warmup_runs_count: plan.warmup,
+            warmup_runs_count: args.repeat.warmup,
             cooldown_s: args.repeat.cooldown,
             stopped_early: outcome.stopped_early,
         };
@@ -347,10 +348,11 @@ fn write_and_summarize(
         }
         if repeat.noise_verdict.worrying() {
             text.push_str(&format!(
-                "cg-trace: warning: the runs are noisy ({}: the total energy varies by {:.1}% \
-                 (CV) from run to run); quiet the machine, add --warmup or more --repeat runs\n",
+                "cg-trace: warning: the runs are noisy ({}: the targets' energy varies by \
+                 {:.1}% (CV) from run to run); quiet the machine, add --warmup or more --repeat \
+                 runs\n",
                 repeat.noise_verdict.name(),
-                repeat.statistics.energy_j.cv_pct
+                repeat.statistics.attributed_energy_j.cv_pct
             ));
         }
     }

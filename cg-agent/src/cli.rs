@@ -65,9 +65,10 @@ pub enum Command {
     /// Print the man page (roff) on stdout: `cg-trace man-page | man -l -`
     #[command(hide = true)]
     ManPage,
-    /// Compare two reports: the change in energy and CPU time per domain, process group and
-    /// function; with --repeat runs on both sides, a Mann-Whitney U test per row. Exits 3
-    /// on a regression beyond --max-increase, 2 on a report it cannot read
+    /// Compare two reports: the change in energy and CPU time of the targets, the whole
+    /// machine, per domain, process group and function; with --repeat runs on both sides, a
+    /// Mann-Whitney U test per row. Exits 3 on a regression of what --gate names (default:
+    /// the targets' energy) beyond --max-increase, 2 on a report it cannot read
     Diff(DiffArgs),
     /// Turn a JSON report into one self-contained HTML page that opens offline (power over
     /// time, energy per process group and function, repeat statistics, sources and quality):
@@ -162,16 +163,39 @@ pub struct DiffArgs {
     #[arg(value_name = "NEW.json")]
     pub new: PathBuf,
 
-    /// Fail (exit 3) when the total energy or a top-level domain's rose by more than PCT
-    /// percent: significantly, when both reports have --repeat runs; by the figures alone
-    /// (untested) otherwise
+    #[command(flatten)]
+    pub gate: GateArgs,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// The gate of `diff` and `compare`.
+#[derive(Clone, Debug, Args)]
+pub struct GateArgs {
+    /// Fail (exit 3) when what --gate names rose by more than PCT percent: significantly,
+    /// when both sides have --repeat runs; by the figures alone (untested) otherwise
     #[arg(long, value_name = "PCT")]
     pub max_increase: Option<f64>,
 
+    /// What --max-increase judges (repeatable): targets (the traced command and its
+    /// descendants, in total and per top-level domain; the default), total (the whole
+    /// machine), group:NAME (a program's processes), function:NAME (module:symbol or symbol)
+    #[arg(long, value_name = "WHAT", value_parser = clap::value_parser!(crate::compare::Gate))]
+    pub gate: Vec<crate::compare::Gate>,
+}
+
+/// Where and how `diff` and `compare` write the comparison.
+#[derive(Clone, Debug, Args)]
+pub struct OutputArgs {
     /// Output: a text table, a Markdown table (for a pull-request comment), JSON, or a
     /// self-contained HTML page
     #[arg(long, value_enum, default_value_t = DiffFormat::Text)]
     pub format: DiffFormat,
+
+    /// Write it to FILE instead of standard output
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
 }
 
 /// `cg-trace diff --format`.
@@ -744,12 +768,57 @@ mod tests {
         };
         assert_eq!(args.base, PathBuf::from("a.json"));
         assert_eq!(args.new, PathBuf::from("b.json"));
-        assert_eq!(args.max_increase, Some(5.0));
-        assert_eq!(args.format, DiffFormat::Markdown);
+        assert_eq!(args.gate.max_increase, Some(5.0));
+        assert_eq!(args.output.format, DiffFormat::Markdown);
+        assert!(args.gate.gate.is_empty() && args.output.output.is_none());
         assert!(parse(&["diff", "a.json"]).is_err());
-        let html = parse(&["diff", "a", "b", "--format", "html"]).unwrap();
-        assert!(matches!(html.subcommand, Some(Command::Diff(a)) if a.format == DiffFormat::Html));
+        let html = parse(&["diff", "a", "b", "--format", "html", "-o", "d.html"]).unwrap();
+        assert!(matches!(html.subcommand, Some(Command::Diff(a))
+            if a.output.format == DiffFormat::Html
+                && a.output.output == Some(PathBuf::from("d.html"))));
         assert!(parse(&["diff", "a", "b", "--format", "pdf"]).is_err());
+    }
+
+    #[test]
+    fn gates_name_the_targets_the_machine_a_group_or_a_function() {
+        use crate::compare::Gate;
+        let cli = parse(&[
+            "diff",
+            "a",
+            "b",
+            "--gate",
+            "targets",
+            "--gate",
+            "total",
+            "--gate",
+            "group:python3",
+            "--gate",
+            "function:libz.so:deflate",
+        ])
+        .unwrap();
+        let Some(Command::Diff(args)) = cli.subcommand else {
+            panic!("not diff");
+        };
+        assert_eq!(
+            args.gate.gate,
+            [
+                Gate::Targets,
+                Gate::Total,
+                Gate::Group("python3".into()),
+                Gate::Function("libz.so:deflate".into())
+            ]
+        );
+        for bad in [
+            "machine",
+            "group:",
+            "function:",
+            "group",
+            "targets:x",
+            "group:a\nb",
+        ] {
+            assert!(parse(&["diff", "a", "b", "--gate", bad]).is_err(), "{bad}");
+        }
+        assert_eq!(Gate::Group("x".into()).to_string(), "group:x");
     }
 
     #[test]
