@@ -74,6 +74,16 @@ pub fn main_with(cli: Cli) -> i32 {
             }
             return crate::compare::main(&diff_args, &invoker);
         }
+        Some(Command::Compare(compare_args)) => {
+            if let Some(option) = option_before_top(&cli.run) {
+                eprintln!(
+                    "cg-trace: {option} is an option of a single run, not one of `compare`: \
+                     `cg-trace [SOURCE OPTIONS] compare -n N [--prepare CMD] 'CMD_A' 'CMD_B'`"
+                );
+                return EXIT_USAGE;
+            }
+            return crate::compare::interleaved::main(&compare_args, cli.run, &invoker);
+        }
         Some(Command::Report(report_args)) => {
             if let Some(option) = option_before_top(&cli.run) {
                 eprintln!(
@@ -174,6 +184,8 @@ pub fn main_with(cli: Cli) -> i32 {
             runs,
             warmup: args.repeat.warmup,
             cooldown: Duration::from_secs_f64(args.repeat.cooldown),
+            commands: Vec::new(),
+            prepare: None,
         };
         let outcome = match session::run_repeat(config, plan) {
             Ok(outcome) => outcome,

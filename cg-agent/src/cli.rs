@@ -70,6 +70,10 @@ pub enum Command {
     /// Mann-Whitney U test per row. Exits 3 on a regression of what --gate names (default:
     /// the targets' energy) beyond --max-increase, 2 on a report it cannot read
     Diff(DiffArgs),
+    /// Measure two shell commands head to head, runs interleaved (A B A B ...), and print
+    /// the diff of B against A: `cg-trace compare -n 10 'CMD_A' 'CMD_B'`. Needs root, like a
+    /// run; exits 3 on a regression beyond --max-increase
+    Compare(CompareArgs),
     /// Turn a JSON report into one self-contained HTML page that opens offline (power over
     /// time, energy per process group and function, repeat statistics, sources and quality):
     /// `cg-trace report RUN.json -o report.html`
@@ -196,6 +200,40 @@ pub struct OutputArgs {
     /// Write it to FILE instead of standard output
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+}
+
+/// Options of `cg-trace compare`.
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// Measured runs of each command
+    #[arg(short = 'n', long = "runs", value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub runs: u32,
+
+    /// Unmeasured runs of each command first (interleaved too)
+    #[arg(long, value_name = "K", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    pub warmup: u32,
+
+    /// A shell command run before every run (traced, not counted), e.g. to clear a cache
+    #[arg(long, value_name = "CMD")]
+    pub prepare: Option<String>,
+
+    /// Pause between runs, in seconds
+    #[arg(long, value_name = "SECS", default_value_t = 0.0, value_parser = parse_cooldown)]
+    pub cooldown: f64,
+
+    #[command(flatten)]
+    pub gate: GateArgs,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+
+    /// The base command, a shell command line (run with `sh -c`)
+    #[arg(value_name = "CMD_A")]
+    pub command_a: String,
+
+    /// The new command, compared with the base
+    #[arg(value_name = "CMD_B")]
+    pub command_b: String,
 }
 
 /// `cg-trace diff --format`.
@@ -819,6 +857,42 @@ mod tests {
             assert!(parse(&["diff", "a", "b", "--gate", bad]).is_err(), "{bad}");
         }
         assert_eq!(Gate::Group("x".into()).to_string(), "group:x");
+    }
+
+    #[test]
+    fn compare_takes_two_commands_runs_a_prepare_step_and_the_diff_options() {
+        let cli = parse(&[
+            "--source",
+            "model",
+            "compare",
+            "-n",
+            "8",
+            "--prepare",
+            "sync",
+            "--max-increase",
+            "5",
+            "--format",
+            "json",
+            "-o",
+            "c.json",
+            "./a --x",
+            "./b",
+        ])
+        .unwrap();
+        let Some(Command::Compare(args)) = cli.subcommand else {
+            panic!("not compare");
+        };
+        assert_eq!((args.runs, args.warmup, args.cooldown), (8, 0, 0.0));
+        assert_eq!(args.prepare.as_deref(), Some("sync"));
+        assert_eq!(
+            (args.command_a.as_str(), args.command_b.as_str()),
+            ("./a --x", "./b")
+        );
+        assert_eq!(args.gate.max_increase, Some(5.0));
+        assert_eq!(args.output.format, DiffFormat::Json);
+        assert_eq!(cli.run.source, SourceChoice::Model);
+        assert!(parse(&["compare", "./a"]).is_err());
+        assert!(parse(&["compare", "-n", "0", "a", "b"]).is_err());
     }
 
     #[test]

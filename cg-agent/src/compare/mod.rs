@@ -8,6 +8,7 @@
 //! Pure functions over the two parsed reports ([`load`] reads and checks a file, [`compare`]
 //! computes, [`render`] prints); `main` is the subcommand.
 
+pub mod interleaved;
 pub mod render;
 pub mod stats;
 
