@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use cg_tests::{Background, bin, cg_trace, cg_trace_as_given, num, require_root};
+use cg_tests::{Background, bin, cg_trace, cg_trace_as_given, num, read_report, require_root};
 use serde_json::Value;
 
 /// 5 W idle, 15 W with every CPU busy: a target's energy is its CPU time times
@@ -47,6 +47,7 @@ fn diff(base: &Path, new: &Path, extra: &[&str]) -> (Option<i32>, Value) {
     args.extend(extra);
     let out = cg_trace_as_given(&args);
     let stdout = String::from_utf8_lossy(&out.stdout);
+    // Not a report: diff's comparison.
     let comparison = serde_json::from_str(&stdout)
         .unwrap_or_else(|err| panic!("{err}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
     (out.status.code(), comparison)
@@ -123,7 +124,7 @@ fn the_default_gate_judges_the_command_not_a_noisy_neighbour() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("of the targets' energy"), "{text}");
     assert!(text.contains("context, not gated"), "{text}");
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&busy).unwrap()).unwrap();
+    let report = read_report(&busy);
     assert_eq!(report["repeat"]["noise_of"], "attributed_energy_j");
     let targets_cv = num(
         &report["repeat"]["statistics"],
@@ -187,6 +188,7 @@ fn compare_runs_two_commands_interleaved_and_orders_them() {
     // B does twice A's work: beyond +50 %, significantly.
     assert_eq!(run.status.code(), Some(3), "{stderr}");
     assert!(stderr.contains("energy regression"), "{stderr}");
+    // Not a report: compare's comparison.
     let c: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert_eq!(c["base"]["runs_count"], 8);
     assert_eq!(c["new"]["runs_count"], 8);
