@@ -584,13 +584,19 @@ fn print_notice(notice: &session::Notice) {
         }
         Notice::Functions(text) => format!("cg-trace: {text}"),
         Notice::RunDone {
+            command,
             warmup,
             number,
             of,
             duration_s,
         } => format!(
-            "cg-trace: {}run {number}/{of} done ({duration_s:.3} s)",
-            if *warmup { "warm-up " } else { "" }
+            "cg-trace: {}run {number}/{of}{} done ({duration_s:.3} s)",
+            if *warmup { "warm-up " } else { "" },
+            match command {
+                Some(0) => " of A",
+                Some(_) => " of B",
+                None => "",
+            }
         ),
     };
     // With -q only errors, and why the exit status is not the command's, are said.

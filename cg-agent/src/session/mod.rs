@@ -274,6 +274,8 @@ pub enum Notice {
     Functions(String),
     /// `--repeat`: a run of the set is over.
     RunDone {
+        /// `cg-trace compare`: which command's run (0: A, 1: B); `None` with `--repeat`.
+        command: Option<usize>,
         warmup: bool,
         number: u32,
         of: u32,
@@ -492,6 +494,7 @@ fn record_step(
         return false;
     };
     config.notices.tell(Notice::RunDone {
+        command: (!plan.commands.is_empty()).then_some(command),
         warmup,
         number,
         of: if warmup { plan.warmup } else { plan.runs },
