@@ -924,7 +924,8 @@ mod tests {
 #[command(next_help_heading = "Repeated runs and budgets")]
 pub struct RepeatArgs {
     /// Wrap mode: run the command N times, measured, after one idle calibration shared by all;
-    /// the report keeps every run and adds statistics and a noise verdict
+    /// the report keeps every run and adds statistics and a noise verdict (on the targets'
+    /// energy)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub repeat: Option<u32>,
 
@@ -936,18 +937,19 @@ pub struct RepeatArgs {
     #[arg(long, value_name = "SECS", default_value_t = 0.0, requires = "repeat", value_parser = parse_cooldown)]
     pub cooldown: f64,
 
-    /// Energy budget in joules (the median over runs with --repeat); `NAME=J` for the
-    /// processes whose program is NAME; repeatable. Exceeded: exit status 3
+    /// Energy budget in joules of the targets (the command and its descendants; the median
+    /// over runs with --repeat); `NAME=J` for the processes whose program is NAME;
+    /// repeatable. Exceeded: exit status 3
     #[arg(long, value_name = "J|NAME=J", value_parser = parse_budget)]
     pub max_energy: Vec<BudgetArg>,
 
-    /// Average power budget in watts (the median over runs with --repeat); `NAME=W` for the
-    /// processes whose program is NAME; repeatable. Exceeded: exit status 3
+    /// Average power budget in watts of the targets (the median over runs with --repeat);
+    /// `NAME=W` for the processes whose program is NAME; repeatable. Exceeded: exit status 3
     #[arg(long, value_name = "W|NAME=W", value_parser = parse_budget)]
     pub max_power: Vec<BudgetArg>,
 }
 
-/// `--max-energy`/`--max-power`: a limit, for the whole run or the processes of one program.
+/// `--max-energy`/`--max-power`: a limit, for the targets or the processes of one program.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BudgetArg {
     pub name: Option<String>,
