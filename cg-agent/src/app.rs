@@ -68,11 +68,22 @@ pub fn main_with(cli: Cli) -> i32 {
             if let Some(option) = option_before_top(&cli.run) {
                 eprintln!(
                     "cg-trace: {option} is a run option, not one of `diff`: `cg-trace diff \
-                     BASE.json NEW.json [--max-increase PCT] [--format text|markdown|json|html]`"
+                     BASE.json NEW.json [--max-increase PCT] [--gate WHAT] [--format \
+                     text|markdown|json|html] [-o FILE]`"
                 );
                 return EXIT_USAGE;
             }
-            return crate::compare::main(&diff_args);
+            return crate::compare::main(&diff_args, &invoker);
+        }
+        Some(Command::Compare(compare_args)) => {
+            if let Some(option) = option_before_top(&cli.run) {
+                eprintln!(
+                    "cg-trace: {option} is an option of a single run, not one of `compare`: \
+                     `cg-trace [SOURCE OPTIONS] compare -n N [--prepare CMD] 'CMD_A' 'CMD_B'`"
+                );
+                return EXIT_USAGE;
+            }
+            return crate::compare::interleaved::main(&compare_args, cli.run, &invoker);
         }
         Some(Command::Report(report_args)) => {
             if let Some(option) = option_before_top(&cli.run) {
@@ -174,6 +185,8 @@ pub fn main_with(cli: Cli) -> i32 {
             runs,
             warmup: args.repeat.warmup,
             cooldown: Duration::from_secs_f64(args.repeat.cooldown),
+            commands: Vec::new(),
+            prepare: None,
         };
         let outcome = match session::run_repeat(config, plan) {
             Ok(outcome) => outcome,
@@ -185,7 +198,7 @@ pub fn main_with(cli: Cli) -> i32 {
         let reports = outcome.runs.iter().map(report::build).collect();
         let info = report::repeat::SetInfo {
             runs_requested_count: runs,
-            warmup_runs_count: plan.warmup,
+            warmup_runs_count: args.repeat.warmup,
             cooldown_s: args.repeat.cooldown,
             stopped_early: outcome.stopped_early,
         };
@@ -354,10 +367,11 @@ fn write_and_summarize(
         }
         if repeat.noise_verdict.worrying() && !args.quiet {
             text.push_str(&format!(
-                "cg-trace: warning: the runs are noisy ({}: the total energy varies by {:.1}% \
-                 (CV) from run to run); quiet the machine, add --warmup or more --repeat runs\n",
+                "cg-trace: warning: the runs are noisy ({}: the targets' energy varies by \
+                 {:.1}% (CV) from run to run); quiet the machine, add --warmup or more --repeat \
+                 runs\n",
                 repeat.noise_verdict.name(),
-                repeat.statistics.energy_j.cv_pct
+                repeat.statistics.attributed_energy_j.cv_pct
             ));
         }
     }
@@ -590,13 +604,19 @@ fn print_notice(notice: &session::Notice) {
         }
         Notice::Functions(text) => format!("cg-trace: {text}"),
         Notice::RunDone {
+            command,
             warmup,
             number,
             of,
             duration_s,
         } => format!(
-            "cg-trace: {}run {number}/{of} done ({duration_s:.3} s)",
-            if *warmup { "warm-up " } else { "" }
+            "cg-trace: {}run {number}/{of}{} done ({duration_s:.3} s)",
+            if *warmup { "warm-up " } else { "" },
+            match command {
+                Some(0) => " of A",
+                Some(_) => " of B",
+                None => "",
+            }
         ),
     };
     // With -q only errors, and why the exit status is not the command's, are said.

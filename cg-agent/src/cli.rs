@@ -65,10 +65,15 @@ pub enum Command {
     /// Print the man page (roff) on stdout: `cg-trace man-page | man -l -`
     #[command(hide = true)]
     ManPage,
-    /// Compare two reports: the change in energy and CPU time per domain, process group and
-    /// function; with --repeat runs on both sides, a Mann-Whitney U test per row. Exits 3
-    /// on a regression beyond --max-increase, 2 on a report it cannot read
+    /// Compare two reports: the change in energy and CPU time of the targets, the whole
+    /// machine, per domain, process group and function; with --repeat runs on both sides, a
+    /// Mann-Whitney U test per row. Exits 3 on a regression of what --gate names (default:
+    /// the targets' energy) beyond --max-increase, 2 on a report it cannot read
     Diff(DiffArgs),
+    /// Measure two shell commands head to head, runs interleaved (A B A B ...), and print
+    /// the diff of B against A: `cg-trace compare -n 10 'CMD_A' 'CMD_B'`. Needs root, like a
+    /// run; exits 3 on a regression beyond --max-increase
+    Compare(CompareArgs),
     /// Turn a JSON report into one self-contained HTML page that opens offline (power over
     /// time, energy per process group and function, repeat statistics, sources and quality):
     /// `cg-trace report RUN.json -o report.html`
@@ -162,16 +167,73 @@ pub struct DiffArgs {
     #[arg(value_name = "NEW.json")]
     pub new: PathBuf,
 
-    /// Fail (exit 3) when the total energy or a top-level domain's rose by more than PCT
-    /// percent: significantly, when both reports have --repeat runs; by the figures alone
-    /// (untested) otherwise
+    #[command(flatten)]
+    pub gate: GateArgs,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// The gate of `diff` and `compare`.
+#[derive(Clone, Debug, Args)]
+pub struct GateArgs {
+    /// Fail (exit 3) when what --gate names rose by more than PCT percent: significantly,
+    /// when both sides have --repeat runs; by the figures alone (untested) otherwise
     #[arg(long, value_name = "PCT")]
     pub max_increase: Option<f64>,
 
+    /// What --max-increase judges (repeatable): targets (the traced command and its
+    /// descendants, in total and per top-level domain; the default), total (the whole
+    /// machine), group:NAME (a program's processes), function:NAME (module:symbol or symbol)
+    #[arg(long, value_name = "WHAT", value_parser = clap::value_parser!(crate::compare::Gate))]
+    pub gate: Vec<crate::compare::Gate>,
+}
+
+/// Where and how `diff` and `compare` write the comparison.
+#[derive(Clone, Debug, Args)]
+pub struct OutputArgs {
     /// Output: a text table, a Markdown table (for a pull-request comment), JSON, or a
     /// self-contained HTML page
     #[arg(long, value_enum, default_value_t = DiffFormat::Text)]
     pub format: DiffFormat,
+
+    /// Write it to FILE instead of standard output
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+/// Options of `cg-trace compare`.
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// Measured runs of each command
+    #[arg(short = 'n', long = "runs", value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub runs: u32,
+
+    /// Unmeasured runs of each command first (interleaved too)
+    #[arg(long, value_name = "K", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    pub warmup: u32,
+
+    /// A shell command run before every run (traced, not counted), e.g. to clear a cache
+    #[arg(long, value_name = "CMD")]
+    pub prepare: Option<String>,
+
+    /// Pause between runs, in seconds
+    #[arg(long, value_name = "SECS", default_value_t = 0.0, value_parser = parse_cooldown)]
+    pub cooldown: f64,
+
+    #[command(flatten)]
+    pub gate: GateArgs,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+
+    /// The base command, a shell command line (run with `sh -c`)
+    #[arg(value_name = "CMD_A")]
+    pub command_a: String,
+
+    /// The new command, compared with the base
+    #[arg(value_name = "CMD_B")]
+    pub command_b: String,
 }
 
 /// `cg-trace diff --format`.
@@ -813,12 +875,93 @@ mod tests {
         };
         assert_eq!(args.base, PathBuf::from("a.json"));
         assert_eq!(args.new, PathBuf::from("b.json"));
-        assert_eq!(args.max_increase, Some(5.0));
-        assert_eq!(args.format, DiffFormat::Markdown);
+        assert_eq!(args.gate.max_increase, Some(5.0));
+        assert_eq!(args.output.format, DiffFormat::Markdown);
+        assert!(args.gate.gate.is_empty() && args.output.output.is_none());
         assert!(parse(&["diff", "a.json"]).is_err());
-        let html = parse(&["diff", "a", "b", "--format", "html"]).unwrap();
-        assert!(matches!(html.subcommand, Some(Command::Diff(a)) if a.format == DiffFormat::Html));
+        let html = parse(&["diff", "a", "b", "--format", "html", "-o", "d.html"]).unwrap();
+        assert!(matches!(html.subcommand, Some(Command::Diff(a))
+            if a.output.format == DiffFormat::Html
+                && a.output.output == Some(PathBuf::from("d.html"))));
         assert!(parse(&["diff", "a", "b", "--format", "pdf"]).is_err());
+    }
+
+    #[test]
+    fn gates_name_the_targets_the_machine_a_group_or_a_function() {
+        use crate::compare::Gate;
+        let cli = parse(&[
+            "diff",
+            "a",
+            "b",
+            "--gate",
+            "targets",
+            "--gate",
+            "total",
+            "--gate",
+            "group:python3",
+            "--gate",
+            "function:libz.so:deflate",
+        ])
+        .unwrap();
+        let Some(Command::Diff(args)) = cli.subcommand else {
+            panic!("not diff");
+        };
+        assert_eq!(
+            args.gate.gate,
+            [
+                Gate::Targets,
+                Gate::Total,
+                Gate::Group("python3".into()),
+                Gate::Function("libz.so:deflate".into())
+            ]
+        );
+        for bad in [
+            "machine",
+            "group:",
+            "function:",
+            "group",
+            "targets:x",
+            "group:a\nb",
+        ] {
+            assert!(parse(&["diff", "a", "b", "--gate", bad]).is_err(), "{bad}");
+        }
+        assert_eq!(Gate::Group("x".into()).to_string(), "group:x");
+    }
+
+    #[test]
+    fn compare_takes_two_commands_runs_a_prepare_step_and_the_diff_options() {
+        let cli = parse(&[
+            "--source",
+            "model",
+            "compare",
+            "-n",
+            "8",
+            "--prepare",
+            "sync",
+            "--max-increase",
+            "5",
+            "--format",
+            "json",
+            "-o",
+            "c.json",
+            "./a --x",
+            "./b",
+        ])
+        .unwrap();
+        let Some(Command::Compare(args)) = cli.subcommand else {
+            panic!("not compare");
+        };
+        assert_eq!((args.runs, args.warmup, args.cooldown), (8, 0, 0.0));
+        assert_eq!(args.prepare.as_deref(), Some("sync"));
+        assert_eq!(
+            (args.command_a.as_str(), args.command_b.as_str()),
+            ("./a --x", "./b")
+        );
+        assert_eq!(args.gate.max_increase, Some(5.0));
+        assert_eq!(args.output.format, DiffFormat::Json);
+        assert_eq!(cli.run.source, SourceChoice::Model);
+        assert!(parse(&["compare", "./a"]).is_err());
+        assert!(parse(&["compare", "-n", "0", "a", "b"]).is_err());
     }
 
     #[test]
@@ -850,7 +993,8 @@ mod tests {
 #[command(next_help_heading = "Repeated runs and budgets")]
 pub struct RepeatArgs {
     /// Wrap mode: run the command N times, measured, after one idle calibration shared by all;
-    /// the report keeps every run and adds statistics and a noise verdict
+    /// the report keeps every run and adds statistics and a noise verdict (on the targets'
+    /// energy)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub repeat: Option<u32>,
 
@@ -862,18 +1006,19 @@ pub struct RepeatArgs {
     #[arg(long, value_name = "SECS", default_value_t = 0.0, requires = "repeat", value_parser = parse_cooldown)]
     pub cooldown: f64,
 
-    /// Energy budget in joules (the median over runs with --repeat); `NAME=J` for the
-    /// processes whose program is NAME; repeatable. Exceeded: exit status 3
+    /// Energy budget in joules of the targets (the command and its descendants; the median
+    /// over runs with --repeat); `NAME=J` for the processes whose program is NAME;
+    /// repeatable. Exceeded: exit status 3
     #[arg(long, value_name = "J|NAME=J", value_parser = parse_budget)]
     pub max_energy: Vec<BudgetArg>,
 
-    /// Average power budget in watts (the median over runs with --repeat); `NAME=W` for the
-    /// processes whose program is NAME; repeatable. Exceeded: exit status 3
+    /// Average power budget in watts of the targets (the median over runs with --repeat);
+    /// `NAME=W` for the processes whose program is NAME; repeatable. Exceeded: exit status 3
     #[arg(long, value_name = "W|NAME=W", value_parser = parse_budget)]
     pub max_power: Vec<BudgetArg>,
 }
 
-/// `--max-energy`/`--max-power`: a limit, for the whole run or the processes of one program.
+/// `--max-energy`/`--max-power`: a limit, for the targets or the processes of one program.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BudgetArg {
     pub name: Option<String>,

@@ -400,21 +400,33 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// The documented example with `--repeat` runs of these total energies (its one domain
-/// and one group following the total), written to `dir/name`.
+/// The documented example with `--repeat` runs of these total energies (its one domain,
+/// one group and the targets' energy following the total), written to `dir/name`.
 fn repeat_report(dir: &Path, name: &str, energies: &[f64]) -> PathBuf {
     let mut report = documented_example();
     let runs: Vec<Value> = energies
         .iter()
         .enumerate()
         .map(|(i, e)| {
+            // Each run's own report: the example, with this run's energy (half of it the
+            // targets').
+            let mut own = documented_example();
+            for (pointer, j) in [
+                ("/totals/energy_j", *e),
+                ("/totals/attributed_energy_j", e / 2.0),
+                ("/totals/domains/model/energy_j", *e),
+                ("/totals/domains/model/attributed_energy_j", e / 2.0),
+            ] {
+                *own.pointer_mut(pointer).unwrap() = json!(j);
+            }
             json!({
                 "index": i + 1, "started_at": "2026-11-21T05:56:54.234Z",
                 "ended_at": "2026-11-21T05:56:55.234Z", "duration_s": 1.0, "energy_j": e,
+                "attributed_energy_j": e / 2.0,
                 "domains": {"model": {"energy_j": e}},
                 "process_groups": [{"group": "build.sh", "command": "./build.sh",
                                     "energy_j": e / 2.0, "cpu_time_s": 0.3}],
-                "functions": [], "outlier": false
+                "functions": [], "outlier": false, "report": own
             })
         })
         .collect();
@@ -473,8 +485,10 @@ fn diff_tells_a_significant_regression_from_noise() {
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The first row is the gated one: the targets' energy.
     let total = &v["rows"][0];
-    assert_eq!(total["kind"], "total");
+    assert_eq!(total["kind"], "targets");
+    assert_eq!(total["gated"], true);
     assert!(
         total["change_energy_pct"].as_f64().unwrap() > 5.0,
         "{total}"
@@ -594,9 +608,12 @@ fn diff_of_two_real_runs() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
     assert!(text(&out.stdout).contains("untested for significance"));
 
-    // The new run made to cost twice as much: a regression beyond 5 %, untested.
+    // The new run's command made to cost twice as much: a regression beyond 5 %, untested.
     let mut doubled = second.clone();
-    for pointer in ["/totals/energy_j", "/totals/domains/model/energy_j"] {
+    for pointer in [
+        "/totals/attributed_energy_j",
+        "/totals/domains/model/attributed_energy_j",
+    ] {
         let v = doubled.pointer_mut(pointer).unwrap();
         *v = json!(v.as_f64().unwrap() * 2.0);
     }

@@ -211,7 +211,8 @@ fn a_repeated_run_its_report_page_and_its_diff_render_in_chromium() {
     std::fs::write(&diff, &out.stdout).unwrap();
     let dom = rendered_dom(&chromium, &diff);
     assert_rendered(&dom, &[]);
-    assert!(dom.contains("<h2>Per domain</h2>"));
+    assert!(dom.contains("<h2>Per domain (the whole machine) (context, not gated)</h2>"));
+    assert!(dom.contains("<h2>Targets (the traced command and its descendants) (gated)</h2>"));
     assert!(dom.contains("no significant difference"));
     assert!(
         !dom.contains("badge bad"),

@@ -2,7 +2,7 @@
 //! real eBPF): `--repeat` statistics on workloads whose energy is known (a constant-power
 //! model makes energy exactly the run's duration times the power; the model's busy term makes
 //! a process's energy proportional to its CPU time), an outlier run injected through a
-//! counter file, the noise verdict, a set interrupted by SIGINT, per-run energy from a power
+//! counter file, the noise verdict (on the targets' energy), a set interrupted by SIGINT, per-run energy from a power
 //! meter's log, and the exit statuses of `--max-energy`/`--max-power`. Run serially
 //! (`--test-threads=1`): they measure time on a shared machine.
 
@@ -25,17 +25,24 @@ fn runs(report: &Value) -> &Vec<Value> {
 /// A shell script that sleeps `seconds[n - 1]` on its n-th run (a counter file beside it),
 /// the last figure for any later run.
 fn sleeper(dir: &std::path::Path, seconds: &[f64]) -> Vec<String> {
+    let steps: Vec<String> = seconds.iter().map(|s| format!("sleep {s}")).collect();
+    per_run(dir, &steps)
+}
+
+/// A shell script that runs `steps[n - 1]` on its n-th run (a counter file beside it), the
+/// last step for any later run.
+fn per_run(dir: &std::path::Path, steps: &[String]) -> Vec<String> {
     let counter = dir.join("count");
-    let cases: String = seconds
+    let cases: String = steps
         .iter()
         .enumerate()
-        .map(|(i, s)| format!("{}) sleep {s};; ", i + 1))
+        .map(|(i, step)| format!("{}) {step};; ", i + 1))
         .collect();
     let script = format!(
         "n=$(cat {c} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {c}; case $n in {cases}*) \
-         sleep {last};; esac",
+         {last};; esac",
         c = counter.display(),
-        last = seconds.last().unwrap()
+        last = steps.last().unwrap()
     );
     vec!["sh".into(), "-c".into(), script]
 }
@@ -108,13 +115,24 @@ fn steady_runs_are_not_noisy_and_every_run_is_kept() {
     // machine (tens of ms): excellent (< 2 %) on a quiet one, good (< 5 %) here at worst.
     let cv = num(energy, "/cv_pct");
     assert!(cv < 5.0, "{energy:#}");
-    let verdict = if cv < 2.0 { "excellent" } else { "good" };
-    assert_eq!(repeat["noise_verdict"], verdict, "{energy:#}");
+    // The verdict is the targets' (a sleep's sliver of the active energy: none at a flat
+    // 10 W): the same bounds.
+    assert_eq!(repeat["noise_of"], "attributed_energy_j");
+    let targets = &stats["attributed_energy_j"];
+    assert_eq!(targets["runs_count"], 4);
+    let targets_cv = num(targets, "/cv_pct");
+    assert!(targets_cv < 5.0, "{targets:#}");
+    let verdict = if targets_cv < 2.0 {
+        "excellent"
+    } else {
+        "good"
+    };
+    assert_eq!(repeat["noise_verdict"], verdict, "{targets:#}");
     let flagged: Vec<&Value> = runs.iter().filter(|r| r["outlier"] == true).collect();
     assert_eq!(
         flagged.len(),
-        energy["outlier_runs"].as_array().unwrap().len(),
-        "{energy:#}"
+        targets["outlier_runs"].as_array().unwrap().len(),
+        "{targets:#}"
     );
     assert!(num(energy, "/min") <= num(energy, "/median"));
     assert!(num(energy, "/median") <= num(energy, "/max"));
@@ -149,10 +167,16 @@ fn steady_runs_are_not_noisy_and_every_run_is_kept() {
 fn an_outlier_run_is_flagged_and_the_set_is_called_noisy() {
     require_root();
     let dir = tempfile::tempdir().unwrap();
-    // Runs 1-5: 0.4, 0.6, 2.5, 0.5, 0.45 s. Energies 10 W x that: quartiles 4.5 and 6 J,
-    // fences 2.25 and 8.25 J; only the third run is beyond.
-    let command = sleeper(dir.path(), &[0.4, 0.6, 2.5, 0.5, 0.45]);
-    let mut args = FLAT_10_W.to_vec();
+    // Runs 1-5 burn 0.4, 0.6, 2.5, 0.5, 0.45 s of CPU. The targets' energies are 10 W / CPUs
+    // x that (the model's busy term): quartiles at 0.45 and 0.6 of that scale, fences at
+    // 0.225 and 0.825; only the third run is beyond.
+    let burn = bin("cg-burn").display().to_string();
+    let steps: Vec<String> = [400, 600, 2500, 500, 450]
+        .iter()
+        .map(|ms| format!("{burn} --self {ms}"))
+        .collect();
+    let command = per_run(dir.path(), &steps);
+    let mut args = vec!["--source", "model", "--model-watts", "5:15"];
     args.extend(["--repeat", "5"]);
     let run = cg_trace(&with_command(&args, &command));
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
@@ -168,11 +192,11 @@ fn an_outlier_run_is_flagged_and_the_set_is_called_noisy() {
         flagged,
         [3],
         "{:#}",
-        report["repeat"]["statistics"]["energy_j"]
+        report["repeat"]["statistics"]["attributed_energy_j"]
     );
-    let energy = &report["repeat"]["statistics"]["energy_j"];
-    assert_eq!(energy["outlier_runs"], serde_json::json!([3]));
-    assert!(num(energy, "/cv_pct") > 10.0, "{energy:#}");
+    let targets = &report["repeat"]["statistics"]["attributed_energy_j"];
+    assert_eq!(targets["outlier_runs"], serde_json::json!([3]));
+    assert!(num(targets, "/cv_pct") > 10.0, "{targets:#}");
     assert_eq!(report["repeat"]["noise_verdict"], "high-noise");
     // The representative run is not the outlier.
     assert_ne!(report["repeat"]["representative_run"], 3);
@@ -351,17 +375,19 @@ fn a_failing_run_ends_the_set_with_its_status() {
     require_root();
     let dir = tempfile::tempdir().unwrap();
     let counter = dir.path().join("count");
+    // Each run burns 0.1 s of CPU: 1 J / CPUs for the command at 10 W per busy CPU.
     let script = format!(
-        "n=$(cat {c} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {c}; sleep 0.2; \
+        "n=$(cat {c} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {c}; {burn} --self 100; \
          [ $n -ne 2 ] || exit 5",
-        c = counter.display()
+        c = counter.display(),
+        burn = bin("cg-burn").display()
     );
-    let mut args = FLAT_10_W.to_vec();
+    let mut args = vec!["--source", "model", "--model-watts", "5:15"];
     args.extend([
         "--repeat",
         "4",
         "--max-energy",
-        "0.1",
+        "0.01",
         "--",
         "sh",
         "-c",
@@ -516,19 +542,27 @@ fn each_run_gets_its_own_energy_from_the_power_meter() {
 #[test]
 fn budgets_exit_3_when_exceeded_and_keep_a_failing_commands_status() {
     require_root();
-    // 10 W flat: `sleep 0.3` costs about 3 J.
-    let mut args = FLAT_10_W.to_vec();
-    args.extend(["--calibrate-ms", "0", "--max-energy", "1"]);
-    args.extend(["--", "sleep", "0.3"]);
+    // 5 W idle, 10 W per busy CPU: burning 0.3 s of CPU costs the command 3 J / CPUs (well
+    // over 0.01 J); a limit without a name is on the command's (the targets') energy.
+    let burn = bin("cg-burn").display().to_string();
+    let busy_model = ["--source", "model", "--model-watts", "5:15"];
+    let mut args = busy_model.to_vec();
+    args.extend(["--max-energy", "0.01"]);
+    args.extend(["--", &burn, "--self", "300"]);
     let over = cg_trace(&args);
     assert_eq!(over.code(), Some(3), "{}", over.stderr());
-    let budgets = over.report()["budgets"].as_array().unwrap();
+    let report = over.report();
+    let budgets = report["budgets"].as_array().unwrap();
     assert_eq!(budgets.len(), 1);
     assert_eq!(budgets[0]["kind"], "energy");
     assert_eq!(budgets[0]["unit"], "J");
-    assert_eq!(budgets[0]["limit"], 1.0);
+    assert_eq!(budgets[0]["limit"], 0.01);
     assert_eq!(budgets[0]["exceeded"], true);
-    assert!(num(&budgets[0], "/value") > 2.9, "{budgets:#?}");
+    let targets_j = num(report, "/totals/attributed_energy_j");
+    assert!(
+        (num(&budgets[0], "/value") - targets_j).abs() < 1e-9,
+        "{budgets:#?}"
+    );
     let line = over
         .stderr()
         .lines()
@@ -536,35 +570,32 @@ fn budgets_exit_3_when_exceeded_and_keep_a_failing_commands_status() {
         .map(String::from)
         .collect::<Vec<_>>();
     assert_eq!(line.len(), 1, "{}", over.stderr());
-    assert!(line[0].contains("--max-energy 1 J by"), "{}", line[0]);
+    assert!(line[0].contains("energy of the targets"), "{}", line[0]);
+    assert!(line[0].contains("--max-energy 0.01 J by"), "{}", line[0]);
     assert!(line[0].contains("ESTIMATED"), "{}", line[0]);
 
     // Within budget: 0, the budget recorded as kept.
-    let mut args = FLAT_10_W.to_vec();
-    args.extend([
-        "--calibrate-ms",
-        "0",
-        "--max-energy",
-        "100",
-        "--max-power",
-        "20",
-    ]);
-    args.extend(["--", "sleep", "0.3"]);
+    let mut args = busy_model.to_vec();
+    args.extend(["--max-energy", "100", "--max-power", "20"]);
+    args.extend(["--", &burn, "--self", "300"]);
     let within = cg_trace(&args);
     assert_eq!(within.code(), Some(0), "{}", within.stderr());
-    let budgets = within.report()["budgets"].as_array().unwrap();
+    let report = within.report();
+    let budgets = report["budgets"].as_array().unwrap();
     assert_eq!(budgets.len(), 2);
     assert!(
         budgets.iter().all(|b| b["exceeded"] == false),
         "{budgets:#?}"
     );
     assert_eq!(budgets[1]["kind"], "power");
-    assert!((num(&budgets[1], "/value") - 10.0).abs() < 1e-6);
+    let targets_w = num(report, "/totals/attributed_energy_j") / num(report, "/totals/duration_s");
+    assert!((num(&budgets[1], "/value") - targets_w).abs() < 1e-6);
 
     // A failing command keeps its own status, over budget or not; the report is written.
-    let mut args = FLAT_10_W.to_vec();
-    args.extend(["--calibrate-ms", "0", "--max-energy", "0.5"]);
-    args.extend(["--", "sh", "-c", "sleep 0.2; exit 7"]);
+    let mut args = busy_model.to_vec();
+    args.extend(["--max-energy", "0.001"]);
+    let failing = format!("{burn} --self 100; exit 7");
+    args.extend(["--", "sh", "-c", &failing]);
     let failed = cg_trace(&args);
     assert_eq!(failed.code(), Some(7), "{}", failed.stderr());
     assert_eq!(failed.report()["budgets"][0]["exceeded"], true);
@@ -614,11 +645,12 @@ fn per_program_budgets_take_the_median_over_runs() {
         "{sums:?}"
     );
     assert_eq!(budgets[1]["exceeded"], false);
-    assert!(
-        (num(&budgets[1], "/value") - num(&report["repeat"]["statistics"], "/energy_j/median"))
-            .abs()
-            < 1e-9
+    // Without a name: the median of the targets' energy.
+    let targets = num(
+        &report["repeat"]["statistics"],
+        "/attributed_energy_j/median",
     );
+    assert!((num(&budgets[1], "/value") - targets).abs() < 1e-9);
     let mut args = common.to_vec();
     args.extend([
         "--max-energy",

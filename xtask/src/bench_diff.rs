@@ -90,10 +90,12 @@ pub(crate) fn report(level: f64, seed: u64, timeseries_points: usize) -> Value {
         "functions": (0..FUNCTIONS).map(|f| function(f, Some(1000))).collect::<Vec<_>>(),
         "function_totals": (0..FUNCTIONS).map(|f| function(f, None)).collect::<Vec<_>>(),
         "totals": {
-            "energy_j": 100.0 * level, "cpu_time_s": 20.0,
+            "energy_j": 100.0 * level, "attributed_energy_j": 60.0 * level, "cpu_time_s": 20.0,
             "domains": {
-                "package-0": {"energy_j": 80.0 * level, "top_level": true, "provenance": "measured"},
-                "dram-0": {"energy_j": 20.0 * level, "top_level": true, "provenance": "measured"}
+                "package-0": {"energy_j": 80.0 * level, "attributed_energy_j": 50.0 * level,
+                              "top_level": true, "provenance": "measured"},
+                "dram-0": {"energy_j": 20.0 * level, "attributed_energy_j": 10.0 * level,
+                           "top_level": true, "provenance": "measured"}
             }
         },
         "repeat": {"runs": runs, "statistics": {}, "noise_verdict": "good"}

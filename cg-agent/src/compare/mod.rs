@@ -1,11 +1,14 @@
 //! `cg-trace diff BASE.json NEW.json`: the change in energy and CPU time between two reports,
-//! per domain, process group (processes grouped by program) and function; with `--repeat`
-//! runs on both sides, a Mann-Whitney U test on the per-run energies and a verdict; and the
-//! gate a CI job needs (`--max-increase PCT`: exit 3 on a regression beyond it).
+//! for the targets (the traced command and its descendants), the whole machine, per domain,
+//! process group (processes grouped by program) and function; with `--repeat` runs on both
+//! sides, a Mann-Whitney U test on the per-run energies and a verdict; and the gate a CI job
+//! needs (`--max-increase PCT`: exit 3 on a regression beyond it of what `--gate` names, by
+//! default the targets' energy).
 //!
 //! Pure functions over the two parsed reports ([`load`] reads and checks a file, [`compare`]
 //! computes, [`render`] prints); `main` is the subcommand.
 
+pub mod interleaved;
 pub mod render;
 pub mod stats;
 
@@ -20,7 +23,10 @@ use std::{
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::cli::{DiffArgs, DiffFormat};
+use crate::{
+    cli::{DiffArgs, DiffFormat, OutputArgs},
+    privileges::Invoker,
+};
 
 /// The report schema's major version this build understands.
 pub const SCHEMA_MAJOR: u64 = 1;
@@ -121,6 +127,8 @@ pub struct FunctionView {
 #[derive(Debug, Deserialize)]
 pub struct TotalsView {
     pub energy_j: f64,
+    /// The targets' share of `energy_j`.
+    pub attributed_energy_j: f64,
     pub cpu_time_s: f64,
     pub domains: BTreeMap<String, DomainView>,
 }
@@ -128,6 +136,7 @@ pub struct TotalsView {
 #[derive(Debug, Deserialize)]
 pub struct DomainView {
     pub energy_j: f64,
+    pub attributed_energy_j: f64,
     pub top_level: bool,
     pub provenance: String,
 }
@@ -146,6 +155,13 @@ pub struct RunView {
     pub process_groups: Vec<RunGroupView>,
     #[serde(default)]
     pub functions: Vec<RunFunctionView>,
+    /// The run's own complete report: its targets' energy.
+    pub report: RunReportView,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct RunReportView {
+    pub totals: TotalsView,
 }
 
 #[derive(Debug, Deserialize)]
@@ -298,7 +314,12 @@ fn chars(text: &str, max: usize) -> String {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RowKind {
-    /// The measured energy of the top-level domains.
+    /// The targets' energy (the command and its descendants; attributed, over the top-level
+    /// domains).
+    Targets,
+    /// The targets' energy in one domain.
+    TargetDomain,
+    /// The measured energy of the top-level domains: the whole machine.
     Total,
     Domain,
     ProcessGroup,
@@ -308,10 +329,117 @@ pub enum RowKind {
 impl RowKind {
     pub fn label(self) -> &'static str {
         match self {
+            RowKind::Targets => "targets",
+            RowKind::TargetDomain => "targets in",
             RowKind::Total => "total",
             RowKind::Domain => "domain",
             RowKind::ProcessGroup => "group",
             RowKind::Function => "function",
+        }
+    }
+
+    /// Every kind, in the order the tables show them.
+    pub const ALL: [RowKind; 6] = [
+        RowKind::Targets,
+        RowKind::TargetDomain,
+        RowKind::Total,
+        RowKind::Domain,
+        RowKind::ProcessGroup,
+        RowKind::Function,
+    ];
+}
+
+/// What the gate (`--max-increase`) judges: `--gate total|targets|group:NAME|function:NAME`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Gate {
+    /// The whole machine: the total and each top-level domain.
+    Total,
+    /// The targets' energy: in total and in each top-level domain (the default).
+    Targets,
+    /// One process group, by program name.
+    Group(String),
+    /// One function, `module:symbol` or the symbol alone.
+    Function(String),
+}
+
+/// The longest NAME `--gate group:NAME` or `function:NAME` takes.
+const GATE_NAME_MAX: usize = 512;
+
+impl std::str::FromStr for Gate {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let named = |name: &str, make: fn(String) -> Gate| {
+            if name.is_empty() || name.len() > GATE_NAME_MAX || name.chars().any(char::is_control) {
+                Err(format!(
+                    "{:?}: give a name of 1 to {GATE_NAME_MAX} printable characters after the colon",
+                    chars(text, 60)
+                ))
+            } else {
+                Ok(make(name.to_string()))
+            }
+        };
+        match text.split_once(':') {
+            None if text == "total" => Ok(Gate::Total),
+            None if text == "targets" => Ok(Gate::Targets),
+            Some(("group", name)) => named(name, Gate::Group),
+            Some(("function", name)) => named(name, Gate::Function),
+            _ => Err(format!(
+                "{:?}: the gate is `total` (the whole machine), `targets` (the traced command and \
+                 its descendants), `group:NAME` (a program's processes) or `function:NAME`",
+                chars(text, 60)
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Gate::Total => f.write_str("total"),
+            Gate::Targets => f.write_str("targets"),
+            Gate::Group(name) => write!(f, "group:{name}"),
+            Gate::Function(name) => write!(f, "function:{name}"),
+        }
+    }
+}
+
+impl Serialize for Gate {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl Gate {
+    /// What a gate judges when none is named.
+    pub const DEFAULT: Gate = Gate::Targets;
+
+    /// Whether this gate judges the row `(kind, name)`; `top_level`: a domain row's domain is
+    /// top-level (nested domains' energy is in their parent's, so they are not gated).
+    fn covers(&self, kind: RowKind, name: &str, top_level: bool) -> bool {
+        match self {
+            Gate::Total => kind == RowKind::Total || (kind == RowKind::Domain && top_level),
+            Gate::Targets => {
+                kind == RowKind::Targets || (kind == RowKind::TargetDomain && top_level)
+            }
+            Gate::Group(program) => kind == RowKind::ProcessGroup && name == program,
+            Gate::Function(function) => {
+                kind == RowKind::Function
+                    && (name == function
+                        || name.split_once(':').map(|(_, symbol)| symbol) == Some(function))
+            }
+        }
+    }
+
+    /// In words, for the outputs.
+    pub fn describe(&self) -> String {
+        match self {
+            Gate::Total => "the whole machine's energy (total and top-level domains)".into(),
+            Gate::Targets => "the targets' energy (the traced command and its descendants: in \
+                              total and per top-level domain)"
+                .into(),
+            Gate::Group(name) => format!("the energy of process group {name}"),
+            Gate::Function(name) => format!("the energy of function {name}"),
         }
     }
 }
@@ -371,6 +499,24 @@ fn command_label(command: &Value) -> Option<String> {
     }
 }
 
+/// A report's (or one run's) targets' rows: their energy in total (with their CPU time) and
+/// per domain, as `(key, energy_j, cpu_time_s)`.
+fn target_rows(totals: &TotalsView) -> Vec<((RowKind, String), f64, Option<f64>)> {
+    let mut rows = vec![(
+        (RowKind::Targets, "energy".to_string()),
+        totals.attributed_energy_j,
+        Some(totals.cpu_time_s),
+    )];
+    rows.extend(totals.domains.iter().map(|(name, d)| {
+        (
+            (RowKind::TargetDomain, name.clone()),
+            d.attributed_energy_j,
+            None,
+        )
+    }));
+    rows
+}
+
 fn figures(report: &ReportView) -> Figures {
     let mut rows: BTreeMap<(RowKind, String), Samples> = BTreeMap::new();
     let top_level = report
@@ -404,6 +550,9 @@ fn figures(report: &ReportView) -> Figures {
                     run.energy_j,
                     any_cpu.then_some(cpu),
                 );
+                for (key, energy_j, cpu) in target_rows(&run.report.totals) {
+                    add(key, i, energy_j, cpu);
+                }
                 for (name, d) in &run.domains {
                     add((RowKind::Domain, name.clone()), i, d.energy_j, None);
                 }
@@ -441,6 +590,9 @@ fn figures(report: &ReportView) -> Figures {
                 report.totals.energy_j,
                 Some(report.totals.cpu_time_s),
             );
+            for (key, energy_j, cpu) in target_rows(&report.totals) {
+                add(key, energy_j, cpu);
+            }
             for (name, d) in &report.totals.domains {
                 add((RowKind::Domain, name.clone()), d.energy_j, None);
             }
@@ -485,9 +637,12 @@ pub struct Row {
     pub kind: RowKind,
     /// The domain, the group's program, the function.
     pub name: String,
-    /// Top-level domain (its energy is in the total); domains only.
+    /// Top-level domain (its energy is in the total); domains only (of the machine or the
+    /// targets).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub top_level: Option<bool>,
+    /// Whether the gate judges this row (`--gate`); the others are context.
+    pub gated: bool,
     pub base_energy_j: f64,
     pub new_energy_j: f64,
     pub change_energy_j: f64,
@@ -533,10 +688,12 @@ pub struct Comparison {
     /// The significance level.
     pub alpha: f64,
     pub max_increase_pct: Option<f64>,
+    /// What the gate judges (`--gate`; `targets` unless told otherwise).
+    pub gates: Vec<Gate>,
     pub warnings: Vec<String>,
     pub rows: Vec<Row>,
-    /// Some gated row (the total, a top-level domain) rose beyond `--max-increase`: with
-    /// tests, significantly; without, by its figures alone.
+    /// Some gated row rose beyond `--max-increase`: with tests, significantly; without, by
+    /// its figures alone.
     pub regression: bool,
 }
 
@@ -569,13 +726,19 @@ fn pct(base: f64, new: f64) -> Option<f64> {
     (base.abs() > 0.0).then(|| (new - base) / base.abs() * 100.0)
 }
 
-/// Compares two reports. `max_increase_pct`: the gate (a gated row whose energy rose by
-/// more, significantly when tested, is a regression).
+/// Compares two reports. `max_increase_pct`: the gate (a row that `gates` judge whose energy
+/// rose by more, significantly when tested, is a regression); no `gates`: [`Gate::DEFAULT`].
 pub fn compare(
     (base_path, base): (&str, &ReportView),
     (new_path, new): (&str, &ReportView),
     max_increase_pct: Option<f64>,
+    gates: &[Gate],
 ) -> Comparison {
+    let gates = if gates.is_empty() {
+        vec![Gate::DEFAULT]
+    } else {
+        gates.to_vec()
+    };
     let fb = figures(base);
     let fnew = figures(new);
     let tested = fb.repeat && fnew.repeat;
@@ -656,13 +819,10 @@ pub fn compare(
             None
         };
         let change_energy_pct = pct(base_energy_j, new_energy_j);
-        let gated = match key.0 {
-            RowKind::Total => true,
-            RowKind::Domain => {
-                fb.top_level.get(&key.1).or(fnew.top_level.get(&key.1)) == Some(&true)
-            }
-            _ => false,
-        };
+        let is_domain = matches!(key.0, RowKind::Domain | RowKind::TargetDomain);
+        let top_level =
+            is_domain && fb.top_level.get(&key.1).or(fnew.top_level.get(&key.1)) == Some(&true);
+        let gated = gates.iter().any(|g| g.covers(key.0, &key.1, top_level));
         let beyond = match (max_increase_pct, change_energy_pct) {
             (Some(max), Some(change)) => change > max,
             // From nothing to something is beyond any threshold.
@@ -678,8 +838,8 @@ pub fn compare(
         rows.push(Row {
             kind: key.0,
             name: key.1.clone(),
-            top_level: (key.0 == RowKind::Domain)
-                .then(|| fb.top_level.get(&key.1).or(fnew.top_level.get(&key.1)) == Some(&true)),
+            top_level: is_domain.then_some(top_level),
+            gated,
             base_energy_j,
             new_energy_j,
             change_energy_j: new_energy_j - base_energy_j,
@@ -692,10 +852,24 @@ pub fn compare(
             regression: is_regression,
         });
     }
-    // Total, domains, then groups and functions by the size of their change.
+    for gate in &gates {
+        if !rows
+            .iter()
+            .any(|r| r.gated && gate.covers(r.kind, &r.name, true))
+        {
+            warnings.push(format!(
+                "--gate {}: no row of either report is that: nothing is gated for it",
+                chars(&gate.to_string(), 80)
+            ));
+        }
+    }
+    // Targets, whole machine and domains, then groups and functions by the size of their
+    // change.
     rows.sort_by(|a, b| {
         a.kind.cmp(&b.kind).then_with(|| match a.kind {
-            RowKind::Total | RowKind::Domain => a.name.cmp(&b.name),
+            RowKind::Targets | RowKind::TargetDomain | RowKind::Total | RowKind::Domain => {
+                a.name.cmp(&b.name)
+            }
             _ => b
                 .change_energy_j
                 .abs()
@@ -709,6 +883,7 @@ pub fn compare(
         tested,
         alpha: ALPHA,
         max_increase_pct,
+        gates,
         warnings,
         rows,
         regression,
@@ -716,11 +891,9 @@ pub fn compare(
 }
 
 /// `cg-trace diff`: returns the exit status (0, [`EXIT_REGRESSION`], [`EXIT_BAD_INPUT`]).
-pub fn main(args: &DiffArgs) -> i32 {
-    if let Some(max) = args.max_increase
-        && !(max.is_finite() && max >= 0.0)
-    {
-        eprintln!("cg-trace diff: --max-increase takes a percentage >= 0 (e.g. 5)");
+pub fn main(args: &DiffArgs, invoker: &Invoker) -> i32 {
+    if let Err(message) = check_max_increase(args.gate.max_increase) {
+        eprintln!("cg-trace diff: {message}");
         return EXIT_BAD_INPUT;
     }
     let load_one = |path: &PathBuf| {
@@ -735,25 +908,50 @@ pub fn main(args: &DiffArgs) -> i32 {
         args.base.display().to_string(),
         args.new.display().to_string(),
     );
-    let comparison = compare((&base_name, &base), (&new_name, &new), args.max_increase);
+    let comparison = compare(
+        (&base_name, &base),
+        (&new_name, &new),
+        args.gate.max_increase,
+        &args.gate.gate,
+    );
+    emit("cg-trace diff", &comparison, &args.output, invoker)
+}
+
+/// `--max-increase` is a percentage of at least 0.
+pub fn check_max_increase(max: Option<f64>) -> Result<(), &'static str> {
+    match max {
+        Some(max) if !(max.is_finite() && max >= 0.0) => {
+            Err("--max-increase takes a percentage >= 0 (e.g. 5)")
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Prints a comparison's warnings, writes it in the format asked for (to `-o FILE`, or
+/// standard output), says the regression if there is one; returns the exit status. `who`
+/// names the subcommand in messages.
+pub fn emit(who: &str, comparison: &Comparison, output: &OutputArgs, invoker: &Invoker) -> i32 {
     for warning in &comparison.warnings {
         eprintln!(
-            "cg-trace diff: warning: {}",
+            "{who}: warning: {}",
             crate::printable::printable(warning)
         );
     }
-    let text = match args.format {
-        DiffFormat::Text => render::text(&comparison),
-        DiffFormat::Markdown => render::markdown(&comparison),
-        DiffFormat::Json => render::json(&comparison),
-        DiffFormat::Html => crate::export::html::diff(&comparison),
+    let text = match output.format {
+        DiffFormat::Text => render::text(comparison),
+        DiffFormat::Markdown => render::markdown(comparison),
+        DiffFormat::Json => render::json(comparison),
+        DiffFormat::Html => crate::export::html::diff(comparison),
     };
-    if let Err(err) = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes()) {
-        eprintln!("cg-trace diff: writing to standard output: {err}");
+    let path = output.output.as_deref().unwrap_or(Path::new("-"));
+    let written =
+        crate::output::write_file_or_stdout(path, invoker, |out| out.write_all(text.as_bytes()));
+    if let Err(err) = written {
+        eprintln!("{who}: {err}");
         return 1;
     }
     if comparison.regression {
-        eprintln!("cg-trace diff: {}", render::regression_line(&comparison));
+        eprintln!("{who}: {}", render::regression_line(comparison));
         EXIT_REGRESSION
     } else {
         0

@@ -1,6 +1,7 @@
 //! `cg-trace diff`'s outputs: a text table for a terminal, a Markdown table for a
 //! pull-request comment, JSON for programs. Every figure says its unit; the header says
-//! whether each side's energy was measured or estimated, and how significance was tested.
+//! whether each side's energy was measured or estimated, how significance was tested, and
+//! what the gate judges (each row says whether it is gated or context).
 
 use super::{Comparison, Row, RowKind};
 use crate::printable::{markdown_cell, printable};
@@ -42,33 +43,37 @@ fn testing(c: &Comparison) -> String {
     }
 }
 
-fn gate(c: &Comparison) -> String {
+/// What the gate judges, in words (every output says it).
+pub fn gate(c: &Comparison) -> String {
+    let what: Vec<String> = c.gates.iter().map(|g| g.describe()).collect();
+    let what = what.join("; ");
     match c.max_increase_pct {
         Some(max) if c.tested => format!(
-            "gate: a significant increase of the total or a top-level domain beyond {max} %"
+            "gate: a significant increase beyond {max} % of {what}; the other rows are \
+             context, not gated"
         ),
         Some(max) => format!(
-            "gate: an increase of the total or a top-level domain beyond {max} % (untested \
-             for significance)"
+            "gate: an increase beyond {max} % of {what} (untested for significance); the other \
+             rows are context, not gated"
         ),
-        None => "gate: none (--max-increase PCT sets one)".to_string(),
+        None => format!("gate: none (--max-increase PCT sets one, on {what})"),
     }
+}
+
+/// A row's part in the gate.
+fn gated(r: &Row) -> &'static str {
+    if r.gated { "gated" } else { "context" }
 }
 
 /// The rows a table shows: every total and domain row, the first groups and functions.
 fn shown(c: &Comparison) -> (Vec<&Row>, Vec<(RowKind, usize)>) {
     let mut rows = Vec::new();
     let mut hidden = Vec::new();
-    for kind in [
-        RowKind::Total,
-        RowKind::Domain,
-        RowKind::ProcessGroup,
-        RowKind::Function,
-    ] {
+    for kind in RowKind::ALL {
         let of_kind: Vec<&Row> = c.rows.iter().filter(|r| r.kind == kind).collect();
         let limit = match kind {
-            RowKind::Total | RowKind::Domain => usize::MAX,
-            _ => TABLE_ROWS_PER_KIND,
+            RowKind::ProcessGroup | RowKind::Function => TABLE_ROWS_PER_KIND,
+            _ => usize::MAX,
         };
         if of_kind.len() > limit {
             hidden.push((kind, of_kind.len() - limit));
@@ -105,7 +110,9 @@ fn p_value(p: f64) -> String {
 
 fn name(r: &Row) -> String {
     let name = match r.kind {
-        RowKind::Domain if r.top_level == Some(false) => format!("{} (nested)", r.name),
+        RowKind::Domain | RowKind::TargetDomain if r.top_level == Some(false) => {
+            format!("{} (nested)", r.name)
+        }
         _ => r.name.clone(),
     };
     printable(&name).into_owned()
@@ -188,6 +195,7 @@ pub fn text(c: &Comparison) -> String {
         "BASE CPU s",
         "NEW CPU s",
         "CPU CHANGE",
+        "GATE",
         "VERDICT",
     ];
     let mut table: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
@@ -207,6 +215,7 @@ pub fn text(c: &Comparison) -> String {
             bc,
             nc,
             cc,
+            gated(r).to_string(),
             verdict(r),
         ]);
     }
@@ -224,7 +233,7 @@ pub fn text(c: &Comparison) -> String {
         for (i, cell) in row.iter().enumerate() {
             let pad = widths[i] - cell.chars().count();
             // Names and words left-aligned, figures right-aligned.
-            if i < 2 || i == header.len() - 1 {
+            if i < 2 || i >= header.len() - 2 {
                 line.push_str(cell);
                 line.push_str(&" ".repeat(pad));
             } else {
@@ -277,24 +286,25 @@ pub fn markdown(c: &Comparison) -> String {
         out.push_str(&format!("> **Warning:** {}\n\n", md(w)));
     }
     out.push_str(
-        "| | Base (J) | New (J) | Change (J) | Change | CPU base (s) | CPU new (s) | CPU change | Verdict |\n",
+        "| | Base (J) | New (J) | Change (J) | Change | CPU base (s) | CPU new (s) | CPU change | Gate | Verdict |\n",
     );
-    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---|---|\n");
     let (rows, hidden) = shown(c);
     for r in rows {
         let [bc, nc, cc] = cpu(r);
         let what = format!("{} {}", r.kind.label(), md(&name(r)));
-        let what = if matches!(r.kind, RowKind::Total) || r.regression {
+        let what = if r.gated || r.regression {
             format!("**{what}**")
         } else {
             what
         };
         out.push_str(&format!(
-            "| {what} | {:.3} | {:.3} | {} | {} | {bc} | {nc} | {cc} | {} |\n",
+            "| {what} | {:.3} | {:.3} | {} | {} | {bc} | {nc} | {cc} | {} | {} |\n",
             r.base_energy_j,
             r.new_energy_j,
             signed(r.change_energy_j, 3),
             energy_pct(r),
+            gated(r),
             md(&verdict(r)),
         ));
     }

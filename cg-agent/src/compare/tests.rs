@@ -1,12 +1,15 @@
-//! `diff` on hand-made reports: rows, medians, the test and its verdicts, the gate,
-//! warnings, refusals, and the three renderings.
+//! `diff` on hand-made reports: rows, medians, the test and its verdicts, the gate (the
+//! targets' energy by default, or what `--gate` names), warnings, refusals, and the three
+//! renderings.
 
 use serde_json::{Value, json};
 
 use super::*;
 
-/// A single-run report: `processes` as (cmdline, energy_j, cpu_time_s).
+/// A single-run report: `processes` as (cmdline, energy_j, cpu_time_s); they are the
+/// targets, all in `package-0` (half of it in `core-0`).
 fn single(energy_j: f64, processes: &[(&str, f64, f64)]) -> Value {
+    let targets_j: f64 = processes.iter().map(|p| p.1).sum();
     json!({
         "meta": {
             "schema_version": "1.3", "tool": "cg-trace", "run_id": "r1", "hostname": "vm",
@@ -19,28 +22,43 @@ fn single(energy_j: f64, processes: &[(&str, f64, f64)]) -> Value {
         "functions": [],
         "function_totals": [{"symbol": "hot", "module": "app", "cpu_time_s": 0.5,
                              "energy_j": energy_j / 4.0}],
-        "totals": {
-            "energy_j": energy_j, "cpu_time_s": 1.0,
-            "domains": {
-                "package-0": {"energy_j": energy_j, "top_level": true, "provenance": "measured"},
-                "core-0": {"energy_j": energy_j / 2.0, "top_level": false,
-                           "provenance": "measured"}
-            }
+        "totals": totals(energy_j, targets_j)
+    })
+}
+
+/// A report's `totals`: the machine's energy and the targets' share of it.
+fn totals(energy_j: f64, targets_j: f64) -> Value {
+    json!({
+        "energy_j": energy_j, "attributed_energy_j": targets_j, "cpu_time_s": 1.0,
+        "domains": {
+            "package-0": {"energy_j": energy_j, "attributed_energy_j": targets_j,
+                          "top_level": true, "provenance": "measured"},
+            "core-0": {"energy_j": energy_j / 2.0, "attributed_energy_j": targets_j / 2.0,
+                       "top_level": false, "provenance": "measured"}
         }
     })
 }
 
-/// A `--repeat` report whose runs have these total energies (one group, `app`, with 60 %).
+/// A `--repeat` report whose runs have these total energies (one group, `app`, the target,
+/// with 60 %).
 fn repeated(energies: &[f64]) -> Value {
-    let mut report = single(energies[0], &[("/usr/bin/app", energies[0] * 0.6, 1.0)]);
+    let targets: Vec<f64> = energies.iter().map(|e| e * 0.6).collect();
+    with_targets(energies, &targets)
+}
+
+/// A `--repeat` report whose runs have these total energies and these targets' energies (one
+/// group, `app`).
+fn with_targets(energies: &[f64], targets: &[f64]) -> Value {
+    let mut report = single(energies[0], &[("/usr/bin/app", targets[0], 1.0)]);
     report["repeat"] = json!({
-        "runs": energies.iter().enumerate().map(|(i, e)| json!({
+        "runs": energies.iter().zip(targets).enumerate().map(|(i, (e, t))| json!({
             "index": i + 1, "energy_j": e,
             "domains": {"package-0": {"energy_j": e}},
             "process_groups": [{"group": "/opt/app --flag#1", "command": "/opt/app --flag",
-                                "energy_j": e * 0.6, "cpu_time_s": 1.0}],
+                                "energy_j": t, "cpu_time_s": 1.0}],
             "functions": [{"function": "app:hot", "energy_j": e * 0.25}],
-            "outlier": false
+            "outlier": false,
+            "report": {"totals": totals(*e, *t)}
         })).collect::<Vec<_>>(),
         "statistics": {}, "noise_verdict": "good"
     });
@@ -51,8 +69,18 @@ fn view(v: &Value) -> ReportView {
     parse("test.json", v.to_string().as_bytes()).unwrap()
 }
 
+/// Compared with the default gate (the targets).
 fn run(base: &Value, new: &Value, max: Option<f64>) -> Comparison {
-    compare(("base.json", &view(base)), ("new.json", &view(new)), max)
+    gated(base, new, max, &[])
+}
+
+fn gated(base: &Value, new: &Value, max: Option<f64>, gates: &[Gate]) -> Comparison {
+    compare(
+        ("base.json", &view(base)),
+        ("new.json", &view(new)),
+        max,
+        gates,
+    )
 }
 
 fn row<'a>(c: &'a Comparison, kind: RowKind, name: &str) -> &'a Row {
@@ -98,22 +126,98 @@ fn single_reports_compare_per_domain_group_and_function() {
 
 #[test]
 fn without_runs_the_gate_is_the_figure_alone() {
+    let machine = [Gate::Total];
     let base = single(10.0, &[]);
     assert!(
-        run(&base, &single(10.4, &[]), Some(5.0))
+        gated(&base, &single(10.4, &[]), Some(5.0), &machine)
             .rows
             .iter()
             .all(|r| !r.regression)
     );
-    let c = run(&base, &single(10.6, &[]), Some(5.0));
+    let c = gated(&base, &single(10.6, &[]), Some(5.0), &machine);
     assert!(c.regression);
     assert!(row(&c, RowKind::Total, "energy").regression);
     assert!(row(&c, RowKind::Domain, "package-0").regression);
     // A nested domain is not gated (its energy is in its parent's).
     assert!(!row(&c, RowKind::Domain, "core-0").regression);
+    assert!(!row(&c, RowKind::Domain, "core-0").gated);
     // No --max-increase, no gate.
-    assert!(!run(&base, &single(20.0, &[]), None).regression);
+    assert!(!gated(&base, &single(20.0, &[]), None, &machine).regression);
     assert!(render::text(&c).contains("untested for significance"));
+}
+
+#[test]
+fn the_default_gate_is_the_targets_energy_not_the_whole_machines() {
+    // A neighbour outside the targets doubles the machine's energy; the targets' is the same.
+    let base = with_targets(
+        &[10.0, 10.2, 9.9, 10.1, 10.05],
+        &[6.0, 6.1, 5.9, 6.05, 5.95],
+    );
+    let busy = with_targets(
+        &[20.0, 20.4, 19.8, 20.2, 20.1],
+        &[6.02, 6.08, 5.92, 6.0, 5.97],
+    );
+    let c = run(&base, &busy, Some(5.0));
+    assert!(!c.regression, "{:#?}", c.rows);
+    assert_eq!(c.gates, [Gate::Targets]);
+    let total = row(&c, RowKind::Total, "energy");
+    assert!(!total.gated && total.change_energy_pct.unwrap() > 90.0);
+    assert_eq!(
+        total.significance.as_ref().unwrap().verdict,
+        "significant increase"
+    );
+    let targets = row(&c, RowKind::Targets, "energy");
+    assert!(targets.gated && targets.change_energy_pct.unwrap().abs() < 2.0);
+    assert!(row(&c, RowKind::TargetDomain, "package-0").gated);
+    assert!(!row(&c, RowKind::TargetDomain, "core-0").gated);
+    // Gating the whole machine, as before, calls it a regression.
+    assert!(gated(&base, &busy, Some(5.0), &[Gate::Total]).regression);
+
+    // The targets' energy up 10 % while the machine's falls: a regression of the targets.
+    let quiet = with_targets(&[8.0, 8.1, 7.9, 8.05, 7.95], &[6.6, 6.7, 6.5, 6.65, 6.55]);
+    let c = run(&busy, &quiet, Some(5.0));
+    assert!(c.regression);
+    let targets = row(&c, RowKind::Targets, "energy");
+    assert!(targets.regression && targets.significance.as_ref().unwrap().p_value < 0.05);
+    assert!(row(&c, RowKind::TargetDomain, "package-0").regression);
+    assert!(!row(&c, RowKind::Total, "energy").regression);
+    assert!(!gated(&busy, &quiet, Some(5.0), &[Gate::Total]).regression);
+    let text = render::text(&c);
+    assert!(text.contains("of the targets' energy"), "{text}");
+    assert!(text.contains("context, not gated"), "{text}");
+    let line = text.lines().find(|l| l.starts_with("total ")).unwrap();
+    assert!(line.contains("context"), "{line}");
+    assert!(render::markdown(&c).contains("the targets' energy"));
+    let json: Value = serde_json::from_str(&render::json(&c)).unwrap();
+    assert_eq!(json["gates"], json!(["targets"]));
+    assert_eq!(json["rows"][0]["kind"], "targets");
+    assert_eq!(json["rows"][0]["gated"], true);
+    assert!(crate::export::html::diff(&c).contains("of the targets&#39; energy"));
+}
+
+#[test]
+fn a_group_or_a_function_can_be_the_gate() {
+    let base = single(10.0, &[("/usr/bin/app", 4.0, 1.0), ("/bin/gzip", 1.0, 0.5)]);
+    let new = single(10.0, &[("/usr/bin/app", 4.0, 1.0), ("/bin/gzip", 1.5, 0.5)]);
+    let group = |name: &str| Gate::Group(name.into());
+    assert!(gated(&base, &new, Some(20.0), &[group("gzip")]).regression);
+    let c = gated(&base, &new, Some(20.0), &[group("app")]);
+    assert!(!c.regression && row(&c, RowKind::ProcessGroup, "app").gated);
+    assert!(!row(&c, RowKind::Targets, "energy").gated);
+    // The function `app:hot`, by its full name or its symbol; several gates: any fails.
+    let hot = |name: &str| Gate::Function(name.into());
+    let faster = single(12.0, &[("/usr/bin/app", 4.0, 1.0)]);
+    assert!(gated(&base, &faster, Some(5.0), &[hot("app:hot")]).regression);
+    assert!(gated(&base, &faster, Some(5.0), &[hot("hot")]).regression);
+    assert!(gated(&base, &new, Some(20.0), &[group("app"), group("gzip")]).regression);
+    // A gate that names nothing in either report says so.
+    let c = gated(&base, &new, Some(5.0), &[group("nginx")]);
+    assert!(!c.regression);
+    assert!(
+        c.warnings.iter().any(|w| w.contains("--gate group:nginx")),
+        "{:?}",
+        c.warnings
+    );
 }
 
 #[test]
@@ -128,7 +232,8 @@ fn repeated_runs_are_tested_and_told_apart() {
     assert_eq!(t.verdict, "significant increase");
     assert_eq!(t.method, "exact");
     assert!(t.p_value < 0.001, "{}", t.p_value);
-    assert!(c.regression && total.regression);
+    assert!(c.regression && !total.regression);
+    assert!(row(&c, RowKind::Targets, "energy").regression);
     // Medians are compared: 10.025 -> 11.025.
     assert!((total.base_energy_j - 10.025).abs() < 1e-9);
     // Process groups are programs, as in a single run's report (the group `app` of command
@@ -286,11 +391,12 @@ fn markdown_is_a_table_and_defuses_outside_text() {
     let md = render::markdown(&c);
     assert!(md.starts_with("### cg-trace energy diff: **regression**"));
     let table: Vec<&str> = md.lines().filter(|l| l.starts_with('|')).collect();
-    // Header, separator, total, 2 domains, 1 group, 1 function; every row 10 cells wide.
-    assert_eq!(table.len(), 7, "{md}");
+    // Header, separator, targets (total, 2 domains), total, 2 domains, 1 group, 1 function;
+    // every row 11 cells wide.
+    assert_eq!(table.len(), 10, "{md}");
     for line in &table {
         let unescaped_pipes = line.matches('|').count() - line.matches("\\|").count();
-        assert_eq!(unescaped_pipes, 10, "{line}");
+        assert_eq!(unescaped_pipes, 11, "{line}");
     }
     assert!(md.contains("x\\|\\<img src=y\\>\\@team"), "{md}");
     assert!(!md.replace("\\<", "").contains('<'), "{md}");
@@ -306,7 +412,8 @@ fn json_and_text_carry_every_row_and_the_units() {
     );
     let v: Value = serde_json::from_str(&render::json(&c)).unwrap();
     assert_eq!(v["rows"].as_array().unwrap().len(), c.rows.len());
-    assert_eq!(v["rows"][0]["kind"], "total");
+    assert_eq!(v["rows"][0]["kind"], "targets");
+    assert!(c.rows.iter().any(|r| r.kind == RowKind::Total && !r.gated));
     assert!(v["rows"][0]["significance"]["p_value"].is_number());
     assert_eq!(v["base"]["runs_count"], 3);
     let text = render::text(&c);

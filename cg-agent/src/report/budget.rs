@@ -1,6 +1,7 @@
 //! Energy and power budgets (`--max-energy`, `--max-power`): each limit checked against the
-//! run's figure (the median over the runs of a `--repeat` set), for the whole run or for the
-//! processes of one program. Pure: reads a finished report.
+//! run's figure (the median over the runs of a `--repeat` set), for the targets (the traced
+//! command and its descendants, not the whole machine) or for the processes of one program.
+//! Pure: reads a finished report.
 
 use serde::Serialize;
 
@@ -36,7 +37,7 @@ impl Kind {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Limit {
     pub kind: Kind,
-    /// The program whose processes it covers (their energy summed); `None`: the whole run.
+    /// The program whose processes it covers (their energy summed); `None`: the targets.
     pub program: Option<String>,
     pub limit: f64,
 }
@@ -76,8 +77,11 @@ fn runs(p: &ProcessEntry, program: &str) -> bool {
 fn value_of(report: &Report, limit: &Limit) -> (f64, usize) {
     let totals = &report.totals;
     match (&limit.program, limit.kind) {
-        (None, Kind::Energy) => (totals.energy_j, 0),
-        (None, Kind::Power) => (totals.avg_power_w, 0),
+        (None, Kind::Energy) => (totals.attributed_energy_j, 0),
+        (None, Kind::Power) if totals.duration_s > 0.0 => {
+            (totals.attributed_energy_j / totals.duration_s, 0)
+        }
+        (None, Kind::Power) => (0.0, 0),
         (Some(program), kind) => {
             let matched: Vec<&ProcessEntry> = report
                 .processes
@@ -146,7 +150,7 @@ pub fn evaluate(report: &Report, limits: &[Limit]) -> Vec<Budget> {
 pub fn message(budget: &Budget) -> Option<String> {
     let what = match &budget.program {
         Some(program) => format!("{} of the `{program}` processes", kind_word(budget.kind)),
-        None => kind_word(budget.kind).to_string(),
+        None => format!("{} of the targets", kind_word(budget.kind)),
     };
     let marking = match budget.provenance {
         crate::sources::Provenance::Measured => "measured",

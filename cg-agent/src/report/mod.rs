@@ -1479,6 +1479,11 @@ mod tests {
         assert_eq!(s.outlier_runs, [1, 5]);
         assert!(r.runs[0].outlier && r.runs[4].outlier && !r.runs[1].outlier);
         assert_eq!(r.noise_verdict, repeat::NoiseVerdict::HighNoise);
+        // Judged on the targets' energy (a third of each run's here).
+        assert_eq!(r.noise_of, "attributed_energy_j");
+        let t = &r.statistics.attributed_energy_j;
+        assert!(close(t.median, 1.0) && t.outlier_runs == [1, 5], "{t:?}");
+        assert!(close(r.runs[4].attributed_energy_j, 5.0));
         // The representative run is the first with the median energy; the top level is its.
         assert_eq!(r.representative_run, 2);
         assert!(close(set.totals.energy_j, 3.0));
@@ -1511,12 +1516,13 @@ mod tests {
             program: program.map(String::from),
             limit,
         };
-        // One run of 3 J over 0.2 s (15 W); `work` got 1 J of it.
+        // One run of 3 J over 0.2 s (15 W); `work`, the target, got 1 J of it (5 W). A
+        // limit without a name is on the targets, not the whole run.
         let single = run_of(2);
         let checked = evaluate(
             &single,
             &[
-                limit(Kind::Energy, None, 2.0),
+                limit(Kind::Energy, None, 0.5),
                 limit(Kind::Power, None, 20.0),
                 limit(Kind::Energy, Some("work"), 1.5),
                 limit(Kind::Power, Some("work"), 4.0),
@@ -1525,32 +1531,32 @@ mod tests {
         );
         let values: Vec<(f64, bool)> = checked.iter().map(|b| (b.value, b.exceeded)).collect();
         for ((value, exceeded), want) in values.iter().zip([
-            (3.0, true),
-            (15.0, false),
+            (1.0, true),
+            (5.0, false),
             (1.0, false),
             (5.0, true),
             (0.0, false),
         ]) {
             assert!(close(*value, want.0) && *exceeded == want.1, "{values:?}");
         }
-        assert!(close(checked[0].excess_pct, 50.0));
+        assert!(close(checked[0].excess_pct, 100.0));
         assert_eq!(checked[0].statistic, "single run");
         assert_eq!(checked[2].processes_count, Some(1));
         let over = budget::message(&checked[0]).unwrap();
         assert!(
-            over.contains("3.000 J") && over.contains("by 1.000 J (50.0%)"),
+            over.contains("energy of the targets 1.000 J") && over.contains("by 0.500 J (100.0%)"),
             "{over}"
         );
         assert!(budget::message(&checked[1]).is_none());
         assert!(budget::message(&checked[4]).unwrap().contains("no process"));
-        // A set: the median of the runs' figures (1.5, 3, 15 J: 3 J).
+        // A set: the median of the runs' figures (the targets' 0.5, 1, 5 J: 1 J).
         let set = repeat::combine(
             [1, 2, 10].into_iter().map(run_of).collect(),
             repeat::SetInfo::default(),
         )
         .unwrap();
-        let checked = evaluate(&set, &[limit(Kind::Energy, None, 2.9)]);
-        assert!(close(checked[0].value, 3.0) && checked[0].exceeded);
+        let checked = evaluate(&set, &[limit(Kind::Energy, None, 0.9)]);
+        assert!(close(checked[0].value, 1.0) && checked[0].exceeded);
         assert_eq!(checked[0].statistic, "median of 3 runs");
     }
 

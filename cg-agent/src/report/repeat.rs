@@ -1,5 +1,6 @@
-//! Repeated runs (`--repeat N`): the statistics over the measured runs of one command (per
-//! domain, per process group and per function), IQR outliers and a noise verdict, and the
+//! Repeated runs (`--repeat N`): the statistics over the measured runs of one command (the
+//! targets' energy, the whole machine's, per domain, per process group and per function),
+//! IQR outliers and a noise verdict on the targets' energy (what CI gates on), and the
 //! report's `repeat` object that carries them beside every run's own report. Pure: built
 //! from the runs' reports, with no clock and no I/O.
 
@@ -88,7 +89,11 @@ pub fn stats(values: &[f64], runs: &[usize]) -> Stats {
     }
 }
 
-/// How noisy the run set is, from the CV of the total energy.
+/// The statistic the noise verdict and the outliers are judged on: the targets' energy (the
+/// command and its descendants), which `diff` gates on by default, not the whole machine's.
+pub const NOISE_OF: &str = "attributed_energy_j";
+
+/// How noisy the run set is, from the CV of the targets' energy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum NoiseVerdict {
@@ -142,6 +147,9 @@ pub struct Repeat {
     /// report.
     pub representative_run: usize,
     pub noise_verdict: NoiseVerdict,
+    /// The statistic that `noise_verdict` and the runs' `outlier` are judged on
+    /// ([`NOISE_OF`]).
+    pub noise_of: &'static str,
     pub runs: Vec<RepeatRun>,
     pub statistics: Statistics,
 }
@@ -156,11 +164,13 @@ pub struct RepeatRun {
     pub duration_s: f64,
     /// Measured (or estimated) energy of the top-level domains.
     pub energy_j: f64,
+    /// The targets' share of it (the command and its descendants).
+    pub attributed_energy_j: f64,
     pub avg_power_w: f64,
     pub domains: BTreeMap<String, RunDomain>,
     pub process_groups: Vec<RunGroup>,
     pub functions: Vec<RunFunction>,
-    /// Its total energy is an IQR outlier of the set.
+    /// Its targets' energy is an IQR outlier of the set.
     pub outlier: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub command_exit_code: Option<i32>,
@@ -196,6 +206,8 @@ pub struct RunFunction {
 pub struct Statistics {
     pub quartile_method: &'static str,
     pub energy_j: Stats,
+    /// The targets' energy.
+    pub attributed_energy_j: Stats,
     pub duration_s: Stats,
     pub avg_power_w: Stats,
     pub domains: BTreeMap<String, DomainStats>,
@@ -249,8 +261,9 @@ pub fn combine(mut reports: Vec<Report>, info: SetInfo) -> Option<Report> {
         runs.iter().map(f).collect()
     }
     let energy = stats(&column(&runs, |r| r.energy_j), &index);
+    let targets = stats(&column(&runs, |r| r.attributed_energy_j), &index);
     for run in &mut runs {
-        run.outlier = energy.outlier_runs.contains(&run.index);
+        run.outlier = targets.outlier_runs.contains(&run.index);
     }
     let representative = runs
         .iter()
@@ -263,6 +276,7 @@ pub fn combine(mut reports: Vec<Report>, info: SetInfo) -> Option<Report> {
         .map_or(1, |r| r.index);
     let statistics = Statistics {
         quartile_method: QUARTILE_METHOD,
+        attributed_energy_j: targets,
         duration_s: stats(&column(&runs, |r| r.duration_s), &index),
         avg_power_w: stats(&column(&runs, |r| r.avg_power_w), &index),
         domains: per_key(&runs, |r| {
@@ -307,7 +321,8 @@ pub fn combine(mut reports: Vec<Report>, info: SetInfo) -> Option<Report> {
         cooldown_s: info.cooldown_s,
         stopped_early: info.stopped_early,
         representative_run: representative,
-        noise_verdict: NoiseVerdict::of_cv(statistics.energy_j.cv_pct),
+        noise_verdict: NoiseVerdict::of_cv(statistics.attributed_energy_j.cv_pct),
+        noise_of: NOISE_OF,
         runs,
         statistics,
     });
@@ -382,6 +397,7 @@ fn repeat_run(report: &Report, index: usize) -> RepeatRun {
         ended_at: report.meta.ended_at.clone(),
         duration_s: totals.duration_s,
         energy_j: totals.energy_j,
+        attributed_energy_j: totals.attributed_energy_j,
         avg_power_w: totals.avg_power_w,
         domains: totals
             .domains
@@ -493,15 +509,16 @@ pub fn render(repeat: &Repeat, estimated: bool) -> String {
     }
     let _ = writeln!(
         out,
-        "{:>5}  {:>10}  {:>11}  {:>8}",
-        "RUN", "TIME [s]", "ENERGY [J]", "AVG [W]"
+        "{:>5}  {:>10}  {:>11}  {:>11}  {:>8}",
+        "RUN", "TIME [s]", "TARGETS [J]", "ENERGY [J]", "AVG [W]"
     );
     for run in &repeat.runs {
         let _ = writeln!(
             out,
-            "{:>5}  {:>10.3}  {:>11.3}  {:>8.2}{}{}",
+            "{:>5}  {:>10.3}  {:>11.3}  {:>11.3}  {:>8.2}{}{}",
             run.index,
             run.duration_s,
+            run.attributed_energy_j,
             run.energy_j,
             run.avg_power_w,
             if run.index == repeat.representative_run {
@@ -533,7 +550,8 @@ pub fn render(repeat: &Repeat, estimated: bool) -> String {
             s.iqr
         );
     };
-    line("energy", "J", &st.energy_j);
+    line("targets' energy", "J", &st.attributed_energy_j);
+    line("energy (whole machine)", "J", &st.energy_j);
     line("duration", "s", &st.duration_s);
     line("average power", "W", &st.avg_power_w);
     for (name, d) in &st.domains {
@@ -545,11 +563,12 @@ pub fn render(repeat: &Repeat, estimated: bool) -> String {
     for f in st.functions.iter().take(10) {
         line(&f.function, "J", &f.energy_j);
     }
-    let outliers = &st.energy_j.outlier_runs;
+    let outliers = &st.attributed_energy_j.outlier_runs;
     let _ = writeln!(
         out,
-        "noise: {} (CV of the total energy {:.1}%){}",
+        "noise: {} (CV of the targets' energy {:.1}%, the whole machine's {:.1}%){}",
         repeat.noise_verdict.name(),
+        st.attributed_energy_j.cv_pct,
         st.energy_j.cv_pct,
         if outliers.is_empty() {
             String::new()

@@ -318,6 +318,8 @@ pub enum Notice {
     Functions(String),
     /// `--repeat`: a run of the set is over.
     RunDone {
+        /// `cg-trace compare`: which command's run (0: A, 1: B); `None` with `--repeat`.
+        command: Option<usize>,
         warmup: bool,
         number: u32,
         of: u32,
@@ -380,15 +382,21 @@ async fn run_async(config: RunConfig, hooks: Option<LiveHooks>) -> Result<Outcom
     Ok(conclude(&mut setup, measured))
 }
 
-/// `--repeat N [--warmup K] [--cooldown SECS]`: how a run set goes.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// `--repeat N [--warmup K] [--cooldown SECS]`, or `cg-trace compare`: how a run set goes.
+#[derive(Clone, Debug, PartialEq)]
 pub struct RepeatPlan {
-    /// Measured runs.
+    /// Measured runs (of each command).
     pub runs: u32,
-    /// Unmeasured runs before them.
+    /// Unmeasured runs before them (of each command).
     pub warmup: u32,
     /// Pause between runs.
     pub cooldown: Duration,
+    /// `cg-trace compare`: the commands run in turn (A B A B ...), each `runs` times, so that
+    /// a drifting machine weighs on all alike; empty: the config's own command.
+    pub commands: Vec<Vec<String>>,
+    /// A command run before every run (warm-up or measured), traced but not kept, and
+    /// before the pause: `--prepare`.
+    pub prepare: Option<Vec<String>>,
 }
 
 /// The result of a run set.
@@ -397,6 +405,8 @@ pub struct RepeatOutcome {
     /// The measured runs completed, in order (a run cut short by a stop request is left out,
     /// unless no run was completed: then it is the only one).
     pub runs: Vec<Recording>,
+    /// For each of `runs`, the index of its command in [`RepeatPlan::commands`] (0 without).
+    pub commands: Vec<usize>,
     /// Why fewer runs than asked were measured.
     pub stopped_early: Option<String>,
     /// The exit code: the command's first failure (as for a single run), 128 + N when
@@ -404,79 +414,177 @@ pub struct RepeatOutcome {
     pub exit_code: i32,
 }
 
-/// Runs the command of `config` (wrap mode) `plan.warmup` times unmeasured and `plan.runs`
-/// times measured, with one setup and one idle calibration for all. Each run is concluded
-/// as a single run would be (a power log settles per run), so each has its own recording.
-/// A command that fails, or a stop request, ends the set.
+/// One step of a run set.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Step {
+    /// `--prepare` before the run that follows.
+    Prepare,
+    /// A run of command `command`: the `number`th of its warm-up or measured runs.
+    Run {
+        command: usize,
+        warmup: bool,
+        number: u32,
+    },
+}
+
+/// The steps of `plan`, in order: round by round, each command in turn, each run after its
+/// `--prepare`.
+fn schedule(plan: &RepeatPlan) -> Vec<Step> {
+    let commands = plan.commands.len().max(1);
+    let mut steps = Vec::new();
+    for round in 0..plan.warmup + plan.runs {
+        let warmup = round < plan.warmup;
+        let number = if warmup {
+            round + 1
+        } else {
+            round - plan.warmup + 1
+        };
+        for command in 0..commands {
+            if plan.prepare.is_some() {
+                steps.push(Step::Prepare);
+            }
+            steps.push(Step::Run {
+                command,
+                warmup,
+                number,
+            });
+        }
+    }
+    steps
+}
+
+/// Runs the command of `config` (wrap mode), or each of `plan.commands` in turn,
+/// `plan.warmup` times unmeasured and `plan.runs` times measured, with one setup and one idle
+/// calibration for all. Each run is concluded as a single run would be (a power log settles
+/// per run), so each has its own recording. A command that fails, a `--prepare` that fails,
+/// or a stop request, ends the set.
 pub fn run_repeat(config: RunConfig, plan: RepeatPlan) -> Result<RepeatOutcome, RunError> {
     block_on(run_repeat_async(config, plan))
 }
 
 async fn run_repeat_async(config: RunConfig, plan: RepeatPlan) -> Result<RepeatOutcome, RunError> {
     let mut setup = set_up(config, None).await?;
-    let mut runs = Vec::new();
-    let mut stopped_early = None;
-    let mut exit_code = 0;
-    let total = plan.warmup + plan.runs;
-    for i in 0..total {
-        let warmup = i < plan.warmup;
-        let number = if warmup { i + 1 } else { i - plan.warmup + 1 };
+    let own_command = setup.config.mode.clone();
+    let mut outcome = RepeatOutcome {
+        runs: Vec::new(),
+        commands: Vec::new(),
+        stopped_early: None,
+        exit_code: 0,
+    };
+    for (i, step) in schedule(&plan).into_iter().enumerate() {
         if i > 0
             && let Some(request) = between_runs(&mut setup, plan.cooldown).await
         {
-            exit_code = 128 + request.signal();
-            stopped_early = Some(format!("interrupted by {} between runs", request.name()));
+            outcome.exit_code = 128 + request.signal();
+            outcome.stopped_early = Some(format!("interrupted by {} between runs", request.name()));
             break;
         }
+        let mode = match (step, &plan.prepare) {
+            (Step::Prepare, Some(prepare)) => Mode::Wrap {
+                command: prepare.clone(),
+            },
+            (Step::Run { command, .. }, _) if !plan.commands.is_empty() => Mode::Wrap {
+                command: plan.commands[command].clone(),
+            },
+            _ => own_command.clone(),
+        };
+        setup.config.mode = mode.clone();
+        setup.header.mode = mode;
         let measured = measure(&mut setup).await?;
         let requested = measured.requested;
-        let outcome = conclude(&mut setup, measured);
-        let recording = outcome.recording;
-        setup.config.notices.tell(Notice::RunDone {
-            warmup,
-            number,
-            of: if warmup { plan.warmup } else { plan.runs },
-            duration_s: recording.duration_ns as f64 / 1e9,
-        });
-        if let Some(request) = requested {
-            exit_code = outcome.exit_code;
-            stopped_early = Some(format!(
-                "interrupted by {} in {} run {number}",
-                request.name(),
-                if warmup { "warm-up" } else { "measured" }
-            ));
-            // The run cut short is not one of the set, unless there is nothing else to show.
-            if runs.is_empty() {
-                runs.push(recording);
-            }
+        let concluded = conclude(&mut setup, measured);
+        if !record_step(
+            &mut outcome,
+            step,
+            &plan,
+            concluded,
+            requested,
+            &setup.config,
+        ) {
             break;
-        }
-        if outcome.exit_code != 0 {
-            exit_code = outcome.exit_code;
-            stopped_early = Some(format!(
-                "{} run {number} failed ({})",
-                if warmup { "warm-up" } else { "measured" },
-                match recording.command_ending {
-                    Some(Ending::Signaled(sig)) => format!("killed by signal {sig}"),
-                    Some(Ending::Exited(code)) => format!("exit status {code}"),
-                    // --duration reached, or a source that measured nothing.
-                    None => format!("{}, exit status {exit_code}", recording.stop_reason),
-                }
-            ));
-            if !warmup || runs.is_empty() {
-                runs.push(recording);
-            }
-            break;
-        }
-        if !warmup {
-            runs.push(recording);
         }
     }
-    Ok(RepeatOutcome {
-        runs,
-        stopped_early,
-        exit_code,
-    })
+    Ok(outcome)
+}
+
+/// Files one step's run in `outcome`; false when the set ends there (a stop request, a
+/// failure).
+fn record_step(
+    outcome: &mut RepeatOutcome,
+    step: Step,
+    plan: &RepeatPlan,
+    concluded: Outcome,
+    requested: Option<StopRequest>,
+    config: &RunConfig,
+) -> bool {
+    let recording = concluded.recording;
+    let Step::Run {
+        command,
+        warmup,
+        number,
+    } = step
+    else {
+        // --prepare: not kept; it ends the set when stopped or failing.
+        let why = match requested {
+            Some(request) => format!("interrupted by {} in --prepare", request.name()),
+            None if concluded.exit_code != 0 => format!(
+                "--prepare failed ({})",
+                ending_words(&recording, concluded.exit_code)
+            ),
+            None => return true,
+        };
+        outcome.exit_code = concluded.exit_code.max(1);
+        outcome.stopped_early = Some(why);
+        return false;
+    };
+    config.notices.tell(Notice::RunDone {
+        command: (!plan.commands.is_empty()).then_some(command),
+        warmup,
+        number,
+        of: if warmup { plan.warmup } else { plan.runs },
+        duration_s: recording.duration_ns as f64 / 1e9,
+    });
+    let kind = if warmup { "warm-up" } else { "measured" };
+    if let Some(request) = requested {
+        outcome.exit_code = concluded.exit_code;
+        outcome.stopped_early = Some(format!(
+            "interrupted by {} in {kind} run {number}",
+            request.name()
+        ));
+        // The run cut short is not one of the set, unless there is nothing else to show.
+        if outcome.runs.is_empty() {
+            outcome.runs.push(recording);
+            outcome.commands.push(command);
+        }
+        return false;
+    }
+    if concluded.exit_code != 0 {
+        outcome.exit_code = concluded.exit_code;
+        outcome.stopped_early = Some(format!(
+            "{kind} run {number} failed ({})",
+            ending_words(&recording, concluded.exit_code)
+        ));
+        if !warmup || outcome.runs.is_empty() {
+            outcome.runs.push(recording);
+            outcome.commands.push(command);
+        }
+        return false;
+    }
+    if !warmup {
+        outcome.runs.push(recording);
+        outcome.commands.push(command);
+    }
+    true
+}
+
+/// How a failed run ended, in words.
+fn ending_words(recording: &Recording, exit_code: i32) -> String {
+    match recording.command_ending {
+        Some(Ending::Signaled(sig)) => format!("killed by signal {sig}"),
+        Some(Ending::Exited(code)) => format!("exit status {code}"),
+        // --duration reached, or a source that measured nothing.
+        None => format!("{}, exit status {exit_code}", recording.stop_reason),
+    }
 }
 
 /// Between two runs of a set: `cooldown` of sampling that records nothing, ending with a
@@ -1825,6 +1933,54 @@ impl Sampler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compared_commands_take_turns_each_after_its_prepare_step() {
+        let run = |command, warmup, number| Step::Run {
+            command,
+            warmup,
+            number,
+        };
+        let mut plan = RepeatPlan {
+            runs: 2,
+            warmup: 1,
+            cooldown: Duration::ZERO,
+            commands: vec![vec!["a".into()], vec!["b".into()]],
+            prepare: None,
+        };
+        // A B | A B | A B: one warm-up round, two measured ones.
+        assert_eq!(
+            schedule(&plan),
+            [
+                run(0, true, 1),
+                run(1, true, 1),
+                run(0, false, 1),
+                run(1, false, 1),
+                run(0, false, 2),
+                run(1, false, 2),
+            ]
+        );
+        plan.prepare = Some(vec!["sync".into()]);
+        plan.warmup = 0;
+        plan.runs = 1;
+        assert_eq!(
+            schedule(&plan),
+            [
+                Step::Prepare,
+                run(0, false, 1),
+                Step::Prepare,
+                run(1, false, 1)
+            ]
+        );
+        // --repeat: the config's own command, N times.
+        plan.commands.clear();
+        plan.prepare = None;
+        plan.runs = 3;
+        assert_eq!(
+            schedule(&plan),
+            [run(0, false, 1), run(0, false, 2), run(0, false, 3)]
+        );
+    }
 
     #[test]
     fn a_stop_request_is_the_signal_a_command_gets_and_cg_trace_exits_with() {

@@ -869,10 +869,16 @@ fn repeat(
     let verdict = text(r, &["noise_verdict"]);
     let stats = get(r, &["statistics"]).unwrap_or(&Value::Null);
     let runs = array(r, &["runs"]);
+    // Reports before schema 1.6 judged the noise on the whole machine's energy.
+    let noise_of = r
+        .get("noise_of")
+        .and_then(Value::as_str)
+        .filter(|f| *f == crate::report::repeat::NOISE_OF)
+        .unwrap_or("energy_j");
     let _ = writeln!(
         body,
         "<h2>Repeated runs</h2>\n<p>{} measured runs (asked {}, {} warm-up, cooldown {}); noise \
-         <span class=\"badge {}\">{}</span> (the total energy's CV is {}: excellent &lt; 2 %, \
+         <span class=\"badge {}\">{}</span> (the {} energy's CV is {}: excellent &lt; 2 %, \
          good &lt; 5 %, moderate &lt; 10 %). The sections below show run {} (the one closest \
          to the median).</p>",
         runs.len(),
@@ -887,7 +893,12 @@ fn repeat(
         } else {
             verdict
         }),
-        fig(num(stats, &["energy_j", "cv_pct"]), "%"),
+        if noise_of == "energy_j" {
+            "whole machine's"
+        } else {
+            "targets'"
+        },
+        fig(num(stats, &[noise_of, "cv_pct"]), "%"),
         esc(&scalar(r.get("representative_run").unwrap_or(&Value::Null))),
     );
     if matches!(verdict, "moderate" | "high-noise") {
@@ -1416,6 +1427,11 @@ pub fn diff(c: &Comparison) -> String {
             "Not both sides have --repeat runs: no significance test.".into()
         }
     );
+    let _ = writeln!(
+        body,
+        "<p class=\"note\">{}</p>",
+        esc(&crate::compare::render::gate(c))
+    );
     let max_pct = c
         .rows
         .iter()
@@ -1423,28 +1439,30 @@ pub fn diff(c: &Comparison) -> String {
         .filter(|p| p.is_finite())
         .map(f64::abs)
         .fold(0.0, f64::max);
-    for kind in [
-        RowKind::Total,
-        RowKind::Domain,
-        RowKind::ProcessGroup,
-        RowKind::Function,
-    ] {
+    for kind in RowKind::ALL {
         let rows: Vec<_> = c.rows.iter().filter(|r| r.kind == kind).collect();
         if rows.is_empty() {
             continue;
         }
         let _ = writeln!(
             body,
-            "<h2>{}</h2>\n<table>\n<tr><th>name</th><th class=\"n\">base energy</th>\
+            "<h2>{}{}</h2>\n<table>\n<tr><th>name</th><th class=\"n\">base energy</th>\
              <th class=\"n\">new energy</th><th class=\"n\">change (J)</th>\
              <th class=\"n\">change (%)</th>\
              <th></th><th class=\"n\">base CPU</th><th class=\"n\">new CPU</th>\
              <th class=\"n\">p</th><th>verdict</th></tr>",
             match kind {
-                RowKind::Total => "Total",
-                RowKind::Domain => "Per domain",
+                RowKind::Targets => "Targets (the traced command and its descendants)",
+                RowKind::TargetDomain => "Targets per domain",
+                RowKind::Total => "Total (the whole machine)",
+                RowKind::Domain => "Per domain (the whole machine)",
                 RowKind::ProcessGroup => "Per process group",
                 RowKind::Function => "Per function",
+            },
+            if rows.iter().any(|r| r.gated) {
+                " (gated)"
+            } else {
+                " (context, not gated)"
             }
         );
         for r in rows {
