@@ -47,7 +47,7 @@ pub fn main_with(cli: Cli) -> i32 {
     let invoker = match Invoker::detect() {
         Ok(invoker) => invoker,
         Err(message) => {
-            eprintln!("cg-trace: {message}");
+            crate::console::write_line(format_args!("cg-trace: {message}"));
             return EXIT_USAGE;
         }
     };
@@ -58,7 +58,7 @@ pub fn main_with(cli: Cli) -> i32 {
                 0
             }
             Err(err) => {
-                eprintln!("cg-trace: --bench-symbolize: {err}");
+                crate::console::write_line(format_args!("cg-trace: --bench-symbolize: {err}"));
                 1
             }
         };
@@ -66,31 +66,31 @@ pub fn main_with(cli: Cli) -> i32 {
     let (mut args, view) = match cli.subcommand {
         Some(Command::Diff(diff_args)) => {
             if let Some(option) = option_before_top(&cli.run) {
-                eprintln!(
+                crate::console::write_line(format_args!(
                     "cg-trace: {option} is a run option, not one of `diff`: `cg-trace diff \
                      BASE.json NEW.json [--max-increase PCT] [--gate WHAT] [--format \
                      text|markdown|json|html] [-o FILE]`"
-                );
+                ));
                 return EXIT_USAGE;
             }
             return crate::compare::main(&diff_args, &invoker);
         }
         Some(Command::Compare(compare_args)) => {
             if let Some(option) = option_before_top(&cli.run) {
-                eprintln!(
+                crate::console::write_line(format_args!(
                     "cg-trace: {option} is an option of a single run, not one of `compare`: \
                      `cg-trace [SOURCE OPTIONS] compare -n N [--prepare CMD] 'CMD_A' 'CMD_B'`"
-                );
+                ));
                 return EXIT_USAGE;
             }
             return crate::compare::interleaved::main(&compare_args, cli.run, &invoker);
         }
         Some(Command::Report(report_args)) => {
             if let Some(option) = option_before_top(&cli.run) {
-                eprintln!(
+                crate::console::write_line(format_args!(
                     "cg-trace: {option} is a run option, not one of `report`: `cg-trace report \
                      RUN.json -o report.html`"
-                );
+                ));
                 return EXIT_USAGE;
             }
             return html::main(&report_args, &invoker);
@@ -102,13 +102,15 @@ pub fn main_with(cli: Cli) -> i32 {
         Some(Command::Serve(serve_args)) => {
             if let Some(days) = serve_args.bench_churn {
                 if !(days.is_finite() && days > 0.0 && days <= 366.0) {
-                    eprintln!("cg-trace: --bench-churn: days from 0 to 366");
+                    crate::console::write_line(format_args!(
+                        "cg-trace: --bench-churn: days from 0 to 366"
+                    ));
                     return EXIT_USAGE;
                 }
                 return match crate::serve::churn::run(days) {
                     Ok(()) => 0,
                     Err(err) => {
-                        eprintln!("cg-trace: --bench-churn: {err}");
+                        crate::console::write_line(format_args!("cg-trace: --bench-churn: {err}"));
                         1
                     }
                 };
@@ -137,7 +139,9 @@ pub fn main_with(cli: Cli) -> i32 {
         Some(Command::ManPage) => return crate::manual::print_man_page(),
         Some(Command::Top(args)) => {
             if let Some(option) = option_before_top(&cli.run) {
-                eprintln!("cg-trace: {option} goes after `top`: `cg-trace top [OPTIONS]`");
+                crate::console::write_line(format_args!(
+                    "cg-trace: {option} goes after `top`: `cg-trace top [OPTIONS]`"
+                ));
                 return EXIT_USAGE;
             }
             (*args, View::Top)
@@ -148,22 +152,24 @@ pub fn main_with(cli: Cli) -> i32 {
     };
     if view != View::Off && !ui::stdout_is_terminal() {
         if view == View::Default {
-            eprintln!(
+            crate::console::write_line(format_args!(
                 "cg-trace: say what to trace: `cg-trace [OPTIONS] -- CMD [ARGS...]`, `--pid \
                  PID[,PID...]` or `--all`, with `-o FILE` for the report; `cg-trace top` (the \
                  default on a terminal) needs stdout to be a terminal (see --help)"
-            );
+            ));
         } else {
-            eprintln!(
+            crate::console::write_line(format_args!(
                 "cg-trace: the live view needs a terminal, and stdout is not one; to record \
                  without it, name the report with `-o FILE` (e.g. `cg-trace --all -o \
                  report.json`)"
-            );
+            ));
         }
         return EXIT_USAGE;
     }
     if view == View::Off && args.view.command_output.is_some() {
-        eprintln!("cg-trace: --command-output is for the live view: add --tui");
+        crate::console::write_line(format_args!(
+            "cg-trace: --command-output is for the live view: add --tui"
+        ));
         return EXIT_USAGE;
     }
     if view != View::Off && !names_targets(&args) {
@@ -178,7 +184,7 @@ pub fn main_with(cli: Cli) -> i32 {
     };
     if let Some(runs) = args.repeat.repeat {
         if let Err(message) = check_repeat(&args, view) {
-            eprintln!("cg-trace: {message}");
+            crate::console::write_line(format_args!("cg-trace: {message}"));
             return EXIT_USAGE;
         }
         let plan = session::RepeatPlan {
@@ -203,7 +209,7 @@ pub fn main_with(cli: Cli) -> i32 {
             stopped_early: outcome.stopped_early,
         };
         let Some(report) = report::repeat::combine(reports, info) else {
-            eprintln!("cg-trace: no run was measured");
+            crate::console::write_line(format_args!("cg-trace: no run was measured"));
             return outcome.exit_code.max(1);
         };
         return write_and_summarize(&args, &invoker, report, outcome.exit_code);
@@ -214,7 +220,7 @@ pub fn main_with(cli: Cli) -> i32 {
         let command_output = match view_command_output(&args, &config.mode, &invoker) {
             Ok(path) => path,
             Err(message) => {
-                eprintln!("cg-trace: {message}");
+                crate::console::write_line(format_args!("cg-trace: {message}"));
                 return EXIT_USAGE;
             }
         };

@@ -49,6 +49,13 @@ pub fn write_stderr(text: &str) {
     let _ = std::io::stderr().write_all(printable_lines(text).as_bytes());
 }
 
+/// Prints `line` on stderr as it is (a subcommand's own prefix, `cg-trace diff: ...`), even
+/// with `-q`, with control characters escaped but its own line breaks kept: `eprintln!` that
+/// neither lets outside text write to the terminal nor panics when stderr is gone.
+pub fn write_line(line: impl Display) {
+    write_stderr(&format!("{line}\n"));
+}
+
 /// Prints `cg-trace: warning: {text}` on stderr unless `-q` was given.
 pub fn warn(text: impl Display) {
     say(format_args!("warning: {text}"));

@@ -176,7 +176,7 @@ pub fn main(options: &SourceOptions, json: bool) -> i32 {
         match serde_json::to_string_pretty(&inventory) {
             Ok(text) => println!("{text}"),
             Err(err) => {
-                eprintln!("cg-trace: {err}");
+                crate::console::write_line(format_args!("cg-trace: {err}"));
                 return 1;
             }
         }

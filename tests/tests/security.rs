@@ -631,8 +631,8 @@ fn hostile_report(hostname: &str, energy_j: f64) -> Value {
         "function_totals": [{"symbol": PAYLOAD, "module": PAYLOAD, "cpu_time_s": 0.5,
                              "energy_j": energy_j / 4.0}],
         "totals": {
-            "energy_j": energy_j, "cpu_time_s": 1.0,
-            "domains": {"package-0": {"energy_j": energy_j, "top_level": true,
+            "energy_j": energy_j, "attributed_energy_j": energy_j / 2.0, "cpu_time_s": 1.0,
+            "domains": {"package-0": {"energy_j": energy_j, "attributed_energy_j": energy_j / 2.0, "top_level": true,
                                       "provenance": "measured"}}
         }
     })
@@ -671,7 +671,7 @@ fn diff_shows_a_hostile_reports_text_escaped_in_every_format() {
                 assert!(stdout.contains("\\\\x1b\\]52;c;QUJD\\\\x07"), "{stdout}");
                 for line in stdout.lines().filter(|l| l.starts_with('|')) {
                     let pipes = line.matches('|').count() - line.matches("\\|").count();
-                    assert_eq!(pipes, 10, "{line}");
+                    assert_eq!(pipes, 11, "{line}");
                 }
             }
             _ => {}
@@ -707,4 +707,32 @@ fn sources_shows_a_hostile_path_escaped() {
         "{}",
         text(&output.stdout)
     );
+}
+
+/// A report that cannot be read is named in the error with its name escaped: a file name is
+/// outside text too (a newline in it could forge a line of its own).
+#[test]
+fn an_unreadable_reports_hostile_name_is_escaped_in_the_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("x\nresult: OK (no regression)\x1b[8m.json");
+    fs::write(&bad, "{}").unwrap();
+    for args in [
+        vec!["diff".as_ref(), bad.as_os_str(), bad.as_os_str()],
+        vec![
+            "report".as_ref(),
+            bad.as_os_str(),
+            "-o".as_ref(),
+            dir.path().join("r.html").as_os_str(),
+        ],
+    ] {
+        let output = Command::new(bin("cg-trace")).args(&args).output().unwrap();
+        assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
+        assert_nothing_raw("the error for an unreadable report", &output.stderr);
+        let stderr = text(&output.stderr);
+        assert!(stderr.contains("x\\nresult: OK"), "{stderr}");
+        assert!(
+            !stderr.lines().any(|l| l.starts_with("result:")),
+            "{stderr}"
+        );
+    }
 }

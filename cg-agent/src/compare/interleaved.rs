@@ -29,7 +29,7 @@ fn side_name(letter: char, command: &str) -> String {
 /// failing command's status when a run fails).
 pub fn main(args: &CompareArgs, mut run: RunArgs, invoker: &Invoker) -> i32 {
     if let Err(message) = super::check_max_increase(args.gate.max_increase) {
-        eprintln!("{WHO}: {message}");
+        crate::console::write_line(format_args!("{WHO}: {message}"));
         return EXIT_BAD_INPUT;
     }
     if let Some(path) = args
@@ -39,23 +39,23 @@ pub fn main(args: &CompareArgs, mut run: RunArgs, invoker: &Invoker) -> i32 {
         .filter(|p| p.as_os_str() != "-")
         && let Err(err) = crate::output::check(path, invoker)
     {
-        eprintln!("{WHO}: -o: {err}");
+        crate::console::write_line(format_args!("{WHO}: -o: {err}"));
         return EXIT_BAD_INPUT;
     }
     let commands = [&args.command_a, &args.command_b];
     if let Some(empty) = commands.iter().position(|c| c.trim().is_empty()) {
-        eprintln!(
+        crate::console::write_line(format_args!(
             "{WHO}: command {} is empty: give two shell commands, `cg-trace compare 'CMD_A' \
              'CMD_B'`",
             ["A", "B"][empty]
-        );
+        ));
         return EXIT_BAD_INPUT;
     }
     run.command = shell(&args.command_a);
     let config = match app::run_config(&run, invoker) {
         Ok(config) => config,
         Err(message) => {
-            eprintln!("{WHO}: {message}");
+            crate::console::write_line(format_args!("{WHO}: {message}"));
             return EXIT_BAD_INPUT;
         }
     };
@@ -69,15 +69,15 @@ pub fn main(args: &CompareArgs, mut run: RunArgs, invoker: &Invoker) -> i32 {
     let outcome = match session::run_repeat(config, plan) {
         Ok(outcome) => outcome,
         Err(err) => {
-            eprintln!("{WHO}: {err}");
+            crate::console::write_line(format_args!("{WHO}: {err}"));
             return err.exit_code();
         }
     };
     if outcome.exit_code != 0 {
-        eprintln!(
+        crate::console::write_line(format_args!(
             "{WHO}: the set ended early ({}): no comparison",
             outcome.stopped_early.as_deref().unwrap_or("a run failed")
-        );
+        ));
         return outcome.exit_code;
     }
     let mut sides = [Vec::new(), Vec::new()];
@@ -86,7 +86,9 @@ pub fn main(args: &CompareArgs, mut run: RunArgs, invoker: &Invoker) -> i32 {
     }
     let [base, new] = sides.map(|reports| side_report(reports, args));
     let (Some(base), Some(new)) = (base, new) else {
-        eprintln!("{WHO}: a command has no measured run: no comparison");
+        crate::console::write_line(format_args!(
+            "{WHO}: a command has no measured run: no comparison"
+        ));
         return 1;
     };
     let names = [
@@ -95,7 +97,9 @@ pub fn main(args: &CompareArgs, mut run: RunArgs, invoker: &Invoker) -> i32 {
     ];
     let views = [(&names[0], &base), (&names[1], &new)].map(|(name, report)| view(name, report));
     let [Ok(base), Ok(new)] = views else {
-        eprintln!("{WHO}: the runs' reports could not be read back (a bug)");
+        crate::console::write_line(format_args!(
+            "{WHO}: the runs' reports could not be read back (a bug)"
+        ));
         return 1;
     };
     let comparison = super::compare(
@@ -137,7 +141,7 @@ mod tests {
     #[test]
     fn sides_are_named_by_letter_and_command_on_one_line() {
         assert_eq!(side_name('A', "./bench --fast"), "A: ./bench --fast");
-        assert_eq!(side_name('B', "a\nb\x1b[2J"), "B: a b [2J");
+        assert_eq!(side_name('B', "a\nb\x1b[2J"), "B: a\\nb\\x1b[2J");
         assert!(side_name('A', &"x".repeat(500)).chars().count() < 90);
         assert_eq!(shell("make -j2"), ["sh", "-c", "make -j2"]);
     }

@@ -893,12 +893,15 @@ pub fn compare(
 /// `cg-trace diff`: returns the exit status (0, [`EXIT_REGRESSION`], [`EXIT_BAD_INPUT`]).
 pub fn main(args: &DiffArgs, invoker: &Invoker) -> i32 {
     if let Err(message) = check_max_increase(args.gate.max_increase) {
-        eprintln!("cg-trace diff: {message}");
+        crate::console::write_line(format_args!("cg-trace diff: {message}"));
         return EXIT_BAD_INPUT;
     }
     let load_one = |path: &PathBuf| {
         load(path).map_err(|err| {
-            eprintln!("cg-trace diff: {err}");
+            crate::console::write_line(format_args!(
+                "cg-trace diff: {}",
+                crate::printable::printable(&err.to_string())
+            ));
         })
     };
     let (Ok(base), Ok(new)) = (load_one(&args.base), load_one(&args.new)) else {
@@ -932,10 +935,10 @@ pub fn check_max_increase(max: Option<f64>) -> Result<(), &'static str> {
 /// names the subcommand in messages.
 pub fn emit(who: &str, comparison: &Comparison, output: &OutputArgs, invoker: &Invoker) -> i32 {
     for warning in &comparison.warnings {
-        eprintln!(
+        crate::console::write_line(format_args!(
             "{who}: warning: {}",
             crate::printable::printable(warning)
-        );
+        ));
     }
     let text = match output.format {
         DiffFormat::Text => render::text(comparison),
@@ -947,11 +950,14 @@ pub fn emit(who: &str, comparison: &Comparison, output: &OutputArgs, invoker: &I
     let written =
         crate::output::write_file_or_stdout(path, invoker, |out| out.write_all(text.as_bytes()));
     if let Err(err) = written {
-        eprintln!("{who}: {err}");
+        crate::console::write_line(format_args!("{who}: {err}"));
         return 1;
     }
     if comparison.regression {
-        eprintln!("{who}: {}", render::regression_line(comparison));
+        crate::console::write_line(format_args!(
+            "{who}: {}",
+            render::regression_line(comparison)
+        ));
         EXIT_REGRESSION
     } else {
         0

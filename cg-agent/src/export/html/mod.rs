@@ -68,7 +68,7 @@ pub fn main(args: &ReportArgs, who: &Invoker) -> i32 {
     if args.html_output != Path::new("-")
         && let Err(err) = output::check(&args.html_output, who)
     {
-        eprintln!("cg-trace report: -o: {err}");
+        crate::console::write_line(format_args!("cg-trace report: -o: {err}"));
         return crate::compare::EXIT_BAD_INPUT;
     }
     let parsed = crate::compare::load_bytes(&args.input).and_then(|bytes| {
@@ -80,7 +80,10 @@ pub fn main(args: &ReportArgs, who: &Invoker) -> i32 {
     let (report, points) = match parsed {
         Ok(parsed) => parsed,
         Err(err) => {
-            eprintln!("cg-trace report: {err}");
+            crate::console::write_line(format_args!(
+                "cg-trace report: {}",
+                crate::printable::printable(&err.to_string())
+            ));
             return crate::compare::EXIT_BAD_INPUT;
         }
     };
@@ -89,7 +92,10 @@ pub fn main(args: &ReportArgs, who: &Invoker) -> i32 {
     {
         Ok(()) => 0,
         Err(err) => {
-            eprintln!("cg-trace report: {err}");
+            crate::console::write_line(format_args!(
+                "cg-trace report: {}",
+                crate::printable::printable(&err.to_string())
+            ));
             1
         }
     }
