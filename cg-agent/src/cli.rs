@@ -955,6 +955,46 @@ mod tests {
     }
 
     #[test]
+    fn the_readme_options_table_has_every_visible_option_of_a_run() {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+            .expect("README.md at the workspace root");
+        let table: Vec<&str> = readme
+            .lines()
+            .skip_while(|l| !l.starts_with("| option | default | meaning |"))
+            .take_while(|l| l.starts_with('|'))
+            .collect();
+        assert!(table.len() > 10, "no options table in README.md");
+        // The first cell of each row: `-p`, `--pid PID[,PID...]` and the like.
+        let cells: Vec<&str> = table
+            .iter()
+            .filter_map(|row| row.split(" | ").next())
+            .collect();
+        let names_option = |name: &str| {
+            cells.iter().any(|cell| {
+                cell.match_indices(name).any(|(at, _)| {
+                    !cell[at + name.len()..]
+                        .starts_with(|c: char| c.is_ascii_alphanumeric() || c == '-')
+                })
+            })
+        };
+        let mut command = Cli::command();
+        command.build();
+        let mut missing = Vec::new();
+        for arg in command.get_arguments().filter(|a| !a.is_hide_set()) {
+            if matches!(arg.get_id().as_str(), "help" | "version") {
+                continue;
+            }
+            let long = arg.get_long().map(|l| format!("--{l}"));
+            let short = arg.get_short().map(|s| format!("-{s}"));
+            missing.extend(long.into_iter().chain(short).filter(|n| !names_option(n)));
+        }
+        assert!(
+            missing.is_empty(),
+            "README.md's options table lacks {missing:?}"
+        );
+    }
+
+    #[test]
     fn interval_bounds() {
         assert!(parse(&["--interval", "5", "--all"]).is_err());
         assert_eq!(
