@@ -275,7 +275,7 @@ fn completions_for_bash_zsh_and_fish_come_from_the_options() {
 fn rendered(page: &std::path::Path) -> String {
     let rendered = Command::new("man")
         .arg("-l")
-        .arg(&page)
+        .arg(page)
         .env("MANWIDTH", "100")
         .env("MANPAGER", "cat")
         .env("MAN_KEEP_FORMATTING", "0")
