@@ -8,7 +8,7 @@ use std::{
 };
 
 use crate::{
-    cli::{Cli, Command, FunctionArgs, ReportFormat, RunArgs},
+    cli::{Cli, Command, FunctionArgs, ReportFormat, RunArgs, SourceArgs},
     export::{csv, flamegraph, folded, html, json, summary},
     functions::{FunctionOptions, spec::FuncSpec},
     inventory, output,
@@ -17,7 +17,7 @@ use crate::{
     privileges::Invoker,
     report,
     session::{self, IdleWatts, Mode, RunConfig},
-    sources::SourceOptions,
+    sources::{SourceChoice, SourceOptions},
     ui,
 };
 
@@ -65,7 +65,7 @@ pub fn main_with(cli: Cli) -> i32 {
     }
     let (mut args, view) = match cli.subcommand {
         Some(Command::Diff(diff_args)) => {
-            if let Some(option) = option_before_top(&cli.run) {
+            if let Some(option) = option_before_subcommand(&cli.run) {
                 crate::console::write_line(format_args!(
                     "cg-trace: {option} is a run option, not one of `diff`: `cg-trace diff \
                      BASE.json NEW.json [--max-increase PCT] [--gate WHAT] [--format \
@@ -86,7 +86,7 @@ pub fn main_with(cli: Cli) -> i32 {
             return crate::compare::interleaved::main(&compare_args, cli.run, &invoker);
         }
         Some(Command::Report(report_args)) => {
-            if let Some(option) = option_before_top(&cli.run) {
+            if let Some(option) = option_before_subcommand(&cli.run) {
                 crate::console::write_line(format_args!(
                     "cg-trace: {option} is a run option, not one of `report`: `cg-trace report \
                      RUN.json -o report.html`"
@@ -96,7 +96,11 @@ pub fn main_with(cli: Cli) -> i32 {
             return html::main(&report_args, &invoker);
         }
         Some(Command::Sources(sources_args)) => {
-            return inventory::main(&source_options(&cli.run), sources_args.json);
+            let sources = match sources_args.sources.after(&cli.run.sources) {
+                Ok(sources) => sources,
+                Err(message) => return usage_error(&message),
+            };
+            return inventory::main(&source_options(&sources), sources_args.json);
         }
         Some(Command::Completions(args)) => return crate::manual::print_completions(args.shell),
         Some(Command::Serve(serve_args)) => {
@@ -115,6 +119,10 @@ pub fn main_with(cli: Cli) -> i32 {
                     }
                 };
             }
+            let sources = match serve_args.sources.after(&cli.run.sources) {
+                Ok(sources) => sources,
+                Err(message) => return usage_error(&message),
+            };
             let config = crate::serve::ServeConfig {
                 listen: serve_args.listen,
                 interval: Duration::from_millis(serve_args.interval),
@@ -131,19 +139,23 @@ pub fn main_with(cli: Cli) -> i32 {
             };
             return crate::serve::main(
                 &config,
-                source_options(&cli.run),
+                source_options(&sources),
                 &invoker,
                 session::Notices::new(print_notice),
             );
         }
-        Some(Command::ManPage) => return crate::manual::print_man_page(),
-        Some(Command::Top(args)) => {
+        Some(Command::ManPage(args)) => return crate::manual::print_man_page(&args),
+        Some(Command::Top(mut args)) => {
             if let Some(option) = option_before_top(&cli.run) {
                 crate::console::write_line(format_args!(
                     "cg-trace: {option} goes after `top`: `cg-trace top [OPTIONS]`"
                 ));
                 return EXIT_USAGE;
             }
+            args.sources = match args.sources.after(&cli.run.sources) {
+                Ok(sources) => sources,
+                Err(message) => return usage_error(&message),
+            };
             (*args, View::Top)
         }
         None if cli.run.view.tui => (cli.run, View::Asked),
@@ -417,8 +429,19 @@ fn budget_limits(args: &RunArgs) -> Vec<report::budget::Limit> {
     all
 }
 
+/// Bad usage found after parsing: said on stderr; the exit code.
+fn usage_error(message: &str) -> i32 {
+    eprintln!("cg-trace: {message}");
+    EXIT_USAGE
+}
+
+/// An option of a run given before a subcommand that takes none of them (`diff`, `report`).
+fn option_before_subcommand(run: &RunArgs) -> Option<&'static str> {
+    option_before_top(run).or_else(|| run.sources.first_given())
+}
+
 /// An option of a run given before `top`, where it would not reach it (the source options
-/// are global and do).
+/// do: [`crate::cli::SourceArgs::after`]).
 fn option_before_top(run: &RunArgs) -> Option<&'static str> {
     [
         (!run.pid.is_empty(), "--pid"),
@@ -553,7 +576,7 @@ pub fn run_config(args: &RunArgs, invoker: &Invoker) -> Result<RunConfig, String
         mode,
         interval: Duration::from_millis(args.interval),
         duration: args.duration,
-        sources: source_options(args),
+        sources: source_options(&args.sources),
         idle_watts: args.idle_watts.clone().unwrap_or(IdleWatts::Estimate),
         calibration: Duration::from_millis(args.calibrate_ms),
         timeseries: args.timeseries,
@@ -632,12 +655,18 @@ fn print_notice(notice: &session::Notice) {
     }
 }
 
-/// The options that choose and configure the energy sources.
-pub fn source_options(args: &RunArgs) -> SourceOptions {
+/// The options that choose and configure the energy sources, defaults applied.
+pub fn source_options(args: &SourceArgs) -> SourceOptions {
     SourceOptions {
-        choice: args.source,
-        powercap_root: args.powercap_root.clone(),
-        perf_root: args.perf_root.clone(),
+        choice: args.source.unwrap_or(SourceChoice::Auto),
+        powercap_root: args
+            .powercap_root
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(crate::sources::powercap::DEFAULT_ROOT)),
+        perf_root: args
+            .perf_root
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(crate::sources::perf::DEFAULT_ROOT)),
         perf_counters_from: args.perf_counters_from.clone(),
         model_watts: args.model_watts.map(|m| (m.idle_w, m.max_w)),
         nvml_lib: (!args.no_gpu).then(|| {

@@ -62,9 +62,10 @@ pub enum Command {
     /// `cg-trace completions bash > /usr/share/bash-completion/completions/cg-trace`
     /// (the install script places them)
     Completions(CompletionsArgs),
-    /// Print the man page (roff) on stdout: `cg-trace man-page | man -l -`
+    /// Print the man page (roff) on stdout: `cg-trace man-page | man -l -`; with a
+    /// subcommand, its own page (cg-trace-diff(1): `cg-trace man-page diff`)
     #[command(hide = true)]
-    ManPage,
+    ManPage(ManPageArgs),
     /// Compare two reports: the change in energy and CPU time of the targets, the whole
     /// machine, per domain, process group and function; with --repeat runs on both sides, a
     /// Mann-Whitney U test per row. Exits 3 on a regression of what --gate names (default:
@@ -126,6 +127,9 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub duration: Option<Duration>,
 
+    #[command(flatten)]
+    pub sources: SourceArgs,
+
     /// Benchmark (`cargo xtask bench --serve`): simulate DAYS of process churn through the
     /// accounting code, print the memory at checkpoints and the time of a scrape; traces
     /// nothing
@@ -146,6 +150,19 @@ fn parse_grace(s: &str) -> Result<f64, String> {
         Ok(v) if v.is_finite() && (0.0..=86_400.0 * 30.0).contains(&v) => Ok(v),
         _ => Err(format!("{s:?}: seconds from 0 to 2592000 (30 days)")),
     }
+}
+
+/// Options of `cg-trace man-page`.
+#[derive(Debug, Args)]
+pub struct ManPageArgs {
+    /// The subcommand whose page to print (cg-trace-SUBCOMMAND(1)); none: cg-trace(1)
+    #[arg(value_name = "SUBCOMMAND")]
+    pub subcommand: Option<String>,
+
+    /// Print the file names of all the pages instead, one a line (cg-trace.1,
+    /// cg-trace-diff.1, ...)
+    #[arg(long, conflicts_with = "subcommand")]
+    pub list: bool,
 }
 
 /// Options of `cg-trace completions`.
@@ -245,12 +262,123 @@ pub enum DiffFormat {
     Html,
 }
 
-/// Options of `cg-trace sources` (the source options, such as --powercap-root, apply too).
+/// Options of `cg-trace sources`.
 #[derive(Debug, Args)]
 pub struct SourcesArgs {
     /// Print JSON (for scripts) instead of a table
     #[arg(long)]
     pub json: bool,
+
+    #[command(flatten)]
+    pub sources: SourceArgs,
+}
+
+/// The options that choose and configure the energy sources: those of a tracing run, `top`,
+/// `sources` and `serve` (not of `diff`, `report`, ...). They may also come before the
+/// subcommand (`cg-trace --source model top`): [`SourceArgs::after`] joins the two places.
+/// No defaults here, so that "not given" is seen; `app::source_options` applies them.
+#[derive(Clone, Debug, Default, Args)]
+#[command(next_help_heading = "Energy sources")]
+pub struct SourceArgs {
+    /// Energy source of the CPUs and the machine: auto (the default) prefers a measured
+    /// source (perf, then powercap) and falls back to the model; NVIDIA GPUs are added when
+    /// found
+    #[arg(long, value_enum)]
+    pub source: Option<SourceChoice>,
+
+    /// Root of the powercap tree (default: /sys/class/powercap; a host can expose its RAPL
+    /// zones to a VM this way)
+    #[arg(long, value_name = "DIR")]
+    pub powercap_root: Option<PathBuf>,
+
+    /// Where the perf event sources are listed, the RAPL `power` and `power_core` PMUs
+    /// (default: /sys/bus/event_source/devices)
+    #[arg(long, value_name = "DIR")]
+    pub perf_root: Option<PathBuf>,
+
+    /// Tests and benchmarks: read the perf counters from files DIR/<pmu>/<event>/cpu<N>
+    /// (8-byte counts) instead of opening perf events
+    #[arg(long, value_name = "DIR", hide = true)]
+    pub perf_counters_from: Option<PathBuf>,
+
+    /// The NVML library to load for NVIDIA GPUs (default: libnvidia-ml.so.1, and no GPU source
+    /// when it is missing; a library named here must work)
+    #[arg(long, value_name = "FILE", conflicts_with = "no_gpu")]
+    pub nvml_lib: Option<PathBuf>,
+
+    /// Do not measure NVIDIA GPUs
+    #[arg(long)]
+    pub no_gpu: bool,
+
+    /// Where cg-trace keeps what it learns about this machine between runs (each GPU's rest
+    /// power, its idle baseline) (default: /var/lib/cg-trace as root, else
+    /// $XDG_STATE_HOME/cg-trace)
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+
+    /// A power meter's log (CSV `time,id,pm1,pm2,sum` or `time,watts`), followed while it
+    /// grows: the energy of the whole machine, with RAPL and GPU domains nested inside it
+    #[arg(long, value_name = "FILE")]
+    pub power_log: Option<PathBuf>,
+
+    /// Power model of the whole machine, idle and fully busy, in watts (estimated figures)
+    #[arg(long, value_name = "IDLE:MAX", value_parser = parse_model_watts)]
+    pub model_watts: Option<ModelWatts>,
+}
+
+impl SourceArgs {
+    /// The options given after a subcommand, with those given before it added; one given in
+    /// both places is an error (as clap refuses an option given twice).
+    pub fn after(self, before: &SourceArgs) -> Result<SourceArgs, String> {
+        fn join<T: Clone>(
+            after: Option<T>,
+            before: &Option<T>,
+            name: &str,
+        ) -> Result<Option<T>, String> {
+            match (after, before) {
+                (Some(_), Some(_)) => Err(format!(
+                    "{name} was given both before and after the subcommand: give it once"
+                )),
+                (after, before) => Ok(after.or_else(|| before.clone())),
+            }
+        }
+        let joined = SourceArgs {
+            source: join(self.source, &before.source, "--source")?,
+            powercap_root: join(self.powercap_root, &before.powercap_root, "--powercap-root")?,
+            perf_root: join(self.perf_root, &before.perf_root, "--perf-root")?,
+            perf_counters_from: join(
+                self.perf_counters_from,
+                &before.perf_counters_from,
+                "--perf-counters-from",
+            )?,
+            nvml_lib: join(self.nvml_lib, &before.nvml_lib, "--nvml-lib")?,
+            no_gpu: self.no_gpu || before.no_gpu,
+            state_dir: join(self.state_dir, &before.state_dir, "--state-dir")?,
+            power_log: join(self.power_log, &before.power_log, "--power-log")?,
+            model_watts: join(self.model_watts, &before.model_watts, "--model-watts")?,
+        };
+        if joined.no_gpu && joined.nvml_lib.is_some() {
+            return Err("--nvml-lib and --no-gpu cannot be used together".into());
+        }
+        Ok(joined)
+    }
+
+    /// The first source option given, for the subcommands that take none.
+    pub fn first_given(&self) -> Option<&'static str> {
+        [
+            (self.source.is_some(), "--source"),
+            (self.powercap_root.is_some(), "--powercap-root"),
+            (self.perf_root.is_some(), "--perf-root"),
+            (self.perf_counters_from.is_some(), "--perf-counters-from"),
+            (self.nvml_lib.is_some(), "--nvml-lib"),
+            (self.no_gpu, "--no-gpu"),
+            (self.state_dir.is_some(), "--state-dir"),
+            (self.power_log.is_some(), "--power-log"),
+            (self.model_watts.is_some(), "--model-watts"),
+        ]
+        .into_iter()
+        .find_map(|(given, name)| given.then_some(name))
+    }
 }
 
 /// Options of a tracing run.
@@ -293,48 +421,6 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub duration: Option<Duration>,
 
-    /// Energy source of the CPUs and the machine: auto prefers a measured source (perf, then
-    /// powercap) and falls back to the model; NVIDIA GPUs are added when found
-    #[arg(long, value_enum, default_value_t = SourceChoice::Auto, global = true)]
-    pub source: SourceChoice,
-
-    /// Root of the powercap tree (a host can expose its RAPL zones to a VM this way)
-    #[arg(long, value_name = "DIR", default_value = crate::sources::powercap::DEFAULT_ROOT, global = true)]
-    pub powercap_root: PathBuf,
-
-    /// Where the perf event sources are listed (the RAPL `power` and `power_core` PMUs)
-    #[arg(long, value_name = "DIR", default_value = crate::sources::perf::DEFAULT_ROOT, global = true)]
-    pub perf_root: PathBuf,
-
-    /// Tests and benchmarks: read the perf counters from files DIR/<pmu>/<event>/cpu<N>
-    /// (8-byte counts) instead of opening perf events
-    #[arg(long, value_name = "DIR", hide = true, global = true)]
-    pub perf_counters_from: Option<PathBuf>,
-
-    /// The NVML library to load for NVIDIA GPUs (default: libnvidia-ml.so.1, and no GPU source
-    /// when it is missing; a library named here must work)
-    #[arg(long, value_name = "FILE", global = true, conflicts_with = "no_gpu")]
-    pub nvml_lib: Option<PathBuf>,
-
-    /// Do not measure NVIDIA GPUs
-    #[arg(long, global = true)]
-    pub no_gpu: bool,
-
-    /// Where cg-trace keeps what it learns about this machine between runs (each GPU's rest
-    /// power, its idle baseline) [default: /var/lib/cg-trace as root, else
-    /// $XDG_STATE_HOME/cg-trace]
-    #[arg(long, value_name = "DIR", global = true)]
-    pub state_dir: Option<PathBuf>,
-
-    /// A power meter's log (CSV `time,id,pm1,pm2,sum` or `time,watts`), followed while it
-    /// grows: the energy of the whole machine, with RAPL and GPU domains nested inside it
-    #[arg(long, value_name = "FILE", global = true)]
-    pub power_log: Option<PathBuf>,
-
-    /// Power model of the whole machine, idle and fully busy, in watts (estimated figures)
-    #[arg(long, value_name = "IDLE:MAX", value_parser = parse_model_watts, global = true)]
-    pub model_watts: Option<ModelWatts>,
-
     /// Idle baseline in watts: one figure for a single top-level domain, or DOMAIN=W,...
     /// (default: estimated from the run, see the report's meta.idle_baseline)
     #[arg(long, value_name = "W|DOMAIN=W,...", value_parser = parse_idle_watts)]
@@ -371,6 +457,10 @@ pub struct RunArgs {
     /// what merely having a program on that hook costs
     #[arg(long, hide = true)]
     pub bench_noop_probes: bool,
+
+    // Each of these three sets a help heading of its own, for what follows too.
+    #[command(flatten)]
+    pub sources: SourceArgs,
 
     #[command(flatten)]
     pub repeat: RepeatArgs,
@@ -600,7 +690,7 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
+    use clap::{CommandFactory as _, Parser};
 
     use super::*;
 
@@ -667,12 +757,19 @@ mod tests {
     fn sources_is_a_subcommand_and_takes_the_source_options() {
         let cli = parse(&["sources", "--json", "--powercap-root", "/x"]).unwrap();
         match cli.subcommand {
-            Some(Command::Sources(args)) => assert!(args.json),
+            Some(Command::Sources(args)) => {
+                assert!(args.json);
+                assert_eq!(args.sources.powercap_root, Some(PathBuf::from("/x")));
+            }
             other => panic!("{other:?}"),
         }
-        assert_eq!(cli.run.powercap_root, PathBuf::from("/x"));
+        // Before the subcommand, they reach it too.
         let cli = parse(&["--power-log", "p.csv", "sources"]).unwrap();
-        assert_eq!(cli.run.power_log, Some(PathBuf::from("p.csv")));
+        let Some(Command::Sources(args)) = cli.subcommand else {
+            panic!("not sources");
+        };
+        let joined = args.sources.after(&cli.run.sources).unwrap();
+        assert_eq!(joined.power_log, Some(PathBuf::from("p.csv")));
         // A command named `sources` is still run after `--`.
         let cli = parse(&["--", "sources", "--json"]).unwrap();
         assert!(cli.subcommand.is_none());
@@ -681,8 +778,12 @@ mod tests {
         assert!(parse(&["--all", "--no-gpu"]).unwrap().subcommand.is_none());
         assert_eq!(parse(&["--pid", "7"]).unwrap().run.pid, [7]);
         assert_eq!(
-            parse(&["--source", "perf", "--all"]).unwrap().run.source,
-            SourceChoice::Perf
+            parse(&["--source", "perf", "--all"])
+                .unwrap()
+                .run
+                .sources
+                .source,
+            Some(SourceChoice::Perf)
         );
     }
 
@@ -702,15 +803,17 @@ mod tests {
         assert_eq!(cli.run.command, ["top", "-b"]);
         let cli = parse(&["top", "--pid", "42"]).unwrap();
         assert!(matches!(cli.subcommand, Some(Command::Top(ref a)) if a.pid == [42]));
-        // The source options are global: given before `top`, they reach it too (the app
-        // refuses other options before `top`).
+        // The source options given before `top` reach it too (the app refuses other options
+        // before `top`).
         let cli = parse(&["--source", "model", "top"]).unwrap();
-        assert!(
-            matches!(cli.subcommand, Some(Command::Top(ref a)) if a.source == SourceChoice::Model)
-        );
+        let Some(Command::Top(ref args)) = cli.subcommand else {
+            panic!("not top");
+        };
+        let joined = args.sources.clone().after(&cli.run.sources).unwrap();
+        assert_eq!(joined.source, Some(SourceChoice::Model));
         let cli = parse(&["top", "--power-log", "p.csv"]).unwrap();
         assert!(
-            matches!(cli.subcommand, Some(Command::Top(ref a)) if a.power_log == Some(PathBuf::from("p.csv")))
+            matches!(cli.subcommand, Some(Command::Top(ref a)) if a.sources.power_log == Some(PathBuf::from("p.csv")))
         );
         let cli = parse(&["--tui", "--command-output", "out.txt", "--", "make"]).unwrap();
         assert!(cli.run.view.tui);
@@ -849,7 +952,14 @@ mod tests {
         assert!(parse(&["completions", "tcsh"]).is_err());
         assert!(matches!(
             parse(&["man-page"]).unwrap().subcommand,
-            Some(Command::ManPage)
+            Some(Command::ManPage(ManPageArgs {
+                subcommand: None,
+                list: false
+            }))
+        ));
+        assert!(matches!(
+            parse(&["man-page", "diff"]).unwrap().subcommand,
+            Some(Command::ManPage(ManPageArgs { subcommand: Some(ref s), .. })) if s == "diff"
         ));
         // A command named `completions` is still run after `--`.
         assert_eq!(
@@ -976,6 +1086,125 @@ mod tests {
         assert!(parse(&["report", "run.json"]).is_err());
         let run = parse(&["--html", "r.html", "--", "true"]).unwrap();
         assert_eq!(run.run.html, Some(PathBuf::from("r.html")));
+    }
+
+    #[test]
+    fn source_options_join_before_and_after_a_subcommand_once() {
+        let sources = |args: &[&str]| match parse(args).unwrap() {
+            Cli {
+                subcommand: Some(Command::Serve(serve)),
+                run,
+            } => serve.sources.after(&run.sources),
+            other => panic!("{other:?}"),
+        };
+        let joined = sources(&[
+            "--source",
+            "model",
+            "--no-gpu",
+            "serve",
+            "--perf-root",
+            "/p",
+        ])
+        .unwrap();
+        assert_eq!(joined.source, Some(SourceChoice::Model));
+        assert_eq!(joined.perf_root, Some(PathBuf::from("/p")));
+        assert!(joined.no_gpu);
+        let twice = sources(&["--source", "model", "serve", "--source", "perf"]).unwrap_err();
+        assert!(
+            twice.contains("--source was given both before and after"),
+            "{twice}"
+        );
+        let clash = sources(&["--no-gpu", "serve", "--nvml-lib", "x.so"]).unwrap_err();
+        assert!(clash.contains("--nvml-lib and --no-gpu"), "{clash}");
+        // Nothing given: nothing set, the defaults are the app's.
+        let none = sources(&["serve"]).unwrap();
+        assert!(none.first_given().is_none() && none.source.is_none());
+    }
+
+    /// The `--help` text of a subcommand.
+    fn help_of(subcommand: &str) -> String {
+        let mut command = Cli::command();
+        command.build();
+        let sub = command
+            .find_subcommand_mut(subcommand)
+            .unwrap_or_else(|| panic!("no subcommand {subcommand}"));
+        sub.render_long_help().to_string()
+    }
+
+    #[test]
+    fn diff_and_report_list_only_their_own_options() {
+        let source_options = [
+            "--source",
+            "--powercap-root",
+            "--perf-root",
+            "--nvml-lib",
+            "--no-gpu",
+            "--power-log",
+            "--model-watts",
+        ];
+        for subcommand in ["diff", "report", "completions"] {
+            let help = help_of(subcommand);
+            for option in source_options {
+                assert!(
+                    !help.contains(option),
+                    "`{subcommand} --help` lists {option}:\n{help}"
+                );
+            }
+        }
+        assert!(help_of("diff").contains("--max-increase"));
+        assert!(help_of("report").contains("--output"));
+        for subcommand in ["sources", "top", "serve"] {
+            let help = help_of(subcommand);
+            for option in source_options {
+                assert!(
+                    help.contains(option),
+                    "`{subcommand} --help` lacks {option}:\n{help}"
+                );
+            }
+        }
+        // Given to them anyway, they are refused.
+        assert!(parse(&["diff", "a.json", "b.json", "--source", "model"]).is_err());
+        assert!(parse(&["report", "r.json", "-o", "r.html", "--powercap-root", "/x"]).is_err());
+    }
+
+    #[test]
+    fn the_readme_options_table_has_every_visible_option_of_a_run() {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+            .expect("README.md at the workspace root");
+        let table: Vec<&str> = readme
+            .lines()
+            .skip_while(|l| !l.starts_with("| option | default | meaning |"))
+            .take_while(|l| l.starts_with('|'))
+            .collect();
+        assert!(table.len() > 10, "no options table in README.md");
+        // The first cell of each row: `-p`, `--pid PID[,PID...]` and the like.
+        let cells: Vec<&str> = table
+            .iter()
+            .filter_map(|row| row.split(" | ").next())
+            .collect();
+        let names_option = |name: &str| {
+            cells.iter().any(|cell| {
+                cell.match_indices(name).any(|(at, _)| {
+                    !cell[at + name.len()..]
+                        .starts_with(|c: char| c.is_ascii_alphanumeric() || c == '-')
+                })
+            })
+        };
+        let mut command = Cli::command();
+        command.build();
+        let mut missing = Vec::new();
+        for arg in command.get_arguments().filter(|a| !a.is_hide_set()) {
+            if matches!(arg.get_id().as_str(), "help" | "version") {
+                continue;
+            }
+            let long = arg.get_long().map(|l| format!("--{l}"));
+            let short = arg.get_short().map(|s| format!("-{s}"));
+            missing.extend(long.into_iter().chain(short).filter(|n| !names_option(n)));
+        }
+        assert!(
+            missing.is_empty(),
+            "README.md's options table lacks {missing:?}"
+        );
     }
 
     #[test]

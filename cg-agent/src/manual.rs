@@ -1,6 +1,7 @@
-//! Shell completions and the man page, generated from the clap definitions in [`crate::cli`]
-//! (`cg-trace completions SHELL`, `cg-trace man-page`), so that neither can drift from the
-//! options the binary takes. `cargo xtask dist` puts both in the release tarball.
+//! Shell completions and the man pages, generated from the clap definitions in [`crate::cli`]
+//! (`cg-trace completions SHELL`, `cg-trace man-page [SUBCOMMAND]`), so that neither can
+//! drift from the options the binary takes. Both leave out the hidden options and
+//! subcommands (benchmarks, tests). `cargo xtask dist` puts them in the release tarball.
 
 use std::io::{self, Write};
 
@@ -10,7 +11,33 @@ use crate::cli::{Cli, EXAMPLES};
 
 /// Writes the completion script for `shell`.
 pub fn completions(shell: clap_complete::Shell, out: &mut dyn Write) {
-    clap_complete::generate(shell, &mut Cli::command(), "cg-trace", out);
+    clap_complete::generate(shell, &mut visible(&Cli::command()), "cg-trace", out);
+}
+
+/// `command` (not yet built) without its hidden options and subcommands: clap_complete
+/// offers every option it is given, hidden or not, and clap cannot remove one, so the
+/// command is made anew from the visible parts.
+fn visible(command: &clap::Command) -> clap::Command {
+    let mut shown = clap::Command::new(command.get_name().to_owned())
+        .args(
+            command
+                .get_arguments()
+                .filter(|a| !a.is_hide_set())
+                .cloned(),
+        )
+        .subcommands(
+            command
+                .get_subcommands()
+                .filter(|s| !s.is_hide_set())
+                .map(visible),
+        );
+    if let Some(about) = command.get_about() {
+        shown = shown.about(about.clone());
+    }
+    if let Some(version) = command.get_version() {
+        shown = shown.version(version.to_owned());
+    }
+    shown
 }
 
 /// Text for a roff page: backslashes and leading control characters escaped, `-` as a
@@ -92,12 +119,74 @@ const EXTRA_SECTIONS: &[(&str, &[(&str, &str)])] = &[
     ),
 ];
 
-/// Writes the man page (roff, section 1).
-pub fn man_page(out: &mut dyn Write) -> io::Result<()> {
-    let man = clap_mangen::Man::new(Cli::command())
+/// The command the man pages describe, built (bin and display names set), without the `help`
+/// subcommand (`--help` is on every page).
+fn paged_command() -> clap::Command {
+    let mut command = Cli::command().disable_help_subcommand(true);
+    command.build();
+    command
+}
+
+/// The file names of the pages: `cg-trace.1`, then `cg-trace-SUBCOMMAND.1` for each
+/// subcommand that is not hidden (the main page refers to each as cg-trace-SUBCOMMAND(1)).
+pub fn page_names() -> Vec<String> {
+    let command = paged_command();
+    std::iter::once("cg-trace.1".to_string())
+        .chain(
+            command
+                .get_subcommands()
+                .filter(|s| !s.is_hide_set())
+                .map(|s| format!("cg-trace-{}.1", s.get_name())),
+        )
+        .collect()
+}
+
+fn man(command: clap::Command) -> clap_mangen::Man {
+    clap_mangen::Man::new(command)
         .section("1")
         .manual("User Commands")
-        .source(concat!("cg-trace ", env!("CARGO_PKG_VERSION")));
+        .source(concat!("cg-trace ", env!("CARGO_PKG_VERSION")))
+}
+
+/// Writes the man page (roff, section 1) of cg-trace, or of one of its subcommands.
+pub fn man_page(subcommand: Option<&str>, out: &mut dyn Write) -> io::Result<()> {
+    let command = paged_command();
+    let Some(name) = subcommand else {
+        return main_page(command, out);
+    };
+    let Some(sub) = command
+        .get_subcommands()
+        .find(|s| s.get_name() == name && !s.is_hide_set())
+    else {
+        let names: Vec<String> = command
+            .get_subcommands()
+            .filter(|s| !s.is_hide_set())
+            .map(|s| s.get_name().to_string())
+            .collect();
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!(
+                "no page for {:?}: give one of {} (or nothing for cg-trace(1))",
+                crate::printable::printable(name),
+                names.join(", ")
+            ),
+        ));
+    };
+    let man = man(sub.clone());
+    man.render_title(out)?;
+    man.render_name_section(out)?;
+    man.render_synopsis_section(out)?;
+    man.render_description_section(out)?;
+    man.render_options_section(out)?;
+    write!(
+        out,
+        ".SH \"SEE ALSO\"\n\\fBcg\\-trace\\fR(1): the tracing options, exit statuses, \
+         environment and privileges\n"
+    )
+}
+
+fn main_page(command: clap::Command, out: &mut dyn Write) -> io::Result<()> {
+    let man = man(command);
     man.render_title(out)?;
     man.render_name_section(out)?;
     man.render_synopsis_section(out)?;
@@ -127,11 +216,19 @@ pub fn print_completions(shell: clap_complete::Shell) -> i32 {
     write_stdout(&buffer)
 }
 
-/// `cg-trace man-page`: the page on stdout; the exit code.
-pub fn print_man_page() -> i32 {
+/// `cg-trace man-page [SUBCOMMAND]`: the page on stdout (`--list`: the pages' file names);
+/// the exit code.
+pub fn print_man_page(args: &crate::cli::ManPageArgs) -> i32 {
+    if args.list {
+        return write_stdout(format!("{}\n", page_names().join("\n")).as_bytes());
+    }
     let mut buffer = Vec::new();
-    match man_page(&mut buffer) {
+    match man_page(args.subcommand.as_deref(), &mut buffer) {
         Ok(()) => write_stdout(&buffer),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => {
+            eprintln!("cg-trace: man-page: {err}");
+            2
+        }
         Err(err) => {
             eprintln!("cg-trace: the man page: {err}");
             1
@@ -177,10 +274,115 @@ mod tests {
         }
     }
 
+    /// The script `completions` writes for `shell`.
+    fn script(shell: clap_complete::Shell) -> String {
+        let mut out = Vec::new();
+        completions(shell, &mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn completions_leave_out_the_hidden_options_and_subcommands() {
+        let mut command = Cli::command();
+        command.build();
+        let mut hidden: Vec<String> = Vec::new();
+        let mut shown: Vec<String> = Vec::new();
+        let mut commands = vec![&command];
+        while let Some(c) = commands.pop() {
+            for arg in c
+                .get_arguments()
+                .filter_map(|a| Some((a.get_long()?, a.is_hide_set())))
+            {
+                let list = if arg.1 { &mut hidden } else { &mut shown };
+                list.push(arg.0.to_string());
+            }
+            commands.extend(c.get_subcommands());
+        }
+        // The flags the issue named are among them: this test sees what it must.
+        for flag in [
+            "bench-noop-probes",
+            "bench-churn",
+            "bench-symbolize",
+            "perf-counters-from",
+        ] {
+            assert!(hidden.iter().any(|h| h == flag), "{flag} is not hidden");
+        }
+        for shell in [
+            clap_complete::Shell::Bash,
+            clap_complete::Shell::Zsh,
+            clap_complete::Shell::Fish,
+        ] {
+            let text = script(shell);
+            for flag in &hidden {
+                assert!(
+                    !text.contains(flag.as_str()),
+                    "{shell} offers the hidden --{flag}"
+                );
+            }
+            assert!(
+                !text.contains("man-page"),
+                "{shell} offers the hidden man-page"
+            );
+            for flag in &shown {
+                assert!(text.contains(flag.as_str()), "{shell} lacks --{flag}");
+            }
+        }
+    }
+
+    /// Every `cg-trace…(1)` a page names.
+    fn cg_trace_references(page: &str) -> Vec<String> {
+        let text = page
+            .replace("\\-", "-")
+            .replace("\\fB", "")
+            .replace("\\fR", "");
+        let mut found = Vec::new();
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find("cg-trace") {
+            let tail = &rest[at..];
+            let name_len = tail
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+                .unwrap_or(tail.len());
+            if tail[name_len..].starts_with("(1)") {
+                found.push(format!("{}.1", &tail[..name_len]));
+            }
+            rest = &tail[name_len..];
+        }
+        found
+    }
+
+    #[test]
+    fn every_page_a_page_refers_to_is_generated() {
+        let names = page_names();
+        assert!(names.len() >= 6, "{names:?}");
+        let mut referred = 0;
+        for name in &names {
+            let subcommand = name
+                .strip_prefix("cg-trace-")
+                .and_then(|n| n.strip_suffix(".1"));
+            let mut out = Vec::new();
+            man_page(subcommand, &mut out).unwrap();
+            let page = String::from_utf8(out).unwrap();
+            let title = name.trim_end_matches(".1");
+            assert!(page.contains(&format!(".TH {title} 1")), "{name}: {page}");
+            for reference in cg_trace_references(&page) {
+                assert!(
+                    names.contains(&reference),
+                    "{name} refers to {reference}, not generated"
+                );
+                referred += 1;
+            }
+        }
+        // The main page names each subcommand's page, and each of those names cg-trace(1).
+        assert!(referred >= 2 * (names.len() - 1), "{referred}");
+        let mut out = Vec::new();
+        let err = man_page(Some("man-page"), &mut out).unwrap_err();
+        assert!(err.to_string().contains("give one of sources"), "{err}");
+    }
+
     #[test]
     fn the_man_page_has_the_options_and_the_extra_sections() {
         let mut out = Vec::new();
-        man_page(&mut out).unwrap();
+        man_page(None, &mut out).unwrap();
         let page = String::from_utf8(out).unwrap();
         for needle in [
             ".TH cg-trace 1",

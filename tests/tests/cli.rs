@@ -220,7 +220,12 @@ fn bash_complete(script: &std::path::Path, words: &[&str]) -> Vec<String> {
         .output()
         .expect("bash");
     assert!(out.status.success(), "{}", text(&out.stderr));
-    text(&out.stdout).lines().map(str::to_string).collect()
+    // An empty COMPREPLY prints one empty line.
+    text(&out.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 #[test]
@@ -246,21 +251,31 @@ fn completions_for_bash_zsh_and_fish_come_from_the_options() {
     let fish = text(&cg(&["completions", "fish"], &[]).stdout);
     assert!(fish.contains("complete -c cg-trace"), "{fish}");
     assert!(fish.contains("sample-hz"));
+    // The hidden options (benchmarks, tests) and the hidden man-page are not offered.
+    let bash_text = std::fs::read_to_string(&bash).unwrap();
+    for (shell, script) in [("bash", &bash_text), ("zsh", &zsh), ("fish", &fish)] {
+        for hidden in ["--bench-", "bench-noop", "perf-counters-from", "man-page"] {
+            assert!(
+                !script.contains(hidden),
+                "{shell} completion offers {hidden}"
+            );
+        }
+    }
+    assert!(bash_complete(&bash, &["cg-trace", "--bench"]).is_empty());
+    assert_eq!(
+        bash_complete(&bash, &["cg-trace", "--perf"]),
+        ["--perf-root"]
+    );
     // A shell we do not know is bad usage.
     assert_eq!(cg(&["completions", "tcsh"], &[]).status.code(), Some(2));
 }
 
-#[test]
-fn the_man_page_renders_and_documents_the_main_options() {
-    let dir = tempfile::tempdir().unwrap();
-    let page = dir.path().join("cg-trace.1");
-    let out = cg(&["man-page"], &[]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    std::fs::write(&page, &out.stdout).unwrap();
-    // man -l renders a file as man(1) would (warnings from groff on stderr fail the test).
+/// `page` as `man -l` shows it (groff's warnings on stderr fail the test), without the
+/// overstrikes of bold and underline.
+fn rendered(page: &std::path::Path) -> String {
     let rendered = Command::new("man")
         .arg("-l")
-        .arg(&page)
+        .arg(page)
         .env("MANWIDTH", "100")
         .env("MANPAGER", "cat")
         .env("MAN_KEEP_FORMATTING", "0")
@@ -277,6 +292,17 @@ fn the_man_page_renders_and_documents_the_main_options() {
             shown.push(c);
         }
     }
+    shown
+}
+
+#[test]
+fn the_man_page_renders_and_documents_the_main_options() {
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("cg-trace.1");
+    let out = cg(&["man-page"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    std::fs::write(&page, &out.stdout).unwrap();
+    let shown = rendered(&page);
     for needle in [
         "NAME",
         "SYNOPSIS",
@@ -340,4 +366,151 @@ fn quiet_is_quiet_with_repeat_and_a_csv_report() {
     assert_eq!(quiet.code(), Some(0), "{}", quiet.stderr());
     assert_eq!(quiet.stderr(), "", "-q printed more than errors");
     assert!(std::fs::metadata(&csv).unwrap().len() > 0);
+}
+
+/// The `cg-trace…(N)` pages a rendered man page names.
+fn pages_named(shown: &str) -> Vec<String> {
+    let mut named = Vec::new();
+    for (at, _) in shown.match_indices("cg-trace") {
+        let tail = &shown[at..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+            .unwrap_or(tail.len());
+        if let Some(section) = tail[end..]
+            .strip_prefix('(')
+            .and_then(|rest| rest.split(')').next())
+        {
+            named.push(format!("{}.{section}", &tail[..end]));
+        }
+    }
+    named
+}
+
+#[test]
+fn every_man_page_a_page_refers_to_is_generated_and_renders() {
+    let out = cg(&["man-page", "--list"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let pages: Vec<String> = text(&out.stdout).lines().map(str::to_string).collect();
+    for expected in [
+        "cg-trace.1",
+        "cg-trace-diff.1",
+        "cg-trace-report.1",
+        "cg-trace-top.1",
+    ] {
+        assert!(
+            pages.iter().any(|p| p == expected),
+            "{expected} not in {pages:?}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut references = 0;
+    for name in &pages {
+        let subcommand = name
+            .strip_prefix("cg-trace-")
+            .and_then(|n| n.strip_suffix(".1"));
+        let args: Vec<&str> = std::iter::once("man-page").chain(subcommand).collect();
+        let out = cg(&args, &[]);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        let page = dir.path().join(name);
+        std::fs::write(&page, &out.stdout).unwrap();
+        let shown = rendered(&page);
+        for named in pages_named(&shown) {
+            assert!(
+                pages.contains(&named),
+                "{name} refers to {named}, which is not generated"
+            );
+            references += 1;
+        }
+    }
+    // The main page names each subcommand's page; each of those names cg-trace(1).
+    assert!(
+        references >= 2 * (pages.len() - 1),
+        "{references} references"
+    );
+    // A page that does not exist is bad usage, said with the ones that do.
+    let out = cg(&["man-page", "nosuch"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("give one of sources"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn diff_and_report_show_and_take_only_their_own_options() {
+    let source_options = [
+        "--source",
+        "--powercap-root",
+        "--power-log",
+        "--model-watts",
+        "--no-gpu",
+    ];
+    for subcommand in ["diff", "report"] {
+        let out = cg(&[subcommand, "--help"], &[]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let help = text(&out.stdout);
+        for option in source_options {
+            assert!(
+                !help.contains(option),
+                "`{subcommand} --help` lists {option}:\n{help}"
+            );
+        }
+    }
+    for subcommand in ["sources", "top", "serve"] {
+        let help = text(&cg(&[subcommand, "--help"], &[]).stdout);
+        for option in source_options {
+            assert!(
+                help.contains(option),
+                "`{subcommand} --help` lacks {option}:\n{help}"
+            );
+        }
+    }
+    // Given anyway, after or before the subcommand: bad usage, said.
+    let out = cg(&["diff", "a.json", "b.json", "--source", "model"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = cg(
+        &["--power-log", "p.csv", "report", "r.json", "-o", "r.html"],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--power-log is a run option, not one of `report`"),
+        "{}",
+        text(&out.stderr)
+    );
+    // What README documents still works: the source options before `sources` (and `top`).
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("powercap");
+    std::fs::create_dir_all(root.join("intel-rapl:0")).unwrap();
+    std::fs::write(root.join("intel-rapl:0/name"), "package-0\n").unwrap();
+    for args in [
+        [
+            "--powercap-root",
+            root.to_str().unwrap(),
+            "sources",
+            "--json",
+        ],
+        [
+            "sources",
+            "--json",
+            "--powercap-root",
+            root.to_str().unwrap(),
+        ],
+    ] {
+        let out = cg(&args, &[]);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        assert!(
+            text(&out.stdout).contains(root.to_str().unwrap()),
+            "{args:?}: {}",
+            text(&out.stdout)
+        );
+    }
+    let out = cg(&["--source", "model", "sources", "--source", "perf"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("given both before and after"),
+        "{}",
+        text(&out.stderr)
+    );
 }

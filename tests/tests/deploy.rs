@@ -665,9 +665,12 @@ fn the_containerfile_installs_the_dist_tarball_where_its_runtime_stage_copies_fr
         if let Some(copy) = step.strip_prefix("COPY --from=unpack ") {
             let (source, dest) = copy.split_once(' ').unwrap();
             let source = substitute(source);
+            // A file, or a folder whose files are copied (the man pages).
+            let source = Path::new(&source);
             assert!(
-                Path::new(&source).is_file(),
-                "COPY --from=unpack {source}: missing"
+                source.is_file() || fs::read_dir(source).is_ok_and(|mut d| d.next().is_some()),
+                "COPY --from=unpack {}: missing or empty",
+                source.display()
             );
             copied.push(dest.trim().to_owned());
         }

@@ -102,6 +102,7 @@ fn the_tarball_installs_and_runs_without_a_toolchain() {
         "README.md",
         "SHA256SUMS",
         "share/man/man1/cg-trace.1",
+        "share/man/man1/cg-trace-diff.1",
     ] {
         assert!(top.join(file).is_file(), "the tarball lacks {file}");
     }
@@ -140,6 +141,7 @@ fn the_tarball_installs_and_runs_without_a_toolchain() {
     }
     for file in [
         "share/man/man1/cg-trace.1",
+        "share/man/man1/cg-trace-serve.1",
         "share/bash-completion/completions/cg-trace",
         "share/zsh/site-functions/_cg-trace",
         "share/fish/vendor_completions.d/cg-trace.fish",

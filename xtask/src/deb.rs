@@ -1,14 +1,14 @@
 //! `cargo xtask deb`: the Debian package, through cargo-deb (`cargo install cargo-deb`; not
 //! installed by `setup`: the tarball of `dist` is the install that needs nothing). Builds the
-//! release binary, has it generate its man page and completions into `target/release/share/`
+//! release binary, has it generate its man pages and completions into `target/release/share/`
 //! (where `[package.metadata.deb]` in cg-agent/Cargo.toml takes them from), then packs
 //! `target/debian/cg-trace_VERSION-1_ARCH.deb`.
 
-use std::{fs, process::Command};
+use std::process::Command;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 
-use crate::{cargo, dist::GENERATED, root, status};
+use crate::{cargo, dist::write_generated, root, status};
 
 pub fn run(args: &[String]) -> Result<()> {
     if let Some(other) = args.first() {
@@ -23,20 +23,6 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     status(cargo().args(["build", "--release", "-p", "cg-agent", "--bin", "cg-trace"]))?;
     let release = root().join("target/release");
-    let binary = release.join("cg-trace");
-    for (args, relative) in GENERATED {
-        let output = Command::new(&binary)
-            .args(args)
-            .output()
-            .with_context(|| format!("running cg-trace {}", args.join(" ")))?;
-        if !output.status.success() || output.stdout.is_empty() {
-            bail!("cg-trace {} failed ({})", args.join(" "), output.status);
-        }
-        let path = release.join(relative);
-        if let Some(parent) = path.parent() {
-            fs::create_dir_all(parent)?;
-        }
-        fs::write(&path, &output.stdout)?;
-    }
+    write_generated(&release.join("cg-trace"), &release)?;
     status(cargo().args(["deb", "-p", "cg-agent", "--no-build"]))
 }

@@ -2,7 +2,7 @@
 //!
 //! `target/dist/cg-trace-VERSION-ARCH-linux.tar.gz` holds `bin/cg-trace` (the eBPF object
 //! embedded, as always; debug info stripped; checked to need nothing but glibc and GCC's
-//! libgcc_s), the completions and man page the binary generates (`share/...`, laid out as
+//! libgcc_s), the completions and man pages the binary generates (`share/...`, laid out as
 //! under a prefix), README.md, docs/report.md, `install.sh` and `SHA256SUMS` of those files;
 //! next to it, `….tar.gz.sha256` for `sha256sum -c` and `install.sh --checksum`.
 //!
@@ -22,9 +22,13 @@ use anyhow::{Context, Result, bail};
 
 use crate::{cargo, root, status};
 
-/// The files the binary generates (`cg-trace ARGS` on stdout), where they go under a prefix.
-pub const GENERATED: [(&[&str], &str); 4] = [
-    (&["man-page"], "share/man/man1/cg-trace.1"),
+/// Where the man pages go under a prefix: one a subcommand besides cg-trace.1, named by
+/// `cg-trace man-page --list`.
+const MAN_DIR: &str = "share/man/man1";
+
+/// The completions the binary generates (`cg-trace ARGS` on stdout), where they go under a
+/// prefix.
+const COMPLETIONS: [(&[&str], &str); 3] = [
     (
         &["completions", "bash"],
         "share/bash-completion/completions/cg-trace",
@@ -143,21 +147,7 @@ pub fn run(args: &[String]) -> Result<()> {
     fs::set_permissions(&staged_binary, fs::Permissions::from_mode(0o755))?;
     check_needed(&staged_binary)?;
 
-    for (args, relative) in GENERATED {
-        let output = Command::new(&staged_binary)
-            .args(args)
-            .output()
-            .with_context(|| format!("running cg-trace {}", args.join(" ")))?;
-        if !output.status.success() || output.stdout.is_empty() {
-            bail!(
-                "cg-trace {} failed ({}): {}",
-                args.join(" "),
-                output.status,
-                String::from_utf8_lossy(&output.stderr)
-            );
-        }
-        fs::write(file(relative)?, &output.stdout)?;
-    }
+    write_generated(&staged_binary, &stage)?;
     for relative in ["README.md", "docs/report.md"] {
         fs::copy(root().join(relative), file(relative)?)
             .with_context(|| format!("copying {relative}"))?;
@@ -234,6 +224,68 @@ pub fn run(args: &[String]) -> Result<()> {
         options.out.join(&tarball).display()
     );
     Ok(())
+}
+
+/// Has `binary` write its man pages and completions under `prefix` (`share/...`).
+pub fn write_generated(binary: &Path, prefix: &Path) -> Result<()> {
+    let list = generated_by(binary, &["man-page", "--list"])?;
+    let mut files: Vec<(Vec<String>, String)> = Vec::new();
+    for page in String::from_utf8_lossy(&list).lines() {
+        // A name we write a file under: cg-trace.1 or cg-trace-WORD.1, nothing else.
+        let subcommand = page
+            .strip_prefix("cg-trace-")
+            .and_then(|p| p.strip_suffix(".1"));
+        let args = match subcommand {
+            None if page == "cg-trace.1" => vec!["man-page".to_string()],
+            Some(word)
+                if !word.is_empty()
+                    && word.bytes().all(|b| b.is_ascii_lowercase() || b == b'-') =>
+            {
+                vec!["man-page".to_string(), word.to_string()]
+            }
+            _ => bail!("cg-trace man-page --list named {page:?}, not a page name"),
+        };
+        files.push((args, format!("{MAN_DIR}/{page}")));
+    }
+    if files.len() < 2 {
+        bail!(
+            "cg-trace man-page --list named {} page(s): expected one per subcommand",
+            files.len()
+        );
+    }
+    for (args, relative) in COMPLETIONS {
+        files.push((
+            args.iter().map(|a| a.to_string()).collect(),
+            relative.to_string(),
+        ));
+    }
+    for (args, relative) in files {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let path = prefix.join(relative);
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+        }
+        fs::write(&path, generated_by(binary, &args)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// What `binary ARGS` prints on stdout (it must succeed and print something).
+fn generated_by(binary: &Path, args: &[&str]) -> Result<Vec<u8>> {
+    let output = Command::new(binary)
+        .args(args)
+        .output()
+        .with_context(|| format!("running cg-trace {}", args.join(" ")))?;
+    if !output.status.success() || output.stdout.is_empty() {
+        bail!(
+            "cg-trace {} failed ({}): {}",
+            args.join(" "),
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(output.stdout)
 }
 
 /// The binary must need no shared library beyond glibc's and libgcc_s (`readelf -d`).

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Installs cg-trace from the unpacked release tarball this script sits in: the binary, the
-# shell completions and the man page, under a prefix (default /usr/local). Needs no Rust
+# shell completions and the man pages, under a prefix (default /usr/local). Needs no Rust
 # toolchain: only sh, install and sha256sum (coreutils). `cargo xtask dist` builds the
 # tarball and puts this script in it.
 #
@@ -61,7 +61,10 @@ fi
 
 install -d -m 0755 "$prefix/bin"
 install -m 0755 "$here/bin/cg-trace" "$prefix/bin/cg-trace"
-install -D -m 0644 "$here/share/man/man1/cg-trace.1" "$prefix/share/man/man1/cg-trace.1"
+install -d -m 0755 "$prefix/share/man/man1"
+for page in "$here"/share/man/man1/*.1; do
+    install -m 0644 "$page" "$prefix/share/man/man1/"
+done
 install -D -m 0644 "$here/share/bash-completion/completions/cg-trace" \
     "$prefix/share/bash-completion/completions/cg-trace"
 install -D -m 0644 "$here/share/zsh/site-functions/_cg-trace" \
@@ -70,7 +73,7 @@ install -D -m 0644 "$here/share/fish/vendor_completions.d/cg-trace.fish" \
     "$prefix/share/fish/vendor_completions.d/cg-trace.fish"
 
 echo "installed $prefix/bin/cg-trace"
-echo "  man page:    $prefix/share/man/man1/cg-trace.1"
+echo "  man pages:   $prefix/share/man/man1/cg-trace.1 (and cg-trace-SUBCOMMAND.1)"
 echo "  completions: $prefix/share/bash-completion/completions/cg-trace (bash),"
 echo "               $prefix/share/zsh/site-functions/_cg-trace (zsh),"
 echo "               $prefix/share/fish/vendor_completions.d/cg-trace.fish (fish)"

@@ -1,17 +1,20 @@
 //! `cargo xtask`: the project's own commands.
 //!
-//! - `setup`: installs what the build needs on a fresh machine: LLVM 22 dev files (apt),
-//!   nightly `rust-src`, bpf-linker built against LLVM 22, tmux, util-linux and sudo for tests, gcc
-//!   (the NVML stand-in and the C parts of a test workload), python3.11 for the Python tests,
-//!   cargo-fuzz and g++ (libFuzzer) for the fuzz targets.
-//! - `build`: setup, then builds the workspace (`--release` for an optimised binary).
-//! - `run`: setup, release build, then runs `cg-trace` with the arguments after `--`.
-//! - `test`: setup, rustfmt check, clippy (user space, then the eBPF crate with its own
+//! - `setup`: installs what building and testing need on a fresh machine, in two steps.
+//!   What building needs ([`BUILD_PACKAGES`], `setup --build` alone): LLVM 22 dev files
+//!   (apt), gcc, nightly `rust-src`, bpf-linker built against LLVM 22. What the tests,
+//!   benchmarks and fuzz targets add ([`TEST_PACKAGES`]): tmux, sudo, python3.11,
+//!   prometheus, chromium, man-db, g++ and cargo-fuzz (libFuzzer), ...
+//! - `build`: the build's setup, then builds the workspace (`--release` for an optimised
+//!   binary).
+//! - `run`: the build's setup, a release build of `cg-trace` alone, then runs it with the
+//!   arguments after `--`.
+//! - `test`: the whole setup, rustfmt check, clippy (user space, then the eBPF crate with its own
 //!   target), unit tests, every fuzz target for a few seconds, then the end-to-end tests
 //!   (root, real eBPF) one at a time.
-//! - `fuzz [TARGET] [SECONDS]`: setup, then runs the fuzz targets in `fuzz/` (all, or one),
+//! - `fuzz [TARGET] [SECONDS]`: the whole setup, then runs the fuzz targets in `fuzz/` (all, or one),
 //!   each for SECONDS (default 60), growing the corpus in `fuzz/corpus/`.
-//! - `bench`: release build, then the overhead benchmarks, the cost of polling the energy
+//! - `bench`: the whole setup, release build, then the overhead benchmarks, the cost of polling the energy
 //!   sources, the live view's cost and function-level profiling's cost (probes, sampling,
 //!   symbolization, stack loss and the sampler's kernel time); prints figures (`--overhead`,
 //!   `--sources`, `--tui`, `--functions`: only those; `--functions --sampler`: only the
@@ -50,21 +53,31 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup | build [--release] | run -- CG-TRACE-ARGS... | test | fuzz [TARGET] [SECONDS] | bench [--quick] [--overhead | --sources | --proc | --tui | --functions [--sampler | --globs] | --diff | --report | --repeat | --serve | --signals] | dist [--profile release|debug] [--no-build] [--out DIR] | deb | gpu-check [-- CMD ARGS...]>";
+const USAGE: &str = "usage: cargo xtask <setup [--build] | build [--release] | run -- CG-TRACE-ARGS... | test | fuzz [TARGET] [SECONDS] | bench [--quick] [--overhead | --sources | --proc | --tui | --functions [--sampler | --globs] | --diff | --report | --repeat | --serve | --signals] | dist [--profile release|debug] [--no-build] [--out DIR] | deb | gpu-check [-- CMD ARGS...]>";
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
-        Some("setup") => setup(),
-        Some("build") => setup().and_then(|()| build(args.iter().any(|a| a == "--release"))),
-        Some("run") => setup().and_then(|()| run(&args[1..])),
-        Some("test") => setup().and_then(|()| test()),
-        Some("fuzz") => setup().and_then(|()| fuzz::run(&args[1..])),
-        Some("bench") => setup().and_then(|()| bench::run(&args[1..])),
-        Some("dist") if dist::builds(&args[1..]) => setup().and_then(|()| dist::run(&args[1..])),
+        Some("setup") => match args.get(1).map(String::as_str) {
+            None => setup(Needs::Tests),
+            Some("--build") => setup(Needs::Build),
+            Some(other) => Err(anyhow::anyhow!(
+                "setup takes --build or nothing, not {other:?}"
+            )),
+        },
+        Some("build") => {
+            setup(Needs::Build).and_then(|()| build(args.iter().any(|a| a == "--release")))
+        }
+        Some("run") => setup(Needs::Build).and_then(|()| run(&args[1..])),
+        Some("test") => setup(Needs::Tests).and_then(|()| test()),
+        Some("fuzz") => setup(Needs::Tests).and_then(|()| fuzz::run(&args[1..])),
+        Some("bench") => setup(Needs::Tests).and_then(|()| bench::run(&args[1..])),
+        Some("dist") if dist::builds(&args[1..]) => {
+            setup(Needs::Build).and_then(|()| dist::run(&args[1..]))
+        }
         Some("dist") => dist::run(&args[1..]),
-        Some("deb") => setup().and_then(|()| deb::run(&args[1..])),
-        Some("gpu-check") => setup().and_then(|()| gpu_check::run(&args[1..])),
+        Some("deb") => setup(Needs::Build).and_then(|()| deb::run(&args[1..])),
+        Some("gpu-check") => setup(Needs::Build).and_then(|()| gpu_check::run(&args[1..])),
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);
@@ -129,22 +142,38 @@ fn privileged(program: &str) -> Command {
     }
 }
 
-const APT_PACKAGES: &[&str] = &[
+/// How much `setup` installs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Needs {
+    /// What building the workspace needs: `run`, `build`, `dist`, `deb`.
+    Build,
+    /// That, and what the tests, benchmarks and fuzz targets need: `test`, `fuzz`, `bench`.
+    Tests,
+}
+
+/// What building needs (apt).
+const BUILD_PACKAGES: &[&str] = &[
+    // bpf-linker links against LLVM 22 (TOOLCHAIN.md).
     "llvm-22-dev",
     "libpolly-22-dev",
     "libzstd-dev",
-    "tmux",
-    "util-linux",
-    // The tests build a stand-in NVML library (tests/fake-nvml) and the C parts of the
-    // cg-funcs workload (tests/build.rs) with the C compiler.
+    // The C compiler: rustc's linker driver, liblzma built from source (xz2's `static`), and
+    // the C parts of the tests crate's workloads (tests/build.rs, with binutils' objcopy).
     "gcc",
     "libc6-dev",
+    // tests/build.rs compresses a MiniDebugInfo section (a workspace build builds it).
+    "xz-utils",
+];
+
+/// What the tests, benchmarks and fuzz targets add (apt).
+const TEST_PACKAGES: &[&str] = &[
+    "tmux",
+    "util-linux",
     // The Python end-to-end tests (CPython 3.11).
     "python3.11",
     // The exporter's end-to-end test scrapes `cg-trace serve` with a real Prometheus server.
     "prometheus",
-    // Workloads of the sampler benchmark (`bench --functions --sampler`).
-    "xz-utils",
+    // Workloads of the sampler benchmark (`bench --functions --sampler`; xz is a build need).
     "gzip",
     "make",
     // The security tests run cg-trace through the real sudo (tests/tests/security.rs).
@@ -157,10 +186,18 @@ const APT_PACKAGES: &[&str] = &[
     "chromium",
 ];
 
-fn setup() -> Result<()> {
-    let missing: Vec<&str> = APT_PACKAGES
-        .iter()
-        .copied()
+/// The apt packages `needs` asks for.
+fn apt_packages(needs: Needs) -> Vec<&'static str> {
+    match needs {
+        Needs::Build => BUILD_PACKAGES.to_vec(),
+        Needs::Tests => [BUILD_PACKAGES, TEST_PACKAGES].concat(),
+    }
+}
+
+/// Installs what `needs` asks for and is missing; checks only, when nothing is.
+fn setup(needs: Needs) -> Result<()> {
+    let missing: Vec<&str> = apt_packages(needs)
+        .into_iter()
         .filter(|p| {
             !Command::new("dpkg-query")
                 .args(["-W", "-f=${Status}", p])
@@ -222,6 +259,9 @@ fn setup() -> Result<()> {
         )?;
     }
 
+    if needs == Needs::Build {
+        return Ok(());
+    }
     // cargo-fuzz runs the fuzz targets (fuzz/) with the nightly toolchain.
     if !succeeds(Command::new("rustup").args(["run", "nightly", "cargo", "fuzz", "--version"])) {
         eprintln!("xtask: building cargo-fuzz (about a minute)");
@@ -246,7 +286,8 @@ fn build(release: bool) -> Result<()> {
 }
 
 fn run(args: &[String]) -> Result<()> {
-    build(true)?;
+    // cg-trace alone: not the tests crate and its C workloads.
+    status(cargo().args(["build", "--release", "-p", "cg-agent", "--bin", "cg-trace"]))?;
     let args = match args.first().map(String::as_str) {
         Some("--") => &args[1..],
         _ => args,
@@ -323,4 +364,48 @@ fn test() -> Result<()> {
         );
     }
     status(cargo().args(["test", "-p", "cg-tests", "--", "--test-threads=1"]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn building_installs_none_of_what_only_the_tests_need() {
+        let build = apt_packages(Needs::Build);
+        for test_only in [
+            "chromium",
+            "prometheus",
+            "tmux",
+            "g++",
+            "man-db",
+            "python3.11",
+            "sudo",
+        ] {
+            assert!(
+                !build.contains(&test_only),
+                "the build installs {test_only}"
+            );
+        }
+        for needed in [
+            "llvm-22-dev",
+            "libpolly-22-dev",
+            "libzstd-dev",
+            "gcc",
+            "libc6-dev",
+        ] {
+            assert!(build.contains(&needed), "the build lacks {needed}");
+        }
+        // The tests get everything (CI's `cargo xtask test` starts from a fresh machine).
+        let tests = apt_packages(Needs::Tests);
+        for package in build.iter().chain(TEST_PACKAGES) {
+            assert!(tests.contains(package), "the tests lack {package}");
+        }
+        assert!(tests.contains(&"chromium") && tests.contains(&"man-db"));
+        // Each package is said once.
+        let mut sorted = tests.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), tests.len(), "{tests:?}");
+    }
 }
