@@ -1069,7 +1069,7 @@ mod tests {
         );
         assert_eq!(args.gate.max_increase, Some(5.0));
         assert_eq!(args.output.format, DiffFormat::Json);
-        assert_eq!(cli.run.source, SourceChoice::Model);
+        assert_eq!(cli.run.sources.source, Some(SourceChoice::Model));
         assert!(parse(&["compare", "./a"]).is_err());
         assert!(parse(&["compare", "-n", "0", "a", "b"]).is_err());
     }
