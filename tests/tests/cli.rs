@@ -333,13 +333,16 @@ fn the_man_page_renders_and_documents_the_main_options() {
 #[test]
 fn quiet_is_quiet_with_repeat_and_a_csv_report() {
     require_root();
-    // Three runs of 0.05 s, 0.3 s and 0.8 s: noisy by any measure, so without -q the noise
-    // warning shows.
+    // Three runs burning 20 ms, 150 ms and 400 ms of CPU: the targets' energy (what the noise
+    // verdict judges) is noisy by any measure, so without -q the noise warning shows.
     let dir = tempfile::tempdir().unwrap();
     let csv = dir.path().join("r.csv");
     let counter = dir.path().join("runs");
-    let script = r#"c=$(cat "$0" 2>/dev/null); c=${c:-1}; echo $((c + 1)) > "$0"
-                    case $c in 1) sleep 0.05;; 2) sleep 0.3;; *) sleep 0.8;; esac"#;
+    let script = format!(
+        r#"c=$(cat "$0" 2>/dev/null); c=${{c:-1}}; echo $((c + 1)) > "$0"
+           case $c in 1) ms=20;; 2) ms=150;; *) ms=400;; esac; exec {} --self $ms"#,
+        bin("cg-burn").display()
+    );
     let run = |quiet: bool| {
         let _ = std::fs::remove_file(&counter);
         let mut args = vec!["--source", "model", "--repeat", "3", "--csv"];
@@ -347,7 +350,7 @@ fn quiet_is_quiet_with_repeat_and_a_csv_report() {
         if quiet {
             args.push("-q");
         }
-        args.extend(["--", "sh", "-c", script, counter.to_str().unwrap()]);
+        args.extend(["--", "sh", "-c", &script, counter.to_str().unwrap()]);
         cg_trace(&args)
     };
     let loud = run(false);

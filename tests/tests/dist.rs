@@ -251,3 +251,88 @@ fn install_refuses_a_tarball_that_does_not_match_its_checksum() {
     );
     assert!(!work.path().join("prefix").exists());
 }
+
+/// Unpacks a fresh tarball into `work/unpacked`; returns the folder holding install.sh.
+fn unpacked(work: &Path) -> PathBuf {
+    let tarball = dist(&work.join("out"));
+    let unpacked = work.join("unpacked");
+    std::fs::create_dir(&unpacked).unwrap();
+    let untar = clean(
+        Path::new("/usr/bin/tar"),
+        &["-xzf", tarball.to_str().unwrap()],
+        &unpacked,
+    );
+    assert!(untar.status.success());
+    unpacked.join(
+        tarball
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .trim_end_matches(".tar.gz"),
+    )
+}
+
+/// A folder under the prefix that is a symbolic link (planted by whoever can write to the
+/// prefix) is refused before anything is installed: root's files do not follow it.
+#[test]
+fn install_refuses_a_symlinked_folder_inside_the_prefix() {
+    let work = tempfile::tempdir().unwrap();
+    let top = unpacked(work.path());
+    let prefix = work.path().join("prefix");
+    let elsewhere = work.path().join("elsewhere");
+    std::fs::create_dir_all(prefix.join("share/man")).unwrap();
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, prefix.join("share/man/man1")).unwrap();
+    let refused = clean(
+        Path::new("/bin/sh"),
+        &[
+            top.join("install.sh").to_str().unwrap(),
+            "--prefix",
+            prefix.to_str().unwrap(),
+        ],
+        work.path(),
+    );
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused.stdout));
+    assert!(
+        text(&refused.stderr).contains("symbolic link"),
+        "{}",
+        text(&refused.stderr)
+    );
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+    assert!(!prefix.join("bin").exists(), "installed despite the link");
+}
+
+/// A file SHA256SUMS does not list is not installed unchecked: here the binary was replaced
+/// and its line taken out, which `sha256sum --check` alone lets through.
+#[test]
+fn install_refuses_a_file_its_sha256sums_leaves_out() {
+    let work = tempfile::tempdir().unwrap();
+    let top = unpacked(work.path());
+    let sums = std::fs::read_to_string(top.join("SHA256SUMS")).unwrap();
+    let without: String = sums
+        .lines()
+        .filter(|l| !l.ends_with(" bin/cg-trace"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_ne!(without, sums, "SHA256SUMS lists the binary");
+    std::fs::write(top.join("SHA256SUMS"), without).unwrap();
+    std::fs::write(top.join("bin/cg-trace"), "#!/bin/sh\necho replaced\n").unwrap();
+    let prefix = work.path().join("prefix");
+    let refused = clean(
+        Path::new("/bin/sh"),
+        &[
+            top.join("install.sh").to_str().unwrap(),
+            "--prefix",
+            prefix.to_str().unwrap(),
+        ],
+        work.path(),
+    );
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused.stdout));
+    assert!(
+        text(&refused.stderr).contains("bin/cg-trace is not listed in SHA256SUMS"),
+        "{}",
+        text(&refused.stderr)
+    );
+    assert!(!prefix.exists(), "installed an unchecked file");
+}

@@ -135,7 +135,19 @@ fn power_log_is_the_machine_energy_with_rapl_nested_inside() {
         num(power_meter, "/run_samples_count") >= 10.0,
         "{power_meter:#}"
     );
-    assert_eq!(power_meter["gaps"].as_array().unwrap().len(), 0);
+    // No gap is invented: the logger is a thread of this test, and on a loaded machine it can
+    // really stall; each gap reported is one the log has (none when it has none).
+    let longest_s = longest_pause_s(&fs::read_to_string(meter.path()).unwrap());
+    let gaps = power_meter["gaps"].as_array().unwrap();
+    if longest_s < 0.15 {
+        assert_eq!(gaps.len(), 0, "{power_meter:#}");
+    }
+    for gap in gaps {
+        assert!(
+            num(gap, "/duration_s") <= longest_s + 0.01,
+            "{gap:#} ({longest_s} s)"
+        );
+    }
     assert_eq!(
         meta["measurement_quality"]["grade"], "measured",
         "{:#}",
@@ -1338,4 +1350,22 @@ fn source_perf_on_a_still_psys_keeps_it_and_its_energy_is_unknown() {
         stderr.contains("used all the same because --source perf asks for it"),
         "{stderr}"
     );
+}
+
+/// The longest time between two samples of a `time,id,pm1,pm2,sum` log (local times
+/// `YYYY-MM-DD HH:MM:SS.mmm`), in seconds.
+fn longest_pause_s(log: &str) -> f64 {
+    let seconds_of_day = |line: &str| -> Option<f64> {
+        let time = line.split(',').next()?.split(' ').nth(1)?;
+        let mut parts = time.split(':');
+        let h: f64 = parts.next()?.parse().ok()?;
+        let m: f64 = parts.next()?.parse().ok()?;
+        let s: f64 = parts.next()?.parse().ok()?;
+        Some(h * 3600.0 + m * 60.0 + s)
+    };
+    let times: Vec<f64> = log.lines().skip(1).filter_map(seconds_of_day).collect();
+    times
+        .windows(2)
+        .map(|w| (w[1] - w[0]).rem_euclid(86_400.0))
+        .fold(0.0, f64::max)
 }

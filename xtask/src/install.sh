@@ -59,6 +59,36 @@ if ! (cd -- "$here" && sha256sum --check --strict --quiet SHA256SUMS); then
     exit 1
 fi
 
+# What is installed, each file as SHA256SUMS names it: a file it does not list would go in
+# unchecked, so none is installed then.
+files="bin/cg-trace share/bash-completion/completions/cg-trace share/zsh/site-functions/_cg-trace share/fish/vendor_completions.d/cg-trace.fish"
+for page in "$here"/share/man/man1/*.1; do
+    files="$files share/man/man1/${page##*/}"
+done
+for file in $files; do
+    if ! grep -q -x -F -e "$(cd -- "$here" && sha256sum -- "$file")" "$here/SHA256SUMS"; then
+        echo "install.sh: $file is not listed in SHA256SUMS: unpack the tarball again; nothing was installed" >&2
+        exit 1
+    fi
+done
+
+# The folders written to under the prefix must not be symbolic links: one planted there
+# (a prefix another user can write to) would send root's files wherever it points.
+for dir in bin share share/man share/man/man1 share/bash-completion \
+    share/bash-completion/completions share/zsh share/zsh/site-functions share/fish \
+    share/fish/vendor_completions.d; do
+    if [ -L "$prefix/$dir" ]; then
+        echo "install.sh: $prefix/$dir is a symbolic link: remove it or choose another --prefix; nothing was installed" >&2
+        exit 1
+    fi
+    for target in "$prefix/$dir"/cg-trace "$prefix/$dir"/_cg-trace "$prefix/$dir"/cg-trace.fish "$prefix/$dir"/cg-trace*.1; do
+        if [ -L "$target" ] || { [ -e "$target" ] && [ ! -f "$target" ]; }; then
+            echo "install.sh: $target is not a regular file: remove it; nothing was installed" >&2
+            exit 1
+        fi
+    done
+done
+
 install -d -m 0755 "$prefix/bin"
 install -m 0755 "$here/bin/cg-trace" "$prefix/bin/cg-trace"
 install -d -m 0755 "$prefix/share/man/man1"
