@@ -599,7 +599,11 @@ const MAX_TEMPERATURE_C: u32 = 200;
 fn telemetry(poll: &GpuPoll, power_w: Option<f64>, memory_total: Option<u64>) -> GpuTelemetry {
     let memory = poll.memory_used_bytes.as_ref().ok().copied();
     GpuTelemetry {
-        utilization_pct: poll.utilization_pct.as_ref().ok().map(|p| f64::from((*p).min(100))),
+        utilization_pct: poll
+            .utilization_pct
+            .as_ref()
+            .ok()
+            .map(|p| f64::from((*p).min(100))),
         memory_used_bytes: memory.map(|b| memory_total.map_or(b, |t| b.min(t)) as f64),
         temperature_c: poll
             .temperature_c

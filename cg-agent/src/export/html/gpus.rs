@@ -62,7 +62,10 @@ impl PointGpu {
     /// Read field by field (a report of another shape still draws what it has).
     pub fn lenient(value: &Value) -> PointGpu {
         PointGpu::deserialize(value).unwrap_or_else(|_| PointGpu {
-            domain: value.get("domain").and_then(Value::as_str).map(str::to_string),
+            domain: value
+                .get("domain")
+                .and_then(Value::as_str)
+                .map(str::to_string),
             utilization_pct: num(value, &["utilization_pct"]),
             memory_used_bytes: num(value, &["memory_used_bytes"]),
             temperature_c: num(value, &["temperature_c"]),
@@ -97,6 +100,9 @@ fn bucket_mean(
         })
         .collect()
 }
+
+/// One figure of a GPU, read from a point.
+type Figure<'a> = Box<dyn Fn(&Point) -> Option<f64> + 'a>;
 
 /// The figures of GPU `domain` in point `p`.
 fn gpu_of<'a>(p: &'a Point, domain: &str) -> Option<&'a PointGpu> {
@@ -146,7 +152,7 @@ pub fn section(
         let total_bytes = meta
             .and_then(|g| num(g, &["memory_total_bytes"]))
             .filter(|b| *b > 0.0);
-        let figures: [Box<dyn Fn(&Point) -> Option<f64>>; 3] = [
+        let figures: [Figure; 3] = [
             Box::new(|p| gpu_of(p, domain)?.utilization_pct),
             Box::new(|p| Some(gpu_of(p, domain)?.memory_used_bytes? / total_bytes? * 100.0)),
             Box::new(|p| gpu_of(p, domain)?.temperature_c),
@@ -172,9 +178,11 @@ pub fn section(
             "<h3>{}</h3>\n<div class=\"chart\" id=\"chart-gpu-{n}\"></div>",
             esc(&fit(title.trim(), 120))
         );
-        charts.push(json!({"id": format!("chart-gpu-{n}"), "t": t, "series": series,
+        charts.push(
+            json!({"id": format!("chart-gpu-{n}"), "t": t, "series": series,
                            "x_label": "time since the start (s)",
-                           "y_label": "% (utilisation, memory), °C", "y2_label": "power (W)"}));
+                           "y_label": "% (utilisation, memory), °C", "y2_label": "power (W)"}),
+        );
     }
     data.insert("gpus".into(), Value::Array(charts));
     let _ = writeln!(

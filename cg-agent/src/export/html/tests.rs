@@ -293,7 +293,10 @@ fn a_gpu_section_charts_each_gpus_figures_when_the_series_has_them() {
 
     let page = render(&with_domains(&domains, true), None);
     assert!(page.contains("<h2>GPUs</h2>"));
-    assert!(page.contains("<h3>gpu0 NVIDIA H100 80GB HBM3</h3>"), "{page}");
+    assert!(
+        page.contains("<h3>gpu0 NVIDIA H100 80GB HBM3</h3>"),
+        "{page}"
+    );
     assert!(page.contains("id=\"chart-gpu-0\""));
     let chart = &data_block(&page)["gpus"][0];
     assert_eq!(chart["id"], "chart-gpu-0");
@@ -314,9 +317,18 @@ fn a_gpus_hostile_name_is_escaped_and_bad_figures_are_gaps() {
     report["timeseries"][1]["gpus"][0]["temperature_c"] = json!("hot");
     let page = render(&report, None);
     assert!(!page.contains("<script>x"));
-    assert!(page.contains("&lt;script&gt;x&lt;/script&gt;\\x1b[2J"), "{page}");
+    assert!(
+        page.contains("&lt;script&gt;x&lt;/script&gt;\\x1b[2J"),
+        "{page}"
+    );
     let chart = &data_block(&page)["gpus"][0];
     // Memory has no total to be a percent of; the unreadable temperature is a gap.
-    assert_eq!(chart["series"][1]["values"], json!([null, null, null, null]));
-    assert_eq!(chart["series"][2]["values"], json!([50.0, null, 52.0, 53.0]));
+    assert_eq!(
+        chart["series"][1]["values"],
+        json!([null, null, null, null])
+    );
+    assert_eq!(
+        chart["series"][2]["values"],
+        json!([50.0, null, 52.0, 53.0])
+    );
 }
