@@ -1168,15 +1168,21 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_options_table_has_every_visible_option_of_a_run() {
-        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
-            .expect("README.md at the workspace root");
-        let table: Vec<&str> = readme
+    fn the_documented_options_table_has_every_visible_option_of_a_run() {
+        let page = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../docs/modes-and-options.md"
+        ))
+        .expect("docs/modes-and-options.md in the workspace");
+        let table: Vec<&str> = page
             .lines()
             .skip_while(|l| !l.starts_with("| option | default | meaning |"))
             .take_while(|l| l.starts_with('|'))
             .collect();
-        assert!(table.len() > 10, "no options table in README.md");
+        assert!(
+            table.len() > 10,
+            "no options table in docs/modes-and-options.md"
+        );
         // The first cell of each row: `-p`, `--pid PID[,PID...]` and the like.
         let cells: Vec<&str> = table
             .iter()
@@ -1203,7 +1209,7 @@ mod tests {
         }
         assert!(
             missing.is_empty(),
-            "README.md's options table lacks {missing:?}"
+            "docs/modes-and-options.md's options table lacks {missing:?}"
         );
     }
 

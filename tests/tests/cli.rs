@@ -482,7 +482,8 @@ fn diff_and_report_show_and_take_only_their_own_options() {
         "{}",
         text(&out.stderr)
     );
-    // What README documents still works: the source options before `sources` (and `top`).
+    // What docs/modes-and-options.md documents still works: the source options before
+    // `sources` (and `top`).
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("powercap");
     std::fs::create_dir_all(root.join("intel-rapl:0")).unwrap();

@@ -106,6 +106,23 @@ fn the_tarball_installs_and_runs_without_a_toolchain() {
     ] {
         assert!(top.join(file).is_file(), "the tarball lacks {file}");
     }
+    // Every docs/ page the README links to travels with it, where the link expects it.
+    let readme = std::fs::read_to_string(top.join("README.md")).unwrap();
+    let linked: Vec<&str> = readme
+        .split("](docs/")
+        .skip(1)
+        .map(|rest| rest.split([')', '#']).next().unwrap())
+        .collect();
+    assert!(
+        linked.contains(&"modes-and-options.md") && linked.contains(&"report.md"),
+        "README.md links to no docs/ pages: {linked:?}"
+    );
+    for page in linked {
+        assert!(
+            top.join("docs").join(page).is_file(),
+            "the tarball lacks docs/{page}, which README.md links to"
+        );
+    }
 
     let prefix = work.path().join("prefix");
     let install = clean(

@@ -250,3 +250,95 @@ fn no_interval_gives_the_light_process_the_gpu_and_the_split_follows_nvidias_acc
     assert!(worst <= 5.0, "{note}");
     assert!(note.contains(&format!("pid {} ", light.pid())), "{note}");
 }
+
+/// The recorded polls of `stretch` (seconds from the recording's first poll): the range of
+/// `key` over them.
+fn recorded_range(stretch: (f64, f64), key: &str) -> (f64, f64) {
+    let text = std::fs::read_to_string(nvml_recording("trace2-nvml.jsonl")).unwrap();
+    let polls: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let t0 = num(&polls[0], "/t");
+    polls
+        .iter()
+        .filter(|p| (stretch.0..=stretch.1).contains(&(num(p, "/t") - t0)))
+        .map(|p| num(p, &format!("/{key}")))
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+            (lo.min(v), hi.max(v))
+        })
+}
+
+#[test]
+fn the_time_series_carries_what_the_gpu_served_per_interval() {
+    require_root();
+    let state = tempfile::tempdir().unwrap();
+    let nvml = replay(STEADY, H100, vec![]);
+    let report = run(
+        &nvml,
+        state.path(),
+        &["--all", "--duration", "3", "--timeseries"],
+    );
+    let points = report["timeseries"].as_array().unwrap();
+    let (temp_lo, temp_hi) = recorded_range(STEADY, "temp_c");
+    let (power_lo, power_hi) = recorded_range(STEADY, "power_mw");
+    let (mem_lo, mem_hi) = recorded_range(STEADY, "mem_used");
+    let mut busy = 0;
+    for point in points {
+        let gpus = point["gpus"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{point:#}"));
+        assert_eq!(gpus.len(), 1, "{point:#}");
+        let g = &gpus[0];
+        assert_eq!(
+            (g["domain"].as_str(), g["provenance"].as_str()),
+            (Some("gpu0"), Some("measured"))
+        );
+        let util = num(g, "/utilization_pct");
+        assert!((0.0..=100.0).contains(&util), "{g:#}");
+        if util >= 95.0 {
+            busy += 1;
+        }
+        let temp = num(g, "/temperature_c");
+        assert!(
+            (temp_lo..=temp_hi).contains(&temp),
+            "{temp} °C outside {temp_lo}-{temp_hi}: {g:#}"
+        );
+        let power_w = num(g, "/power_w");
+        assert!(
+            (power_lo / 1e3..=power_hi / 1e3).contains(&power_w),
+            "{power_w} W outside the recording's: {g:#}"
+        );
+        let mem = num(g, "/memory_used_bytes");
+        assert!((mem_lo..=mem_hi).contains(&mem), "{mem} B: {g:#}");
+    }
+    // heavy.py kept the GPU at 96-99 % over the whole stretch.
+    assert!(
+        busy >= points.len() - 1,
+        "{busy} of {} intervals busy",
+        points.len()
+    );
+    assert!(points.len() >= 10, "{}", points.len());
+}
+
+#[test]
+fn a_run_without_a_gpu_has_no_gpu_figures_in_its_time_series() {
+    require_root();
+    let run = cg_trace(&[
+        "--source",
+        "model",
+        "-q",
+        "--no-gpu",
+        "--timeseries",
+        "--",
+        "sleep",
+        "0.5",
+    ]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let points = run.report()["timeseries"].as_array().unwrap().clone();
+    assert!(!points.is_empty());
+    assert!(
+        points.iter().all(|p| p.get("gpus").is_none()),
+        "{points:#?}"
+    );
+}

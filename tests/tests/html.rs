@@ -12,7 +12,10 @@ use std::{
     process::{Command, Stdio},
 };
 
-use cg_tests::{assert_adds_up, cg_trace_as_given as cg, read_report, require_root};
+use cg_tests::{
+    NvmlReplay, ReplayScript, assert_adds_up, cg_trace_as_given as cg, nvml_recording, read_report,
+    require_root,
+};
 
 /// Tells the tests that Chromium may be absent here (they then skip instead of failing).
 const MAY_LACK_CHROMIUM: &str = "CG_TRACE_TESTS_WITHOUT_CHROMIUM";
@@ -262,6 +265,70 @@ fn a_hostile_command_line_is_shown_as_text_and_never_runs_in_the_page() {
     // The page's own scripts only (the error record, uPlot, the data, the charts).
     assert_eq!(dom.matches("<script").count(), 4);
     assert!(dom.contains("&lt;script&gt;document.title='pwned'&lt;/script&gt;"));
+}
+
+#[test]
+fn a_gpu_runs_page_charts_the_gpus_figures_over_time() {
+    require_root();
+    let Some(chromium) = chromium() else {
+        return;
+    };
+    // The recorded H100 (tests/fake-nvml/recordings): the end of the heavy phase, the decay,
+    // then rest.
+    let nvml = NvmlReplay::start(&ReplayScript {
+        recording: nvml_recording("trace2-nvml.jsonl"),
+        from_s: 16.5,
+        to_s: 22.0,
+        name: "NVIDIA H100 80GB HBM3",
+        uuid: "GPU-2cda00ab-5c9b-4842-993e-8c43914335f5",
+        pids: vec![],
+        accounting: None,
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (html, json) = (dir.path().join("gpu.html"), dir.path().join("gpu.json"));
+    let lib = nvml.lib().display().to_string();
+    let out = cg(&[
+        "--source",
+        "model",
+        "-q",
+        "--nvml-lib",
+        &lib,
+        "--state-dir",
+        dir.path().to_str().unwrap(),
+        "--perf-root",
+        "/nonexistent",
+        "--powercap-root",
+        "/nonexistent",
+        "--all",
+        "--duration",
+        "3",
+        "--timeseries",
+        "--html",
+        html.to_str().unwrap(),
+        "-o",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_adds_up(&read_report(&json));
+    let dom = rendered_dom(&chromium, &html);
+    assert_rendered(&dom, &["chart-power", "chart-process-power", "chart-gpu-0"]);
+    assert!(dom.contains("<h2>GPUs</h2>"));
+    assert!(dom.contains("gpu0 NVIDIA H100 80GB HBM3"));
+    // The GPU chart's legend names its four figures.
+    let chart = &dom[dom.find("id=\"chart-gpu-0\"").unwrap()..];
+    for figure in [
+        "utilisation (%)",
+        "memory used (%)",
+        "temperature (°C)",
+        "power (W)",
+    ] {
+        assert!(chart.contains(figure), "{figure} not in the GPU chart");
+    }
 }
 
 #[test]

@@ -139,7 +139,7 @@ fn overhead(quick: bool) -> Result<()> {
         lost("targets_map_full_count")
     );
     println!(
-        "  switches the kernel never reported (sched_switch not emitted; see README): {}",
+        "  switches the kernel never reported (sched_switch not emitted; see docs/attribution.md): {}",
         lost("unmatched_switches_count")
     );
     println!();

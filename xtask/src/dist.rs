@@ -3,7 +3,8 @@
 //! `target/dist/cg-trace-VERSION-ARCH-linux.tar.gz` holds `bin/cg-trace` (the eBPF object
 //! embedded, as always; debug info stripped; checked to need nothing but glibc and GCC's
 //! libgcc_s), the completions and man pages the binary generates (`share/...`, laid out as
-//! under a prefix), README.md, docs/report.md, `install.sh` and `SHA256SUMS` of those files;
+//! under a prefix), README.md and the docs/ pages it links to (with the report's JSON
+//! Schema), `install.sh` and `SHA256SUMS` of those files;
 //! next to it, `….tar.gz.sha256` for `sha256sum -c` and `install.sh --checksum`.
 //!
 //! `--profile debug` packs `target/debug/cg-trace` instead of a release build, and
@@ -21,6 +22,24 @@ use std::{
 use anyhow::{Context, Result, bail};
 
 use crate::{cargo, root, status};
+
+/// The documentation the tarball carries, relative to the workspace root: README.md and
+/// every page of docs/ (Markdown, and the report's JSON Schema), where README's links
+/// expect them.
+fn documentation() -> Result<Vec<String>> {
+    let mut pages = Vec::new();
+    let docs = root().join("docs");
+    for entry in fs::read_dir(&docs).with_context(|| format!("reading {}", docs.display()))? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if entry.file_type()?.is_file() && (name.ends_with(".md") || name.ends_with(".json")) {
+            pages.push(format!("docs/{name}"));
+        }
+    }
+    pages.sort();
+    pages.insert(0, "README.md".to_owned());
+    Ok(pages)
+}
 
 /// Where the man pages go under a prefix: one a subcommand besides cg-trace.1, named by
 /// `cg-trace man-page --list`.
@@ -148,8 +167,8 @@ pub fn run(args: &[String]) -> Result<()> {
     check_needed(&staged_binary)?;
 
     write_generated(&staged_binary, &stage)?;
-    for relative in ["README.md", "docs/report.md"] {
-        fs::copy(root().join(relative), file(relative)?)
+    for relative in documentation()? {
+        fs::copy(root().join(&relative), file(&relative)?)
             .with_context(|| format!("copying {relative}"))?;
     }
     for license in ["LICENSE", "LICENSE-MIT", "LICENSE-APACHE", "COPYING"] {

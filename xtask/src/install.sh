@@ -114,4 +114,4 @@ esac
 echo
 echo "cg-trace needs root (sudo cg-trace ...), or these two capabilities; to trace without sudo, run:"
 echo "  sudo setcap cap_bpf,cap_perfmon+ep $prefix/bin/cg-trace"
-echo "(any user of this machine can then trace any process: see README, Privileges)"
+echo "(any user of this machine can then trace any process: see docs/modes-and-options.md, Privileges)"

@@ -27,7 +27,7 @@
 //!   they measure no overhead).
 //! - `dist [--profile release|debug] [--no-build] [--out DIR]`: the release tarball
 //!   (`target/dist/cg-trace-VERSION-ARCH-linux.tar.gz` and its `.sha256`) that installs
-//!   without a toolchain: binary, completions, man page, README, `install.sh` (see `dist`).
+//!   without a toolchain: binary, completions, man page, README and docs, `install.sh` (see `dist`).
 //! - `deb`: the Debian package through cargo-deb (installed by hand: see `deb`).
 //! - `gpu-check`: on a machine with an NVIDIA GPU, cg-trace's GPU energy next to nvidia-smi's.
 

@@ -34,6 +34,38 @@ pub struct GpuUsage {
     pub busy_fraction: f64,
     /// Per user, at most one entry per target and one for other.
     pub shares: Vec<GpuShare>,
+    /// What the GPU reported of itself: carried to the report's time series, not used to split.
+    pub telemetry: GpuTelemetry,
+}
+
+/// One GPU's own figures (NVML, measured) for an interval: those of the last poll at or
+/// before the interval's end; intervals merged into one average them by duration. `None`:
+/// the GPU did not give that figure.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GpuTelemetry {
+    /// Percent of the time a kernel ran (NVML's sample period), 0 to 100.
+    pub utilization_pct: Option<f64>,
+    pub memory_used_bytes: Option<f64>,
+    pub temperature_c: Option<f64>,
+    /// NVML's power reading (the domain's power in the series comes from its energy counter).
+    pub power_w: Option<f64>,
+}
+
+impl GpuTelemetry {
+    /// `a` weighted `wa`, then `b` weighted `wb` (weights adding up to 1), figure by figure;
+    /// a figure only one side has is that side's.
+    fn merge(a: &GpuTelemetry, wa: f64, b: &GpuTelemetry, wb: f64) -> GpuTelemetry {
+        let mean = |x: Option<f64>, y: Option<f64>| match (x, y) {
+            (Some(x), Some(y)) => Some(wa * x + wb * y),
+            (x, y) => x.or(y),
+        };
+        GpuTelemetry {
+            utilization_pct: mean(a.utilization_pct, b.utilization_pct),
+            memory_used_bytes: mean(a.memory_used_bytes, b.memory_used_bytes),
+            temperature_c: mean(a.temperature_c, b.temperature_c),
+            power_w: mean(a.power_w, b.power_w),
+        }
+    }
 }
 
 impl GpuUsage {
@@ -60,6 +92,7 @@ impl GpuUsage {
                     busy_fraction,
                 })
                 .collect(),
+            telemetry: GpuTelemetry::merge(&a.telemetry, wa, &b.telemetry, wb),
         }
     }
 }
@@ -212,6 +245,7 @@ mod tests {
         let usage = GpuUsage {
             busy_fraction: 0.9,
             shares: vec![share(GpuUser::Target(1), 0.6), share(GpuUser::Other, 0.3)],
+            ..Default::default()
         };
         let s = split(Some(&usage), 30.0, 5.0);
         assert_adds_up(&s);
@@ -228,6 +262,7 @@ mod tests {
         let usage = GpuUsage {
             busy_fraction: 0.8,
             shares: vec![share(GpuUser::Target(7), 0.4)],
+            ..Default::default()
         };
         let s = split(Some(&usage), 10.0, 2.0);
         assert_adds_up(&s);
@@ -247,6 +282,7 @@ mod tests {
                 share(GpuUser::Target(1), 0.7),
                 share(GpuUser::Target(2), 0.7),
             ],
+            ..Default::default()
         };
         let s = split(Some(&usage), 12.0, 2.0);
         assert_adds_up(&s);
@@ -261,6 +297,7 @@ mod tests {
         let usage = GpuUsage {
             busy_fraction: 0.0,
             shares: vec![],
+            ..Default::default()
         };
         let s = split(Some(&usage), 6.0, 3.0);
         assert_adds_up(&s);
@@ -274,6 +311,7 @@ mod tests {
         let usage = GpuUsage {
             busy_fraction: 0.5,
             shares: vec![share(GpuUser::Target(1), 0.5)],
+            ..Default::default()
         };
         let s = split(Some(&usage), 1.0, 4.0);
         assert_adds_up(&s);
@@ -283,6 +321,7 @@ mod tests {
         let usage = GpuUsage {
             busy_fraction: f64::NAN,
             shares: vec![share(GpuUser::Target(1), 3.0)],
+            ..Default::default()
         };
         let s = split(Some(&usage), 5.0, 1.0);
         assert_adds_up(&s);
@@ -295,15 +334,41 @@ mod tests {
         let a = GpuUsage {
             busy_fraction: 1.0,
             shares: vec![share(GpuUser::Target(1), 1.0)],
+            ..Default::default()
         };
         let b = GpuUsage {
             busy_fraction: 0.2,
             shares: vec![share(GpuUser::Other, 0.2)],
+            ..Default::default()
         };
         let m = GpuUsage::merge(&a, 100, &b, 300);
         assert!(close(m.busy_fraction, 0.25 + 0.15));
         assert_eq!(m.shares.len(), 2);
         assert!(close(m.shares[0].busy_fraction, 0.25));
         assert!(close(m.shares[1].busy_fraction, 0.15));
+    }
+
+    #[test]
+    fn merging_averages_telemetry_by_duration_and_keeps_a_figure_only_one_side_has() {
+        //   a (100 ms) util 100 %, 60 °C | b (300 ms) util 20 %, no temperature
+        let a = GpuUsage {
+            telemetry: GpuTelemetry {
+                utilization_pct: Some(100.0),
+                temperature_c: Some(60.0),
+                ..GpuTelemetry::default()
+            },
+            ..Default::default()
+        };
+        let b = GpuUsage {
+            telemetry: GpuTelemetry {
+                utilization_pct: Some(20.0),
+                ..GpuTelemetry::default()
+            },
+            ..Default::default()
+        };
+        let m = GpuUsage::merge(&a, 100, &b, 300).telemetry;
+        assert!(close(m.utilization_pct.unwrap(), 25.0 + 15.0));
+        assert_eq!(m.temperature_c, Some(60.0));
+        assert_eq!(m.power_w, None);
     }
 }

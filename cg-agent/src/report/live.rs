@@ -1130,6 +1130,7 @@ mod tests {
                         busy_fraction: 0.1,
                     },
                 ],
+                ..Default::default()
             }];
             feed(&mut m, &procs, if i == 0 { &[0, 1] } else { &[] }, &iv);
         }

@@ -336,6 +336,9 @@ pub struct TimePoint {
     /// The interval's busiest processes, then one entry folding the rest: they add up to
     /// `attributed_energy_j`.
     pub processes: Vec<series::TimeProcess>,
+    /// Per GPU measured, its own figures (absent when the run measured no GPU).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<series::TimeGpu>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -731,6 +734,7 @@ fn time_point(
             &rec.processes,
             series::TOP_PROCESSES,
         ),
+        gpus: series::gpus_of(interval, &rec.gpus),
     }
 }
 

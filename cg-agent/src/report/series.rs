@@ -1,6 +1,7 @@
 //! Per-process figures of each `--timeseries` point (`timeseries[].processes`): the
 //! interval's busiest processes by energy, then one entry folding the rest, so that a
 //! point's processes add up to its `attributed_energy_j` and the targets' CPU time in it.
+//! And each GPU's own figures in the interval (`timeseries[].gpus`).
 
 use std::collections::BTreeMap;
 
@@ -9,6 +10,7 @@ use serde::Serialize;
 use crate::{
     attribution::{DomainSplit, Interval, ProcId},
     session::processes::ProcessRecord,
+    sources::gpu::GpuSummary,
 };
 
 /// How many processes each point lists one by one (the rest are folded).
@@ -25,6 +27,45 @@ pub struct TimeProcess {
     /// Over the top-level domains.
     pub energy_j: f64,
     pub cpu_time_s: f64,
+}
+
+/// One GPU's own figures in one interval, as NVML measured them: those of the last poll at
+/// or before the interval's end (see [`crate::attribution::gpu::GpuTelemetry`]).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TimeGpu {
+    /// The GPU's energy domain (`gpu0`; `meta.gpus[]` has the rest of it).
+    pub domain: String,
+    /// Always `measured`.
+    pub provenance: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub utilization_pct: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_used_bytes: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temperature_c: Option<f64>,
+    /// NVML's power reading (the domain's `power_w` comes from its energy counter).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub power_w: Option<f64>,
+}
+
+/// The figures of each GPU of `gpus` (the run's, by GPU number) in `interval`; GPUs that
+/// gave none are left out.
+pub fn gpus_of(interval: &Interval, gpus: &[GpuSummary]) -> Vec<TimeGpu> {
+    interval
+        .gpus
+        .iter()
+        .zip(gpus)
+        .map(|(usage, gpu)| (&usage.telemetry, gpu))
+        .filter(|(t, _)| **t != Default::default())
+        .map(|(t, gpu)| TimeGpu {
+            domain: gpu.domain.clone(),
+            provenance: "measured",
+            utilization_pct: t.utilization_pct,
+            memory_used_bytes: t.memory_used_bytes,
+            temperature_c: t.temperature_c,
+            power_w: t.power_w,
+        })
+        .collect()
 }
 
 /// The processes of one interval, busiest first: `shown` one by one, then one folded entry

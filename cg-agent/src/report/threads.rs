@@ -231,6 +231,7 @@ mod tests {
                     user: GpuUser::Target(0),
                     busy_fraction: 1.0,
                 }],
+                ..Default::default()
             }],
             ..Interval::default()
         };

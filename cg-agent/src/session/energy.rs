@@ -315,6 +315,7 @@ pub fn gpu_usage(
             usage.push(GpuUsage {
                 busy_fraction: activity.busy_fraction,
                 shares,
+                telemetry: activity.telemetry,
             });
         }
     }

@@ -34,7 +34,7 @@ use super::{
     counter::{self, CheckedCounter},
     gpu_rest::{self, RestPower, RestStore, RestTracker},
 };
-use crate::attribution::{Coverage, Glitch};
+use crate::attribution::{Coverage, Glitch, gpu::GpuTelemetry};
 
 /// Polls are at most this frequent (NVML refreshes every 20-100 ms): shorter intervals see
 /// their GPU energy in the next poll.
@@ -277,6 +277,8 @@ struct Device {
     rest: RestTracker,
     /// Accounting stats read at the end of the run.
     accounting: Option<Vec<AccountedProcess>>,
+    /// The figures of the last poll, for the time series.
+    telemetry: GpuTelemetry,
     /// Seconds since the energy counter was last read successfully.
     since_energy_s: f64,
     /// Counter readings that were not plausible (see [`crate::sources::counter`]).
@@ -375,6 +377,7 @@ impl<B: GpuBackend> GpuSource<B> {
                 running_count: None,
                 rest: RestTracker::default(),
                 accounting: None,
+                telemetry: GpuTelemetry::default(),
                 since_energy_s: 0.0,
                 glitches: BTreeMap::new(),
                 power_w_s: 0.0,
@@ -522,6 +525,7 @@ impl<B: GpuBackend> GpuSource<B> {
             Err(GpuError::NotSupported) => {}
             Err(err) => count_error("utilisation", err, device),
         }
+        device.telemetry = telemetry(&poll, power_w, device.identity.memory_total_bytes);
         if processes {
             let samples = match poll.samples {
                 Some(Ok(samples)) => samples,
@@ -579,9 +583,35 @@ impl<B: GpuBackend> GpuSource<B> {
         if device.lost {
             device.busy_fraction = 0.0;
             device.shares.clear();
+            device.telemetry = GpuTelemetry::default();
             return Reading::unknown(Glitch::Unavailable);
         }
         energy
+    }
+}
+
+/// Temperatures above this are not a GPU's (silicon shuts down near 100 °C): not shown.
+const MAX_TEMPERATURE_C: u32 = 200;
+
+/// A poll's own figures (`power_w`: its power reading once judged plausible): utilisation
+/// capped at 100 % like the busy fraction, memory at the GPU's total, implausible
+/// temperatures left out.
+fn telemetry(poll: &GpuPoll, power_w: Option<f64>, memory_total: Option<u64>) -> GpuTelemetry {
+    let memory = poll.memory_used_bytes.as_ref().ok().copied();
+    GpuTelemetry {
+        utilization_pct: poll
+            .utilization_pct
+            .as_ref()
+            .ok()
+            .map(|p| f64::from((*p).min(100))),
+        memory_used_bytes: memory.map(|b| memory_total.map_or(b, |t| b.min(t)) as f64),
+        temperature_c: poll
+            .temperature_c
+            .as_ref()
+            .ok()
+            .filter(|c| **c <= MAX_TEMPERATURE_C)
+            .map(|c| f64::from(*c)),
+        power_w,
     }
 }
 
@@ -630,6 +660,7 @@ impl<B: GpuBackend> EnergySource for GpuSource<B> {
             .map(|d| GpuActivity {
                 busy_fraction: d.busy_fraction,
                 processes: d.shares.clone(),
+                telemetry: d.telemetry,
             })
             .collect();
         Ok(energy)
@@ -914,6 +945,36 @@ mod tests {
         assert!(g.measured.contains(&"energy_j"));
         assert_eq!(g.status, "ok");
         assert!(summary.notes.is_empty(), "{:?}", summary.notes);
+    }
+
+    #[test]
+    fn each_read_carries_the_last_polls_telemetry_bounded_and_without_the_figures_that_failed() {
+        let script = Script {
+            identities: vec![identity("H100")],
+            ..Script::default()
+        };
+        let mut hot = poll(Ok(1_000), 700_000, 150);
+        hot.memory_used_bytes = Ok(u64::MAX);
+        let mut odd = poll(Ok(2_000), 80_000, 3);
+        odd.temperature_c = Ok(u32::MAX);
+        odd.memory_used_bytes = Err(GpuError::NotSupported);
+        script
+            .polls
+            .borrow_mut()
+            .push(VecDeque::from([poll(Ok(0), 1, 0), hot, odd]));
+        let mut gpu = open(&script);
+        gpu.read(&ctx(100)).unwrap();
+        let t = gpu.gpu_activity()[0].telemetry;
+        assert_eq!(t.utilization_pct, Some(100.0));
+        assert_eq!(t.memory_used_bytes, Some((16u64 << 30) as f64));
+        assert_eq!((t.temperature_c, t.power_w), (Some(50.0), Some(700.0)));
+        // A read too soon after for a poll keeps the last poll's figures.
+        gpu.read(&ctx(1)).unwrap();
+        assert_eq!(gpu.gpu_activity()[0].telemetry, t);
+        gpu.read(&ctx(100)).unwrap();
+        let t = gpu.gpu_activity()[0].telemetry;
+        assert_eq!((t.utilization_pct, t.power_w), (Some(3.0), Some(80.0)));
+        assert_eq!((t.temperature_c, t.memory_used_bytes), (None, None));
     }
 
     #[test]

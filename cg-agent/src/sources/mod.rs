@@ -120,6 +120,8 @@ pub struct GpuActivity {
     pub busy_fraction: f64,
     /// (pid, fraction of the time the GPU was busy for it).
     pub processes: Vec<(u32, f64)>,
+    /// The GPU's own figures at its last poll.
+    pub telemetry: crate::attribution::gpu::GpuTelemetry,
 }
 
 /// A remark on how well a source measured, for the report's quality notes.

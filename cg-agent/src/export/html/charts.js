@@ -36,7 +36,7 @@
     block.series.forEach(function (s, i) {
       series.push({
         label: s.name,
-        stroke: palette[i % palette.length],
+        stroke: s.colour || palette[i % palette.length],
         width: s.name === block.emphasis ? 2.5 : 1.5,
         spanGaps: false,
         value: function (u, v) { return fmt(v, unit); }
@@ -52,6 +52,31 @@
 
   if (data.power) lines("chart-power", data.power, data.power.y_label, "W");
   if (data.process_power) lines("chart-process-power", data.process_power, data.process_power.y_label, "W");
+
+  // One chart per GPU: percentages and temperature on the left axis, power on the right.
+  (data.gpus || []).forEach(function (block) {
+    var series = [{ label: block.x_label, value: function (u, v) { return fmt(v, "s"); } }];
+    var columns = [block.t];
+    block.series.forEach(function (s) {
+      var unit = s.axis === "W" ? "W" : s.name.indexOf("°C") >= 0 ? "°C" : "%";
+      series.push({
+        label: s.name,
+        stroke: s.colour,
+        width: 1.5,
+        scale: s.axis === "W" ? "W" : "%",
+        spanGaps: false,
+        value: function (u, v) { return fmt(v, unit); }
+      });
+      columns.push(s.values);
+    });
+    draw(block.id, {
+      height: 260,
+      scales: { x: { time: false }, "%": { range: [0, 100] } },
+      axes: [{ label: block.x_label }, { scale: "%", label: block.y_label, size: 70 },
+        { scale: "W", side: 1, label: block.y2_label, size: 70, grid: { show: false } }],
+      series: series
+    }, columns);
+  });
 
   if (data.runs) {
     var r = data.runs;

@@ -9,6 +9,8 @@
 //! notes) is HTML-escaped, its control characters shown escaped ([`printable`]); the chart data travels as JSON in a `<script type=
 //! "application/json">` block with `<`, `>`, `&`, U+2028 and U+2029 escaped.
 
+mod gpus;
+
 use std::{collections::BTreeMap, fmt::Write as _, io, path::Path};
 
 use serde::Deserialize;
@@ -316,7 +318,9 @@ pub fn render_parts(report: &Value, points: &[Point], flamegraph: Option<&str>) 
         .iter()
         .filter_map(|p| Some((p.get("pid")?.as_u64()?, program(p))))
         .collect();
-    power_over_time(&mut body, &mut data, points, &names, prov);
+    let domains = chart_domains(points);
+    power_over_time(&mut body, &mut data, points, &domains, &names, prov);
+    gpus::section(&mut body, &mut data, report, points, &domains);
     budgets(&mut body, report);
     repeat(&mut body, &mut data, report, prov);
     process_groups(&mut body, report, prov);
@@ -468,6 +472,9 @@ pub struct Point {
     /// Per-process figures of the interval, when the report has them.
     #[serde(default)]
     processes: Vec<PointProcess>,
+    /// Each GPU's own figures, when the run measured GPUs.
+    #[serde(default)]
+    gpus: Vec<gpus::PointGpu>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -555,6 +562,10 @@ fn point_of(value: &Value) -> Point {
         energy_known: value.get("energy_known").and_then(Value::as_bool),
         domains,
         processes,
+        gpus: array(value, &["gpus"])
+            .iter()
+            .map(gpus::PointGpu::lenient)
+            .collect(),
     }
 }
 
@@ -640,10 +651,21 @@ fn bucket_power(
         .collect()
 }
 
+/// The energy domains the power chart draws, in its order (those of the first point that
+/// names any).
+fn chart_domains(points: &[Point]) -> Vec<String> {
+    points
+        .iter()
+        .find(|p| !p.domains.is_empty())
+        .map(|p| p.domains.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
 fn power_over_time(
     body: &mut String,
     data: &mut serde_json::Map<String, Value>,
     points: &[Point],
+    domain_names: &[String],
     names: &BTreeMap<u64, String>,
     prov: &str,
 ) {
@@ -660,23 +682,21 @@ fn power_over_time(
         .iter()
         .map(|&(start, _)| round3(points[start].t_s.unwrap_or(f64::NAN)))
         .collect();
-    let domain_names: Vec<&String> = points
-        .iter()
-        .find(|p| !p.domains.is_empty())
-        .map(|p| p.domains.keys().collect())
-        .unwrap_or_default();
     let known = |p: &Point| p.energy_known.unwrap_or(true);
+    let total = "total (top-level domains)";
     let mut series = vec![json!({
-        "name": "total (top-level domains)",
+        "name": total,
+        "colour": gpus::part_colour(total),
         "values": bucket_power(points, &ranges, |p| {
             known(p).then(|| p.energy_j.zip(p.duration_s)).flatten()
         }),
     })];
-    for name in &domain_names {
+    for (i, name) in domain_names.iter().enumerate() {
         series.push(json!({
             "name": printable(name),
+            "colour": gpus::domain_colour(i),
             "values": bucket_power(points, &ranges, |p| {
-                let d = p.domains.get(*name)?;
+                let d = p.domains.get(name)?;
                 d.energy_known.unwrap_or(true).then(|| d.energy_j.zip(p.duration_s)).flatten()
             }),
         }));
@@ -691,6 +711,7 @@ fn power_over_time(
         if points.iter().any(|p| field(p).is_some()) {
             series.push(json!({
                 "name": label,
+                "colour": gpus::part_colour(label),
                 "values": bucket_power(points, &ranges, |p| {
                     known(p).then(|| field(p).zip(p.duration_s)).flatten()
                 }),
@@ -701,7 +722,7 @@ fn power_over_time(
     data.insert(
         "power".into(),
         json!({"t": t, "series": series, "x_label": x_label,
-               "y_label": format!("power (W, {prov})"), "emphasis": "total (top-level domains)"}),
+               "y_label": format!("power (W, {prov})"), "emphasis": total}),
     );
     body.push_str("<div class=\"chart\" id=\"chart-power\"></div>\n");
     let _ = writeln!(

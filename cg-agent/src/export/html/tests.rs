@@ -224,3 +224,111 @@ fn per_process_series_are_named_by_the_program_of_their_pid() {
         .collect();
     assert_eq!(names, ["python3 (7)", "other targets (folded)"]);
 }
+
+/// A report whose series has `domains` (all measured) and, when `gpu`, gpu0's figures.
+fn with_domains(domains: &[String], gpu: bool) -> Value {
+    let mut report = minimal("./train");
+    report["meta"]["gpus"] = json!([{"index": 0, "domain": "gpu0",
+                                     "name": "NVIDIA H100 80GB HBM3",
+                                     "memory_total_bytes": 80.0 * 1e9}]);
+    report["timeseries"] = (0..4)
+        .map(|i| {
+            let mut point = json!({"t_s": f64::from(i) * 0.5, "duration_s": 0.5,
+                                   "energy_j": 100.0, "attributed_energy_j": 50.0,
+                                   "other_energy_j": 10.0, "idle_energy_j": 40.0,
+                                   "energy_known": true, "domains": {}});
+            for d in domains {
+                point["domains"][d] = json!({"energy_j": 100.0, "energy_known": true});
+            }
+            if gpu {
+                point["gpus"] = json!([{"domain": "gpu0", "provenance": "measured",
+                                        "utilization_pct": if i < 2 { 98.0 } else { 0.0 },
+                                        "memory_used_bytes": 20.0 * 1e9,
+                                        "temperature_c": 50.0 + f64::from(i),
+                                        "power_w": 700.0}]);
+            }
+            point
+        })
+        .collect();
+    report
+}
+
+#[test]
+fn no_domain_and_no_gpu_series_wears_idles_colour_whatever_the_domains() {
+    let idle = gpus::part_colour("idle").unwrap();
+    for n in 0..20 {
+        // gpu0 first, as the chart sorts it, then as many other domains as it takes to go
+        // round the domain palette twice.
+        let mut domains = vec!["gpu0".to_string()];
+        domains.extend((0..n).map(|i| format!("package-{i:02}")));
+        let data = data_block(&render(&with_domains(&domains, true), None));
+        let mut coloured = 0;
+        for block in std::iter::once(&data["power"]).chain(data["gpus"].as_array().unwrap()) {
+            for s in block["series"].as_array().unwrap() {
+                let colour = s["colour"].as_str().unwrap();
+                coloured += 1;
+                if s["name"] != "idle" {
+                    assert_ne!(colour, idle, "{n} domains: {s}");
+                }
+            }
+        }
+        assert_eq!(coloured, (1 + domains.len() + 3) + 4, "{data}");
+        let gpu0 = data["power"]["series"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == "gpu0")
+            .unwrap();
+        // The GPU's power has its domain's colour in the GPU chart too.
+        assert_eq!(data["gpus"][0]["series"][3]["colour"], gpu0["colour"]);
+    }
+}
+
+#[test]
+fn a_gpu_section_charts_each_gpus_figures_when_the_series_has_them() {
+    let domains = ["gpu0".to_string(), "package-0".to_string()];
+    let plain = render(&with_domains(&domains, false), None);
+    assert!(!plain.contains("<h2>GPUs</h2>"));
+    assert!(data_block(&plain).get("gpus").is_none());
+
+    let page = render(&with_domains(&domains, true), None);
+    assert!(page.contains("<h2>GPUs</h2>"));
+    assert!(
+        page.contains("<h3>gpu0 NVIDIA H100 80GB HBM3</h3>"),
+        "{page}"
+    );
+    assert!(page.contains("id=\"chart-gpu-0\""));
+    let chart = &data_block(&page)["gpus"][0];
+    assert_eq!(chart["id"], "chart-gpu-0");
+    let values = |i: usize| chart["series"][i]["values"].clone();
+    assert_eq!(values(0), json!([98.0, 98.0, 0.0, 0.0]));
+    // 20 GB of 80 GB.
+    assert_eq!(values(1), json!([25.0, 25.0, 25.0, 25.0]));
+    assert_eq!(values(2), json!([50.0, 51.0, 52.0, 53.0]));
+    assert_eq!(values(3), json!([700.0, 700.0, 700.0, 700.0]));
+    assert_eq!(chart["series"][3]["axis"], "W");
+}
+
+#[test]
+fn a_gpus_hostile_name_is_escaped_and_bad_figures_are_gaps() {
+    let mut report = with_domains(&["gpu0".to_string()], true);
+    report["meta"]["gpus"][0]["name"] = json!("<script>x</script>\u{1b}[2J");
+    report["meta"]["gpus"][0]["memory_total_bytes"] = json!(0);
+    report["timeseries"][1]["gpus"][0]["temperature_c"] = json!("hot");
+    let page = render(&report, None);
+    assert!(!page.contains("<script>x"));
+    assert!(
+        page.contains("&lt;script&gt;x&lt;/script&gt;\\x1b[2J"),
+        "{page}"
+    );
+    let chart = &data_block(&page)["gpus"][0];
+    // Memory has no total to be a percent of; the unreadable temperature is a gap.
+    assert_eq!(
+        chart["series"][1]["values"],
+        json!([null, null, null, null])
+    );
+    assert_eq!(
+        chart["series"][2]["values"],
+        json!([50.0, null, 52.0, 53.0])
+    );
+}
