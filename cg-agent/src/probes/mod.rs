@@ -369,7 +369,7 @@ impl Probes {
             page_size()
         };
         loader.map_max_entries(profiling::names::SAMPLE_RING, ring_bytes);
-        let mut ebpf = loader
+        loader
             .btf(None)
             // THREAD_MARKS is task storage, which only the programs use (aya 0.14 has no
             // user-space type for it).
@@ -391,9 +391,25 @@ impl Probes {
             .override_global(globals::BINPRM_FILENAME_OFFSET, &filename_offset, true)
             .override_global(globals::EXIT_HAS_GROUP_DEAD, &exit_has_group_dead, true)
             .override_global(profiling::globals::FUNC_CLOCK, &func_clock, true)
-            .override_global(profiling::globals::NOOP_FUNC, &noop_func, true)
-            .load(EBPF_OBJECT)
-            .map_err(ProbeError::Load)?;
+            .override_global(profiling::globals::NOOP_FUNC, &noop_func, true);
+        // aya probes the kernel's features once per process, inside this load, by loading tiny
+        // programs it does not retry: a signal then reads as a missing feature, and the load
+        // fails on what the features decided (seen: "section not found" for the globals).
+        // Signals wait while it runs (noted after it, like any other); a stop signal that came
+        // all the same (SIGSTOP cannot be held) makes the failure an interruption.
+        let loaded = {
+            let _held = retry::HeldSignals::hold();
+            loader.load(EBPF_OBJECT)
+        };
+        let mut ebpf = match loaded {
+            Ok(ebpf) => ebpf,
+            Err(err) => {
+                return Err(match stop() {
+                    Some(signal) => ProbeError::LoadInterrupted { signal },
+                    None => ProbeError::Load(err),
+                });
+            }
+        };
 
         // (Before any map is taken: these programs share every map.)
         stop_here(stop)?;

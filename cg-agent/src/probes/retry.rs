@@ -70,6 +70,34 @@ pub fn again_after_signals<T, E>(
     }
 }
 
+/// Holds back (blocks) every signal that can be held, in this thread, until dropped: for a
+/// call that fails on a signal and cannot be made again (aya's one-time feature probes).
+/// A signal that comes meanwhile is delivered to another thread of the process, or to this
+/// one once released: none is lost. SIGKILL and SIGSTOP cannot be held.
+pub struct HeldSignals {
+    before: libc::sigset_t,
+}
+
+impl HeldSignals {
+    pub fn hold() -> Self {
+        // SAFETY: the sets are ours, initialised by sigfillset/pthread_sigmask before use.
+        unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            let mut before: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut before);
+            HeldSignals { before }
+        }
+    }
+}
+
+impl Drop for HeldSignals {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask this thread had, saved by `hold`.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.before, std::ptr::null_mut()) };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::io;
@@ -173,5 +201,25 @@ mod tests {
         });
         assert_eq!(errno_in(&map), Some(libc::EINTR));
         assert_eq!(errno_in(&aya::programs::ProgramError::NotAttached), None);
+    }
+
+    /// A signal sent while held waits, and reaches its handler once released.
+    #[test]
+    fn held_signals_wait_and_are_not_lost() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        static SEEN: AtomicBool = AtomicBool::new(false);
+        // SAFETY: the handler only stores into an atomic.
+        let id = unsafe {
+            signal_hook_registry::register(libc::SIGUSR2, || SEEN.store(true, Ordering::SeqCst))
+        }
+        .unwrap();
+        {
+            let _held = HeldSignals::hold();
+            // SAFETY: a signal to this very thread.
+            unsafe { libc::pthread_kill(libc::pthread_self(), libc::SIGUSR2) };
+            assert!(!SEEN.load(Ordering::SeqCst), "delivered while held");
+        }
+        assert!(SEEN.load(Ordering::SeqCst), "lost");
+        signal_hook_registry::unregister(id);
     }
 }
