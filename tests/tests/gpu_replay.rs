@@ -151,6 +151,23 @@ fn phased_load_wrap_sees_the_rest_and_later_runs_on_the_gpu_keep_it() {
     assert_rest(&report, "rest_seen_this_run");
 }
 
+/// The two other combinations of mode and load: a wrapped command under a steady load (the
+/// recorded failure: the baseline came out 0 W, every watt of rest charged to the processes;
+/// here the idle calibration sees the GPU busy too) and `--all` under a phased one.
+#[test]
+fn steady_load_wrap_and_phased_load_all_take_the_rest_power() {
+    require_root();
+    let state = tempfile::tempdir().unwrap();
+    let nvml = replay(STEADY, H100, vec![]);
+    let report = run(&nvml, state.path(), &["--", "sleep", "4"]);
+    assert_rest(&report, "model_table");
+
+    let fresh = tempfile::tempdir().unwrap();
+    let nvml = replay(PHASED, "NVIDIA Unknown Model", vec![]);
+    let report = run(&nvml, fresh.path(), &["--all", "--duration", "11"]);
+    assert_rest(&report, "rest_seen_this_run");
+}
+
 #[test]
 fn a_gpu_never_at_rest_and_of_no_known_model_says_its_baseline_is_not_its_rest_power() {
     require_root();
