@@ -1,7 +1,7 @@
 //! `cg-trace serve`: the long-running exporter. Traces the whole machine (the `--all`
 //! session, fed interval by interval to [`model::Exporter`]) until SIGINT or SIGTERM, and
 //! serves `/metrics` (Prometheus text, or OpenMetrics when the scraper asks for it) and
-//! `/healthz` over HTTP ([`http`], on a thread of its own).
+//! `/healthz` over HTTP ([`http`]: hyper on a tokio runtime, on a thread of its own).
 
 pub mod churn;
 pub mod http;
@@ -129,6 +129,8 @@ pub fn main(
         }
     };
     let address = listener.local_addr().unwrap_or(config.listen);
+    // Room for a full connection budget beside the probes' and sources' descriptors.
+    session::functions::raise_open_files_limit(http::MAX_CONNECTIONS + 512);
     if let Err(err) = listener.set_nonblocking(true) {
         eprintln!("cg-trace: cannot listen on {address}: {err}");
         return 2;

@@ -1267,8 +1267,9 @@ fn exe_looks_like_python(proc_root: &Path, pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-/// Each uprobe pair holds two perf-event file descriptors: make room for them.
-fn raise_open_files_limit(needed: usize) {
+/// Raises the soft limit of open files to `needed` (at most the hard limit): each uprobe
+/// pair holds two perf-event file descriptors, each connection to `serve` one socket.
+pub(crate) fn raise_open_files_limit(needed: usize) {
     // SAFETY: getrlimit/setrlimit on a struct we own.
     unsafe {
         let mut limit: libc::rlimit = std::mem::zeroed();
