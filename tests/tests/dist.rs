@@ -290,6 +290,21 @@ fn unpacked(work: &Path) -> PathBuf {
     )
 }
 
+/// Runs the unpacked `top/install.sh --prefix PREFIX`, which must refuse (exit 1).
+fn install_refused(top: &Path, prefix: &Path, work: &Path) -> Output {
+    let refused = clean(
+        Path::new("/bin/sh"),
+        &[
+            top.join("install.sh").to_str().unwrap(),
+            "--prefix",
+            prefix.to_str().unwrap(),
+        ],
+        work,
+    );
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused.stdout));
+    refused
+}
+
 /// A folder under the prefix that is a symbolic link (planted by whoever can write to the
 /// prefix) is refused before anything is installed: root's files do not follow it.
 #[test]
@@ -301,16 +316,7 @@ fn install_refuses_a_symlinked_folder_inside_the_prefix() {
     std::fs::create_dir_all(prefix.join("share/man")).unwrap();
     std::fs::create_dir(&elsewhere).unwrap();
     std::os::unix::fs::symlink(&elsewhere, prefix.join("share/man/man1")).unwrap();
-    let refused = clean(
-        Path::new("/bin/sh"),
-        &[
-            top.join("install.sh").to_str().unwrap(),
-            "--prefix",
-            prefix.to_str().unwrap(),
-        ],
-        work.path(),
-    );
-    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused.stdout));
+    let refused = install_refused(&top, &prefix, work.path());
     assert!(
         text(&refused.stderr).contains("symbolic link"),
         "{}",
@@ -336,16 +342,7 @@ fn install_refuses_a_file_its_sha256sums_leaves_out() {
     std::fs::write(top.join("SHA256SUMS"), without).unwrap();
     std::fs::write(top.join("bin/cg-trace"), "#!/bin/sh\necho replaced\n").unwrap();
     let prefix = work.path().join("prefix");
-    let refused = clean(
-        Path::new("/bin/sh"),
-        &[
-            top.join("install.sh").to_str().unwrap(),
-            "--prefix",
-            prefix.to_str().unwrap(),
-        ],
-        work.path(),
-    );
-    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused.stdout));
+    let refused = install_refused(&top, &prefix, work.path());
     assert!(
         text(&refused.stderr).contains("bin/cg-trace is not listed in SHA256SUMS"),
         "{}",

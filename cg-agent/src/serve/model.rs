@@ -788,6 +788,25 @@ mod tests {
         )
     }
 
+    /// An exporter grouping by cgroup, reading `/proc` under `proc_root` where the process
+    /// table read nothing.
+    fn cgroup_exporter(proc_root: std::path::PathBuf) -> Exporter {
+        let header = header(2.0);
+        Exporter::with_grouper(
+            &LiveStart {
+                header: &header,
+                run_start_ns: 0,
+                calibration: &[],
+            },
+            ServeOptions {
+                top_groups: 10,
+                grace_ns: 60_000 * MS,
+                group_by: GroupBy::Cgroup,
+            },
+            grouper(GroupBy::Cgroup, proc_root),
+        )
+    }
+
     fn record(pid: u32, comm: &str, first_seen_ns: u64) -> ProcessRecord {
         ProcessRecord {
             pid,
@@ -987,20 +1006,7 @@ mod tests {
             std::fs::create_dir_all(&dir).unwrap();
             std::fs::write(dir.join("cgroup"), text).unwrap();
         }
-        let header = header(2.0);
-        let mut e = Exporter::with_grouper(
-            &LiveStart {
-                header: &header,
-                run_start_ns: 0,
-                calibration: &[],
-            },
-            ServeOptions {
-                top_groups: 10,
-                grace_ns: 60_000 * MS,
-                group_by: GroupBy::Cgroup,
-            },
-            grouper(GroupBy::Cgroup, proc_root.path().to_path_buf()),
-        );
+        let mut e = cgroup_exporter(proc_root.path().to_path_buf());
         // 13 has no cgroup file: gone before it was read.
         let processes: Vec<ProcessRecord> = [10, 11, 12, 13]
             .iter()
@@ -1048,20 +1054,7 @@ mod tests {
     #[test]
     fn a_process_seen_at_fork_joins_the_container_it_execs_in() {
         let docker = "89abcdef0123456789abcdef0123456789abcdef0123456789abcdef01234567";
-        let header = header(2.0);
-        let mut e = Exporter::with_grouper(
-            &LiveStart {
-                header: &header,
-                run_start_ns: 0,
-                calibration: &[],
-            },
-            ServeOptions {
-                top_groups: 10,
-                grace_ns: 60_000 * MS,
-                group_by: GroupBy::Cgroup,
-            },
-            grouper(GroupBy::Cgroup, "/nonexistent/proc".into()),
-        );
+        let mut e = cgroup_exporter("/nonexistent/proc".into());
         let mut processes = vec![record(20, "runc:[2:INIT]", 0)];
         processes[0].cgroup = Some(crate::cgroup::classify("/system.slice/runc-init.scope"));
         feed(
