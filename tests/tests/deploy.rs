@@ -453,13 +453,13 @@ fn the_daemonset_runs_the_exporter_with_only_the_privileges_it_documents() {
 /// text format gives them: those a dashboard shows (it also exports read errors, lost events,
 /// unknown-energy time, group and process counts).
 const EXPORTED_METRICS: [&str; 9] = [
-    "cg_energy_joules_total",
-    "cg_host_energy_joules_total",
-    "cg_power_watts",
-    "cg_idle_baseline_watts",
-    "cg_domain_info",
-    "cg_cpu_seconds_total",
-    "cg_source_info",
+    "cg_trace_energy_joules_total",
+    "cg_trace_host_energy_joules_total",
+    "cg_trace_power_watts",
+    "cg_trace_idle_baseline_watts",
+    "cg_trace_domain_info",
+    "cg_trace_cpu_seconds_total",
+    "cg_trace_source_info",
     "process_cpu_seconds_total",
     "process_resident_memory_bytes",
 ];
@@ -541,9 +541,9 @@ fn the_dashboard_queries_exported_metrics_and_defines_its_variables() {
         }
     }
     for needed in [
-        "cg_energy_joules_total",
-        "cg_cpu_seconds_total",
-        "cg_power_watts",
+        "cg_trace_energy_joules_total",
+        "cg_trace_cpu_seconds_total",
+        "cg_trace_power_watts",
         "process_cpu_seconds_total",
         "process_resident_memory_bytes",
     ] {

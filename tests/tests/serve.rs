@@ -348,15 +348,15 @@ fn prometheus_scrapes_serve_and_the_series_add_up_to_the_host_total() {
     // Each ratio is evaluated at one instant, over the samples of one scrape.
     let top = r#"domain=~"package-0|dram-0""#;
     let ratio = prometheus.number(&format!(
-        "sum(cg_energy_joules_total{{{top}}}) / sum(cg_host_energy_joules_total{{{top}}})"
+        "sum(cg_trace_energy_joules_total{{{top}}}) / sum(cg_trace_host_energy_joules_total{{{top}}})"
     ));
     assert!((ratio - 1.0).abs() <= 0.01, "series / host total = {ratio}");
-    let host = prometheus.number(&format!("sum(cg_host_energy_joules_total{{{top}}})"));
+    let host = prometheus.number(&format!("sum(cg_trace_host_energy_joules_total{{{top}}})"));
     assert!(host > 0.0, "host total {host} J");
     // Per domain too, core-0 inside package-0 included.
     for domain in ["package-0", "core-0", "dram-0"] {
         let ratio = prometheus.number(&format!(
-            r#"sum(cg_energy_joules_total{{domain="{domain}"}}) / sum(cg_host_energy_joules_total{{domain="{domain}"}})"#
+            r#"sum(cg_trace_energy_joules_total{{domain="{domain}"}}) / sum(cg_trace_host_energy_joules_total{{domain="{domain}"}})"#
         ));
         assert!(
             (ratio - 1.0).abs() <= 0.01,
@@ -365,13 +365,13 @@ fn prometheus_scrapes_serve_and_the_series_add_up_to_the_host_total() {
     }
     // The workload's group: a positive rate, the largest share of the energy of any group.
     let rates = prometheus.query(
-        r#"sort_desc(rate(cg_energy_joules_total{domain="package-0",group!~"idle|other|exited"}[8s]))"#,
+        r#"sort_desc(rate(cg_trace_energy_joules_total{domain="package-0",group!~"idle|other|exited"}[8s]))"#,
     );
     let first = rates.first().expect("no group rates");
     assert_eq!(first["metric"]["group"], "cg-spin", "{rates:?}");
     let rate: f64 = first["value"][1].as_str().unwrap().parse().unwrap();
     assert!(rate > 0.0, "{rates:?}");
-    let sources = prometheus.query("cg_source_info");
+    let sources = prometheus.query("cg_trace_source_info");
     assert_eq!(
         sources[0]["metric"]["provenance"], "measured",
         "{sources:?}"
@@ -552,10 +552,10 @@ fn serve_answers_health_refuses_bad_requests_and_stops_on_sigterm() {
     assert_eq!(status, 200, "{head}");
     assert!(head.contains("text/plain; version=0.0.4"), "{head}");
     assert!(
-        body.contains("# TYPE cg_energy_joules_total counter\n"),
+        body.contains("# TYPE cg_trace_energy_joules_total counter\n"),
         "{body}"
     );
-    assert!(body.contains("cg_energy_joules_total{domain=\"model\",group=\"idle\"}"));
+    assert!(body.contains("cg_trace_energy_joules_total{domain=\"model\",group=\"idle\"}"));
     assert!(body.contains("process_resident_memory_bytes "), "{body}");
     // Prometheus's own checker (and linter) accepts the text form.
     let mut promtool = Command::new("promtool")
@@ -732,7 +732,7 @@ fn serve_exports_a_docker_shaped_workload(moved: Moved) {
         let (_, _, body) = http_get(serve.addr, "/metrics", None).unwrap();
         if let Some(line) = body
             .lines()
-            .find(|l| l.starts_with("cg_energy_joules_total{") && l.contains(&group))
+            .find(|l| l.starts_with("cg_trace_energy_joules_total{") && l.contains(&group))
             .filter(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) > Some(0.0))
         {
             break line.to_string();

@@ -78,9 +78,9 @@ fn registry(scrape: &Scrape, own: OwnCost) -> Registry {
             .inc_by(finite(*joules));
     }
     registry.register_with_unit(
-        "cg_energy",
+        "cg_trace_energy",
         "Energy per domain and process group (top groups by energy; idle, other and exited \
-         are their own series): the series of a domain add up to cg_host_energy_joules_total",
+         are their own series): the series of a domain add up to cg_trace_host_energy_joules_total",
         Unit::Joules,
         energy,
     );
@@ -107,32 +107,32 @@ fn registry(scrape: &Scrape, own: OwnCost) -> Registry {
             .set(1);
     }
     registry.register_with_unit(
-        "cg_host_energy",
+        "cg_trace_host_energy",
         "Energy the domain's source measured (or the model estimated); top-level domains \
-         (cg_domain_info top_level=\"true\") add up to the machine's",
+         (cg_trace_domain_info top_level=\"true\") add up to the machine's",
         Unit::Joules,
         host,
     );
     registry.register_with_unit(
-        "cg_power",
+        "cg_trace_power",
         "Power of the domain over the last interval",
         Unit::Other("watts".into()),
         power,
     );
     registry.register_with_unit(
-        "cg_idle_baseline",
-        "Idle baseline of the domain (see idle_method in cg_domain_info)",
+        "cg_trace_idle_baseline",
+        "Idle baseline of the domain (see idle_method in cg_trace_domain_info)",
         Unit::Other("watts".into()),
         baseline,
     );
     registry.register_with_unit(
-        "cg_energy_unknown",
+        "cg_trace_energy_unknown",
         "Time whose energy is unknown (counter glitches, failed reads): not in any counter",
         Unit::Seconds,
         unknown,
     );
     registry.register(
-        "cg_domain_info",
+        "cg_trace_domain_info",
         "Energy domains: kind, provenance (measured or estimated), whether top-level",
         domain_info,
     );
@@ -143,7 +143,7 @@ fn registry(scrape: &Scrape, own: OwnCost) -> Registry {
             .inc_by(finite(*seconds));
     }
     registry.register_with_unit(
-        "cg_cpu",
+        "cg_trace_cpu",
         "CPU time per process group (idle: the CPUs' idle time; other: every group not \
          exported and tasks not accounted one by one)",
         Unit::Seconds,
@@ -161,7 +161,7 @@ fn registry(scrape: &Scrape, own: OwnCost) -> Registry {
             .set(1);
     }
     registry.register(
-        "cg_source_info",
+        "cg_trace_source_info",
         "Energy sources: provenance (measured or estimated) and quality (degraded: energy \
          unknown in the last minute)",
         source_info,
@@ -178,28 +178,28 @@ fn registry(scrape: &Scrape, own: OwnCost) -> Registry {
         g
     };
     registry.register_with_unit(
-        "cg_measured",
+        "cg_trace_measured",
         "Time the exporter's intervals cover",
         Unit::Seconds,
         counter(scrape.elapsed_s),
     );
     registry.register(
-        "cg_read_errors",
+        "cg_trace_read_errors",
         "Failed reads of energy sources or probes",
         counter(scrape.read_errors as f64),
     );
     registry.register(
-        "cg_lost_events",
+        "cg_trace_lost_events",
         "Records the kernel side lost",
         counter(scrape.lost_events as f64),
     );
     registry.register(
-        "cg_groups_known",
+        "cg_trace_groups_known",
         "Process groups remembered now (exported or not)",
         gauge(scrape.groups_known as f64),
     );
     registry.register(
-        "cg_processes_live",
+        "cg_trace_processes_live",
         "Live processes followed now",
         gauge(scrape.processes_live as f64),
     );

@@ -290,11 +290,14 @@ mod tests {
     fn metrics_come_as_openmetrics_on_request_and_as_prometheus_text_otherwise() {
         let om = metrics::openmetrics(&scrape(), OwnCost::default());
         assert!(om.ends_with("# EOF\n"), "{om}");
-        assert!(om.contains("# TYPE cg_energy_joules counter\n"), "{om}");
+        assert!(
+            om.contains("# TYPE cg_trace_energy_joules counter\n"),
+            "{om}"
+        );
         // Label values are escaped.
         assert!(
             om.contains(
-                "cg_energy_joules_total{domain=\"package-0\",group=\"say \\\"hi\\\"\\n\"} 6.0"
+                "cg_trace_energy_joules_total{domain=\"package-0\",group=\"say \\\"hi\\\"\\n\"} 6.0"
             ),
             "{om}"
         );
@@ -304,12 +307,15 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("# TYPE cg_energy_joules_total counter\n"),
+            text.contains("# TYPE cg_trace_energy_joules_total counter\n"),
             "{text}"
         );
-        assert!(text.contains("# TYPE cg_power_watts gauge\n"), "{text}");
+        assert!(
+            text.contains("# TYPE cg_trace_power_watts gauge\n"),
+            "{text}"
+        );
         assert!(text.contains(
-            "cg_source_info{source=\"powercap\",provenance=\"measured\",quality=\"ok\"} 1"
+            "cg_trace_source_info{source=\"powercap\",provenance=\"measured\",quality=\"ok\"} 1"
         ));
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let value = line.rsplit(' ').next().unwrap();
