@@ -2,7 +2,7 @@
 //! aya-build, into OUT_DIR where `probes` includes it. `cargo xtask setup` installs what this
 //! needs on a fresh machine. Without the `ebpf` feature (the fuzz targets) it builds nothing.
 //!
-//! It also gives `cg-trace --version` its build facts, as environment variables of the
+//! It also gives `cg-trace --version` (and serve's `cg_trace_build_info`) its build facts, as environment variables of the
 //! crate: `CG_TRACE_GIT_COMMIT` (the commit built, "unknown" outside a git checkout, e.g. a
 //! source tarball) and `CG_TRACE_EBPF_INFO` (the eBPF object's size, SHA-256, and the
 //! bpf-linker and nightly rustc that built it).
@@ -30,7 +30,10 @@ fn first_line(program: &str, args: &[&str], dir: &Path) -> Option<String> {
 /// branch it names gets a new commit). "unknown" outside a git checkout.
 fn git_commit(manifest_dir: &Path) -> String {
     let git = |args: &[&str]| first_line("git", args, manifest_dir);
-    let Some(commit) = git(&["rev-parse", "--short=12", "HEAD"]) else {
+    // An abbreviated object name is hexadecimal; anything else (an odd git) is not a commit.
+    let Some(commit) = git(&["rev-parse", "--short=12", "HEAD"])
+        .filter(|c| c.len() <= 40 && c.chars().all(|ch| ch.is_ascii_hexdigit()))
+    else {
         return "unknown".into();
     };
     if let Some(git_dir) = git(&["rev-parse", "--absolute-git-dir"]) {

@@ -557,6 +557,21 @@ fn serve_answers_health_refuses_bad_requests_and_stops_on_sigterm() {
     );
     assert!(body.contains("cg_trace_energy_joules_total{domain=\"model\",group=\"idle\"}"));
     assert!(body.contains("process_resident_memory_bytes "), "{body}");
+    // The build it says is the one `cg-trace --version` names.
+    let version = Command::new(bin("cg-trace"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    let version = String::from_utf8(version.stdout).unwrap();
+    let commit = version
+        .lines()
+        .find_map(|l| l.strip_prefix("commit: "))
+        .unwrap_or_else(|| panic!("no commit in --version: {version}"));
+    let build = format!(
+        "cg_trace_build_info{{version=\"{}\",commit=\"{commit}\"}} 1\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    assert!(body.contains(&build), "{build} missing from {body}");
     // Prometheus's own checker (and linter) accepts the text form.
     let mut promtool = Command::new("promtool")
         .args(["check", "metrics"])

@@ -203,6 +203,19 @@ fn registry(scrape: &Scrape, own: OwnCost) -> Registry {
         "Live processes followed now",
         gauge(scrape.processes_live as f64),
     );
+    let build_info = Family::<Labels, Gauge>::default();
+    build_info
+        .get_or_create(&vec![
+            ("version", env!("CARGO_PKG_VERSION").to_string()),
+            ("commit", env!("CG_TRACE_GIT_COMMIT").to_string()),
+        ])
+        .set(1);
+    registry.register(
+        "cg_trace_build_info",
+        "The cg-trace serving these metrics: its version and the git commit it was built from \
+         (\"unknown\" when built outside a git checkout)",
+        build_info,
+    );
     registry.register_with_unit(
         "process_cpu",
         "CPU time cg-trace itself used",

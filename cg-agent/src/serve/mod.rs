@@ -317,6 +317,19 @@ mod tests {
         assert!(text.contains(
             "cg_trace_source_info{source=\"powercap\",provenance=\"measured\",quality=\"ok\"} 1"
         ));
+        // The build, as exporters say theirs: version and commit (hexadecimal, or "unknown").
+        let build = format!(
+            "cg_trace_build_info{{version=\"{}\",commit=\"{}\"}} 1\n",
+            env!("CARGO_PKG_VERSION"),
+            env!("CG_TRACE_GIT_COMMIT")
+        );
+        assert!(text.contains(&build), "{text}");
+        let commit = env!("CG_TRACE_GIT_COMMIT");
+        assert!(
+            commit == "unknown"
+                || (!commit.is_empty() && commit.chars().all(|c| c.is_ascii_hexdigit())),
+            "{commit}"
+        );
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let value = line.rsplit(' ').next().unwrap();
             assert!(value.parse::<f64>().is_ok_and(f64::is_finite), "{line}");
