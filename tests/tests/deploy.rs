@@ -4,7 +4,8 @@
 //! select each other and grant exactly the privileges the manifest documents; the
 //! Containerfile's unpack stage, run as a shell script on a tarball `cargo xtask dist`
 //! packs, installs what its runtime stage copies; the Grafana dashboard queries only metrics
-//! cg-trace serve exports and defines every variable it uses.
+//! cg-trace serve exports and defines every variable it uses, and picks nodes by the label
+//! the ServiceMonitor gives the node's name.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -466,10 +467,7 @@ const EXPORTED_METRICS: [&str; 9] = [
 
 #[test]
 fn the_dashboard_queries_exported_metrics_and_defines_its_variables() {
-    let path = deploy_dir().join("grafana/cg-trace-dashboard.json");
-    let json = fs::read_to_string(&path).unwrap();
-    // Not a report: the Grafana dashboard.
-    let dashboard: Value = serde_json::from_str(&json).unwrap();
+    let dashboard = dashboard();
     assert!(!text(&dashboard, "/uid").is_empty() && !text(&dashboard, "/title").is_empty());
     let variables: BTreeSet<&str> = dashboard["templating"]["list"]
         .as_array()
@@ -552,6 +550,70 @@ fn the_dashboard_queries_exported_metrics_and_defines_its_variables() {
     for v in dashboard["templating"]["list"].as_array().unwrap() {
         if let Some(query) = v["definition"].as_str() {
             check_variables(query, "a variable's query");
+        }
+    }
+}
+
+/// The Grafana dashboard (deploy/grafana), parsed.
+fn dashboard() -> Value {
+    let path = deploy_dir().join("grafana/cg-trace-dashboard.json");
+    let json = fs::read_to_string(&path).unwrap();
+    // Not a report: the Grafana dashboard.
+    serde_json::from_str(&json).unwrap()
+}
+
+/// The labels a ServiceMonitor endpoint's relabelings copy the pod's node name into.
+fn node_labels(endpoint: &Value) -> BTreeSet<&str> {
+    let Some(relabelings) = endpoint["relabelings"].as_array() else {
+        return BTreeSet::new();
+    };
+    relabelings
+        .iter()
+        .filter(|r| r["sourceLabels"] == serde_json::json!(["__meta_kubernetes_pod_node_name"]))
+        // "replace" is the default action, and the whole value ("(.*)" -> "$1") the default.
+        .filter(|r| r["action"].as_str().is_none_or(|a| a == "replace"))
+        .filter(|r| r.get("regex").is_none() && r.get("replacement").is_none())
+        .filter_map(|r| r["targetLabel"].as_str())
+        .collect()
+}
+
+#[test]
+fn the_dashboard_picks_nodes_by_the_label_the_service_monitor_gives_the_node_name() {
+    let dashboard = dashboard();
+    let picker = dashboard["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["label"] == "Node")
+        .expect("a Node picker among the dashboard's variables");
+    let variable = text(picker, "/name");
+    // label_values(METRIC{...}, LABEL): the label whose values it lists.
+    let query = text(picker, "/definition");
+    let label = query
+        .strip_prefix("label_values(")
+        .and_then(|q| q.strip_suffix(')'))
+        .and_then(|q| q.rsplit_once(','))
+        .map(|(_, label)| label.trim())
+        .unwrap_or_else(|| panic!("not a label_values query: {query}"));
+    let objects = objects();
+    let monitor = object(&objects, "ServiceMonitor");
+    for endpoint in monitor["spec"]["endpoints"].as_array().unwrap() {
+        assert!(
+            node_labels(endpoint).contains(label),
+            "the Node picker lists `{label}`, which the ServiceMonitor does not set to the \
+             node's name: {endpoint}"
+        );
+    }
+    // Every panel narrows its queries by that label to the picked nodes.
+    let narrowed = format!("{label}=~\"${variable}\"");
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = text(target, "/expr");
+            assert!(
+                expr.contains(&narrowed),
+                "{}: {expr} does not narrow by {narrowed}",
+                text(panel, "/title")
+            );
         }
     }
 }
