@@ -1,7 +1,7 @@
 //! Tests of `deploy/`: every YAML and JSON file parses; the Kubernetes objects carry what the
-//! API requires, and only fields it knows (a hand-written check: no schema validator such as
-//! kubeconform installs through cargo or apt here); the DaemonSet, Service and ServiceMonitor
-//! select each other and grant exactly the privileges the manifest documents; the
+//! API requires, and only fields it knows (a hand-written check, for the ServiceMonitor too;
+//! the core objects also pass kubernetes-validate, the API's own schemas, offline); the
+//! DaemonSet, Service and ServiceMonitor select each other and grant exactly the privileges the manifest documents; the
 //! Containerfile's unpack stage, run as a shell script on a tarball `cargo xtask dist`
 //! packs, installs what its runtime stage copies; the Grafana dashboard queries only metrics
 //! cg-trace serve exports and defines every variable it uses, and picks nodes by the label
@@ -308,6 +308,59 @@ fn kubernetes_objects_carry_what_the_api_requires_and_no_unknown_field() {
             Vec::<String>::new()
         );
     }
+}
+
+/// `kubernetes-validate` (PyPI), which `cargo xtask setup` installs in a venv under target/.
+fn kubernetes_validate() -> Command {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/kubernetes-validate/bin/kubernetes-validate");
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo xtask setup` (it installs kubernetes-validate)",
+        path.display()
+    );
+    let mut command = Command::new(path);
+    command.args(["--strict", "--kubernetes-version", "1.37"]);
+    command
+}
+
+/// kubernetes-validate's verdict on a file: whether it passed, and what it printed.
+fn validate(file: &Path) -> (bool, String) {
+    let output = kubernetes_validate().arg(file).output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.success(), said)
+}
+
+/// The objects of the core API (not the ServiceMonitor, a custom resource whose schema it
+/// does not carry) pass the Kubernetes 1.37 schemas, rejecting unknown fields; a DaemonSet
+/// with one field the API does not know fails, so the check is not empty.
+#[test]
+fn core_kubernetes_objects_pass_the_api_schemas_strictly() {
+    let manifest = deploy_dir().join("kubernetes/cg-trace.yaml");
+    let (passed, said) = validate(&manifest);
+    assert!(passed, "{said}");
+    // A resource without a schema is only a warning to it: none may be here.
+    assert!(!said.contains("WARN"), "{said}");
+    for resource in ["daemonset/cg-trace", "service/cg-trace"] {
+        assert!(
+            said.contains(&format!(
+                "passed for resource {resource} against version 1.37"
+            )),
+            "{resource} not validated: {said}"
+        );
+    }
+    let mut daemonset = object(&yaml_documents(&manifest), "DaemonSet").clone();
+    daemonset["spec"]["template"]["spec"]["hostPIDs"] = Value::Bool(true);
+    let dir = tempfile::tempdir().unwrap();
+    let broken = dir.path().join("daemonset.yaml");
+    // JSON is YAML.
+    fs::write(&broken, serde_json::to_string(&daemonset).unwrap()).unwrap();
+    let (passed, said) = validate(&broken);
+    assert!(!passed && said.contains("hostPIDs"), "{said}");
 }
 
 /// The port in `--listen ADDR:PORT` among the container's arguments.

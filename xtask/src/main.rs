@@ -4,7 +4,8 @@
 //!   What building needs ([`BUILD_PACKAGES`], `setup --build` alone): LLVM 22 dev files
 //!   (apt), gcc, nightly `rust-src`, bpf-linker built against LLVM 22. What the tests,
 //!   benchmarks and fuzz targets add ([`TEST_PACKAGES`]): tmux, sudo, python3.11,
-//!   prometheus, chromium, man-db, g++ and cargo-fuzz (libFuzzer), ...
+//!   prometheus, chromium, man-db, g++, cargo-fuzz (libFuzzer), kubernetes-validate (PyPI, in
+//!   a venv under `target/`), ...
 //! - `build`: the build's setup, then builds the workspace (`--release` for an optimised
 //!   binary).
 //! - `run`: the build's setup, a release build of `cg-trace` alone, then runs it with the
@@ -184,7 +185,49 @@ const TEST_PACKAGES: &[&str] = &[
     "man-db",
     // The HTML report tests open the page in headless Chromium (tests/tests/html.rs).
     "chromium",
+    // A venv for kubernetes-validate, which checks deploy/'s manifests (tests/tests/deploy.rs).
+    "python3-venv",
 ];
+
+/// kubernetes-validate from PyPI, pinned: the Kubernetes API's schemas, carried offline.
+const KUBERNETES_VALIDATE: &str = "kubernetes-validate==1.37.0";
+
+/// Where it is installed, in a venv of its own (Debian's Python refuses pip outside one);
+/// tests/tests/deploy.rs runs it from there.
+fn kubernetes_validate_venv() -> PathBuf {
+    root().join("target/kubernetes-validate")
+}
+
+/// Installs [`KUBERNETES_VALIDATE`] in its venv, unless that version is there already.
+fn install_kubernetes_validate() -> Result<()> {
+    let venv = kubernetes_validate_venv();
+    let version = KUBERNETES_VALIDATE
+        .rsplit_once("==")
+        .map_or("", |(_, version)| version);
+    let installed = Command::new(venv.join("bin/kubernetes-validate"))
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == version);
+    if installed {
+        return Ok(());
+    }
+    eprintln!(
+        "xtask: installing {KUBERNETES_VALIDATE} in {}",
+        venv.display()
+    );
+    // Debian's python3 (python3-venv), not whichever a shell's PATH finds first.
+    status(
+        Command::new("/usr/bin/python3")
+            .args(["-m", "venv", "--clear"])
+            .arg(&venv),
+    )?;
+    status(Command::new(venv.join("bin/pip")).args([
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        KUBERNETES_VALIDATE,
+    ]))
+}
 
 /// The apt packages `needs` asks for.
 fn apt_packages(needs: Needs) -> Vec<&'static str> {
@@ -262,6 +305,7 @@ fn setup(needs: Needs) -> Result<()> {
     if needs == Needs::Build {
         return Ok(());
     }
+    install_kubernetes_validate()?;
     // cargo-fuzz runs the fuzz targets (fuzz/) with the nightly toolchain.
     if !succeeds(Command::new("rustup").args(["run", "nightly", "cargo", "fuzz", "--version"])) {
         eprintln!("xtask: building cargo-fuzz (about a minute)");
@@ -380,6 +424,7 @@ mod tests {
             "g++",
             "man-db",
             "python3.11",
+            "python3-venv",
             "sudo",
         ] {
             assert!(
