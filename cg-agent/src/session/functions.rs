@@ -278,7 +278,11 @@ pub struct FunctionSession {
     previous: HashMap<FuncKey, FuncStats>,
     completed: HashMap<(ProcId, u32), (u64, u64)>,
     high_water: HashMap<(ProcId, u32), (u64, u64)>,
+    /// The functions threads were inside at the last read (calls in progress).
     active: BTreeSet<(ProcId, u32)>,
+    /// The functions threads were inside when they exited: partial for good, even once the
+    /// thread's entry stack is forgotten (an interval after its exit) and the run reads on.
+    ended_inside: BTreeSet<(ProcId, u32)>,
     exited: Vec<(u32, u32)>,
     exited_pending: Vec<(u32, u32)>,
     max_rate: Vec<f64>,
@@ -392,6 +396,7 @@ impl FunctionSession {
             completed: HashMap::new(),
             high_water: HashMap::new(),
             active: BTreeSet::new(),
+            ended_inside: BTreeSet::new(),
             exited: Vec::new(),
             exited_pending: Vec::new(),
             warned: BTreeSet::new(),
@@ -723,8 +728,12 @@ impl FunctionSession {
         for (tid, thread) in threads {
             let process = table.id_of(thread.tgid, now_ns);
             let depth = (thread.depth as usize).min(thread.frames.len());
-            self.active
-                .extend(thread.frames[..depth].iter().map(|f| (process, f.func)));
+            let inside = thread.frames[..depth].iter().map(|f| (process, f.func));
+            // Read for the last time before it is forgotten (below): it exited inside these.
+            if self.exited_pending.iter().any(|&(_, t)| t == tid) {
+                self.ended_inside.extend(inside.clone());
+            }
+            self.active.extend(inside);
             // A thread that is gone keeps what the last read saw.
             let Some(clock_ns) = thread_cpu_ns(&self.proc_root, thread.tgid, tid) else {
                 continue;
@@ -1105,7 +1114,7 @@ impl FunctionSession {
                     max_calls_per_s,
                 })
                 .collect(),
-            partial: self.active,
+            partial: self.active.union(&self.ended_inside).copied().collect(),
             uprobe_counters,
             attach_path: self.attach_path,
             sampler,
