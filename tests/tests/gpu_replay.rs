@@ -274,6 +274,7 @@ fn recorded_range(stretch: (f64, f64), key: &str) -> (f64, f64) {
     let text = std::fs::read_to_string(nvml_recording("trace2-nvml.jsonl")).unwrap();
     let polls: Vec<Value> = text
         .lines()
+        // Not a report: the recorded NVML polls.
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     let t0 = num(&polls[0], "/t");
