@@ -21,7 +21,7 @@ use std::{
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
-use crate::{build, is_root, root};
+use crate::{build, release_cg_trace};
 
 /// Busy for `argv[1]` ms of every 100 ms for 12 s (after CUDA starts).
 const DUTY_WORKLOAD: &str = "\
@@ -102,14 +102,7 @@ pub fn run(args: &[String]) -> Result<()> {
 fn cg_trace(workload: &[String], extra: &[&str]) -> Result<Value> {
     let report_path =
         std::env::temp_dir().join(format!("cg-gpu-check-{}.json", std::process::id()));
-    let binary = root().join("target/release/cg-trace");
-    let mut cmd = if is_root() {
-        Command::new(&binary)
-    } else {
-        let mut sudo = Command::new("sudo");
-        sudo.arg("-E").arg(&binary);
-        sudo
-    };
+    let mut cmd = release_cg_trace();
     cmd.args(extra)
         .arg("-o")
         .arg(&report_path)

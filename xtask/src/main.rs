@@ -329,6 +329,20 @@ fn build(release: bool) -> Result<()> {
     status(&mut cmd)
 }
 
+/// The release `cg-trace`, as root: directly when xtask is root, else through `sudo -E`
+/// (-E keeps the caller's environment; sudo records SUDO_UID, so the command runs as the
+/// caller, not as root).
+fn release_cg_trace() -> Command {
+    let binary = root().join("target/release/cg-trace");
+    if is_root() {
+        Command::new(&binary)
+    } else {
+        let mut sudo = Command::new("sudo");
+        sudo.arg("-E").arg(&binary);
+        sudo
+    }
+}
+
 fn run(args: &[String]) -> Result<()> {
     // cg-trace alone: not the tests crate and its C workloads.
     status(cargo().args(["build", "--release", "-p", "cg-agent", "--bin", "cg-trace"]))?;
@@ -336,16 +350,7 @@ fn run(args: &[String]) -> Result<()> {
         Some("--") => &args[1..],
         _ => args,
     };
-    let binary = root().join("target/release/cg-trace");
-    let mut cmd = if is_root() {
-        Command::new(&binary)
-    } else {
-        // -E keeps the caller's environment; sudo records SUDO_UID, so the command runs as
-        // the caller, not as root.
-        let mut sudo = Command::new("sudo");
-        sudo.arg("-E").arg(&binary);
-        sudo
-    };
+    let mut cmd = release_cg_trace();
     cmd.args(args);
     let status = cmd.status().context("running cg-trace")?;
     match status.code() {
