@@ -1,7 +1,7 @@
 //! The command line (a contract: scripts depend on these words). Parsing only; `app` turns
-//! the parsed arguments into a run.
+//! the parsed arguments into a run; the hint for a command given without `--` is here too.
 
-use std::{collections::BTreeMap, path::PathBuf, time::Duration};
+use std::{collections::BTreeMap, ffi::OsString, path::PathBuf, time::Duration};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -1281,5 +1281,91 @@ fn parse_cooldown(text: &str) -> Result<f64, String> {
         _ => Err(format!(
             "{text:?}: the cooldown is a number of seconds from 0 to 3600"
         )),
+    }
+}
+
+/// A hint to add to clap's error when a word that is not a subcommand stands where a
+/// subcommand could: the user meant to run a command and left out `--`. `args` are the
+/// arguments after the program's name.
+pub fn missing_double_dash_hint(err: &clap::Error, args: &[OsString]) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if !matches!(
+        err.kind(),
+        ErrorKind::UnknownArgument | ErrorKind::InvalidSubcommand
+    ) {
+        return None;
+    }
+    let word = match err
+        .get(ContextKind::InvalidArg)
+        .or_else(|| err.get(ContextKind::InvalidSubcommand))?
+    {
+        ContextValue::String(word) => word.clone(),
+        _ => return None,
+    };
+    if word.starts_with('-') || args.iter().any(|a| a == "--") {
+        return None;
+    }
+    // Everything from the stray word on is the command the user meant.
+    let at = args.iter().position(|a| *a == *word)?;
+    let options: Vec<String> = args[..at]
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let command: Vec<String> = args[at..]
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let cli = <Cli as clap::CommandFactory>::command();
+    let similar = cli
+        .get_subcommands()
+        .map(|s| s.get_name())
+        .find(|s| strsim::jaro_winkler(s, &word) > 0.8)
+        .map(|s| format!(" (or did you mean the subcommand `{s}`?)"))
+        .unwrap_or_default();
+    let mut shown = vec!["cg-trace".to_string()];
+    shown.extend(options);
+    shown.push("--".into());
+    shown.extend(command);
+    Some(format!(
+        "`{word}` is not a cg-trace subcommand: to trace a command, put `--` before it: \
+         `{}`{similar}",
+        shown.join(" ")
+    ))
+}
+
+#[cfg(test)]
+mod hint_tests {
+    use std::ffi::OsString;
+
+    use clap::Parser as _;
+
+    use super::*;
+
+    fn hint(args: &[&str]) -> Option<String> {
+        let args: Vec<OsString> = args.iter().map(OsString::from).collect();
+        let err =
+            Cli::try_parse_from(std::iter::once(OsString::from("cg-trace")).chain(args.clone()))
+                .expect_err("the arguments must not parse");
+        missing_double_dash_hint(&err, &args)
+    }
+
+    #[test]
+    fn a_command_without_double_dash_gets_the_hint() {
+        let text = hint(&["ls"]).unwrap();
+        assert!(
+            text.contains("put `--` before it: `cg-trace -- ls`"),
+            "{text}"
+        );
+        let text = hint(&["-o", "r.json", "ls", "-la"]).unwrap();
+        assert!(text.contains("`cg-trace -o r.json -- ls -la`"), "{text}");
+        let text = hint(&["sourcs"]).unwrap();
+        assert!(
+            text.contains("did you mean the subcommand `sources`"),
+            "{text}"
+        );
+        // Other errors keep clap's words alone.
+        let args = [OsString::from("--bogus")];
+        let err = Cli::try_parse_from(["cg-trace", "--bogus"]).unwrap_err();
+        assert_eq!(missing_double_dash_hint(&err, &args), None);
     }
 }

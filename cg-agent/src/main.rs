@@ -14,7 +14,8 @@ fn main() {
     let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
         Err(err) => {
-            let hint = console::missing_double_dash_hint(&err, args.get(1..).unwrap_or_default());
+            let hint =
+                cg_agent::cli::missing_double_dash_hint(&err, args.get(1..).unwrap_or_default());
             let _ = err.print();
             if let Some(hint) = hint {
                 eprintln!("\ncg-trace: {hint}");
