@@ -461,11 +461,7 @@ struct Figures {
 
 /// The program a process ran: the file name of its first argument (its comm when none).
 fn program(p: &ProcessView) -> String {
-    p.cmdline
-        .first()
-        .map(|a| a.rsplit('/').next().unwrap_or(a).to_string())
-        .filter(|a| !a.is_empty())
-        .unwrap_or_else(|| p.comm.clone())
+    crate::report::names::program_of(p.cmdline.first().map(String::as_str), &p.comm)
 }
 
 /// The program of a `--repeat` process group: its command's first word without the
@@ -480,7 +476,7 @@ fn group_program(g: &RunGroupView) -> String {
                 .and_then(|c| c.strip_suffix(']'))
                 .unwrap_or(&c);
             let first = c.split_whitespace().next()?;
-            Some(first.rsplit('/').next().unwrap_or(first).to_string())
+            Some(crate::report::names::file_name(first).to_string())
         })
         .filter(|p| !p.is_empty())
         .unwrap_or_else(|| g.group.clone())

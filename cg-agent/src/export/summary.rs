@@ -385,20 +385,8 @@ fn group(processes: &[ProcessEntry], by: GroupBy) -> Vec<Row<'_>> {
 /// For each process, the index of the head of its subtree: the nearest ancestor (or itself)
 /// that is a root target, a child of one, or a process whose parent is not in the list.
 fn tree_heads(processes: &[ProcessEntry]) -> Vec<usize> {
-    let by_pid: BTreeMap<u32, usize> = processes
-        .iter()
-        .enumerate()
-        .map(|(i, p)| (p.pid, i))
-        .collect();
-    let parent = |i: usize| -> Option<usize> {
-        let p = &processes[i];
-        if p.root {
-            return None;
-        }
-        p.ppid
-            .and_then(|pp| by_pid.get(&pp).copied())
-            .filter(|&j| j != i)
-    };
+    let parents = crate::report::tree::parents(processes);
+    let parent = |i: usize| parents[i];
     let is_head = |i: usize| match parent(i) {
         None => true,
         Some(j) => processes[j].root,
@@ -421,12 +409,9 @@ fn tree_heads(processes: &[ProcessEntry]) -> Vec<usize> {
         .collect()
 }
 
-/// The program a process runs: the basename of its argv[0], else the kernel's name.
+/// The program a process runs ([`crate::report::names::program_of`]).
 fn program_of(p: &ProcessEntry) -> String {
-    match p.cmdline.first() {
-        Some(argv0) if !argv0.is_empty() => argv0.rsplit('/').next().unwrap_or(argv0).to_string(),
-        _ => p.comm.clone(),
-    }
+    crate::report::names::program_of(p.cmdline.first().map(String::as_str), &p.comm)
 }
 
 /// COMMAND: the program's name, then the rest of its arguments.

@@ -70,7 +70,7 @@ fn runs(p: &ProcessEntry, program: &str) -> bool {
     p.comm == program
         || p.cmdline
             .first()
-            .is_some_and(|argv0| repeat::program_name(argv0) == program)
+            .is_some_and(|argv0| super::names::file_name(argv0) == program)
 }
 
 /// The figure `limit` is about in one run's report, and the processes it covered.

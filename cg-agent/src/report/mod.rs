@@ -10,9 +10,11 @@
 pub mod budget;
 pub mod finite;
 pub mod functions;
+pub mod names;
 pub mod repeat;
 pub mod series;
 pub mod threads;
+pub mod tree;
 
 pub mod live;
 

@@ -383,10 +383,9 @@ fn group_stats(runs: &[RepeatRun]) -> Vec<GroupStats> {
     groups
 }
 
-/// The program's name in a command line: its first word's last path component.
-pub fn program_name(command: &str) -> String {
-    let first = command.split(' ').next().unwrap_or("");
-    first.rsplit('/').next().unwrap_or(first).to_string()
+/// The program's name in a command line: its first word's file name.
+fn program_name(command: &str) -> String {
+    super::names::program_in_command(command).to_string()
 }
 
 fn repeat_run(report: &Report, index: usize) -> RepeatRun {
@@ -439,17 +438,8 @@ fn command_of(p: &ProcessEntry) -> String {
 /// down, each with its rank (by start, then pid) among the siblings that share its command
 /// line. Pids differ from run to run; this does not.
 pub fn process_groups(processes: &[ProcessEntry]) -> Vec<RunGroup> {
-    let by_pid: BTreeMap<u32, usize> = processes
-        .iter()
-        .enumerate()
-        .map(|(i, p)| (p.pid, i))
-        .collect();
-    let parent = |i: usize| -> Option<usize> {
-        let p = &processes[i];
-        p.ppid
-            .and_then(|pp| by_pid.get(&pp).copied())
-            .filter(|&j| j != i && !p.root)
-    };
+    let parents = super::tree::parents(processes);
+    let parent = |i: usize| parents[i];
     // Rank among siblings with the same command line.
     let mut order: Vec<usize> = (0..processes.len()).collect();
     order.sort_by(|&a, &b| {

@@ -241,12 +241,8 @@ fn round3(v: f64) -> Value {
 /// The program a process ran: its first argument's file name (its comm when none), as the
 /// summary and `diff` name it.
 fn program(process: &Value) -> String {
-    array(process, &["cmdline"])
-        .first()
-        .and_then(Value::as_str)
-        .map(|a| a.rsplit('/').next().unwrap_or(a).to_string())
-        .filter(|a| !a.is_empty())
-        .unwrap_or_else(|| text(process, &["comm"]).to_string())
+    let argv0 = array(process, &["cmdline"]).first().and_then(Value::as_str);
+    crate::report::names::program_of(argv0, text(process, &["comm"]))
 }
 
 /// A process's command line, program name first (`[comm]` when it has none).
