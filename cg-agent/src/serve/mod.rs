@@ -1,10 +1,12 @@
 //! `cg-trace serve`: the long-running exporter. Traces the whole machine (the `--all`
 //! session, fed interval by interval to [`model::Exporter`]) until SIGINT or SIGTERM, and
 //! serves `/metrics` (Prometheus text, or OpenMetrics when the scraper asks for it) and
-//! `/healthz` over HTTP ([`http`]: hyper on a tokio runtime, on a thread of its own).
+//! `/healthz` over HTTP ([`http`]: hyper on a tokio runtime, on a thread of its own). In a
+//! Kubernetes pod, series of pods get their namespace, pod and container names ([`kube`]).
 
 pub mod churn;
 pub mod http;
+pub mod kube;
 pub mod metrics;
 pub mod model;
 
@@ -37,6 +39,10 @@ pub struct ServeConfig {
     pub interval: Duration,
     pub duration: Option<Duration>,
     pub options: ServeOptions,
+    /// `--kube-pods-url` (none: the in-cluster API server, when in a cluster).
+    pub kube_pods_url: Option<kube::PodsUrl>,
+    /// `--kube-credentials`: the service account's `token` and `ca.crt`.
+    pub kube_credentials: std::path::PathBuf,
 }
 
 /// What the measuring thread and the server share.
@@ -44,6 +50,8 @@ pub struct ServeConfig {
 pub struct Shared {
     exporter: Option<Exporter>,
     last_sample: Option<Instant>,
+    /// This node's pods' names, when read (in a Kubernetes pod, `--group-by cgroup`).
+    pods: Option<Arc<kube::PodCache>>,
 }
 
 /// `/healthz` says unhealthy when no interval was measured for this many intervals (and at
@@ -63,14 +71,32 @@ pub fn respond(request: &Request, shared: &Mutex<Shared>, interval: Duration) ->
     }
     match request.path.as_str() {
         "/metrics" => {
-            let scrape = match shared.lock() {
-                Ok(state) => state.exporter.as_ref().map(Exporter::scrape),
-                Err(_) => None,
+            let (scrape, pods) = match shared.lock() {
+                Ok(state) => (
+                    state.exporter.as_ref().map(Exporter::scrape),
+                    state.pods.clone(),
+                ),
+                Err(_) => (None, None),
             };
             let Some(scrape) = scrape else {
                 return Response::text(503, "starting: no interval measured yet\n");
             };
-            let body = metrics::openmetrics(&scrape, OwnCost::now());
+            let body = match pods {
+                Some(cache) => cache
+                    .with_names(|names| {
+                        let lacking = scrape.labels.iter().any(|key| {
+                            key.pod_uid
+                                .as_deref()
+                                .is_some_and(|uid| names.lacks(uid, key.container_id.as_deref()))
+                        });
+                        if lacking {
+                            cache.ask_refresh();
+                        }
+                        metrics::openmetrics_named(&scrape, OwnCost::now(), Some(names))
+                    })
+                    .unwrap_or_else(|| metrics::openmetrics(&scrape, OwnCost::now())),
+                None => metrics::openmetrics(&scrape, OwnCost::now()),
+            };
             if wants_openmetrics(request.accept.as_deref()) {
                 Response {
                     status: 200,
@@ -158,7 +184,13 @@ pub fn main(
         bounded_memory: true,
     };
 
-    let shared = Arc::new(Mutex::new(Shared::default()));
+    let kube = kube_names(config);
+    let shared = Arc::new(Mutex::new(Shared {
+        pods: kube.as_ref().map(|(_, cache)| cache.clone()),
+        ..Shared::default()
+    }));
+    // Pods no longer listed keep their names while their groups keep series, and a while.
+    let retain = Duration::from_nanos(config.options.grace_ns) + 2 * kube::REFRESH;
     let stop_server = Arc::new(tokio::sync::Notify::new());
     let server = {
         let shared = shared.clone();
@@ -185,6 +217,9 @@ pub fn main(
                             return;
                         }
                     };
+                    if let Some((kube, cache)) = kube {
+                        tokio::spawn(kube::keep_fresh(kube, cache, retain));
+                    }
                     let handler: http::Handler =
                         Arc::new(move |request: &Request| respond(request, &shared, interval));
                     http::serve(listener, handler, stop).await;
@@ -241,6 +276,39 @@ pub fn main(
         Err(err) => {
             eprintln!("cg-trace: {err}");
             err.exit_code()
+        }
+    }
+}
+
+/// Where this node's pod names come from, and their cache: only with `--group-by cgroup`
+/// (the only grouping whose series name pods), in a cluster or with `--kube-pods-url`.
+fn kube_names(config: &ServeConfig) -> Option<(kube::KubeConfig, Arc<kube::PodCache>)> {
+    if config.options.group_by != model::GroupBy::Cgroup {
+        if let Some(kube::PodsUrl::Url(url)) = &config.kube_pods_url {
+            crate::console::warn(format_args!(
+                "--kube-pods-url {url} is not read: only --group-by cgroup names pods"
+            ));
+        }
+        return None;
+    }
+    let env = |name: &str| std::env::var(name).ok();
+    match kube::config(
+        config.kube_pods_url.clone(),
+        config.kube_credentials.clone(),
+        &env,
+    ) {
+        Ok(Some(kube)) => {
+            crate::console::say(format_args!(
+                "namespace, pod and container labels from {} (every {} s)",
+                kube.url,
+                kube::REFRESH.as_secs()
+            ));
+            Some((kube, Arc::new(kube::PodCache::default())))
+        }
+        Ok(None) => None,
+        Err(note) => {
+            crate::console::warn(note);
+            None
         }
     }
 }
