@@ -81,22 +81,7 @@ pub fn respond(request: &Request, shared: &Mutex<Shared>, interval: Duration) ->
             let Some(scrape) = scrape else {
                 return Response::text(503, "starting: no interval measured yet\n");
             };
-            let body = match pods {
-                Some(cache) => cache
-                    .with_names(|names| {
-                        let lacking = scrape.labels.iter().any(|key| {
-                            key.pod_uid
-                                .as_deref()
-                                .is_some_and(|uid| names.lacks(uid, key.container_id.as_deref()))
-                        });
-                        if lacking {
-                            cache.ask_refresh();
-                        }
-                        metrics::openmetrics_named(&scrape, OwnCost::now(), Some(names))
-                    })
-                    .unwrap_or_else(|| metrics::openmetrics(&scrape, OwnCost::now())),
-                None => metrics::openmetrics(&scrape, OwnCost::now()),
-            };
+            let body = named_openmetrics(&scrape, OwnCost::now(), pods.as_deref());
             if wants_openmetrics(request.accept.as_deref()) {
                 Response {
                     status: 200,
@@ -129,6 +114,31 @@ pub fn respond(request: &Request, shared: &Mutex<Shared>, interval: Duration) ->
         "/" => Response::text(200, "cg-trace exporter: /metrics, /healthz\n"),
         _ => Response::text(404, "not found: /metrics, /healthz\n"),
     }
+}
+
+/// The scrape in the OpenMetrics text format, pods' groups named as `pods` knows them; a
+/// group of a pod or container it does not know asks it to read the list again.
+fn named_openmetrics(
+    scrape: &model::Scrape,
+    own: OwnCost,
+    pods: Option<&kube::PodCache>,
+) -> String {
+    let Some(cache) = pods else {
+        return metrics::openmetrics(scrape, own);
+    };
+    cache
+        .with_names(|names| {
+            let lacking = scrape.labels.iter().any(|key| {
+                key.pod_uid
+                    .as_deref()
+                    .is_some_and(|uid| names.lacks(uid, key.container_id.as_deref()))
+            });
+            if lacking {
+                cache.ask_refresh();
+            }
+            metrics::openmetrics_named(scrape, own, Some(names))
+        })
+        .unwrap_or_else(|| metrics::openmetrics(scrape, own))
 }
 
 /// Runs the exporter; returns the exit code (2: cannot listen or cannot trace).
@@ -435,6 +445,57 @@ mod tests {
             ..get("/metrics", None)
         };
         assert_eq!(respond(&post, &shared, interval).status, 405);
+    }
+
+    /// Whether `cache` was asked to read the pod list again (a permit is waiting).
+    fn refresh_asked(cache: &kube::PodCache) -> bool {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            tokio::select! {
+                biased;
+                () = cache.refresh.notified() => true,
+                () = std::future::ready(()) => false,
+            }
+        })
+    }
+
+    #[test]
+    fn a_pod_s_series_get_its_names_and_an_unknown_pod_asks_for_the_list_again() {
+        use kube::pods::tests::{CONTAINER_ID, POD_UID, fixture};
+        let group = format!("containerd:{}", &CONTAINER_ID[..12]);
+        let scrape = model::Scrape {
+            energy: vec![(0, group.clone(), 2.0)],
+            labels: vec![model::GroupKey {
+                name: group,
+                container_id: Some(CONTAINER_ID.into()),
+                pod_uid: Some(POD_UID.into()),
+                systemd_unit: None,
+            }],
+            ..scrape()
+        };
+        let cache = kube::PodCache::default();
+        // No list read yet: the ids alone, and a read asked for.
+        let text = named_openmetrics(&scrape, OwnCost::default(), Some(&cache));
+        assert!(text.contains(&format!("pod_uid=\"{POD_UID}\"")), "{text}");
+        assert!(!text.contains("namespace="), "{text}");
+        assert!(refresh_asked(&cache));
+        let pods = kube::pods::parse(fixture().as_bytes()).unwrap();
+        cache.update(pods, Instant::now(), Duration::from_secs(60));
+        let text = named_openmetrics(&scrape, OwnCost::default(), Some(&cache));
+        assert!(
+            text.contains(&format!(
+                "cg_trace_energy_joules_total{{domain=\"package-0\",group=\"containerd:{}\",\
+                 container_id=\"{CONTAINER_ID}\",pod_uid=\"{POD_UID}\",namespace=\"shop\",\
+                 pod=\"web-6d4cf56db6-8xk2p\",container=\"nginx\"}} 2.0",
+                &CONTAINER_ID[..12]
+            )),
+            "{text}"
+        );
+        assert!(!refresh_asked(&cache), "all known: nothing to ask");
+        // Outside a cluster: no names.
+        assert!(!named_openmetrics(&scrape, OwnCost::default(), None).contains("namespace="));
     }
 
     #[test]

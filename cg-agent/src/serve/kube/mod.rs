@@ -113,13 +113,20 @@ fn is_node_name(name: &str) -> bool {
 #[derive(Debug, Default)]
 pub struct PodCache {
     names: Mutex<PodNames>,
-    refresh: tokio::sync::Notify,
+    pub(super) refresh: tokio::sync::Notify,
 }
 
 impl PodCache {
     /// `f` on the names known now (none if a holder panicked).
     pub fn with_names<R>(&self, f: impl FnOnce(&PodNames) -> R) -> Option<R> {
         self.names.lock().ok().map(|names| f(&names))
+    }
+
+    /// Takes a list read at `now` ([`PodNames::update`]).
+    pub fn update(&self, listed: Vec<pods::Pod>, now: Instant, retain: Duration) {
+        if let Ok(mut names) = self.names.lock() {
+            names.update(listed, now, retain);
+        }
     }
 
     /// Asks for the list to be read again (at most every [`MIN_GAP`]).
@@ -157,9 +164,7 @@ pub async fn keep_fresh(config: KubeConfig, cache: Arc<PodCache>, retain: Durati
         match fetch(&config).await {
             Ok(listed) => {
                 let count = listed.len();
-                if let Ok(mut names) = cache.names.lock() {
-                    names.update(listed, Instant::now(), retain);
-                }
+                cache.update(listed, Instant::now(), retain);
                 if failing {
                     console::say(format_args!(
                         "the pod list is read again ({count} pods): series get namespace, pod \
