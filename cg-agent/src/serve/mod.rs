@@ -117,7 +117,7 @@ pub fn respond(request: &Request, shared: &Mutex<Shared>, interval: Duration) ->
 }
 
 /// The scrape in the OpenMetrics text format, pods' groups named as `pods` knows them; a
-/// group of a pod or container it does not know asks it to read the list again.
+/// group of a pod or container it does not know asks it to read the list again (once).
 fn named_openmetrics(
     scrape: &model::Scrape,
     own: OwnCost,
@@ -128,13 +128,12 @@ fn named_openmetrics(
     };
     cache
         .with_names(|names| {
-            let lacking = scrape.labels.iter().any(|key| {
-                key.pod_uid
-                    .as_deref()
-                    .is_some_and(|uid| names.lacks(uid, key.container_id.as_deref()))
-            });
-            if lacking {
-                cache.ask_refresh();
+            for key in &scrape.labels {
+                if let Some(uid) = key.pod_uid.as_deref()
+                    && names.lacks(uid, key.container_id.as_deref())
+                {
+                    cache.ask_refresh(uid, key.container_id.as_deref());
+                }
             }
             metrics::openmetrics_named(scrape, own, Some(names))
         })
@@ -462,7 +461,7 @@ mod tests {
     }
 
     #[test]
-    fn a_pod_s_series_get_its_names_and_an_unknown_pod_asks_for_the_list_again() {
+    fn a_pod_s_series_get_its_names_and_an_unknown_pod_asks_for_the_list_again_once() {
         use kube::pods::tests::{CONTAINER_ID, POD_UID, fixture};
         let group = format!("containerd:{}", &CONTAINER_ID[..12]);
         let scrape = model::Scrape {
@@ -481,6 +480,9 @@ mod tests {
         assert!(text.contains(&format!("pod_uid=\"{POD_UID}\"")), "{text}");
         assert!(!text.contains("namespace="), "{text}");
         assert!(refresh_asked(&cache));
+        // Once: a cgroup no list names (a sandbox) does not have the list read again and again.
+        named_openmetrics(&scrape, OwnCost::default(), Some(&cache));
+        assert!(!refresh_asked(&cache));
         let pods = kube::pods::parse(fixture().as_bytes()).unwrap();
         cache.update(pods, Instant::now(), Duration::from_secs(60));
         let text = named_openmetrics(&scrape, OwnCost::default(), Some(&cache));

@@ -1,7 +1,7 @@
 //! Kubernetes names for `serve`'s series: with `--group-by cgroup`, a group whose cgroup
 //! names a pod UID (and a container id) is labelled `namespace`, `pod` and `container` too,
 //! from this node's pod list, read every [`REFRESH`] (and sooner, at most every
-//! [`MIN_GAP`], when a scrape meets a pod or container the list did not name).
+//! [`MIN_GAP`], the first time a scrape meets a pod or container the list did not name).
 //!
 //! The default source is the API server of the cluster cg-trace runs in, asked for the pods
 //! of its node (`GET /api/v1/pods?fieldSelector=spec.nodeName=NODE`, the node from the
@@ -16,6 +16,7 @@ pub mod https;
 pub mod pods;
 
 use std::{
+    collections::HashSet,
     path::PathBuf,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -109,10 +110,16 @@ fn is_node_name(name: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'.'))
 }
 
+/// Pods and containers remembered as asked about at most (then forgotten, and asked again).
+const MAX_ASKED: usize = 4 * pods::MAX_PODS;
+
 /// The names known, shared by the reader and the scrapes.
 #[derive(Debug, Default)]
 pub struct PodCache {
     names: Mutex<PodNames>,
+    /// `pod UID/container id` a scrape asked for a read about: each is asked once, so that a
+    /// cgroup no list names (a pod's sandbox) does not have the list read every few seconds.
+    asked: Mutex<HashSet<String>>,
     pub(super) refresh: tokio::sync::Notify,
 }
 
@@ -129,9 +136,18 @@ impl PodCache {
         }
     }
 
-    /// Asks for the list to be read again (at most every [`MIN_GAP`]).
-    pub fn ask_refresh(&self) {
-        self.refresh.notify_one();
+    /// Asks for the list to be read again (at most every [`MIN_GAP`]) for a pod or a
+    /// container of it that the names lack, the first time it is asked about.
+    pub fn ask_refresh(&self, pod_uid: &str, container_id: Option<&str>) {
+        let Ok(mut asked) = self.asked.lock() else {
+            return;
+        };
+        if asked.len() >= MAX_ASKED {
+            asked.clear();
+        }
+        if asked.insert(format!("{pod_uid}/{}", container_id.unwrap_or_default())) {
+            self.refresh.notify_one();
+        }
     }
 }
 
@@ -150,7 +166,11 @@ async fn fetch(config: &KubeConfig) -> Result<Vec<pods::Pod>, String> {
         )
     })?
     .map_err(|e| e.to_string())?;
-    pods::parse(&body).map_err(|e| format!("{}: {e}", config.url))
+    // Megabytes of JSON: parsed off the runtime that answers the scrapes.
+    let parsed = tokio::task::spawn_blocking(move || pods::parse(&body))
+        .await
+        .map_err(|e| format!("{}: {e}", config.url))?;
+    parsed.map_err(|e| format!("{}: {e}", config.url))
 }
 
 /// Reads the pod list into `cache` until the runtime stops: at once, then every
