@@ -1052,20 +1052,48 @@ fn serve_names_a_pod_s_container_from_the_node_s_pod_list() {
     require_root();
     let (uid, id) = pod_ids(0x9e37_79b9_7f4a_7c15_3c6e_f372);
     let api = StandInApi::start(pod_list(&uid, &id));
-    let dir = credentials(&api.ca_pem, TOKEN);
     let port = api.addr.port().to_string();
     let env = [
         ("KUBERNETES_SERVICE_HOST", "127.0.0.1"),
         ("KUBERNETES_SERVICE_PORT", port.as_str()),
         ("NODE_NAME", NODE),
     ];
-    let credentials = dir.path().to_str().unwrap();
-    let (line, code, stderr) = serve_a_pod_container(
-        (&uid, &id),
-        &env,
-        &["--kube-credentials", credentials],
-        &|l| l.contains("namespace="),
+    let stderr = serve_with_pod_names(&api, (&uid, &id), &env, &[]);
+    assert!(
+        stderr.contains("namespace, pod and container labels from https://127.0.0.1:"),
+        "{stderr}"
     );
+}
+
+/// `--kube-pods-url` reads the list there (a kubelet's `/pods`, say) without the in-cluster
+/// environment, with the same credentials and checks.
+#[test]
+fn serve_reads_the_pod_list_at_the_url_given() {
+    require_root();
+    let (uid, id) = pod_ids(0x3c6e_f372_9e37_79b9_7f4a);
+    let api = StandInApi::start(pod_list(&uid, &id));
+    let url = format!(
+        "https://127.0.0.1:{}/api/v1/pods?fieldSelector=spec.nodeName%3D{NODE}",
+        api.addr.port()
+    );
+    let stderr = serve_with_pod_names(&api, (&uid, &id), &[], &["--kube-pods-url", &url]);
+    assert!(stderr.contains(&format!("labels from {url}")), "{stderr}");
+}
+
+/// serve beside `api` (which lists the pod `ids`), with `env` and `args`: the container's
+/// series carry its names and ids; serve's stderr.
+fn serve_with_pod_names(
+    api: &StandInApi,
+    ids: (&str, &str),
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> String {
+    let (uid, id) = ids;
+    let dir = credentials(&api.ca_pem, TOKEN);
+    let mut all = vec!["--kube-credentials", dir.path().to_str().unwrap()];
+    all.extend_from_slice(args);
+    let (line, code, stderr) =
+        serve_a_pod_container((uid, id), env, &all, &|l| l.contains("namespace="));
     for label in [
         format!("container_id=\"{id}\""),
         format!("pod_uid=\"{uid}\""),
@@ -1077,15 +1105,12 @@ fn serve_names_a_pod_s_container_from_the_node_s_pod_list() {
     }
     assert!(api.requests() >= 1);
     assert_eq!(code, Some(0), "{stderr}");
-    assert!(
-        stderr.contains("namespace, pod and container labels from https://127.0.0.1:"),
-        "{stderr}"
-    );
     assert!(!stderr.contains("pod list"), "no failure to say: {stderr}");
     assert!(
         !stderr.contains(TOKEN),
         "the token is never written: {stderr}"
     );
+    stderr
 }
 
 /// What serve says, and what it serves, when the pod list cannot be read: `args`' API
