@@ -136,6 +136,8 @@ pub fn main_with(cli: Cli) -> i32 {
                         crate::cli::GroupByArg::Unit => crate::serve::model::GroupBy::Unit,
                     },
                 },
+                kube_pods_url: serve_args.kube_pods_url.clone(),
+                kube_credentials: serve_args.kube_credentials.clone(),
             };
             return crate::serve::main(
                 &config,

@@ -319,7 +319,7 @@ fn systemd_unit(component: &str) -> Option<&str> {
 }
 
 /// A container id: 12 to 64 lowercase hex digits (docker's short and full ids).
-fn is_container_id(id: &str) -> bool {
+pub(crate) fn is_container_id(id: &str) -> bool {
     (12..=64).contains(&id.len()) && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 

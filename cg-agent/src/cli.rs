@@ -127,6 +127,17 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub duration: Option<Duration>,
 
+    /// This node's pod list, for the namespace, pod and container labels of pods' series
+    /// (with --group-by cgroup): an https URL answering a PodList (the kubelet's
+    /// https://NODE:10250/pods, say), or `off`. Default: in a pod, the cluster's API server
+    /// (KUBERNETES_SERVICE_HOST/PORT), asked for the pods of the node NODE_NAME names
+    #[arg(long, value_name = "URL|off")]
+    pub kube_pods_url: Option<crate::serve::kube::PodsUrl>,
+
+    /// Directory holding the service account's `token` and `ca.crt`, for the pod list
+    #[arg(long, value_name = "DIR", default_value = crate::serve::kube::DEFAULT_CREDENTIALS)]
+    pub kube_credentials: PathBuf,
+
     #[command(flatten)]
     pub sources: SourceArgs,
 

@@ -132,6 +132,9 @@ fn every_yaml_and_json_file_in_deploy_parses() {
     assert!(parsed >= 3, "{files:?}");
 }
 
+/// Kinds whose objects belong to no namespace.
+const CLUSTER_SCOPED: [&str; 3] = ["Namespace", "ClusterRole", "ClusterRoleBinding"];
+
 #[test]
 fn kubernetes_objects_carry_what_the_api_requires_and_no_unknown_field() {
     let objects = objects();
@@ -142,6 +145,8 @@ fn kubernetes_objects_carry_what_the_api_requires_and_no_unknown_field() {
         ("Service", "v1"),
         ("DaemonSet", "apps/v1"),
         ("ServiceMonitor", "monitoring.coreos.com/v1"),
+        ("ClusterRole", "rbac.authorization.k8s.io/v1"),
+        ("ClusterRoleBinding", "rbac.authorization.k8s.io/v1"),
     ]);
     let top_level: BTreeMap<&str, &[&str]> = BTreeMap::from([
         ("Namespace", &["apiVersion", "kind", "metadata"][..]),
@@ -159,6 +164,14 @@ fn kubernetes_objects_carry_what_the_api_requires_and_no_unknown_field() {
         (
             "ServiceMonitor",
             &["apiVersion", "kind", "metadata", "spec"][..],
+        ),
+        (
+            "ClusterRole",
+            &["apiVersion", "kind", "metadata", "rules"][..],
+        ),
+        (
+            "ClusterRoleBinding",
+            &["apiVersion", "kind", "metadata", "roleRef", "subjects"][..],
         ),
     ]);
     for o in &objects {
@@ -182,7 +195,9 @@ fn kubernetes_objects_carry_what_the_api_requires_and_no_unknown_field() {
             Vec::<String>::new(),
             "{kind} metadata"
         );
-        if kind != "Namespace" {
+        if CLUSTER_SCOPED.contains(&kind) {
+            assert!(o["metadata"].get("namespace").is_none(), "{kind} {name}");
+        } else {
             assert_eq!(text(o, "/metadata/namespace"), namespace, "{kind} {name}");
         }
         for (key, value) in string_map(&o["metadata"]["labels"]) {
@@ -345,7 +360,12 @@ fn core_kubernetes_objects_pass_the_api_schemas_strictly() {
     assert!(passed, "{said}");
     // A resource without a schema is only a warning to it: none may be here.
     assert!(!said.contains("WARN"), "{said}");
-    for resource in ["daemonset/cg-trace", "service/cg-trace"] {
+    for resource in [
+        "daemonset/cg-trace",
+        "service/cg-trace",
+        "clusterrole/cg-trace-pod-reader",
+        "clusterrolebinding/cg-trace-pod-reader",
+    ] {
         assert!(
             said.contains(&format!(
                 "passed for resource {resource} against version 1.37"
@@ -361,6 +381,76 @@ fn core_kubernetes_objects_pass_the_api_schemas_strictly() {
     fs::write(&broken, serde_json::to_string(&daemonset).unwrap()).unwrap();
     let (passed, said) = validate(&broken);
     assert!(!passed && said.contains("hostPIDs"), "{said}");
+}
+
+/// `serve` reads its node's pod list for the pods' names: the pod mounts its service
+/// account's token, is told its node's name (the downward API), groups by cgroup (the only
+/// grouping that names pods), and the account may read pods and nothing else.
+#[test]
+fn the_service_account_may_read_pods_and_nothing_else_for_the_pods_names() {
+    let objects = objects();
+    let daemonset = object(&objects, "DaemonSet");
+    let pod = &daemonset["spec"]["template"]["spec"];
+    assert_eq!(pod["automountServiceAccountToken"], true);
+    let account = text(pod, "/serviceAccountName");
+    let container = &pod["containers"][0];
+    let node_name = container["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .find(|e| e["name"] == "NODE_NAME")
+        .expect("NODE_NAME in the container's env");
+    assert_eq!(
+        node_name["valueFrom"]["fieldRef"]["fieldPath"], "spec.nodeName",
+        "{node_name}"
+    );
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(
+        args.windows(2).any(|w| w == ["--group-by", "cgroup"]),
+        "{args:?}"
+    );
+
+    let role = object(&objects, "ClusterRole");
+    assert_eq!(
+        role["rules"],
+        serde_json::json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]),
+        "read pods, nothing else"
+    );
+    let binding = object(&objects, "ClusterRoleBinding");
+    assert_eq!(
+        binding["roleRef"],
+        serde_json::json!({
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": text(role, "/metadata/name"),
+        })
+    );
+    let namespace = text(object(&objects, "Namespace"), "/metadata/name");
+    assert_eq!(
+        binding["subjects"],
+        serde_json::json!([{"kind": "ServiceAccount", "name": account, "namespace": namespace}])
+    );
+    assert_eq!(
+        text(object(&objects, "ServiceAccount"), "/metadata/name"),
+        account
+    );
+
+    // The Operator's own namespace, pod and container target labels (cg-trace's pod) give
+    // way to the series' (the pods measured).
+    let monitor = object(&objects, "ServiceMonitor");
+    for endpoint in monitor["spec"]["endpoints"].as_array().unwrap() {
+        let drops = endpoint["relabelings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["action"] == "labeldrop" && r["regex"] == "(namespace|pod|container)");
+        assert!(drops, "{endpoint}");
+    }
 }
 
 /// The port in `--listen ADDR:PORT` among the container's arguments.

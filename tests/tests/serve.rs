@@ -34,17 +34,27 @@ struct Serve {
 
 impl Serve {
     fn start(args: &[&str]) -> Self {
+        Self::start_with_env(args, &[])
+    }
+
+    /// [`Serve::start`] with these environment variables too.
+    fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
         let port = free_port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let listen = addr.to_string();
         let mut all = vec!["serve", "--listen", &listen];
         all.extend_from_slice(args);
-        Self::start_as_given(&all, addr)
+        Self::start_as_given_with_env(&all, addr, env)
     }
 
     fn start_as_given(args: &[&str], addr: SocketAddr) -> Self {
+        Self::start_as_given_with_env(args, addr, &[])
+    }
+
+    fn start_as_given_with_env(args: &[&str], addr: SocketAddr, env: &[(&str, &str)]) -> Self {
         let child = Command::new(bin("cg-trace"))
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -780,4 +790,409 @@ fn serve_without_privileges_says_what_is_needed_and_exits_2() {
         "{stderr}"
     );
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+}
+
+/// A stand-in Kubernetes API server on loopback, over TLS with a certificate for 127.0.0.1
+/// that a CA made for the test signs: `GET /api/v1/pods?fieldSelector=spec.nodeName%3D`
+/// [`NODE`] with the bearer [`TOKEN`] is answered with the recorded-shape pod list (200);
+/// any other request with a `Status` refusal (403), as the API server's RBAC answers.
+struct StandInApi {
+    addr: SocketAddr,
+    /// The CA's certificate (PEM), the one to trust.
+    ca_pem: String,
+    requests: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+const NODE: &str = "test-node";
+const TOKEN: &str = "eyJhbGciOiJSUzI1NiIsImtpZCI6InRlc3QifQ.c2VydmUtdGVzdA.c2lnbmF0dXJl";
+
+/// A CA, and a certificate for 127.0.0.1 it signs: `(CA PEM, server chain, server key)`.
+fn test_ca() -> (
+    String,
+    Vec<rustls::pki_types::CertificateDer<'static>>,
+    rustls::pki_types::PrivateKeyDer<'static>,
+) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "cg-trace test CA");
+    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).unwrap();
+    let server_key = rcgen::KeyPair::generate().unwrap();
+    let server = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&server_key, &ca)
+        .unwrap();
+    (
+        ca.pem(),
+        vec![server.der().clone()],
+        rustls::pki_types::PrivateKeyDer::Pkcs8(server_key.serialize_der().into()),
+    )
+}
+
+/// The recorded-shape pod list (cg-agent's fixture) naming `pod_uid` and `container_id`.
+fn pod_list(pod_uid: &str, container_id: &str) -> String {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../cg-agent/src/serve/kube/testdata/podlist.json");
+    std::fs::read_to_string(fixture)
+        .unwrap()
+        .replace("INIT_CONTAINER_ID", &"b".repeat(64))
+        .replace("SIDECAR_CONTAINER_ID", &"a".repeat(64))
+        .replace("MIRROR_CONTAINER_ID", &"c".repeat(64))
+        .replace("CONTAINER_ID", container_id)
+        .replace("POD_UID", pod_uid)
+        .replace("MIRROR_HASH", "9d4f6b1e0c2a3b5d7e8f9a0b1c2d3e4f")
+        .replace("NODE_NAME", NODE)
+}
+
+impl StandInApi {
+    fn start(body: String) -> Self {
+        let (ca_pem, chain, key) = test_ca();
+        let config = Arc::new(
+            rustls::ServerConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .unwrap(),
+        );
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let requests = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (requests, stop) = (requests.clone(), stop.clone());
+            std::thread::spawn(move || {
+                for stream in listener.incoming() {
+                    if stop.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    let Ok(stream) = stream else { continue };
+                    requests.fetch_add(1, Ordering::SeqCst);
+                    let _ = Self::answer(&config, stream, &body);
+                }
+            })
+        };
+        StandInApi {
+            addr,
+            ca_pem,
+            requests,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// One request on one connection (a TLS handshake that fails ends it).
+    fn answer(
+        config: &Arc<rustls::ServerConfig>,
+        stream: TcpStream,
+        body: &str,
+    ) -> std::io::Result<()> {
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        let connection =
+            rustls::ServerConnection::new(config.clone()).map_err(std::io::Error::other)?;
+        let mut tls = rustls::StreamOwned::new(connection, stream);
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") && head.len() < 65536 {
+            tls.read_exact(&mut byte)?;
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8_lossy(&head);
+        let wanted = format!("GET /api/v1/pods?fieldSelector=spec.nodeName%3D{NODE} HTTP/1.1\r\n");
+        let authorized = head
+            .lines()
+            .any(|l| l.eq_ignore_ascii_case(&format!("authorization: Bearer {TOKEN}")));
+        let (status, body) = if head.starts_with(&wanted) && authorized {
+            ("200 OK", body.to_string())
+        } else {
+            (
+                "403 Forbidden",
+                r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"pods is forbidden: User \"system:serviceaccount:cg-trace:cg-trace\" cannot list resource \"pods\" in API group \"\" at the cluster scope","reason":"Forbidden","details":{"kind":"pods"},"code":403}"#.to_string(),
+            )
+        };
+        write!(
+            tls,
+            "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n{body}",
+            body.len()
+        )?;
+        tls.conn.send_close_notify();
+        tls.flush()
+    }
+
+    fn requests(&self) -> usize {
+        self.requests.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for StandInApi {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(self.addr);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A service account directory: `token` and `ca.crt`.
+fn credentials(ca_pem: &str, token: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("ca.crt"), ca_pem).unwrap();
+    std::fs::write(dir.path().join("token"), format!("{token}\n")).unwrap();
+    dir
+}
+
+/// A `cg-spin` workload in a cgroup shaped as a kubelet (systemd driver) and containerd make
+/// a pod's container, and `serve --group-by cgroup` started beside it with `env` and
+/// `args`: the `cg_trace_energy_joules_total` line of the container's group once it has
+/// energy and is `wanted`, and serve's exit code and stderr after SIGTERM. The ids: `(pod UID, container id)`.
+fn serve_a_pod_container(
+    ids: (&str, &str),
+    env: &[(&str, &str)],
+    args: &[&str],
+    wanted: &dyn Fn(&str) -> bool,
+) -> (String, Option<i32>, String) {
+    let (pod_uid, container_id) = ids;
+    let unified = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
+        .into_iter()
+        .map(Path::new)
+        .find(|p| p.join("cgroup.procs").exists() && !p.join("cpu").is_dir())
+        .expect("a cgroup v2 hierarchy");
+    let slice = unified.join(format!("cg-trace-test-{}-kube.slice", std::process::id()));
+    let pod = slice.join(format!(
+        "kubepods-besteffort-pod{}.slice",
+        pod_uid.replace('-', "_")
+    ));
+    let scope = pod.join(format!("cri-containerd-{container_id}.scope"));
+    std::fs::create_dir_all(&scope).expect("creating a cgroup");
+    struct Remove(Vec<std::path::PathBuf>);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            for dir in &self.0 {
+                let _ = std::fs::remove_dir(dir);
+            }
+        }
+    }
+    let _remove = Remove(vec![scope.clone(), pod, slice]);
+    let mut spin = Command::new(bin("cg-spin"))
+        .arg("0")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    struct Reap<'a>(&'a mut Child);
+    impl Drop for Reap<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    std::fs::write(scope.join("cgroup.procs"), spin.id().to_string()).expect("moving it");
+    let _reap = Reap(&mut spin);
+    let mut all = vec![
+        "--source",
+        "model",
+        "--interval",
+        "100",
+        "--group-by",
+        "cgroup",
+    ];
+    all.extend_from_slice(args);
+    let serve = Serve::start_with_env(&all, env);
+    let group = format!("containerd:{}", &container_id[..12]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let line = loop {
+        let (_, _, body) = http_get(serve.addr, "/metrics", None).unwrap();
+        if let Some(line) = body
+            .lines()
+            .find(|l| l.starts_with("cg_trace_energy_joules_total{") && l.contains(&group))
+            .filter(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) > Some(0.0))
+            .filter(|l| wanted(l))
+        {
+            break line.to_string();
+        }
+        assert!(Instant::now() < deadline, "no energy for {group}: {body}");
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    // Still serving.
+    let (status, _, _) = http_get(serve.addr, "/healthz", None).unwrap();
+    assert_eq!(status, 200);
+    let (code, stderr) = serve.terminate();
+    (line, code, stderr)
+}
+
+/// The ids of a test's pod and container (apart from other tests' and runs').
+fn pod_ids(salt: u128) -> (String, String) {
+    let hex = format!("{:064x}", u128::from(std::process::id()) * salt);
+    let id = hex[hex.len() - 64..].to_string();
+    let tail = &id[32..];
+    let uid = format!(
+        "{}-{}-4{}-8{}-{}",
+        &tail[0..8],
+        &tail[8..12],
+        &tail[13..16],
+        &tail[17..20],
+        &tail[20..32]
+    );
+    (uid, id)
+}
+
+/// In a pod, `serve --group-by cgroup` reads its node's pod list from the API server (here
+/// a stand-in over TLS, verified against the service account's CA, with its token) and
+/// labels a container's series with its namespace, pod and container names, beside the
+/// pod UID and container id.
+#[test]
+fn serve_names_a_pod_s_container_from_the_node_s_pod_list() {
+    require_root();
+    let (uid, id) = pod_ids(0x9e37_79b9_7f4a_7c15_3c6e_f372);
+    let api = StandInApi::start(pod_list(&uid, &id));
+    let port = api.addr.port().to_string();
+    let env = [
+        ("KUBERNETES_SERVICE_HOST", "127.0.0.1"),
+        ("KUBERNETES_SERVICE_PORT", port.as_str()),
+        ("NODE_NAME", NODE),
+    ];
+    let stderr = serve_with_pod_names(&api, (&uid, &id), &env, &[]);
+    assert!(
+        stderr.contains("namespace, pod and container labels from https://127.0.0.1:"),
+        "{stderr}"
+    );
+}
+
+/// `--kube-pods-url` reads the list there (a kubelet's `/pods`, say) without the in-cluster
+/// environment, with the same credentials and checks.
+#[test]
+fn serve_reads_the_pod_list_at_the_url_given() {
+    require_root();
+    let (uid, id) = pod_ids(0x3c6e_f372_9e37_79b9_7f4a);
+    let api = StandInApi::start(pod_list(&uid, &id));
+    let url = format!(
+        "https://127.0.0.1:{}/api/v1/pods?fieldSelector=spec.nodeName%3D{NODE}",
+        api.addr.port()
+    );
+    let stderr = serve_with_pod_names(&api, (&uid, &id), &[], &["--kube-pods-url", &url]);
+    assert!(stderr.contains(&format!("labels from {url}")), "{stderr}");
+}
+
+/// serve beside `api` (which lists the pod `ids`), with `env` and `args`: the container's
+/// series carry its names and ids; serve's stderr.
+fn serve_with_pod_names(
+    api: &StandInApi,
+    ids: (&str, &str),
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> String {
+    let (uid, id) = ids;
+    let dir = credentials(&api.ca_pem, TOKEN);
+    let mut all = vec!["--kube-credentials", dir.path().to_str().unwrap()];
+    all.extend_from_slice(args);
+    let (line, code, stderr) =
+        serve_a_pod_container((uid, id), env, &all, &|l| l.contains("namespace="));
+    for label in [
+        format!("container_id=\"{id}\""),
+        format!("pod_uid=\"{uid}\""),
+        "namespace=\"shop\"".to_string(),
+        "pod=\"web-6d4cf56db6-8xk2p\"".to_string(),
+        "container=\"nginx\"".to_string(),
+    ] {
+        assert!(line.contains(&label), "{label} missing: {line}");
+    }
+    assert!(api.requests() >= 1);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stderr.contains("pod list"), "no failure to say: {stderr}");
+    assert!(
+        !stderr.contains(TOKEN),
+        "the token is never written: {stderr}"
+    );
+    stderr
+}
+
+/// What serve says, and what it serves, when the pod list cannot be read: `args`' API
+/// server, with credentials trusting `ca_pem` and sending `token`.
+fn serve_without_pod_names(salt: u128, port: u16, ca_pem: &str, token: &str) -> String {
+    let (uid, id) = pod_ids(salt);
+    let dir = credentials(ca_pem, token);
+    let port = port.to_string();
+    let env = [
+        ("KUBERNETES_SERVICE_HOST", "127.0.0.1"),
+        ("KUBERNETES_SERVICE_PORT", port.as_str()),
+        ("NODE_NAME", NODE),
+    ];
+    let credentials = dir.path().to_str().unwrap();
+    let (line, code, stderr) = serve_a_pod_container(
+        (&uid, &id),
+        &env,
+        &["--kube-credentials", credentials],
+        &|_| true,
+    );
+    // The series keep their ids, without names; serve served all along and stops cleanly.
+    assert!(line.contains(&format!("pod_uid=\"{uid}\"")), "{line}");
+    assert!(line.contains(&format!("container_id=\"{id}\"")), "{line}");
+    for name in ["namespace=", "pod=", "container="] {
+        assert!(!line.contains(name), "{name} without a pod list: {line}");
+    }
+    assert_eq!(code, Some(0), "{stderr}");
+    // Said once, with what to check.
+    assert_eq!(
+        stderr.matches("cannot read this node's pod list").count(),
+        1,
+        "{stderr}"
+    );
+    assert!(stderr.contains("tried again every 30 s"), "{stderr}");
+    assert!(
+        !stderr.contains(token),
+        "the token is never written: {stderr}"
+    );
+    stderr
+}
+
+/// The API server down: a note saying what failed, no names, serve goes on serving.
+#[test]
+fn serve_without_the_api_server_says_so_once_and_keeps_the_ids() {
+    require_root();
+    let (ca_pem, _, _) = test_ca();
+    let stderr = serve_without_pod_names(0x7f4a_7c15_9e37_79b9_1d2e, free_port(), &ca_pem, TOKEN);
+    assert!(
+        stderr.contains("cannot connect to https://127.0.0.1:"),
+        "{stderr}"
+    );
+}
+
+/// The API server refusing the account (RBAC): the note gives the API's message and says
+/// which permission is needed.
+#[test]
+fn serve_refused_by_the_api_server_says_which_permission_it_needs() {
+    require_root();
+    let api = StandInApi::start(String::new());
+    let stderr = serve_without_pod_names(
+        0x5bd1_e995_7f4a_7c15_2f3e,
+        api.addr.port(),
+        &api.ca_pem,
+        "not-the-token",
+    );
+    assert!(stderr.contains("answered 403 (RBAC"), "{stderr}");
+    assert!(stderr.contains("cannot list resource \"pods\""), "{stderr}");
+    assert!(api.requests() >= 1);
+}
+
+/// A server whose certificate the service account's CA did not sign is not trusted: the
+/// token is not sent, and the note says the TLS check failed.
+#[test]
+fn serve_trusts_only_the_service_account_s_ca() {
+    require_root();
+    let api = StandInApi::start(String::new());
+    let (other_ca, _, _) = test_ca();
+    let stderr = serve_without_pod_names(
+        0x2545_f491_4f6c_dd1d_3a4b,
+        api.addr.port(),
+        &other_ca,
+        TOKEN,
+    );
+    assert!(stderr.contains("TLS with https://127.0.0.1:"), "{stderr}");
 }

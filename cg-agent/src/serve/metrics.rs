@@ -9,7 +9,10 @@ use prometheus_client::{
 };
 use std::sync::atomic::AtomicU64;
 
-use super::model::{GroupKey, Scrape};
+use super::{
+    kube::pods::PodNames,
+    model::{GroupKey, Scrape},
+};
 
 type Labels = Vec<(&'static str, String)>;
 type F64Counter = Counter<f64, AtomicU64>;
@@ -45,8 +48,8 @@ impl OwnCost {
     }
 }
 
-/// Builds the registry of one scrape.
-fn registry(scrape: &Scrape, own: OwnCost) -> Registry {
+/// Builds the registry of one scrape; a pod's groups are named by `pods` when it knows them.
+fn registry(scrape: &Scrape, own: OwnCost, pods: Option<&PodNames>) -> Registry {
     let mut registry = Registry::default();
     let finite = |v: f64| if v.is_finite() { v } else { 0.0 };
 
@@ -63,6 +66,15 @@ fn registry(scrape: &Scrape, own: OwnCost) -> Registry {
             ] {
                 if let Some(value) = value {
                     labels.push((name, value.clone()));
+                }
+            }
+            if let (Some(pods), Some(uid)) = (pods, &key.pod_uid)
+                && let Some(names) = pods.names(uid, key.container_id.as_deref())
+            {
+                labels.push(("namespace", names.namespace.to_string()));
+                labels.push(("pod", names.pod.to_string()));
+                if let Some(container) = names.container {
+                    labels.push(("container", container.to_string()));
                 }
             }
         }
@@ -233,9 +245,15 @@ fn registry(scrape: &Scrape, own: OwnCost) -> Registry {
 
 /// The scrape in the OpenMetrics text format.
 pub fn openmetrics(scrape: &Scrape, own: OwnCost) -> String {
+    openmetrics_named(scrape, own, None)
+}
+
+/// [`openmetrics`], with the `namespace`, `pod` and `container` labels of the pods `pods`
+/// knows.
+pub fn openmetrics_named(scrape: &Scrape, own: OwnCost, pods: Option<&PodNames>) -> String {
     let mut out = String::with_capacity(4096 + 160 * scrape.energy.len());
     // Writing to a String cannot fail; a label set the encoder refuses leaves the scrape short.
-    if let Err(err) = encode(&mut out, &registry(scrape, own)) {
+    if let Err(err) = encode(&mut out, &registry(scrape, own, pods)) {
         tracing::warn!("encoding metrics: {err}");
     }
     out

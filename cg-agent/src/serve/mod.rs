@@ -1,10 +1,12 @@
 //! `cg-trace serve`: the long-running exporter. Traces the whole machine (the `--all`
 //! session, fed interval by interval to [`model::Exporter`]) until SIGINT or SIGTERM, and
 //! serves `/metrics` (Prometheus text, or OpenMetrics when the scraper asks for it) and
-//! `/healthz` over HTTP ([`http`]: hyper on a tokio runtime, on a thread of its own).
+//! `/healthz` over HTTP ([`http`]: hyper on a tokio runtime, on a thread of its own). In a
+//! Kubernetes pod, series of pods get their namespace, pod and container names ([`kube`]).
 
 pub mod churn;
 pub mod http;
+pub mod kube;
 pub mod metrics;
 pub mod model;
 
@@ -37,6 +39,10 @@ pub struct ServeConfig {
     pub interval: Duration,
     pub duration: Option<Duration>,
     pub options: ServeOptions,
+    /// `--kube-pods-url` (none: the in-cluster API server, when in a cluster).
+    pub kube_pods_url: Option<kube::PodsUrl>,
+    /// `--kube-credentials`: the service account's `token` and `ca.crt`.
+    pub kube_credentials: std::path::PathBuf,
 }
 
 /// What the measuring thread and the server share.
@@ -44,6 +50,8 @@ pub struct ServeConfig {
 pub struct Shared {
     exporter: Option<Exporter>,
     last_sample: Option<Instant>,
+    /// This node's pods' names, when read (in a Kubernetes pod, `--group-by cgroup`).
+    pods: Option<Arc<kube::PodCache>>,
 }
 
 /// `/healthz` says unhealthy when no interval was measured for this many intervals (and at
@@ -63,14 +71,17 @@ pub fn respond(request: &Request, shared: &Mutex<Shared>, interval: Duration) ->
     }
     match request.path.as_str() {
         "/metrics" => {
-            let scrape = match shared.lock() {
-                Ok(state) => state.exporter.as_ref().map(Exporter::scrape),
-                Err(_) => None,
+            let (scrape, pods) = match shared.lock() {
+                Ok(state) => (
+                    state.exporter.as_ref().map(Exporter::scrape),
+                    state.pods.clone(),
+                ),
+                Err(_) => (None, None),
             };
             let Some(scrape) = scrape else {
                 return Response::text(503, "starting: no interval measured yet\n");
             };
-            let body = metrics::openmetrics(&scrape, OwnCost::now());
+            let body = named_openmetrics(&scrape, OwnCost::now(), pods.as_deref());
             if wants_openmetrics(request.accept.as_deref()) {
                 Response {
                     status: 200,
@@ -103,6 +114,30 @@ pub fn respond(request: &Request, shared: &Mutex<Shared>, interval: Duration) ->
         "/" => Response::text(200, "cg-trace exporter: /metrics, /healthz\n"),
         _ => Response::text(404, "not found: /metrics, /healthz\n"),
     }
+}
+
+/// The scrape in the OpenMetrics text format, pods' groups named as `pods` knows them; a
+/// group of a pod or container it does not know asks it to read the list again (once).
+fn named_openmetrics(
+    scrape: &model::Scrape,
+    own: OwnCost,
+    pods: Option<&kube::PodCache>,
+) -> String {
+    let Some(cache) = pods else {
+        return metrics::openmetrics(scrape, own);
+    };
+    cache
+        .with_names(|names| {
+            for key in &scrape.labels {
+                if let Some(uid) = key.pod_uid.as_deref()
+                    && names.lacks(uid, key.container_id.as_deref())
+                {
+                    cache.ask_refresh(uid, key.container_id.as_deref());
+                }
+            }
+            metrics::openmetrics_named(scrape, own, Some(names))
+        })
+        .unwrap_or_else(|| metrics::openmetrics(scrape, own))
 }
 
 /// Runs the exporter; returns the exit code (2: cannot listen or cannot trace).
@@ -158,7 +193,13 @@ pub fn main(
         bounded_memory: true,
     };
 
-    let shared = Arc::new(Mutex::new(Shared::default()));
+    let kube = kube_names(config);
+    let shared = Arc::new(Mutex::new(Shared {
+        pods: kube.as_ref().map(|(_, cache)| cache.clone()),
+        ..Shared::default()
+    }));
+    // Pods no longer listed keep their names while their groups keep series, and a while.
+    let retain = Duration::from_nanos(config.options.grace_ns) + 2 * kube::REFRESH;
     let stop_server = Arc::new(tokio::sync::Notify::new());
     let server = {
         let shared = shared.clone();
@@ -185,6 +226,9 @@ pub fn main(
                             return;
                         }
                     };
+                    if let Some((kube, cache)) = kube {
+                        tokio::spawn(kube::keep_fresh(kube, cache, retain));
+                    }
                     let handler: http::Handler =
                         Arc::new(move |request: &Request| respond(request, &shared, interval));
                     http::serve(listener, handler, stop).await;
@@ -241,6 +285,39 @@ pub fn main(
         Err(err) => {
             eprintln!("cg-trace: {err}");
             err.exit_code()
+        }
+    }
+}
+
+/// Where this node's pod names come from, and their cache: only with `--group-by cgroup`
+/// (the only grouping whose series name pods), in a cluster or with `--kube-pods-url`.
+fn kube_names(config: &ServeConfig) -> Option<(kube::KubeConfig, Arc<kube::PodCache>)> {
+    if config.options.group_by != model::GroupBy::Cgroup {
+        if let Some(kube::PodsUrl::Url(url)) = &config.kube_pods_url {
+            crate::console::warn(format_args!(
+                "--kube-pods-url {url} is not read: only --group-by cgroup names pods"
+            ));
+        }
+        return None;
+    }
+    let env = |name: &str| std::env::var(name).ok();
+    match kube::config(
+        config.kube_pods_url.clone(),
+        config.kube_credentials.clone(),
+        &env,
+    ) {
+        Ok(Some(kube)) => {
+            crate::console::say(format_args!(
+                "namespace, pod and container labels from {} (every {} s)",
+                kube.url,
+                kube::REFRESH.as_secs()
+            ));
+            Some((kube, Arc::new(kube::PodCache::default())))
+        }
+        Ok(None) => None,
+        Err(note) => {
+            crate::console::warn(note);
+            None
         }
     }
 }
@@ -367,6 +444,60 @@ mod tests {
             ..get("/metrics", None)
         };
         assert_eq!(respond(&post, &shared, interval).status, 405);
+    }
+
+    /// Whether `cache` was asked to read the pod list again (a permit is waiting).
+    fn refresh_asked(cache: &kube::PodCache) -> bool {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            tokio::select! {
+                biased;
+                () = cache.refresh.notified() => true,
+                () = std::future::ready(()) => false,
+            }
+        })
+    }
+
+    #[test]
+    fn a_pod_s_series_get_its_names_and_an_unknown_pod_asks_for_the_list_again_once() {
+        use kube::pods::tests::{CONTAINER_ID, POD_UID, fixture};
+        let group = format!("containerd:{}", &CONTAINER_ID[..12]);
+        let scrape = model::Scrape {
+            energy: vec![(0, group.clone(), 2.0)],
+            labels: vec![model::GroupKey {
+                name: group,
+                container_id: Some(CONTAINER_ID.into()),
+                pod_uid: Some(POD_UID.into()),
+                systemd_unit: None,
+            }],
+            ..scrape()
+        };
+        let cache = kube::PodCache::default();
+        // No list read yet: the ids alone, and a read asked for.
+        let text = named_openmetrics(&scrape, OwnCost::default(), Some(&cache));
+        assert!(text.contains(&format!("pod_uid=\"{POD_UID}\"")), "{text}");
+        assert!(!text.contains("namespace="), "{text}");
+        assert!(refresh_asked(&cache));
+        // Once: a cgroup no list names (a sandbox) does not have the list read again and again.
+        named_openmetrics(&scrape, OwnCost::default(), Some(&cache));
+        assert!(!refresh_asked(&cache));
+        let pods = kube::pods::parse(fixture().as_bytes()).unwrap();
+        cache.update(pods, Instant::now(), Duration::from_secs(60));
+        let text = named_openmetrics(&scrape, OwnCost::default(), Some(&cache));
+        assert!(
+            text.contains(&format!(
+                "cg_trace_energy_joules_total{{domain=\"package-0\",group=\"containerd:{}\",\
+                 container_id=\"{CONTAINER_ID}\",pod_uid=\"{POD_UID}\",namespace=\"shop\",\
+                 pod=\"web-6d4cf56db6-8xk2p\",container=\"nginx\"}} 2.0",
+                &CONTAINER_ID[..12]
+            )),
+            "{text}"
+        );
+        assert!(!refresh_asked(&cache), "all known: nothing to ask");
+        // Outside a cluster: no names.
+        assert!(!named_openmetrics(&scrape, OwnCost::default(), None).contains("namespace="));
     }
 
     #[test]
