@@ -109,6 +109,9 @@ const _: () = assert!(size_of::<ThreadMark>() == 8);
 impl ThreadMark {
     /// A mark not yet charged.
     pub const NEW: u64 = u64::MAX;
+    /// Iterator accounting: a target thread that exited, whose final runtime
+    /// `sched_process_free` reports (whether or not its process is still in `TARGETS` then).
+    pub const EXITED_TARGET: u64 = u64::MAX - 1;
 }
 
 /// Cumulative on-CPU time of one thread on one CPU (the map is per-CPU, so each CPU owns its
@@ -248,7 +251,8 @@ pub struct LifecycleEvent {
     pub reserved: u32,
     pub comm: [u8; COMM_LEN],
     pub filename: [u8; FILENAME_LEN],
-    /// The thread's `se.sum_exec_runtime` (FREE only: its final runtime), 0 otherwise.
+    /// The thread's `se.sum_exec_runtime`: at EXIT as the scheduler last updated it (the
+    /// slice it is running is not in it yet), at FREE its final runtime; 0 otherwise.
     pub runtime_ns: u64,
 }
 const _: () = assert!(size_of::<LifecycleEvent>() == 64 + COMM_LEN + FILENAME_LEN);

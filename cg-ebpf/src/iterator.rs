@@ -111,6 +111,25 @@ fn charge_other(task: *const u8, runtime_ns: u64, create: bool) {
     }
 }
 
+/// At `sched_process_exit` of a target in iterator accounting: marks the thread so that its
+/// free reports it even when its process has left `TARGETS` by then (a thread freed after
+/// its group leader).
+#[inline(always)]
+pub fn mark_exited_target(task: *const u8) {
+    let mut init = ThreadMark {
+        charged_runtime_ns: ThreadMark::EXITED_TARGET,
+    };
+    let mark = THREAD_MARKS.get_or_create(task, &mut init);
+    if mark.is_null() {
+        count_loss(|l| l.marks_failed += 1);
+    } else {
+        // SAFETY: the task's own storage, checked for null above.
+        unsafe {
+            core::ptr::write_volatile(&mut (*mark).charged_runtime_ns, ThreadMark::EXITED_TARGET)
+        };
+    }
+}
+
 /// At `sched_process_free` in iterator accounting: the task's runtime is final (it has been
 /// switched out for the last time). A target's is reported, another task's growth charged.
 #[inline(always)]
@@ -118,7 +137,11 @@ pub fn charge_freed(task: *const u8) {
     let tgid: u32 = field(task, global(&TASK_TGID_OFFSET));
     let tid: u32 = field(task, global(&TASK_PID_OFFSET));
     let runtime_ns: u64 = field(task, global(&TASK_RUNTIME_OFFSET));
-    if is_target_task(task, tgid) {
+    let mark = THREAD_MARKS.get(task);
+    // SAFETY: the task's own storage, read only when not null.
+    let exited_target =
+        !mark.is_null() && unsafe { (*mark).charged_runtime_ns } == ThreadMark::EXITED_TARGET;
+    if exited_target || is_target_task(task, tgid) {
         emit(event_kind::FREE, task, tgid, tid, 0, |event| {
             event.runtime_ns = runtime_ns;
         });

@@ -488,10 +488,15 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
     } else {
         u32::from(tid == tgid)
     };
+    if global(&ITERATOR_MODE) != 0 {
+        iterator::mark_exited_target(task);
+    }
     let exit_code: u32 = field(task, global(&TASK_EXIT_CODE_OFFSET));
+    let runtime_ns: u64 = field(task, global(&TASK_RUNTIME_OFFSET));
     emit(event_kind::EXIT, task, tgid, tid, 0, |event| {
         event.exit_code = exit_code;
         event.group_dead = group_dead;
+        event.runtime_ns = runtime_ns;
     });
     0
 }

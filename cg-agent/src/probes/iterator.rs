@@ -6,7 +6,11 @@
 //! ran on; a thread's CPU time in an interval is the growth of its runtime since the previous
 //! read. A thread that exits between two reads is closed by the kernel's FREE event, which
 //! carries its final runtime ([`IteratorBooks::freed`]); until then it is unfinished and its
-//! entry stays. Other tasks' time comes summed from the kernel.
+//! entry stays. The kernel of this project's VM now and then emits no tracepoint for a task
+//! (as it skips some `sched_switch`es), so a FREE may never come: the EXIT event carries the
+//! runtime as the scheduler last updated it (all but the slice the thread was running), and
+//! [`FINAL_WAIT_NS`] after the exit the thread counts as finished with that. Other tasks'
+//! time comes summed from the kernel.
 //!
 //! The iterator knows where a thread last ran, not where it ran during the interval, so its
 //! growth is placed on CPUs by [`place`]: on its last CPU while there is room, then on the
@@ -21,6 +25,11 @@ use std::collections::HashMap;
 use cg_common::{TaskRecord, ThreadKey};
 
 use super::activity::{CpuSnapshot, Snapshot};
+
+/// How long after a thread's exit its final runtime (FREE, once the task is freed: a few
+/// milliseconds after it was reaped) is waited for before it counts as finished with the
+/// runtime its exit reported.
+pub const FINAL_WAIT_NS: u64 = 500_000_000;
 
 /// Splits what the iterator wrote into records; a trailing partial record (there should be
 /// none) is ignored.
@@ -47,8 +56,8 @@ struct Book {
     /// Cumulative nanoseconds placed on each CPU.
     per_cpu_ns: Vec<u64>,
     last_cpu: u32,
-    /// Its exit was seen; `freed` once its final runtime is in.
-    exited: bool,
+    /// CLOCK_MONOTONIC ns of its exit, once seen; `freed` once its final runtime is in.
+    exited_ns: Option<u64>,
     freed: bool,
 }
 
@@ -165,15 +174,27 @@ impl IteratorBooks {
             unfinished: self
                 .threads
                 .iter()
-                .filter(|(_, b)| b.exited && !b.freed)
+                .filter(|(_, b)| self.awaits(b))
                 .map(|(key, _)| *key)
                 .collect(),
         }
     }
 
-    /// A thread's exit was seen: its entry stays until its final runtime is in.
-    pub fn exited(&mut self, key: ThreadKey) {
-        self.book(key).exited = true;
+    /// Whether `book`'s final runtime is still to come (see [`FINAL_WAIT_NS`]).
+    fn awaits(&self, book: &Book) -> bool {
+        let now_ns = self.last_read_ns.unwrap_or(0);
+        !book.freed
+            && book
+                .exited_ns
+                .is_some_and(|at| now_ns < at.saturating_add(FINAL_WAIT_NS))
+    }
+
+    /// A thread exited at `at_ns` with `runtime_ns` (as the scheduler last updated it): its
+    /// entry stays until its final runtime is in, or [`FINAL_WAIT_NS`] has passed.
+    pub fn exited(&mut self, key: ThreadKey, runtime_ns: u64, at_ns: u64) {
+        let book = self.book(key);
+        book.see(runtime_ns);
+        book.exited_ns.get_or_insert(at_ns);
     }
 
     /// A thread is gone for good with `runtime_ns` (its final runtime). Ignored for a thread
@@ -182,14 +203,13 @@ impl IteratorBooks {
     pub fn freed(&mut self, key: ThreadKey, runtime_ns: u64) {
         if let Some(book) = self.threads.get_mut(&key) {
             book.see(runtime_ns);
-            book.exited = true;
             book.freed = true;
         }
     }
 
-    /// Whether some thread seen exiting has not been freed yet (its final runtime is owed).
+    /// Whether some thread seen exiting still waits for its final runtime.
     pub fn awaits_final(&self) -> bool {
-        self.threads.values().any(|b| b.exited && !b.freed)
+        self.threads.values().any(|b| self.awaits(b))
     }
 
     /// Forgets a thread whose last time has been read and charged.
@@ -297,12 +317,12 @@ mod tests {
 
     #[test]
     fn a_thread_that_exits_between_reads_is_charged_its_final_runtime() {
-        //   read 1: 9/9 at 10 ms        exit event, then FREE with 25 ms
-        //   read 2: 9/9 gone; 15 ms charged, and it is finished
+        //   read 1: 9/9 at 10 ms    exit event: 20 ms (as last updated)    read 2: unfinished
+        //   FREE: 25 ms (final)     read 3: 25 ms in all, and it is finished
         let mut books = IteratorBooks::new(500, 2);
         let thread = key(9, 9, 1_000);
         books.read(&[record(9, 9, 1_000, 10 * MS, 1)], 0, 1_000 * MS);
-        books.exited(thread);
+        books.exited(thread, 20 * MS, 1_010 * MS);
         let s = books.read(&[], 0, 1_050 * MS);
         assert_eq!(s.unfinished, vec![thread], "exited, not yet freed");
         assert!(s.holds(9, Some(9)));
@@ -324,10 +344,29 @@ mod tests {
         // Exit and FREE of thread 3/4 (born under watch) arrive before any read shows it.
         let mut books = IteratorBooks::new(500, 1);
         books.read(&[], 0, 1_000 * MS);
-        books.exited(key(3, 4, 900));
+        books.exited(key(3, 4, 900), 5 * MS, 1_020 * MS);
         books.freed(key(3, 4, 900), 7 * MS);
         let s = books.read(&[], 0, 1_100 * MS);
         assert_eq!(total_of(&s, key(3, 4, 900)), 7 * MS);
+    }
+
+    #[test]
+    fn a_final_runtime_that_never_comes_leaves_the_one_the_exit_reported() {
+        // Thread 4/4 exits at t=1010 ms reporting 18 ms; its FREE never comes. It waits
+        // FINAL_WAIT_NS (500 ms) and is then finished at 18 ms.
+        //   read t=1000: 10 ms | exit t=1010: 18 ms | reads t=1100..1500 wait | t=1600 done
+        let mut books = IteratorBooks::new(500, 1);
+        let thread = key(4, 4, 900);
+        books.read(&[record(4, 4, 900, 10 * MS, 0)], 0, 1_000 * MS);
+        books.exited(thread, 18 * MS, 1_010 * MS);
+        let s = books.read(&[], 0, 1_100 * MS);
+        assert_eq!(total_of(&s, thread), 18 * MS);
+        assert!(s.holds(4, Some(4)));
+        let s = books.read(&[], 0, 1_500 * MS);
+        assert!(s.holds(4, None) && books.awaits_final());
+        let s = books.read(&[], 0, 1_600 * MS);
+        assert!(!s.holds(4, None) && !books.awaits_final());
+        assert_eq!(total_of(&s, thread), 18 * MS);
     }
 
     #[test]

@@ -741,7 +741,7 @@ impl Probes {
                     start_ns: event.thread_start_ns,
                 };
                 match event.kind {
-                    event_kind::EXIT => books.exited(thread),
+                    event_kind::EXIT => books.exited(thread, event.runtime_ns, event.timestamp_ns),
                     event_kind::FREE => books.freed(thread, event.runtime_ns),
                     _ => {}
                 }

@@ -1068,12 +1068,14 @@ async fn measure(setup: &mut Setup) -> Result<Measured, RunError> {
     sampler.sample(Phase::Run);
     // Targets' time read beyond what the last intervals could hold (see ActivityTracker) is
     // still owed: a few short intervals more give it room, so that nothing measured is lost.
-    // (Iterator accounting: so do threads whose final runtime is still to come, freed by the
-    // kernel a moment after they were reaped.)
-    for _ in 0..DRAIN_INTERVALS {
-        if sampler.tracker.carried_target_ns() == 0 && !sampler.probes.awaits_final() {
-            break;
-        }
+    // In iterator accounting, so do threads whose final runtime is still to come (the kernel
+    // frees a task a moment after it was reaped; iterator::FINAL_WAIT_NS bounds the wait).
+    let mut drains = 0;
+    while drains < DRAIN_INTERVALS_MAX
+        && ((drains < DRAIN_INTERVALS && sampler.tracker.carried_target_ns() > 0)
+            || sampler.probes.awaits_final())
+    {
+        drains += 1;
         tokio::time::sleep(DRAIN_INTERVAL).await;
         sampler.sample(Phase::Run);
     }
@@ -1711,6 +1713,9 @@ struct Sampler {
 /// CPU time still carried (read, but more than the last intervals could hold) its room.
 const DRAIN_INTERVALS: usize = 5;
 const DRAIN_INTERVAL: Duration = Duration::from_millis(20);
+/// At most this many while final runtimes are awaited (iterator accounting; a little more
+/// than `probes::iterator::FINAL_WAIT_NS`, in case reads fail).
+const DRAIN_INTERVALS_MAX: usize = 30;
 
 /// How often lifecycle events are taken from the kernel's ring buffer, at least.
 const EVENT_DRAIN_PERIOD: Duration = Duration::from_millis(100);
