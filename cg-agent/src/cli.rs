@@ -477,8 +477,7 @@ pub struct RunArgs {
     /// How each thread's CPU time is read: `iterator` (the kernel's own runtime of each
     /// thread, read once per interval; no program on context switches) or `switch` (a
     /// program on every context switch: time per CPU, which several RAPL packages and --func
-    /// need). Default: iterator where every CPU energy domain covers all CPUs, else switch;
-    /// the report's meta.accounting says which ran and why
+    /// need). Default: switch; the report's meta.accounting says which ran and why
     #[arg(long, value_enum, value_name = "HOW")]
     pub accounting: Option<AccountingArg>,
 

@@ -27,9 +27,9 @@ use cg_common::{TaskRecord, ThreadKey};
 use super::activity::{CpuSnapshot, Snapshot};
 
 /// How long after a thread's exit its final runtime (FREE, once the task is freed: a few
-/// milliseconds after it was reaped) is waited for before it counts as finished with the
-/// runtime its exit reported.
-pub const FINAL_WAIT_NS: u64 = 500_000_000;
+/// milliseconds after it was reaped, more on a loaded machine) is waited for before it counts
+/// as finished with the runtime its exit reported.
+pub const FINAL_WAIT_NS: u64 = 1_000_000_000;
 
 /// Splits what the iterator wrote into records; a trailing partial record (there should be
 /// none) is ignored.
@@ -353,8 +353,8 @@ mod tests {
     #[test]
     fn a_final_runtime_that_never_comes_leaves_the_one_the_exit_reported() {
         // Thread 4/4 exits at t=1010 ms reporting 18 ms; its FREE never comes. It waits
-        // FINAL_WAIT_NS (500 ms) and is then finished at 18 ms.
-        //   read t=1000: 10 ms | exit t=1010: 18 ms | reads t=1100..1500 wait | t=1600 done
+        // FINAL_WAIT_NS (1 s) and is then finished at 18 ms.
+        //   read t=1000: 10 ms | exit t=1010: 18 ms | reads t=1100..2000 wait | t=2010 done
         let mut books = IteratorBooks::new(500, 1);
         let thread = key(4, 4, 900);
         books.read(&[record(4, 4, 900, 10 * MS, 0)], 0, 1_000 * MS);
@@ -362,9 +362,9 @@ mod tests {
         let s = books.read(&[], 0, 1_100 * MS);
         assert_eq!(total_of(&s, thread), 18 * MS);
         assert!(s.holds(4, Some(4)));
-        let s = books.read(&[], 0, 1_500 * MS);
+        let s = books.read(&[], 0, 2_000 * MS);
         assert!(s.holds(4, None) && books.awaits_final());
-        let s = books.read(&[], 0, 1_600 * MS);
+        let s = books.read(&[], 0, 2_010 * MS);
         assert!(!s.holds(4, None) && !books.awaits_final());
         assert_eq!(total_of(&s, thread), 18 * MS);
     }

@@ -40,10 +40,10 @@ use self::activity::{CpuSnapshot, Running, Snapshot};
 pub enum Accounting {
     /// A task iterator read once per interval: the kernel's own runtime of each thread, and
     /// no program on context switches. It knows where a thread last ran, not where it ran.
-    #[default]
     Iterator,
     /// The `sched_switch` program: time per thread per CPU, and when each task got its CPU
     /// (what function probes need).
+    #[default]
     Switch,
 }
 

@@ -1715,7 +1715,7 @@ const DRAIN_INTERVALS: usize = 5;
 const DRAIN_INTERVAL: Duration = Duration::from_millis(20);
 /// At most this many while final runtimes are awaited (iterator accounting; a little more
 /// than `probes::iterator::FINAL_WAIT_NS`, in case reads fail).
-const DRAIN_INTERVALS_MAX: usize = 30;
+const DRAIN_INTERVALS_MAX: usize = 55;
 
 /// How often lifecycle events are taken from the kernel's ring buffer, at least.
 const EVENT_DRAIN_PERIOD: Duration = Duration::from_millis(100);
