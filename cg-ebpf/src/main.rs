@@ -15,9 +15,10 @@
 //!   ring buffer that user space drains on its timer (no wakeups); `sched_process_free`
 //!   removes a target process from `TARGETS` once it is gone for good, so a lost exit event
 //!   can leave no stale target behind.
-//! - [`iterator`]: the default accounting where it serves, with no program on context
+//! - [`iterator`]: iterator accounting (`--accounting iterator`), with no program on context
 //!   switches: a task iterator that user space reads once per interval, writing each
-//!   accounted thread's runtime; `sched_process_free` then closes each task's books.
+//!   accounted thread's runtime; `sched_process_exit` and `sched_process_free` then close
+//!   each task's books.
 //!
 //! - Function-level programs live in their own modules: [`functions`] (uprobes on chosen
 //!   functions, with per-thread entry stacks) and [`sampler`] (CPU-clock stack sampling and
