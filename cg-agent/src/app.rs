@@ -584,6 +584,7 @@ pub fn run_config(args: &RunArgs, invoker: &Invoker) -> Result<RunConfig, String
         timeseries: args.timeseries,
         proc_root: "/proc".into(),
         noop_probes: args.bench_noop_probes,
+        accounting: args.accounting.map(Into::into),
         functions,
         notices: session::Notices::new(print_notice),
         bounded_memory: false,

@@ -148,6 +148,22 @@ pub struct ServeArgs {
     pub bench_churn: Option<f64>,
 }
 
+/// `--accounting`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum AccountingArg {
+    Iterator,
+    Switch,
+}
+
+impl From<AccountingArg> for crate::probes::Accounting {
+    fn from(arg: AccountingArg) -> Self {
+        match arg {
+            AccountingArg::Iterator => crate::probes::Accounting::Iterator,
+            AccountingArg::Switch => crate::probes::Accounting::Switch,
+        }
+    }
+}
+
 /// `cg-trace serve --group-by`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum GroupByArg {
@@ -468,6 +484,13 @@ pub struct RunArgs {
     /// what merely having a program on that hook costs
     #[arg(long, hide = true)]
     pub bench_noop_probes: bool,
+
+    /// How each thread's CPU time is read: `iterator` (the kernel's own runtime of each
+    /// thread, read once per interval; no program on context switches) or `switch` (a
+    /// program on every context switch: time per CPU, which several RAPL packages and --func
+    /// need). Default: switch; the report's meta.accounting says which ran and why
+    #[arg(long, value_enum, value_name = "HOW")]
+    pub accounting: Option<AccountingArg>,
 
     // Each of these three sets a help heading of its own, for what follows too.
     #[command(flatten)]

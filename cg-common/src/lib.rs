@@ -24,6 +24,14 @@ pub mod names {
     pub const EVENTS: &str = "EVENTS";
     /// Per-CPU array of one [`LossCounters`](super::LossCounters).
     pub const LOSSES: &str = "LOSSES";
+    /// Per-CPU array of one `u64` (iterator accounting): nanoseconds that tasks other than
+    /// targets ran, summed over the CPUs' slots, as the task iterator and
+    /// `sched_process_free` charged them (the growth of each task's runtime since it was
+    /// last charged).
+    pub const OTHER_RUNTIME: &str = "OTHER_RUNTIME";
+    /// The task iterator program (`iter/task`): one [`TaskRecord`](super::TaskRecord) per
+    /// accounted thread.
+    pub const TASK_RUNTIMES: &str = "task_runtimes";
 }
 
 /// Globals that user space sets at load time (`EbpfLoader::override_global`).
@@ -56,6 +64,12 @@ pub mod globals {
     pub const BINPRM_FILENAME_OFFSET: &str = "BINPRM_FILENAME_OFFSET";
     /// `u32`: 1 when `sched_process_exit` passes `group_dead` (Linux 6.16 and later).
     pub const EXIT_HAS_GROUP_DEAD: &str = "EXIT_HAS_GROUP_DEAD";
+    /// `u32`: 1 in iterator accounting (no program on context switches): `sched_process_free`
+    /// reports each target thread's final runtime ([`FREE`](super::event_kind::FREE)) and
+    /// charges other tasks' last growth to `OTHER_RUNTIME`.
+    pub const ITERATOR_MODE: &str = "ITERATOR_MODE";
+    /// `u32`: byte offset of `task_struct.cpu` (the CPU the task last ran on).
+    pub const TASK_CPU_OFFSET: &str = "TASK_CPU_OFFSET";
 }
 
 /// Default capacity of [`names::ON_CPU`]: threads (of targets, or of the whole machine with
@@ -95,6 +109,9 @@ const _: () = assert!(size_of::<ThreadMark>() == 8);
 impl ThreadMark {
     /// A mark not yet charged.
     pub const NEW: u64 = u64::MAX;
+    /// Iterator accounting: a target thread that exited, whose final runtime
+    /// `sched_process_free` reports (whether or not its process is still in `TARGETS` then).
+    pub const EXITED_TARGET: u64 = u64::MAX - 1;
 }
 
 /// Cumulative on-CPU time of one thread on one CPU (the map is per-CPU, so each CPU owns its
@@ -177,6 +194,25 @@ pub struct LossCounters {
 }
 const _: () = assert!(size_of::<LossCounters>() == 40);
 
+/// What the task iterator writes for each accounted thread (targets; every thread with
+/// `--all`): the kernel's own count of its CPU time, read once per interval.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskRecord {
+    pub tgid: u32,
+    pub tid: u32,
+    /// `task_struct.start_time`: with tgid and tid, the thread's [`ThreadKey`].
+    pub start_ns: u64,
+    /// `se.sum_exec_runtime`: nanoseconds the thread has run, up to the scheduler's last
+    /// update of it (at a switch or a tick).
+    pub runtime_ns: u64,
+    /// The CPU it last ran on (`task_struct.cpu`).
+    pub cpu: u32,
+    /// Always 0 (no implicit padding).
+    pub reserved: u32,
+}
+const _: () = assert!(size_of::<TaskRecord>() == 32);
+
 /// Kinds of [`LifecycleEvent`].
 pub mod event_kind {
     /// A new process (not a thread) was forked: `tgid`/`tid` are the child, `parent_tgid` its parent.
@@ -185,6 +221,9 @@ pub mod event_kind {
     pub const EXEC: u32 = 2;
     /// A thread exited; `group_dead` is 1 when it was the last thread of its process.
     pub const EXIT: u32 = 3;
+    /// A target thread is gone for good (iterator accounting only): `runtime_ns` is its final
+    /// runtime, after its last switch.
+    pub const FREE: u32 = 4;
 }
 
 /// A process lifecycle event, for targets only (every task with `--all`).
@@ -212,8 +251,11 @@ pub struct LifecycleEvent {
     pub reserved: u32,
     pub comm: [u8; COMM_LEN],
     pub filename: [u8; FILENAME_LEN],
+    /// The thread's `se.sum_exec_runtime`: at EXIT as the scheduler last updated it (the
+    /// slice it is running is not in it yet), at FREE its final runtime; 0 otherwise.
+    pub runtime_ns: u64,
 }
-const _: () = assert!(size_of::<LifecycleEvent>() == 56 + COMM_LEN + FILENAME_LEN);
+const _: () = assert!(size_of::<LifecycleEvent>() == 64 + COMM_LEN + FILENAME_LEN);
 
 #[cfg(feature = "user")]
 mod pod {
@@ -225,4 +267,5 @@ mod pod {
     unsafe impl aya::Pod for super::CpuState {}
     unsafe impl aya::Pod for super::LossCounters {}
     unsafe impl aya::Pod for super::LifecycleEvent {}
+    unsafe impl aya::Pod for super::TaskRecord {}
 }

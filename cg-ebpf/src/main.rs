@@ -15,6 +15,10 @@
 //!   ring buffer that user space drains on its timer (no wakeups); `sched_process_free`
 //!   removes a target process from `TARGETS` once it is gone for good, so a lost exit event
 //!   can leave no stale target behind.
+//! - [`iterator`]: iterator accounting (`--accounting iterator`), with no program on context
+//!   switches: a task iterator that user space reads once per interval, writing each
+//!   accounted thread's runtime; `sched_process_exit` and `sched_process_free` then close
+//!   each task's books.
 //!
 //! - Function-level programs live in their own modules: [`functions`] (uprobes on chosen
 //!   functions, with per-thread entry stacks) and [`sampler`] (CPU-clock stack sampling and
@@ -28,6 +32,7 @@
 #![no_main]
 
 mod functions;
+mod iterator;
 mod sampler;
 
 use aya_ebpf::{
@@ -73,6 +78,8 @@ static TASK_EXIT_CODE_OFFSET: u32 = 0;
 static BINPRM_FILENAME_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static EXIT_HAS_GROUP_DEAD: u32 = 0;
+#[unsafe(no_mangle)]
+static ITERATOR_MODE: u32 = 0;
 
 #[map]
 static ON_CPU: PerCpuHashMap<ThreadKey, ThreadTime> =
@@ -120,6 +127,21 @@ impl<T> TaskStorage<T> {
                 task.cast_mut().cast::<task_struct>(),
                 core::ptr::from_mut(init).cast(),
                 u64::from(BPF_LOCAL_STORAGE_GET_F_CREATE),
+            )
+            .cast::<T>()
+        }
+    }
+
+    /// The task's value, null when it has none.
+    #[inline(always)]
+    fn get(&self, task: *const u8) -> *mut T {
+        // SAFETY: as for `get_or_create`; no value is created.
+        unsafe {
+            bpf_task_storage_get(
+                core::ptr::from_ref(self).cast_mut().cast(),
+                task.cast_mut().cast::<task_struct>(),
+                core::ptr::null_mut(),
+                0,
             )
             .cast::<T>()
         }
@@ -390,6 +412,7 @@ fn emit(
         reserved: 0,
         comm: bpf_get_current_comm().unwrap_or([0; 16]),
         filename: [0; cg_common::FILENAME_LEN],
+        runtime_ns: 0,
     };
     let slot = entry.write(event);
     fill(slot);
@@ -466,10 +489,15 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
     } else {
         u32::from(tid == tgid)
     };
+    if global(&ITERATOR_MODE) != 0 {
+        iterator::mark_exited_target(task);
+    }
     let exit_code: u32 = field(task, global(&TASK_EXIT_CODE_OFFSET));
+    let runtime_ns: u64 = field(task, global(&TASK_RUNTIME_OFFSET));
     emit(event_kind::EXIT, task, tgid, tid, 0, |event| {
         event.exit_code = exit_code;
         event.group_dead = group_dead;
+        event.runtime_ns = runtime_ns;
     });
     0
 }
@@ -479,10 +507,13 @@ pub fn sched_process_free(ctx: BtfTracePointContext) -> i32 {
     // Arguments: (struct task_struct *p). The task is gone for good (after its last switch and
     // after it was reaped). When it led a target process, the pid stops being a target here,
     // whether or not user space saw the exit.
+    let task: *const u8 = ctx.arg(0);
+    if global(&ITERATOR_MODE) != 0 {
+        iterator::charge_freed(task);
+    }
     if global(&ALL_TASKS) != 0 {
         return 0;
     }
-    let task: *const u8 = ctx.arg(0);
     let tgid: u32 = field(task, global(&TASK_TGID_OFFSET));
     let tid: u32 = field(task, global(&TASK_PID_OFFSET));
     if tid != tgid {

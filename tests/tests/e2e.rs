@@ -783,9 +783,32 @@ fn assert_cpu_matches_the_kernel(report: &Value, truth: &[(u64, f64)], what: &st
     }
 }
 
+/// Both ways of reading CPU time (`--accounting`): each must match the kernel's own figures.
+const ACCOUNTINGS: [&str; 2] = ["iterator", "switch"];
+/// Workloads of many short processes match the kernel's figures only in switch accounting:
+/// in iterator accounting a process whose final runtime the kernel never reports (its
+/// `sched_process_free` runs no program now and then on the development VM) loses its last
+/// slice, nearly all of a short process (docs/attribution.md, *Where it is approximate*).
+const EXACT_FOR_SHORT_PROCESSES: [&str; 1] = ["switch"];
+
+/// Checks that the report says it read CPU time the way asked.
+fn assert_accounting(report: &Value, accounting: &str) {
+    assert_eq!(
+        report["meta"]["accounting"]["method"], accounting,
+        "{:#}",
+        report["meta"]["accounting"]
+    );
+}
+
 #[test]
 fn per_process_cpu_time_matches_the_kernels_own_figure_at_exit() {
     require_root();
+    for accounting in EXACT_FOR_SHORT_PROCESSES {
+        cpu_time_matches_the_kernels_own_figure(accounting);
+    }
+}
+
+fn cpu_time_matches_the_kernels_own_figure(accounting: &str) {
     // A parallel build with real tools (make -j2 running gcc, which runs cc1 and as), each
     // compiler run started through cg-wait4, which logs the kernel's own figure of its CPU
     // time at exit (wait4). Context switches the kernel never reports through sched_switch
@@ -814,10 +837,22 @@ fn per_process_cpu_time_matches_the_kernels_own_figure_at_exit() {
     let cc = format!("CC={} {} gcc", bin("cg-wait4").display(), log.display());
     let dir_arg = dir.path().display().to_string();
     let run = cg_trace(&[
-        "--source", "model", "-q", "--", "make", "-s", "-C", &dir_arg, "-j2", &cc,
+        "--source",
+        "model",
+        "-q",
+        "--accounting",
+        accounting,
+        "--",
+        "make",
+        "-s",
+        "-C",
+        &dir_arg,
+        "-j2",
+        &cc,
     ]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
     let report = run.report();
+    assert_accounting(report, accounting);
     assert_adds_up(report);
     let truth: Vec<(u64, f64)> = std::fs::read_to_string(&log)
         .unwrap()
@@ -828,7 +863,7 @@ fn per_process_cpu_time_matches_the_kernels_own_figure_at_exit() {
         })
         .collect();
     assert_eq!(truth.len(), 40);
-    assert_cpu_matches_the_kernel(report, &truth, "make -j2");
+    assert_cpu_matches_the_kernel(report, &truth, &format!("make -j2, {accounting}"));
 
     // Multithreaded children passing a token around (a switch every 200 µs of CPU),
     // started by posix_spawn, fork + exec and fork; the parent prints each one's CPU time.
@@ -836,6 +871,8 @@ fn per_process_cpu_time_matches_the_kernels_own_figure_at_exit() {
         "--source",
         "model",
         "-q",
+        "--accounting",
+        accounting,
         "--",
         &bin("cg-tree").display().to_string(),
         "--children",
@@ -862,7 +899,47 @@ fn per_process_cpu_time_matches_the_kernels_own_figure_at_exit() {
         })
         .collect();
     assert_eq!(truth.len(), 12, "{}", run.stdout());
-    assert_cpu_matches_the_kernel(run.report(), &truth, "cg-tree");
+    assert_accounting(run.report(), accounting);
+    assert_cpu_matches_the_kernel(run.report(), &truth, &format!("cg-tree, {accounting}"));
+}
+
+#[test]
+fn a_thread_pools_cpu_time_matches_the_kernels_own_figure_in_both_accountings() {
+    require_root();
+    // A worker pool (one thread spinning 0.6 s of CPU, 12 waking every 100 ms) started
+    // through cg-wait4, which logs the kernel's own figure of its CPU time at exit (wait4:
+    // every thread's).
+    for accounting in ACCOUNTINGS {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("cpu.log");
+        let run = cg_trace(&[
+            "--source",
+            "model",
+            "-q",
+            "--accounting",
+            accounting,
+            "--",
+            &bin("cg-wait4").display().to_string(),
+            &log.display().to_string(),
+            &bin("cg-pool").display().to_string(),
+            "0.6",
+            "12",
+        ]);
+        assert_eq!(run.code(), Some(0), "{}", run.stderr());
+        let report = run.report();
+        assert_accounting(report, accounting);
+        assert_adds_up(report);
+        let (pid, kernel_s) = std::fs::read_to_string(&log)
+            .unwrap()
+            .split_once(' ')
+            .map(|(p, c)| (p.parse::<u64>().unwrap(), c.trim().parse::<f64>().unwrap()))
+            .unwrap();
+        assert_cpu_matches_the_kernel(
+            report,
+            &[(pid, kernel_s)],
+            &format!("thread pool, {accounting}"),
+        );
+    }
 }
 
 /// Makes the kernel hand out `pid` next (through `/proc/sys/kernel/ns_last_pid`), if no other
@@ -1023,6 +1100,12 @@ fn a_descendant_that_reuses_a_pid_within_an_interval_is_a_process_of_its_own() {
 #[test]
 fn a_fork_storm_between_long_intervals_loses_no_process_and_no_cpu_time() {
     require_root();
+    for accounting in EXACT_FOR_SHORT_PROCESSES {
+        fork_storm_loses_nothing(accounting);
+    }
+}
+
+fn fork_storm_loses_nothing(accounting: &str) {
     // 2,000 short processes in a row while cg-trace reads only every 2 s: six thousand
     // lifecycle events per interval. Every process must keep its parent and its time: the
     // command's whole tree matches the kernel's own figure (wait4 in cg-wait4).
@@ -1035,6 +1118,8 @@ fn a_fork_storm_between_long_intervals_loses_no_process_and_no_cpu_time() {
         "-q",
         "--interval",
         "2000",
+        "--accounting",
+        accounting,
         "--",
         &bin("cg-wait4").display().to_string(),
         &log_arg,
@@ -1067,7 +1152,12 @@ fn a_fork_storm_between_long_intervals_loses_no_process_and_no_cpu_time() {
             );
         }
     }
-    assert_cpu_matches_the_kernel(report, &[(shell_pid, kernel_s)], "fork storm");
+    assert_accounting(report, accounting);
+    assert_cpu_matches_the_kernel(
+        report,
+        &[(shell_pid, kernel_s)],
+        &format!("fork storm, {accounting}"),
+    );
 }
 
 #[test]

@@ -20,11 +20,27 @@ fn threads_of(report: &Value, pid: u32) -> Vec<Value> {
 #[test]
 fn a_worker_pools_busy_thread_holds_most_of_its_energy_and_the_threads_add_up() {
     require_root();
+    // Both ways of reading CPU time (`--accounting`) give each thread its own.
+    for accounting in ["iterator", "switch"] {
+        busy_thread_holds_most_of_its_energy(accounting);
+    }
+}
+
+fn busy_thread_holds_most_of_its_energy(accounting: &str) {
     let pool = pool();
     // One thread spinning for 0.8 s of CPU, four sleeping ones, and the main thread waiting.
-    let run = cg_trace(&["--threads", "--", &pool, "0.8", "4"]);
+    let run = cg_trace(&[
+        "--threads",
+        "--accounting",
+        accounting,
+        "--",
+        &pool,
+        "0.8",
+        "4",
+    ]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
     let report = run.report();
+    assert_eq!(report["meta"]["accounting"]["method"], accounting);
     assert_valid_report(report);
     assert_adds_up(report);
     let pid = root_pid(report);

@@ -132,8 +132,8 @@ fn overhead(quick: bool) -> Result<()> {
     );
     figures.print("round trips/s", 5.0);
     println!(
-        "  lost while tracing: {} events dropped, {} thread-map full, {} targets-map full   \
-         (target 0)",
+        "  lost while tracing (both accountings): {} events dropped, {} thread-map full, {} \
+         targets-map full   (target 0)",
         lost("events_dropped_count"),
         lost("on_cpu_map_full_count"),
         lost("targets_map_full_count")
@@ -147,8 +147,8 @@ fn overhead(quick: bool) -> Result<()> {
     // 1a. What the kernel itself counts for cg-trace's programs at this rate.
     match program_cost(&pingpong, config.workload_s) {
         Ok(Some((runs, ns))) => println!(
-            "  sched_switch program (kernel BPF statistics): {ns:.0} ns per switch over {runs} \
-             switches"
+            "  sched_switch program, --accounting switch (kernel BPF statistics): {ns:.0} ns \
+             per switch over {runs} switches (iterator accounting runs nothing per switch)"
         ),
         Ok(None) => println!("  sched_switch program: the kernel gave no BPF statistics"),
         Err(err) => println!("  sched_switch program: not measured ({err:#})"),
@@ -184,7 +184,7 @@ fn overhead(quick: bool) -> Result<()> {
 
     // 3. The agent's own cost on an idle machine at the default interval.
     let report_path = out.join("idle.json");
-    let mut tracer = start_tracer(&report_path, Some(config.idle_s), false)?;
+    let mut tracer = start_tracer(&report_path, Some(config.idle_s), Variant::Iterator)?;
     sleep(Duration::from_secs_f64(config.idle_s / 2.0));
     let rss_mid_kb = vm_kb(tracer.id(), "VmRSS").unwrap_or(0);
     let status = tracer.wait()?;
@@ -205,7 +205,10 @@ fn overhead(quick: bool) -> Result<()> {
         .and_then(Value::as_f64)
         .unwrap_or(f64::NAN);
     let threads = report["processes"].as_array().map_or(0, Vec::len);
-    println!("cg-trace --all on an idle machine, default 100 ms interval, {duration_s:.1} s");
+    println!(
+        "cg-trace --all (iterator accounting) on an idle machine, default 100 ms interval, \
+         {duration_s:.1} s"
+    );
     println!(
         "  own CPU: {:.3} s = {:.3} % of one core   (target <= 1 %; includes loading the probes)",
         cpu_s,
@@ -217,58 +220,213 @@ fn overhead(quick: bool) -> Result<()> {
         peak / 1048576.0
     );
     println!("  processes seen: {threads}");
+    println!();
+
+    // 4. One read of the task iterator with 10,000 threads alive.
+    match iterator_read_cost(10_000, config.idle_s / 3.0) {
+        Ok(cost) => cost.print(),
+        Err(err) => println!("iterator read with 10,000 threads: not measured ({err:#})"),
+    }
     Ok(())
 }
 
-/// One workload's figures: without cg-trace, with probes that do nothing (the cost of
-/// merely having a program on sched_switch), and with `cg-trace --all`.
+/// What one iterator read cost with many threads alive (`cg-trace --all`, iterator accounting).
+struct IteratorCost {
+    threads: usize,
+    reads: u64,
+    /// Kernel BPF statistics: the iterator program's time per read (all tasks).
+    bpf_us_per_read: f64,
+    /// cg-trace's own CPU time (user + system: the read syscall, parsing, accounting, the
+    /// energy source) per interval.
+    agent_us_per_interval: f64,
+}
+
+impl IteratorCost {
+    fn print(&self) {
+        println!(
+            "iterator accounting, {} threads alive, cg-trace --all, 100 ms interval, {} reads",
+            self.threads, self.reads
+        );
+        println!(
+            "  iterator program (kernel BPF statistics): {:.0} µs per read",
+            self.bpf_us_per_read
+        );
+        println!(
+            "  cg-trace's whole CPU time per interval (read syscall, parsing, accounting): \
+             {:.0} µs   (target: one read <= 1 ms)",
+            self.agent_us_per_interval
+        );
+    }
+}
+
+/// Starts `count` sleeping threads in this process, runs `cg-trace --all --accounting
+/// iterator` for `seconds` with the kernel's BPF statistics on, and reads the iterator
+/// program's statistics (the most-run program: it runs once per task per read) from the
+/// tracer's descriptors and the tracer's own CPU time from its report.
+fn iterator_read_cost(count: usize, seconds: f64) -> Result<IteratorCost> {
+    const SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let stop_rx = std::sync::Arc::new(std::sync::Mutex::new(stop_rx));
+    let mut sleepers = Vec::with_capacity(count);
+    for _ in 0..count {
+        let stop = std::sync::Arc::clone(&stop_rx);
+        sleepers.push(
+            std::thread::Builder::new()
+                .stack_size(64 * 1024)
+                .spawn(move || {
+                    // Blocks until the channel closes (the sender dropped).
+                    let _ = stop.lock().map(|rx| rx.recv());
+                })
+                .context("starting a sleeping thread")?,
+        );
+    }
+    let tasks = fs::read_dir("/proc")?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter_map(|e| fs::read_dir(e.path().join("task")).ok())
+        .map(|t| t.count())
+        .sum::<usize>();
+    let before = fs::read_to_string(SYSCTL).context("reading kernel.bpf_stats_enabled")?;
+    fs::write(SYSCTL, "1").context("enabling kernel.bpf_stats_enabled")?;
+    let out = tempdir()?;
+    let report_path = out.join("iterator.json");
+    let result = (|| -> Result<(u64, u64)> {
+        let tracer = start_tracer(&report_path, Some(seconds), Variant::Iterator)?;
+        sleep(Duration::from_secs_f64((seconds - 2.0).max(0.5)));
+        let stats = program_stats(tracer.id())?;
+        let mut tracer = tracer;
+        tracer.wait()?;
+        stats.context("the kernel gave no BPF statistics")
+    })();
+    let _ = fs::write(SYSCTL, before.trim());
+    drop(stop_tx);
+    for sleeper in sleepers {
+        let _ = sleeper.join();
+    }
+    let (runs, ns) = result?;
+    let report = read_report(&report_path)?;
+    let cpu_s = report
+        .pointer("/meta/profiler/cpu_time_s")
+        .and_then(Value::as_f64)
+        .unwrap_or(f64::NAN);
+    let duration_s = report
+        .pointer("/meta/duration_s")
+        .and_then(Value::as_f64)
+        .unwrap_or(f64::NAN);
+    let reads = runs / tasks.max(1) as u64;
+    Ok(IteratorCost {
+        threads: tasks,
+        reads,
+        bpf_us_per_read: ns as f64 / reads.max(1) as f64 / 1e3,
+        agent_us_per_interval: cpu_s / (duration_s / 0.1) * 1e6,
+    })
+}
+
+/// (runs, ns) of the most-run BPF program among `pid`'s descriptors (kernel BPF statistics).
+fn program_stats(pid: u32) -> Result<Option<(u64, u64)>> {
+    let mut best: Option<(u64, u64)> = None;
+    for entry in fs::read_dir(format!("/proc/{pid}/fdinfo"))? {
+        let Ok(text) = fs::read_to_string(entry?.path()) else {
+            continue;
+        };
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        };
+        if let (Some(runs), Some(ns)) = (field("run_cnt:"), field("run_time_ns:"))
+            && best.is_none_or(|(r, _)| runs > r)
+        {
+            best = Some((runs, ns));
+        }
+    }
+    Ok(best.filter(|(runs, _)| *runs > 0))
+}
+
+/// How `cg-trace --all` runs in a benchmark.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Variant {
+    /// An empty program on sched_switch (`--bench-noop-probes`): the floor of the switch mode.
+    Floor,
+    /// `--accounting switch`.
+    Switch,
+    /// `--accounting iterator`: nothing on context switches.
+    Iterator,
+}
+
+impl Variant {
+    const ALL: [Variant; 3] = [Variant::Floor, Variant::Switch, Variant::Iterator];
+
+    fn args(self) -> &'static [&'static str] {
+        match self {
+            Variant::Floor => &["--bench-noop-probes"],
+            Variant::Switch => &["--accounting", "switch"],
+            Variant::Iterator => &["--accounting", "iterator"],
+        }
+    }
+}
+
+/// One workload's figures (medians): without cg-trace, with an empty program on
+/// sched_switch (the cost of merely having a program on that hook), and with `cg-trace
+/// --all` in each accounting.
 struct Ab {
     base: f64,
     floor: f64,
-    traced: f64,
+    switch: f64,
+    iterator: f64,
+    /// Reports of the traced runs (both accountings).
     reports: Vec<Value>,
 }
 
 impl Ab {
     fn print(&self, unit: &str, target_pct: f64) {
         let slowdown = |v: f64| 100.0 * (1.0 - v / self.base);
-        println!("  without cg-trace:    {:>12.1} {unit}", self.base);
+        println!("  without cg-trace:       {:>12.1} {unit}", self.base);
         println!(
-            "  empty probes (floor): {:>11.1} {unit}   slowdown {:>5.2} %",
+            "  empty sched_switch program (floor): {:>12.1} {unit}   slowdown {:>5.2} %",
             self.floor,
             slowdown(self.floor)
         );
         println!(
-            "  with cg-trace --all: {:>12.1} {unit}   slowdown {:>5.2} %   (target <= {target_pct} %)",
-            self.traced,
-            slowdown(self.traced)
+            "  cg-trace --all --accounting switch: {:>12.1} {unit}   slowdown {:>5.2} %",
+            self.switch,
+            slowdown(self.switch)
+        );
+        println!(
+            "  cg-trace --all --accounting iterator: {:>10.1} {unit}   slowdown {:>5.2} %   \
+             (target <= {target_pct} %)",
+            self.iterator,
+            slowdown(self.iterator)
         );
     }
 }
 
-/// Runs `workload` alternately without cg-trace, with no-op probes, and with `cg-trace --all`;
-/// returns the median of each and the reports of the traced runs.
+/// Runs `workload` alternately without cg-trace, with the empty program, and with `cg-trace
+/// --all` in each accounting; returns the median of each and the reports of the traced runs.
 fn ab(config: &Config, out: &Path, name: &str, workload: impl Fn() -> Result<f64>) -> Result<Ab> {
-    let (mut base, mut floor, mut traced, mut reports) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut base = Vec::new();
+    let mut results: [Vec<f64>; 3] = Default::default();
+    let mut reports = Vec::new();
     for round in 0..config.rounds {
         base.push(workload()?);
-        for (noop, results) in [(true, &mut floor), (false, &mut traced)] {
-            let report_path = out.join(format!("{name}-{round}-{noop}.json"));
-            let mut tracer = start_tracer(&report_path, None, noop)?;
+        for (variant, results) in Variant::ALL.into_iter().zip(results.iter_mut()) {
+            let report_path = out.join(format!("{name}-{round}-{variant:?}.json"));
+            let mut tracer = start_tracer(&report_path, None, variant)?;
             results.push(workload()?);
             // SAFETY: signalling our own child.
             unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) };
             tracer.wait()?;
-            if !noop {
+            if variant != Variant::Floor {
                 reports.push(read_report(&report_path)?);
             }
         }
     }
+    let [floor, switch, iterator] = results.map(median);
     Ok(Ab {
         base: median(base),
-        floor: median(floor),
-        traced: median(traced),
+        floor,
+        switch,
+        iterator,
         reports,
     })
 }
@@ -282,44 +440,25 @@ fn program_cost(pingpong: &Path, seconds: f64) -> Result<Option<(u64, f64)>> {
     fs::write(SYSCTL, "1").context("enabling kernel.bpf_stats_enabled")?;
     let out = tempdir()?;
     let result = (|| -> Result<Option<(u64, f64)>> {
-        let mut tracer = start_tracer(&out.join("stats.json"), None, false)?;
+        let mut tracer = start_tracer(&out.join("stats.json"), None, Variant::Switch)?;
         measure(
             Command::new(pingpong).arg(seconds.to_string()),
             "round_trips_per_s",
         )?;
-        let mut best: Option<(u64, u64)> = None;
-        for entry in fs::read_dir(format!("/proc/{}/fdinfo", tracer.id()))? {
-            let Ok(text) = fs::read_to_string(entry?.path()) else {
-                continue;
-            };
-            let field = |name: &str| {
-                text.lines()
-                    .find_map(|l| l.strip_prefix(name))
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-            };
-            if let (Some(runs), Some(ns)) = (field("run_cnt:"), field("run_time_ns:"))
-                && best.is_none_or(|(r, _)| runs > r)
-            {
-                best = Some((runs, ns));
-            }
-        }
+        let best = program_stats(tracer.id())?;
         // SAFETY: signalling our own child.
         unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) };
         tracer.wait()?;
-        Ok(best
-            .filter(|(runs, _)| *runs > 0)
-            .map(|(runs, ns)| (runs, ns as f64 / runs as f64)))
+        Ok(best.map(|(runs, ns)| (runs, ns as f64 / runs as f64)))
     })();
     let _ = fs::write(SYSCTL, before.trim());
     result
 }
 
-fn start_tracer(report: &Path, duration_s: Option<f64>, noop: bool) -> Result<Child> {
+fn start_tracer(report: &Path, duration_s: Option<f64>, variant: Variant) -> Result<Child> {
     let mut cmd = Command::new(root().join("target/release/cg-trace"));
     cmd.args(["--all", "-q", "-o"]).arg(report);
-    if noop {
-        cmd.arg("--bench-noop-probes");
-    }
+    cmd.args(variant.args());
     if let Some(d) = duration_s {
         cmd.args(["--duration", &d.to_string()]);
     }

@@ -52,18 +52,22 @@ pub struct Snapshot {
     pub cpus: Vec<CpuSnapshot>,
     /// Cumulative on-CPU ns of each accounted thread, indexed by CPU id.
     pub threads: Vec<(ThreadKey, Vec<u64>)>,
+    /// Threads that exited and whose final time has not come in yet (iterator accounting:
+    /// their FREE event is still to come).
+    pub unfinished: Vec<ThreadKey>,
 }
 
 impl Snapshot {
     /// Whether some CPU still runs, or holds cached time of, thread `tid` of process `tgid`
-    /// (any of its threads when `tid` is `None`): its kernel totals are not final yet.
+    /// (any of its threads when `tid` is `None`), or the thread is unfinished: its kernel
+    /// totals are not final yet.
     pub fn holds(&self, tgid: u32, tid: Option<u32>) -> bool {
         let matches =
             |key_tgid: u32, key_tid: u32| key_tgid == tgid && tid.is_none_or(|t| t == key_tid);
         self.cpus.iter().any(|c| {
             c.running.is_some_and(|r| matches(r.tgid, r.tid))
                 || c.cached.iter().any(|(k, _)| matches(k.tgid, k.tid))
-        })
+        }) || self.unfinished.iter().any(|k| matches(k.tgid, k.tid))
     }
 }
 
@@ -392,6 +396,7 @@ mod tests {
             taken_ns: 1_000 * MS,
             cpus: vec![idle_cpu()],
             threads: vec![(key(5, 5), vec![30 * MS])],
+            unfinished: Vec::new(),
         };
         assert!(tracker.advance(&snap, |_| true).is_none());
     }
@@ -416,6 +421,7 @@ mod tests {
             taken_ns: 1_000 * MS,
             cpus: vec![running(0)],
             threads: vec![],
+            unfinished: Vec::new(),
         };
         assert!(tracker.advance(&snap, |_| true).is_none());
         snap.taken_ns = 1_100 * MS;
@@ -443,6 +449,7 @@ mod tests {
             taken_ns: 0,
             cpus: vec![idle_cpu()],
             threads: vec![(key(1, 1), vec![10 * MS])],
+            unfinished: Vec::new(),
         };
         tracker.advance(&snap, |_| true);
         // In-progress time made the total look like 40 ms...
@@ -475,6 +482,7 @@ mod tests {
             taken_ns: 0,
             cpus: vec![CpuSnapshot::default()],
             threads: vec![],
+            unfinished: Vec::new(),
         };
         tracker.advance(&snap, |_| false);
         snap.taken_ns = 100 * MS;
@@ -502,6 +510,7 @@ mod tests {
             taken_ns: 0,
             cpus: vec![idle_cpu()],
             threads: vec![(key(3, 4), vec![80 * MS])],
+            unfinished: Vec::new(),
         };
         tracker.advance(&snap, |_| true);
         tracker.forget(key(3, 4));
@@ -525,6 +534,7 @@ mod tests {
             taken_ns: 0,
             cpus: vec![cached(0)],
             threads: vec![],
+            unfinished: Vec::new(),
         };
         tracker.advance(&snap, |_| true);
         snap.taken_ns = 100 * MS;
@@ -558,6 +568,7 @@ mod tests {
                 },
             ],
             threads: vec![(key(9, 9), vec![1, 1])],
+            unfinished: Vec::new(),
         };
         assert!(snap.holds(4, Some(6)));
         assert!(snap.holds(4, None));
@@ -573,6 +584,7 @@ mod tests {
             taken_ns: 0,
             cpus: vec![idle_cpu(), idle_cpu()],
             threads: vec![(key(1, 2), vec![10 * MS, 0])],
+            unfinished: Vec::new(),
         };
         tracker.advance(&snap, |_| true);
         snap.taken_ns = 100 * MS;
@@ -605,6 +617,7 @@ mod tests {
             taken_ns: 0,
             cpus: vec![idle_cpu()],
             threads: vec![],
+            unfinished: Vec::new(),
         };
         tracker.advance(&snap, |_| true);
         snap.taken_ns = 100 * MS;
@@ -642,6 +655,7 @@ mod tests {
             taken_ns: 0,
             cpus: vec![idle_cpu()],
             threads: vec![],
+            unfinished: Vec::new(),
         };
         tracker.advance(&snap, |_| true);
         snap.taken_ns = 100 * MS;
@@ -670,6 +684,7 @@ mod tests {
             taken_ns: 0,
             cpus: vec![idle_cpu()],
             threads: vec![],
+            unfinished: Vec::new(),
         };
         tracker.advance(&snap, |_| true);
         snap.taken_ns = 100 * MS;
@@ -692,6 +707,7 @@ mod tests {
             taken_ns: 0,
             cpus: vec![idle_cpu(), idle_cpu()],
             threads: vec![],
+            unfinished: Vec::new(),
         };
         tracker.advance(&snap, |_| true);
         snap.taken_ns = 10 * MS;

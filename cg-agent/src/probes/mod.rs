@@ -12,6 +12,7 @@
 pub mod activity;
 mod batch;
 pub mod btf;
+pub mod iterator;
 pub mod retry;
 pub mod sampler;
 mod uprobe_multi;
@@ -25,7 +26,7 @@ use std::{
 use aya::{
     Ebpf, EbpfLoader,
     maps::{HashMap, IterableMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
-    programs::BtfTracePoint,
+    programs::{BtfTracePoint, Iter},
 };
 use cg_common::{
     CpuState, LifecycleEvent, LossCounters, ThreadKey, ThreadTime, event_kind, globals, names,
@@ -34,9 +35,32 @@ use cg_common::{
 
 use self::activity::{CpuSnapshot, Running, Snapshot};
 
+/// How each thread's CPU time is read (`--accounting`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Accounting {
+    /// A task iterator read once per interval: the kernel's own runtime of each thread, and
+    /// no program on context switches. It knows where a thread last ran, not where it ran.
+    Iterator,
+    /// The `sched_switch` program: time per thread per CPU, and when each task got its CPU
+    /// (what function probes need).
+    #[default]
+    Switch,
+}
+
+impl Accounting {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Accounting::Iterator => "iterator",
+            Accounting::Switch => "switch",
+        }
+    }
+}
+
 /// What to account and whom to follow.
 #[derive(Clone, Debug, Default)]
 pub struct ProbeConfig {
+    /// How CPU time is read.
+    pub accounting: Accounting,
     /// Account every thread of the machine (`--all`).
     pub all_tasks: bool,
     /// New child processes of this tgid become targets (cg-trace itself in wrap mode).
@@ -136,6 +160,9 @@ pub enum ProbeError {
          rebuild it with the default features"
     )]
     NoObject,
+    /// Running the task iterator failed (with the whole chain of causes).
+    #[error("reading the task iterator: {0}")]
+    Iterate(String),
     #[error("reading eBPF map {name}: {source}")]
     Read {
         name: &'static str,
@@ -259,6 +286,9 @@ pub struct Probes {
     /// Maps of the stack sampler, when used.
     sampler: Option<sampler::SamplerMaps>,
     batch: batch::BatchReader,
+    /// Iterator accounting's books and the kernel's sum of other tasks' time (`None` in
+    /// switch accounting).
+    iterator: Option<(iterator::IteratorBooks, PerCpuArray<MapData, u64>)>,
     /// How long loading and attaching took.
     pub attach_time: Duration,
 }
@@ -285,11 +315,13 @@ static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"),
 static EBPF_OBJECT: &[u8] = &[];
 
 /// The lifecycle programs, attached before sched_switch so no process slips through.
-const LIFECYCLE: [(&str, &str); 3] = [
+const LIFECYCLE: [(&str, &str); 4] = [
     ("sched_process_fork", "sched_process_fork"),
     ("sched_process_exec", "sched_process_exec"),
     ("sched_process_exit", "sched_process_exit"),
+    ("sched_process_free", "sched_process_free"),
 ];
+const SWITCH: [(&str, &str); 1] = [("sched_switch", "sched_switch")];
 
 /// Ends loading when `stop()` says a stop signal came (its number).
 fn stop_here(stop: &mut dyn FnMut() -> Option<i32>) -> Result<(), ProbeError> {
@@ -334,6 +366,10 @@ impl Probes {
         let start_time_offset = kernel_btf.member_offset("task_struct", "start_time")?;
         let group_leader_offset = kernel_btf.member_offset("task_struct", "group_leader")?;
         let filename_offset = kernel_btf.member_offset("linux_binprm", "filename")?;
+        let cpu_offset = kernel_btf
+            .member_offset("task_struct", "cpu")
+            .or_else(|_| kernel_btf.member_path_offset("task_struct", &["thread_info", "cpu"]))?;
+        let iterator_mode = u32::from(config.accounting == Accounting::Iterator);
         let exit_has_group_dead = u32::from(
             kernel_btf
                 .tracepoint_args("sched_process_exit")
@@ -390,6 +426,8 @@ impl Probes {
             .override_global(globals::TRACE_START_NS, &trace_start_ns, true)
             .override_global(globals::BINPRM_FILENAME_OFFSET, &filename_offset, true)
             .override_global(globals::EXIT_HAS_GROUP_DEAD, &exit_has_group_dead, true)
+            .override_global(globals::ITERATOR_MODE, &iterator_mode, true)
+            .override_global(globals::TASK_CPU_OFFSET, &cpu_offset, true)
             .override_global(profiling::globals::FUNC_CLOCK, &func_clock, true)
             .override_global(profiling::globals::NOOP_FUNC, &noop_func, true);
         // aya probes the kernel's features once per process, inside this load, by loading tiny
@@ -428,6 +466,8 @@ impl Probes {
             HashMap::try_from(take(names::TARGETS)?).map_err(map_err(names::TARGETS))?;
         let events = RingBuf::try_from(take(names::EVENTS)?).map_err(map_err(names::EVENTS))?;
         let losses = PerCpuArray::try_from(take(names::LOSSES)?).map_err(map_err(names::LOSSES))?;
+        let other_runtime = PerCpuArray::try_from(take(names::OTHER_RUNTIME)?)
+            .map_err(map_err(names::OTHER_RUNTIME))?;
         // 0: whichever process holds the pid now (the kernel records its start time at its
         // first switch).
         for &pid in &config.targets {
@@ -447,7 +487,11 @@ impl Probes {
         // BTF tracepoints are checked against the kernel's BTF at load time. aya parses all of
         // it (tens of MB while it lasts), so do it once, here, and give the memory back after.
         let aya_btf = aya::Btf::from_sys_fs()?;
-        for (program, tracepoint) in LIFECYCLE.iter().chain(&[("sched_switch", "sched_switch")]) {
+        let switch: &[(&str, &str)] = match config.accounting {
+            Accounting::Iterator => &[],
+            Accounting::Switch => &SWITCH,
+        };
+        for (program, tracepoint) in LIFECYCLE.iter().chain(switch) {
             let prog: &mut BtfTracePoint = ebpf
                 .program_mut(program)
                 .ok_or(ProbeError::MissingProgram(program))?
@@ -456,6 +500,11 @@ impl Probes {
             load_program(program, stop, || prog.load(tracepoint, &aya_btf))?;
             prog.attach()
                 .map_err(|source| ProbeError::Attach { program, source })?;
+        }
+        if config.accounting == Accounting::Iterator {
+            let program = names::TASK_RUNTIMES;
+            let prog = task_iterator(&mut ebpf)?;
+            load_program(program, stop, || prog.load("task", &aya_btf))?;
         }
         drop(aya_btf);
         // SAFETY: malloc_trim only returns free heap pages to the kernel.
@@ -467,8 +516,17 @@ impl Probes {
         })?;
         // A CPU learns which task it runs at its first switch after attaching; one busy with a
         // single task might not switch for seconds. Make every CPU switch once now.
-        switch_every_cpu();
+        if config.accounting == Accounting::Switch {
+            switch_every_cpu();
+        }
+        let iterator = (config.accounting == Accounting::Iterator).then(|| {
+            (
+                iterator::IteratorBooks::new(trace_start_ns, cpu_count),
+                other_runtime,
+            )
+        });
         Ok(Probes {
+            iterator,
             _ebpf: ebpf,
             batch: batch::BatchReader::new(cpu_count),
             on_cpu,
@@ -521,6 +579,9 @@ impl Probes {
     /// Reads the per-thread totals, then every CPU's state (in that order: see
     /// [`activity`] for why time then only ever shifts forward).
     pub fn snapshot(&mut self) -> Result<Snapshot, ProbeError> {
+        if self.iterator.is_some() {
+            return self.iterate();
+        }
         let fd = IterableMap::map(&self.on_cpu).fd().as_fd();
         let threads = match self.batch.read(fd) {
             Ok(threads) => threads,
@@ -537,7 +598,44 @@ impl Probes {
             taken_ns: monotonic_ns(),
             cpus,
             threads,
+            unfinished: Vec::new(),
         })
+    }
+
+    /// Iterator accounting's snapshot: one pass of the task iterator, then the kernel's sum
+    /// of other tasks' time.
+    fn iterate(&mut self) -> Result<Snapshot, ProbeError> {
+        let bytes = read_task_iterator(&mut self._ebpf)?;
+        let taken_ns = monotonic_ns();
+        let records = iterator::parse_records(&bytes);
+        let Some((books, other)) = self.iterator.as_mut() else {
+            return Err(ProbeError::MissingProgram(names::TASK_RUNTIMES));
+        };
+        let other_ns: u64 = other
+            .get(&0, 0)
+            .map_err(|source| ProbeError::Map {
+                name: names::OTHER_RUNTIME,
+                source,
+            })?
+            .iter()
+            .sum();
+        Ok(books.read(&records, other_ns, taken_ns))
+    }
+
+    /// Whether iterator accounting still waits for the final runtime of a thread that exited.
+    pub fn awaits_final(&self) -> bool {
+        self.iterator
+            .as_ref()
+            .is_some_and(|(books, _)| books.awaits_final())
+    }
+
+    /// How CPU time is read in this run.
+    pub fn accounting(&self) -> Accounting {
+        if self.iterator.is_some() {
+            Accounting::Iterator
+        } else {
+            Accounting::Switch
+        }
     }
 
     fn read_threads_one_by_one(&self) -> Result<Vec<(ThreadKey, Vec<u64>)>, ProbeError> {
@@ -636,6 +734,18 @@ impl Probes {
             // buffer may be unaligned, hence read_unaligned.
             let event: LifecycleEvent =
                 unsafe { std::ptr::read_unaligned(item.as_ptr() as *const LifecycleEvent) };
+            if let Some((books, _)) = self.iterator.as_mut() {
+                let thread = ThreadKey {
+                    tgid: event.tgid,
+                    tid: event.tid,
+                    start_ns: event.thread_start_ns,
+                };
+                match event.kind {
+                    event_kind::EXIT => books.exited(thread, event.runtime_ns, event.timestamp_ns),
+                    event_kind::FREE => books.freed(thread, event.runtime_ns),
+                    _ => {}
+                }
+            }
             if let Some(e) = lifecycle_from(&event) {
                 out.push(e);
             }
@@ -670,7 +780,12 @@ impl Probes {
 
     /// Deletes a thread's totals (after its last time was read).
     pub fn delete_thread(&mut self, thread: ThreadKey) {
-        let _ = self.on_cpu.remove(&thread);
+        match self.iterator.as_mut() {
+            Some((books, _)) => books.forget(thread),
+            None => {
+                let _ = self.on_cpu.remove(&thread);
+            }
+        }
     }
 }
 
@@ -705,6 +820,33 @@ fn lifecycle_from(e: &LifecycleEvent) -> Option<Lifecycle> {
         }),
         _ => None,
     }
+}
+
+/// The task iterator program (loaded in iterator accounting).
+fn task_iterator(ebpf: &mut Ebpf) -> Result<&mut Iter, ProbeError> {
+    let program = names::TASK_RUNTIMES;
+    ebpf.program_mut(program)
+        .ok_or(ProbeError::MissingProgram(program))?
+        .try_into()
+        .map_err(|source| ProbeError::Attach { program, source })
+}
+
+/// Runs the task iterator once: a link made for this pass, its file read to the end (a read
+/// returns at most the kernel's seq buffer, ~1,000 records), then both closed.
+fn read_task_iterator(ebpf: &mut Ebpf) -> Result<Vec<u8>, ProbeError> {
+    use std::io::Read;
+    let prog = task_iterator(ebpf)?;
+    let link = prog
+        .attach()
+        .and_then(|id| prog.take_link(id))
+        .map_err(|e| ProbeError::Iterate(with_causes(&e)))?;
+    let mut file = link
+        .into_file()
+        .map_err(|e| ProbeError::Iterate(with_causes(&e)))?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)
+        .map_err(|e| ProbeError::Iterate(with_causes(&e)))?;
+    Ok(bytes)
 }
 
 /// Runs a short-lived thread pinned to each online CPU, so that each CPU goes through

@@ -41,7 +41,7 @@ use crate::{
 
 /// Version of the report schema; the minor part is bumped when fields are added, the major
 /// part when a field changes meaning or disappears.
-pub const SCHEMA_VERSION: &str = "1.6";
+pub const SCHEMA_VERSION: &str = "1.7";
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
@@ -102,6 +102,8 @@ pub struct Meta {
     pub idle_baseline: Vec<IdleEntry>,
     pub measurement_quality: Quality,
     pub profiler: ProfilerEntry,
+    /// How CPU time was read (`iterator` or `switch`) and why (since 1.7).
+    pub accounting: crate::session::accounting::AccountingChoice,
     /// Every source probed when choosing, usable or not, and why (what `cg-trace sources`
     /// shows).
     pub sources_probed: Vec<SourceProbe>,
@@ -926,6 +928,7 @@ fn meta(rec: &Recording, baselines: &[IdleBaseline], ledger: &Ledger) -> Meta {
             starved_intervals_count: starved.count,
             longest_interval_s: starved.longest_s,
         },
+        accounting: rec.accounting.clone(),
         sources_probed: rec.probes.clone(),
         gpus: rec.gpus.clone(),
         power_meter: rec.meter.clone(),
@@ -1219,6 +1222,10 @@ mod tests {
             other_carried_past_end_ns: 0,
             still_running: Vec::new(),
             profiler: ProfilerCost::default(),
+            accounting: crate::session::accounting::AccountingChoice {
+                method: "iterator",
+                reason: "test".into(),
+            },
             timeseries: true,
             probes: Vec::new(),
             source_notes: Vec::new(),
@@ -1304,7 +1311,7 @@ mod tests {
                 .get("glitches")
                 .is_none()
         );
-        assert_eq!(report.meta.schema_version, "1.6");
+        assert_eq!(report.meta.schema_version, "1.7");
     }
 
     #[test]

@@ -200,6 +200,7 @@ fn simulate(days: f64, proc_root: &std::path::Path) -> Result<(), String> {
                     (s.key, per_cpu)
                 })
                 .collect(),
+            unfinished: Vec::new(),
         };
         let activity = tracker.advance(&snapshot, |t| table.is_target_thread(t));
         // Exited threads leave the kernel's map one interval after their exit was seen.

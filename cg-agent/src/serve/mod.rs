@@ -186,6 +186,7 @@ pub fn main(
         timeseries: false,
         proc_root: "/proc".into(),
         noop_probes: false,
+        accounting: None,
         functions: FunctionOptions::default(),
         invoker: invoker.clone(),
         command_stdout_to_stderr: false,

@@ -3,6 +3,7 @@
 //! or SIGTERM), and hands the [`Recording`] to the report. A run that is interrupted still
 //! produces its report: every interval measured is kept.
 
+pub mod accounting;
 pub mod command;
 pub mod energy;
 pub mod functions;
@@ -90,6 +91,8 @@ pub struct RunConfig {
     pub proc_root: PathBuf,
     /// Benchmarks only: attach probes that account nothing.
     pub noop_probes: bool,
+    /// `--accounting`: how CPU time is read (`None`: chosen for the run's domains).
+    pub accounting: Option<crate::probes::Accounting>,
     /// Function-level profiling (`--func`, `--profile`).
     pub functions: crate::functions::FunctionOptions,
     /// Whom the run is for: runs the wrapped command (see [`crate::privileges`]).
@@ -261,6 +264,8 @@ pub struct Recording {
     /// Wrap mode: processes the command started that were still running when the run ended.
     pub still_running: Vec<RunningProcess>,
     pub profiler: ProfilerCost,
+    /// How CPU time was read, and why.
+    pub accounting: accounting::AccountingChoice,
     pub timeseries: bool,
     /// Every source probed when choosing, usable or not, and why.
     pub probes: Vec<SourceProbe>,
@@ -674,6 +679,7 @@ struct Setup {
     selection_probes: Vec<SourceProbe>,
     /// The kernel side's losses when the run started (the previous run of a set ended).
     losses_before: Losses,
+    accounting: accounting::AccountingChoice,
 }
 
 /// One measured run, before its conclusion.
@@ -725,6 +731,22 @@ async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup
         &config.notices,
     )
     .map_err(|err| RunError::Usage(err.to_string()))?;
+    let function_probes = !probed.functions.is_empty() || !probed.pending.is_empty();
+    let accounting_choice = accounting::choose(
+        config.accounting,
+        accounting::Needs {
+            domains: &domains,
+            cpu_count: host.cpu_count(),
+            function_probes,
+            noop_switch: config.noop_probes,
+        },
+    )
+    .map_err(RunError::Usage)?;
+    tracing::info!(
+        "accounting: {} ({})",
+        accounting_choice.method,
+        accounting_choice.reason
+    );
     for source in &selection.sources {
         tracing::info!("energy source: {}", source.describe());
     }
@@ -755,6 +777,7 @@ async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup
 
     signals.stop_here("choosing the sources and the functions to probe")?;
     let probe_config = ProbeConfig {
+        accounting: accounting_choice.accounting(),
         all_tasks: config.mode == Mode::System,
         spawner_tgid: matches!(config.mode, Mode::Wrap { .. }).then(std::process::id),
         targets: match &config.mode {
@@ -763,7 +786,7 @@ async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup
         },
         noop_switch: config.noop_probes,
         functions: FunctionProbeConfig {
-            uprobes: !probed.functions.is_empty() || !probed.pending.is_empty(),
+            uprobes: function_probes,
             noop_uprobes: config.functions.bench_empty_probes,
             sampling: config.functions.profile,
             sample_hz: config.functions.sample_hz,
@@ -849,6 +872,7 @@ async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup
         selection_notes: selection.notes,
         selection_probes: probes_seen,
         losses_before: Losses::default(),
+        accounting: accounting_choice,
     })
 }
 
@@ -1044,10 +1068,14 @@ async fn measure(setup: &mut Setup) -> Result<Measured, RunError> {
     sampler.sample(Phase::Run);
     // Targets' time read beyond what the last intervals could hold (see ActivityTracker) is
     // still owed: a few short intervals more give it room, so that nothing measured is lost.
-    for _ in 0..DRAIN_INTERVALS {
-        if sampler.tracker.carried_target_ns() == 0 {
-            break;
-        }
+    // In iterator accounting, so do threads whose final runtime is still to come (the kernel
+    // frees a task a moment after it was reaped; iterator::FINAL_WAIT_NS bounds the wait).
+    let mut drains = 0;
+    while drains < DRAIN_INTERVALS_MAX
+        && ((drains < DRAIN_INTERVALS && sampler.tracker.carried_target_ns() > 0)
+            || sampler.probes.awaits_final())
+    {
+        drains += 1;
         tokio::time::sleep(DRAIN_INTERVAL).await;
         sampler.sample(Phase::Run);
     }
@@ -1269,6 +1297,7 @@ fn conclude(setup: &mut Setup, measured: Measured) -> Outcome {
                 attach_ms: setup.attach_ms,
                 ..own_cost()
             },
+            accounting: setup.accounting.clone(),
             timeseries: config.timeseries,
             probes: setup.selection_probes.clone(),
             source_notes,
@@ -1684,6 +1713,9 @@ struct Sampler {
 /// CPU time still carried (read, but more than the last intervals could hold) its room.
 const DRAIN_INTERVALS: usize = 5;
 const DRAIN_INTERVAL: Duration = Duration::from_millis(20);
+/// At most this many while final runtimes are awaited (iterator accounting; a little more
+/// than `probes::iterator::FINAL_WAIT_NS`, in case reads fail).
+const DRAIN_INTERVALS_MAX: usize = 55;
 
 /// How often lifecycle events are taken from the kernel's ring buffer, at least.
 const EVENT_DRAIN_PERIOD: Duration = Duration::from_millis(100);

@@ -1,0 +1,423 @@
+//! Iterator accounting: turns the kernel's per-thread runtimes, read once per interval from
+//! the task iterator, into the same cumulative [`Snapshot`] the switch program's maps give,
+//! so that [`super::activity::ActivityTracker`] and everything after it work unchanged.
+//!
+//! Each read hands back, per accounted thread, its `se.sum_exec_runtime` and the CPU it last
+//! ran on; a thread's CPU time in an interval is the growth of its runtime since the previous
+//! read. A thread that exits between two reads is closed by the kernel's FREE event, which
+//! carries its final runtime ([`IteratorBooks::freed`]); until then it is unfinished and its
+//! entry stays. The kernel of this project's VM now and then emits no tracepoint for a task
+//! (as it skips some `sched_switch`es), so a FREE may never come: the EXIT event carries the
+//! runtime as the scheduler last updated it (all but the slice the thread was running), and
+//! [`FINAL_WAIT_NS`] after the exit the thread counts as finished with that. Other tasks'
+//! time comes summed from the kernel.
+//!
+//! The iterator knows where a thread last ran, not where it ran during the interval, so its
+//! growth is placed on CPUs by [`place`]: on its last CPU while there is room, then on the
+//! CPUs with room left; other tasks' time fills what room remains. No CPU then shows more
+//! busy time than the interval lasted unless the machine as a whole did (a runtime the
+//! scheduler updated late), and that rest the tracker carries forward as usual.
+//!
+//! Pure: [`super::Probes`] does the reading; tests write the records by hand.
+
+use std::collections::HashMap;
+
+use cg_common::{TaskRecord, ThreadKey};
+
+use super::activity::{CpuSnapshot, Snapshot};
+
+/// How long after a thread's exit its final runtime (FREE, once the task is freed: a few
+/// milliseconds after it was reaped, more on a loaded machine) is waited for before it counts
+/// as finished with the runtime its exit reported.
+pub const FINAL_WAIT_NS: u64 = 1_000_000_000;
+
+/// Splits what the iterator wrote into records; a trailing partial record (there should be
+/// none) is ignored.
+pub fn parse_records(bytes: &[u8]) -> Vec<TaskRecord> {
+    const SIZE: usize = std::mem::size_of::<TaskRecord>();
+    bytes
+        .chunks_exact(SIZE)
+        .map(|chunk| {
+            // SAFETY: `chunk` holds exactly SIZE bytes and every bit pattern is a valid
+            // TaskRecord (plain integers, no padding); read_unaligned copes with any alignment.
+            unsafe { std::ptr::read_unaligned(chunk.as_ptr().cast::<TaskRecord>()) }
+        })
+        .collect()
+}
+
+/// What is known of one accounted thread.
+#[derive(Clone, Debug, Default)]
+struct Book {
+    /// The highest runtime read so far; `None` until a first read of a thread that existed
+    /// before tracing began (what it ran before then is no part of the run).
+    runtime_ns: Option<u64>,
+    /// Growth read since the last placement (from a FREE event between two reads).
+    unplaced_ns: u64,
+    /// Cumulative nanoseconds placed on each CPU.
+    per_cpu_ns: Vec<u64>,
+    last_cpu: u32,
+    /// CLOCK_MONOTONIC ns of its exit, once seen; `freed` once its final runtime is in.
+    exited_ns: Option<u64>,
+    freed: bool,
+}
+
+impl Book {
+    /// Takes `runtime_ns` as the thread's runtime now; its growth is added to what is owed.
+    fn see(&mut self, runtime_ns: u64) {
+        match self.runtime_ns {
+            Some(before) => {
+                self.unplaced_ns += runtime_ns.saturating_sub(before);
+                self.runtime_ns = Some(before.max(runtime_ns));
+            }
+            None => self.runtime_ns = Some(runtime_ns),
+        }
+    }
+}
+
+/// The books of iterator accounting (see the module docs).
+#[derive(Debug)]
+pub struct IteratorBooks {
+    /// CLOCK_MONOTONIC ns just before tracing began: a thread created later ran all its
+    /// life under watch.
+    trace_start_ns: u64,
+    cpu_count: usize,
+    threads: HashMap<ThreadKey, Book>,
+    /// The kernel's cumulative other time, as last read.
+    other_read_ns: u64,
+    /// Other time placed on each CPU so far.
+    other_per_cpu_ns: Vec<u64>,
+    last_read_ns: Option<u64>,
+}
+
+impl IteratorBooks {
+    pub fn new(trace_start_ns: u64, cpu_count: usize) -> Self {
+        IteratorBooks {
+            trace_start_ns,
+            cpu_count: cpu_count.max(1),
+            threads: HashMap::new(),
+            other_read_ns: 0,
+            other_per_cpu_ns: vec![0; cpu_count.max(1)],
+            last_read_ns: None,
+        }
+    }
+
+    fn book(&mut self, key: ThreadKey) -> &mut Book {
+        let fresh = key.start_ns > self.trace_start_ns;
+        let cpus = self.cpu_count;
+        self.threads.entry(key).or_insert_with(|| Book {
+            runtime_ns: fresh.then_some(0),
+            per_cpu_ns: vec![0; cpus],
+            ..Book::default()
+        })
+    }
+
+    /// One read of the iterator, taken at `taken_ns`: `records` and the kernel's cumulative
+    /// other time. Returns the cumulative snapshot.
+    pub fn read(&mut self, records: &[TaskRecord], other_total_ns: u64, taken_ns: u64) -> Snapshot {
+        for r in records {
+            let key = ThreadKey {
+                tgid: r.tgid,
+                tid: r.tid,
+                start_ns: r.start_ns,
+            };
+            let cpus = self.cpu_count;
+            let book = self.book(key);
+            book.see(r.runtime_ns);
+            book.last_cpu = r.cpu.min(cpus as u32 - 1);
+        }
+        let interval_ns = self
+            .last_read_ns
+            .replace(taken_ns)
+            .map_or(0, |last| taken_ns.saturating_sub(last));
+        let mut room = vec![interval_ns; self.cpu_count];
+        let mut owed: Vec<(&ThreadKey, &mut Book)> = self
+            .threads
+            .iter_mut()
+            .filter(|(_, b)| b.unplaced_ns > 0)
+            .collect();
+        owed.sort_unstable_by_key(|(key, _)| **key);
+        for (_, book) in owed {
+            let placed = place(
+                std::mem::take(&mut book.unplaced_ns),
+                book.last_cpu as usize,
+                &mut room,
+            );
+            for (total, add) in book.per_cpu_ns.iter_mut().zip(placed) {
+                *total += add;
+            }
+        }
+        let other_ns = other_total_ns.saturating_sub(self.other_read_ns);
+        self.other_read_ns = self.other_read_ns.max(other_total_ns);
+        let placed = place(other_ns, 0, &mut room);
+        for (total, add) in self.other_per_cpu_ns.iter_mut().zip(placed) {
+            *total += add;
+        }
+        self.snapshot(taken_ns)
+    }
+
+    fn snapshot(&self, taken_ns: u64) -> Snapshot {
+        Snapshot {
+            taken_ns,
+            cpus: self
+                .other_per_cpu_ns
+                .iter()
+                .map(|&other_ns| CpuSnapshot {
+                    other_ns,
+                    ..CpuSnapshot::default()
+                })
+                .collect(),
+            threads: self
+                .threads
+                .iter()
+                .map(|(key, book)| (*key, book.per_cpu_ns.clone()))
+                .collect(),
+            unfinished: self
+                .threads
+                .iter()
+                .filter(|(_, b)| self.awaits(b))
+                .map(|(key, _)| *key)
+                .collect(),
+        }
+    }
+
+    /// Whether `book`'s final runtime is still to come (see [`FINAL_WAIT_NS`]).
+    fn awaits(&self, book: &Book) -> bool {
+        let now_ns = self.last_read_ns.unwrap_or(0);
+        !book.freed
+            && book
+                .exited_ns
+                .is_some_and(|at| now_ns < at.saturating_add(FINAL_WAIT_NS))
+    }
+
+    /// A thread exited at `at_ns` with `runtime_ns` (as the scheduler last updated it): its
+    /// entry stays until its final runtime is in, or [`FINAL_WAIT_NS`] has passed.
+    pub fn exited(&mut self, key: ThreadKey, runtime_ns: u64, at_ns: u64) {
+        let book = self.book(key);
+        book.see(runtime_ns);
+        book.exited_ns.get_or_insert(at_ns);
+    }
+
+    /// A thread is gone for good with `runtime_ns` (its final runtime). Ignored for a thread
+    /// neither read nor seen exiting (its entry was already deleted, or it ran before the
+    /// run began).
+    pub fn freed(&mut self, key: ThreadKey, runtime_ns: u64) {
+        if let Some(book) = self.threads.get_mut(&key) {
+            book.see(runtime_ns);
+            book.freed = true;
+        }
+    }
+
+    /// Whether some thread seen exiting still waits for its final runtime.
+    pub fn awaits_final(&self) -> bool {
+        self.threads.values().any(|b| self.awaits(b))
+    }
+
+    /// Forgets a thread whose last time has been read and charged.
+    pub fn forget(&mut self, key: ThreadKey) {
+        self.threads.remove(&key);
+    }
+}
+
+/// Places `ns` of CPU time on CPUs: on `preferred` as far as its `room` goes, then on the
+/// next CPUs in turn; what no room holds goes to `preferred` all the same (the tracker
+/// carries it on). Takes what it uses from `room`; returns the nanoseconds per CPU.
+pub fn place(ns: u64, preferred: usize, room: &mut [u64]) -> Vec<u64> {
+    let cpus = room.len();
+    let mut placed = vec![0u64; cpus];
+    if cpus == 0 {
+        return placed;
+    }
+    let preferred = preferred.min(cpus - 1);
+    let mut left = ns;
+    for step in 0..cpus {
+        let cpu = (preferred + step) % cpus;
+        let here = left.min(room[cpu]);
+        room[cpu] -= here;
+        placed[cpu] += here;
+        left -= here;
+    }
+    placed[preferred] += left;
+    placed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn record(tgid: u32, tid: u32, start_ns: u64, runtime_ns: u64, cpu: u32) -> TaskRecord {
+        TaskRecord {
+            tgid,
+            tid,
+            start_ns,
+            runtime_ns,
+            cpu,
+            reserved: 0,
+        }
+    }
+
+    fn key(tgid: u32, tid: u32, start_ns: u64) -> ThreadKey {
+        ThreadKey {
+            tgid,
+            tid,
+            start_ns,
+        }
+    }
+
+    fn total_of(snapshot: &Snapshot, thread: ThreadKey) -> u64 {
+        snapshot
+            .threads
+            .iter()
+            .filter(|(k, _)| *k == thread)
+            .flat_map(|(_, per_cpu)| per_cpu.iter())
+            .sum()
+    }
+
+    #[test]
+    fn parses_whole_records_and_ignores_a_partial_one() {
+        let r = record(7, 8, 9, 10, 1);
+        // SAFETY: a plain repr(C) value viewed as its bytes.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                std::ptr::from_ref(&r).cast::<u8>(),
+                std::mem::size_of::<TaskRecord>(),
+            )
+        };
+        let mut two = bytes.repeat(2);
+        two.extend_from_slice(&bytes[..5]);
+        assert_eq!(parse_records(&two), vec![r, r]);
+        assert!(parse_records(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_threads_time_is_the_growth_of_its_runtime() {
+        // Thread 5/5 (started before tracing at t=100): runtime 40 ms at the first read,
+        // 70 ms at the second, 130 ms at the third.
+        //   read 1 (t=1000 ms): baseline, nothing charged
+        //   read 2 (t=1100 ms): 30 ms      read 3 (t=1200 ms): 60 ms more
+        let mut books = IteratorBooks::new(500, 1);
+        let thread = key(5, 5, 100);
+        let s = books.read(&[record(5, 5, 100, 40 * MS, 0)], 0, 1_000 * MS);
+        assert_eq!(total_of(&s, thread), 0);
+        let s = books.read(&[record(5, 5, 100, 70 * MS, 0)], 0, 1_100 * MS);
+        assert_eq!(total_of(&s, thread), 30 * MS);
+        let s = books.read(&[record(5, 5, 100, 130 * MS, 0)], 0, 1_200 * MS);
+        assert_eq!(total_of(&s, thread), 90 * MS);
+    }
+
+    #[test]
+    fn a_thread_born_under_watch_is_charged_its_whole_runtime() {
+        // Thread 6/7 started at t=600 (tracing began at 500); first read shows 12 ms.
+        let mut books = IteratorBooks::new(500, 1);
+        books.read(&[], 0, 1_000 * MS);
+        let s = books.read(&[record(6, 7, 600, 12 * MS, 0)], 0, 1_100 * MS);
+        assert_eq!(total_of(&s, key(6, 7, 600)), 12 * MS);
+    }
+
+    #[test]
+    fn a_thread_that_exits_between_reads_is_charged_its_final_runtime() {
+        //   read 1: 9/9 at 10 ms    exit event: 20 ms (as last updated)    read 2: unfinished
+        //   FREE: 25 ms (final)     read 3: 25 ms in all, and it is finished
+        let mut books = IteratorBooks::new(500, 2);
+        let thread = key(9, 9, 1_000);
+        books.read(&[record(9, 9, 1_000, 10 * MS, 1)], 0, 1_000 * MS);
+        books.exited(thread, 20 * MS, 1_010 * MS);
+        let s = books.read(&[], 0, 1_050 * MS);
+        assert_eq!(s.unfinished, vec![thread], "exited, not yet freed");
+        assert!(s.holds(9, Some(9)));
+        assert!(books.awaits_final());
+        books.freed(thread, 25 * MS);
+        let s = books.read(&[], 0, 1_100 * MS);
+        assert_eq!(total_of(&s, thread), 25 * MS);
+        assert!(s.unfinished.is_empty());
+        assert!(!books.awaits_final());
+        // Its entry goes, and a late FREE for it changes nothing.
+        books.forget(thread);
+        books.freed(thread, 99 * MS);
+        let s = books.read(&[], 0, 1_200 * MS);
+        assert_eq!(total_of(&s, thread), 0);
+    }
+
+    #[test]
+    fn a_thread_born_and_gone_between_reads_counts_from_its_events() {
+        // Exit and FREE of thread 3/4 (born under watch) arrive before any read shows it.
+        let mut books = IteratorBooks::new(500, 1);
+        books.read(&[], 0, 1_000 * MS);
+        books.exited(key(3, 4, 900), 5 * MS, 1_020 * MS);
+        books.freed(key(3, 4, 900), 7 * MS);
+        let s = books.read(&[], 0, 1_100 * MS);
+        assert_eq!(total_of(&s, key(3, 4, 900)), 7 * MS);
+    }
+
+    #[test]
+    fn a_final_runtime_that_never_comes_leaves_the_one_the_exit_reported() {
+        // Thread 4/4 exits at t=1010 ms reporting 18 ms; its FREE never comes. It waits
+        // FINAL_WAIT_NS (1 s) and is then finished at 18 ms.
+        //   read t=1000: 10 ms | exit t=1010: 18 ms | reads t=1100..2000 wait | t=2010 done
+        let mut books = IteratorBooks::new(500, 1);
+        let thread = key(4, 4, 900);
+        books.read(&[record(4, 4, 900, 10 * MS, 0)], 0, 1_000 * MS);
+        books.exited(thread, 18 * MS, 1_010 * MS);
+        let s = books.read(&[], 0, 1_100 * MS);
+        assert_eq!(total_of(&s, thread), 18 * MS);
+        assert!(s.holds(4, Some(4)));
+        let s = books.read(&[], 0, 2_000 * MS);
+        assert!(s.holds(4, None) && books.awaits_final());
+        let s = books.read(&[], 0, 2_010 * MS);
+        assert!(!s.holds(4, None) && !books.awaits_final());
+        assert_eq!(total_of(&s, thread), 18 * MS);
+    }
+
+    #[test]
+    fn growth_is_placed_where_there_is_room() {
+        // Two CPUs, a 100 ms interval. Thread A (last on cpu1) grew 150 ms: 100 on cpu1,
+        // 50 on cpu0. Thread B (last on cpu1) grew 30 ms: cpu1 is full, so cpu0. Other tasks'
+        // 10 ms fill cpu0's remaining room.
+        //   cpu0: A 50 | B 30 | other 10 | idle 10
+        //   cpu1: A 100
+        let mut books = IteratorBooks::new(0, 2);
+        let (a, b) = (key(1, 1, 10), key(1, 2, 20));
+        books.read(&[], 0, 1_000 * MS);
+        let s = books.read(
+            &[record(1, 1, 10, 150 * MS, 1), record(1, 2, 20, 30 * MS, 1)],
+            10 * MS,
+            1_100 * MS,
+        );
+        let per_cpu = |k| s.threads.iter().find(|(t, _)| *t == k).unwrap().1.clone();
+        assert_eq!(per_cpu(a), vec![50 * MS, 100 * MS]);
+        assert_eq!(per_cpu(b), vec![30 * MS, 0]);
+        assert_eq!(s.cpus[0].other_ns, 10 * MS);
+        assert_eq!(s.cpus[1].other_ns, 0);
+    }
+
+    #[test]
+    fn time_beyond_every_cpus_room_stays_on_the_last_cpu() {
+        let mut room = vec![10, 0];
+        assert_eq!(place(25, 1, &mut room), vec![10, 15]);
+        assert_eq!(room, vec![0, 0]);
+        assert_eq!(place(5, 7, &mut []), Vec::<u64>::new());
+    }
+
+    #[test]
+    fn other_time_is_the_growth_of_the_kernels_sum() {
+        // Snapshots are cumulative: the first read's 500 ms only set the starting point.
+        let mut books = IteratorBooks::new(0, 1);
+        let first = books.read(&[], 500 * MS, 1_000 * MS).cpus[0].other_ns;
+        let s = books.read(&[], 520 * MS, 1_100 * MS);
+        assert_eq!(s.cpus[0].other_ns - first, 20 * MS);
+        // A racy lower sum never takes time back.
+        let s = books.read(&[], 510 * MS, 1_200 * MS);
+        assert_eq!(s.cpus[0].other_ns - first, 20 * MS);
+    }
+
+    #[test]
+    fn a_runtime_read_lower_never_takes_time_back() {
+        let mut books = IteratorBooks::new(0, 1);
+        let thread = key(2, 2, 5);
+        books.read(&[record(2, 2, 5, 10 * MS, 0)], 0, 0);
+        books.read(&[record(2, 2, 5, 30 * MS, 0)], 0, 100 * MS);
+        let s = books.read(&[record(2, 2, 5, 25 * MS, 0)], 0, 200 * MS);
+        assert_eq!(total_of(&s, thread), 30 * MS);
+    }
+}

@@ -1,0 +1,181 @@
+//! Which accounting a run uses (`--accounting`), and why. The `sched_switch` program is the
+//! default; the task iterator (no program on context switches) is chosen with `--accounting
+//! iterator`, and refused where the run needs per-switch clocks (`--func`). It is not the
+//! default yet: on the development VM a task's final runtime (`sched_process_free`) now and
+//! then never reaches the agent, and a short process whose final runtime is lost comes out
+//! short (see docs/attribution.md).
+
+use crate::{
+    attribution::Coverage,
+    probes::Accounting,
+    sources::{DomainKind, DomainSpec},
+};
+
+/// The accounting of a run and the reason for it (the report's `meta.accounting`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct AccountingChoice {
+    /// `iterator` or `switch`.
+    pub method: &'static str,
+    pub reason: String,
+}
+
+impl AccountingChoice {
+    fn new(accounting: Accounting, reason: impl Into<String>) -> Self {
+        AccountingChoice {
+            method: accounting.as_str(),
+            reason: reason.into(),
+        }
+    }
+
+    /// The accounting chosen.
+    pub fn accounting(&self) -> Accounting {
+        if self.method == Accounting::Switch.as_str() {
+            Accounting::Switch
+        } else {
+            Accounting::Iterator
+        }
+    }
+}
+
+/// What the choice depends on besides the user's word.
+#[derive(Clone, Copy, Debug)]
+pub struct Needs<'a> {
+    /// The run's energy domains.
+    pub domains: &'a [DomainSpec],
+    pub cpu_count: usize,
+    /// `--func`: uprobes whose on-CPU clock comes from each context switch.
+    pub function_probes: bool,
+    /// `--bench-noop-probes`: an empty sched_switch program is what is measured.
+    pub noop_switch: bool,
+}
+
+/// Chooses the accounting; `asked` is `--accounting`. An ask that cannot be honoured is a
+/// usage error that says what to do.
+pub fn choose(asked: Option<Accounting>, needs: Needs<'_>) -> Result<AccountingChoice, String> {
+    let switch_need = switch_need(needs);
+    match (asked, switch_need) {
+        (Some(Accounting::Iterator), Some(need)) if needs.function_probes || needs.noop_switch => {
+            Err(format!(
+                "--accounting iterator cannot serve this run: {need}; use --accounting switch \
+                 (or leave --accounting out)"
+            ))
+        }
+        (Some(accounting), _) => Ok(AccountingChoice::new(
+            accounting,
+            "asked for with --accounting",
+        )),
+        (None, Some(need)) => Ok(AccountingChoice::new(Accounting::Switch, need)),
+        (None, None) => Ok(AccountingChoice::new(
+            Accounting::Switch,
+            "the default (every CPU energy domain covers all CPUs, so --accounting iterator \
+             would serve too)",
+        )),
+    }
+}
+
+/// Why this run needs the sched_switch program, if it does.
+fn switch_need(needs: Needs<'_>) -> Option<String> {
+    if needs.function_probes {
+        return Some("--func needs each thread's on-CPU clock at every context switch".into());
+    }
+    if needs.noop_switch {
+        return Some("--bench-noop-probes measures an empty sched_switch program".into());
+    }
+    let partial = needs.domains.iter().find(|d| {
+        d.kind != DomainKind::Gpu
+            && match &d.coverage {
+                Coverage::Cpus(cpus) => (0..needs.cpu_count as u32).any(|c| !cpus.contains(&c)),
+                Coverage::AllCpus | Coverage::Gpu(_) => false,
+            }
+    })?;
+    Some(format!(
+        "domain {} covers only some CPUs (several packages), so its energy is split by the \
+         time each thread spent on each CPU",
+        partial.name
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sources::Provenance;
+
+    fn domain(name: &str, kind: DomainKind, coverage: Coverage) -> DomainSpec {
+        DomainSpec {
+            name: name.into(),
+            kind,
+            parent: None,
+            coverage,
+            provenance: Provenance::Measured,
+            source: "test",
+        }
+    }
+
+    fn needs(domains: &[DomainSpec]) -> Needs<'_> {
+        Needs {
+            domains,
+            cpu_count: 4,
+            function_probes: false,
+            noop_switch: false,
+        }
+    }
+
+    #[test]
+    fn the_switch_program_is_the_default_and_says_the_iterator_would_serve() {
+        let one_package = [
+            domain(
+                "package-0",
+                DomainKind::Package,
+                Coverage::Cpus(vec![0, 1, 2, 3]),
+            ),
+            domain("gpu0", DomainKind::Gpu, Coverage::Gpu(0)),
+        ];
+        let chosen = choose(None, needs(&one_package)).unwrap();
+        assert_eq!(chosen.accounting(), Accounting::Switch);
+        assert!(
+            chosen.reason.contains("iterator would serve"),
+            "{}",
+            chosen.reason
+        );
+        let model = [domain("model", DomainKind::Model, Coverage::AllCpus)];
+        let asked = choose(Some(Accounting::Iterator), needs(&model)).unwrap();
+        assert_eq!(asked.method, "iterator");
+    }
+
+    #[test]
+    fn several_packages_and_function_probes_take_the_switch_program() {
+        let two_packages = [
+            domain("package-0", DomainKind::Package, Coverage::Cpus(vec![0, 1])),
+            domain("package-1", DomainKind::Package, Coverage::Cpus(vec![2, 3])),
+        ];
+        let chosen = choose(None, needs(&two_packages)).unwrap();
+        assert_eq!(chosen.accounting(), Accounting::Switch);
+        assert!(chosen.reason.contains("package-0"), "{}", chosen.reason);
+        let model = [domain("model", DomainKind::Model, Coverage::AllCpus)];
+        let func = Needs {
+            function_probes: true,
+            ..needs(&model)
+        };
+        assert_eq!(choose(None, func).unwrap().method, "switch");
+    }
+
+    #[test]
+    fn the_users_word_wins_unless_the_run_cannot_do_without_switches() {
+        let two_packages = [
+            domain("package-0", DomainKind::Package, Coverage::Cpus(vec![0, 1])),
+            domain("package-1", DomainKind::Package, Coverage::Cpus(vec![2, 3])),
+        ];
+        let chosen = choose(Some(Accounting::Iterator), needs(&two_packages)).unwrap();
+        assert_eq!(chosen.accounting(), Accounting::Iterator);
+        assert_eq!(chosen.reason, "asked for with --accounting");
+        let model = [domain("model", DomainKind::Model, Coverage::AllCpus)];
+        let asked_switch = choose(Some(Accounting::Switch), needs(&model)).unwrap();
+        assert_eq!(asked_switch.accounting(), Accounting::Switch);
+        let func = Needs {
+            function_probes: true,
+            ..needs(&model)
+        };
+        let err = choose(Some(Accounting::Iterator), func).unwrap_err();
+        assert!(err.contains("--accounting switch"), "{err}");
+    }
+}

@@ -1,0 +1,151 @@
+//! Iterator accounting: nothing runs on context switches. User space reads the task iterator
+//! `task_runtimes` once per interval; it writes a [`TaskRecord`] (the kernel's own runtime
+//! count) for each thread of a target process, or for every thread with `--all`, and charges
+//! the runtime growth of every other task since its last visit to `OTHER_RUNTIME`.
+//! `sched_process_free` (in main) closes each task's books when it is gone for good: a
+//! target's final runtime goes to user space as a FREE event, another task's last growth to
+//! `OTHER_RUNTIME` ([`charge_freed`]).
+
+use aya_ebpf::{
+    bindings::seq_file, helpers::generated::bpf_seq_write, macros::map, maps::PerCpuArray,
+};
+use cg_common::{TaskRecord, ThreadMark, event_kind};
+
+use crate::{
+    TASK_PID_OFFSET, TASK_RUNTIME_OFFSET, TASK_TGID_OFFSET, THREAD_MARKS, TRACE_START_NS,
+    count_loss, emit, field, global, is_target_task, start_time,
+};
+
+#[unsafe(no_mangle)]
+static TASK_CPU_OFFSET: u32 = 0;
+
+#[map]
+static OTHER_RUNTIME: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+/// The iterator program: `ctx` is a `struct bpf_iter__task { bpf_iter_meta *meta;
+/// task_struct *task; }`; `task` is null once after the last task.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "iter/task")]
+pub fn task_runtimes(ctx: *mut core::ffi::c_void) -> i32 {
+    let ctx = ctx as *const *const u8;
+    // SAFETY: loads of the context's two pointer fields, which the verifier types from BTF.
+    let (meta, task) = unsafe {
+        (
+            core::ptr::read_volatile(ctx),
+            core::ptr::read_volatile(ctx.add(1)),
+        )
+    };
+    if task.is_null() {
+        return 0;
+    }
+    let tgid: u32 = field(task, global(&TASK_TGID_OFFSET));
+    let runtime_ns: u64 = field(task, global(&TASK_RUNTIME_OFFSET));
+    if !is_target_task(task, tgid) {
+        charge_other(task, runtime_ns, true);
+        return 0;
+    }
+    let record = TaskRecord {
+        tgid,
+        tid: field(task, global(&TASK_PID_OFFSET)),
+        start_ns: start_time(task),
+        runtime_ns,
+        cpu: field(task, global(&TASK_CPU_OFFSET)),
+        reserved: 0,
+    };
+    // `meta->seq` is its first field.
+    let seq: *mut seq_file = field(meta, 0);
+    // SAFETY: the helper copies `size_of::<TaskRecord>()` bytes from the record on our
+    // stack. When the seq buffer is full, the kernel shows this task again in the next read.
+    unsafe {
+        bpf_seq_write(
+            seq,
+            core::ptr::from_ref(&record).cast(),
+            core::mem::size_of::<TaskRecord>() as u32,
+        );
+    }
+    0
+}
+
+/// Charges the growth of a non-target task's runtime since it was last charged to
+/// `OTHER_RUNTIME`; `create` makes the task's mark when it has none (the iterator; not at
+/// free). A task seen first: all of its runtime when it was created after tracing began,
+/// none otherwise (what it ran before is no part of the run).
+#[inline(always)]
+fn charge_other(task: *const u8, runtime_ns: u64, create: bool) {
+    let fresh = start_time(task) > global(&TRACE_START_NS);
+    let mut init = ThreadMark {
+        charged_runtime_ns: ThreadMark::NEW,
+    };
+    let mark = if create {
+        THREAD_MARKS.get_or_create(task, &mut init)
+    } else {
+        THREAD_MARKS.get(task)
+    };
+    let since = if mark.is_null() {
+        if create {
+            count_loss(|l| l.marks_failed += 1);
+        }
+        if fresh && !create { 0 } else { runtime_ns }
+    } else {
+        // SAFETY: the task's own storage, which the verifier checked for null above.
+        let charged = unsafe { (*mark).charged_runtime_ns };
+        if charged != ThreadMark::NEW {
+            charged
+        } else if fresh {
+            0
+        } else {
+            runtime_ns
+        }
+    };
+    if !mark.is_null() {
+        // SAFETY: as above.
+        unsafe { core::ptr::write_volatile(&mut (*mark).charged_runtime_ns, runtime_ns) };
+    }
+    let grown = runtime_ns.saturating_sub(since);
+    if grown == 0 {
+        return;
+    }
+    if let Some(total) = OTHER_RUNTIME.get_ptr_mut(0) {
+        // SAFETY: per-CPU slot, written only by this CPU with preemption off.
+        unsafe { core::ptr::write_volatile(total, *total + grown) };
+    }
+}
+
+/// At `sched_process_exit` of a target in iterator accounting: marks the thread so that its
+/// free reports it even when its process has left `TARGETS` by then (a thread freed after
+/// its group leader).
+#[inline(always)]
+pub fn mark_exited_target(task: *const u8) {
+    let mut init = ThreadMark {
+        charged_runtime_ns: ThreadMark::EXITED_TARGET,
+    };
+    let mark = THREAD_MARKS.get_or_create(task, &mut init);
+    if mark.is_null() {
+        count_loss(|l| l.marks_failed += 1);
+    } else {
+        // SAFETY: the task's own storage, checked for null above.
+        unsafe {
+            core::ptr::write_volatile(&mut (*mark).charged_runtime_ns, ThreadMark::EXITED_TARGET)
+        };
+    }
+}
+
+/// At `sched_process_free` in iterator accounting: the task's runtime is final (it has been
+/// switched out for the last time). A target's is reported, another task's growth charged.
+#[inline(always)]
+pub fn charge_freed(task: *const u8) {
+    let tgid: u32 = field(task, global(&TASK_TGID_OFFSET));
+    let tid: u32 = field(task, global(&TASK_PID_OFFSET));
+    let runtime_ns: u64 = field(task, global(&TASK_RUNTIME_OFFSET));
+    let mark = THREAD_MARKS.get(task);
+    // SAFETY: the task's own storage, read only when not null.
+    let exited_target =
+        !mark.is_null() && unsafe { (*mark).charged_runtime_ns } == ThreadMark::EXITED_TARGET;
+    if exited_target || is_target_task(task, tgid) {
+        emit(event_kind::FREE, task, tgid, tid, 0, |event| {
+            event.runtime_ns = runtime_ns;
+        });
+    } else {
+        charge_other(task, runtime_ns, false);
+    }
+}
