@@ -56,10 +56,14 @@ const MAX_TEXT_CHARS: usize = 400;
 /// Writes the page for a finished run to `path` (`-` for stdout), through
 /// [`crate::output`]; with the energy flamegraph when the run sampled stacks.
 pub fn write_to_path(report: &Report, path: &Path, who: &Invoker) -> Result<(), OutputError> {
-    let value = serde_json::to_value(report).map_err(|err| OutputError::Write {
-        path: path.display().to_string(),
-        source: io::Error::other(err),
-    })?;
+    // Through its JSON text and [`parse`], as `cg-trace report` reads it: a JSON value of the
+    // whole report would take about 20 times its text with a long process list.
+    let parsed = serde_json::to_vec(report)
+        .and_then(|bytes| parse(&bytes))
+        .map_err(|err| OutputError::Write {
+            path: path.display().to_string(),
+            source: io::Error::other(err),
+        })?;
     let flamegraph = if report.meta.function_profiling.is_some() && !report.stacks.is_empty() {
         let mut svg = Vec::new();
         super::flamegraph::draw(report, &mut svg)
@@ -68,7 +72,12 @@ pub fn write_to_path(report: &Report, path: &Path, who: &Invoker) -> Result<(), 
     } else {
         None
     };
-    let page = render(&value, flamegraph.as_deref());
+    let page = render_parts(
+        &parsed.report,
+        &parsed.processes,
+        &parsed.points,
+        flamegraph.as_deref(),
+    );
     output::write_file_or_stdout(path, who, |out| out.write_all(page.as_bytes()))
 }
 
