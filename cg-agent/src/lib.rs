@@ -25,6 +25,8 @@
 //! - [`console`] is what cg-trace says on stderr besides the summary (`-q`, the log).
 //! - [`printable`] shows text from outside (names, command lines, paths) with its control
 //!   characters escaped, in every text output.
+//! - [`small_map`] is the small sorted map each process's per-domain and per-thread maps
+//!   use (a run may see millions of processes).
 //! - [`manual`] generates the shell completions and the man page from the command line.
 //! - [`privileges`] decides whom a run is for (sudo's user, or ourselves); [`output`] creates
 //!   every file cg-trace writes, as that user, without following links.
@@ -47,5 +49,6 @@ pub mod probes;
 pub mod report;
 pub mod serve;
 pub mod session;
+pub mod small_map;
 pub mod sources;
 pub mod ui;

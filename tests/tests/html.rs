@@ -451,3 +451,74 @@ fn the_page_goes_through_the_safe_output_path() {
     assert!(stderr.contains("symbolic link"), "{stderr}");
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
 }
+
+#[test]
+fn a_report_of_many_processes_reads_with_the_same_totals() {
+    require_root();
+    // A real run's report with its process list replaced by 200,000 processes of 5 programs
+    // (the list `report` and `diff` read entry by entry): the page's tables and the diff still
+    // add up to what the list holds.
+    let run = cg_tests::cg_trace(&["--source", "model", "-q", "--", "true"]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let mut report = run.report().clone();
+    const N: usize = 200_000;
+    let processes: Vec<serde_json::Value> = (0..N)
+        .map(|i| {
+            serde_json::json!({
+                "pid": 10_000 + i, "ppid": 1, "comm": format!("prog{}", i % 5),
+                "cmdline": [format!("/usr/bin/prog{}", i % 5), "--job", i.to_string()],
+                "root": false, "cpu_time_s": 0.5, "energy_j": 0.25, "avg_power_w": 0.5,
+                "share_pct": 0.0, "domains": {"model": {"energy_j": 0.25}}, "started_s": 0.0,
+                "alive_s": 1.0, "threads": []
+            })
+        })
+        .collect();
+    report["processes"] = serde_json::Value::Array(processes);
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("many.json");
+    std::fs::write(&input, serde_json::to_vec(&report).unwrap()).unwrap();
+    let input = input.to_str().unwrap();
+
+    let page = dir.path().join("many.html");
+    let out = cg(&["report", input, "-o", page.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page = std::fs::read_to_string(&page).unwrap();
+    // The process table: 50 rows, then the rest (199,950 processes, 0.25 J and 0.5 s each).
+    let rest = format!(
+        "{} more processes</td><td class=\"n\">{:.0} s</td><td class=\"n\">{:.0} J</td>",
+        N - 50,
+        (N - 50) as f64 * 0.5,
+        (N - 50) as f64 * 0.25
+    );
+    assert!(page.contains(&rest), "no {rest:?} in the page");
+    // The process groups: 5 programs of 40,000 processes, 10,000 J each.
+    for p in 0..5 {
+        let row = format!(
+            "<tr><td class=\"cmd\">prog{p}</td><td class=\"n\">40000</td><td class=\"n\">20000 s</td>\
+             <td class=\"n\">10000 J</td>"
+        );
+        assert!(page.contains(&row), "no {row:?} in the page");
+    }
+
+    let out = cg(&["diff", input, input, "--format", "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let diff: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = diff["rows"].as_array().expect("rows");
+    for p in 0..5 {
+        let name = format!("prog{p}");
+        let row = rows
+            .iter()
+            .find(|r| r["kind"] == "process_group" && r["name"] == name.as_str())
+            .unwrap_or_else(|| panic!("no row for {name}: {diff:#}"));
+        assert_eq!(row["base_energy_j"], 10_000.0, "{row:#}");
+        assert_eq!(row["new_energy_j"], 10_000.0, "{row:#}");
+    }
+}

@@ -49,6 +49,9 @@ pub fn run(args: &[String]) -> Result<()> {
     if args.iter().any(|a| a == "--serve") {
         return crate::bench_serve::run(quick);
     }
+    if args.iter().any(|a| a == "--memory") {
+        return crate::bench_memory::run();
+    }
     if args.iter().any(|a| a == "--signals") {
         return crate::bench_signals::run();
     }

@@ -24,8 +24,10 @@
 //!   only the time and page size of `cg-trace report` on a one-hour run and of `diff --format
 //!   html`; `--repeat`: only what each run of a `--repeat` set costs; `--proc`: only the
 //!   hand-written `/proc` readers against the procfs crate; `--serve`: a simulated week of
-//!   process churn through serve mode's accounting and a scrape's time (none of these in the full run:
-//!   they measure no overhead).
+//!   process churn through serve mode's accounting and a scrape's time; `--memory`: only the peak
+//!   memory of `report` and `diff` on a 1.04 M-process report and of `--all` and `serve`
+//!   through a fork storm of 20,000 processes (none of these in the full run: they measure no
+//!   overhead).
 //! - `dist [--profile release|debug] [--no-build] [--out DIR]`: the release tarball
 //!   (`target/dist/cg-trace-VERSION-ARCH-linux.tar.gz` and its `.sha256`) that installs
 //!   without a toolchain: binary, completions, man page, README and docs, `install.sh` (see `dist`).
@@ -35,6 +37,7 @@
 mod bench;
 mod bench_diff;
 mod bench_functions;
+mod bench_memory;
 mod bench_repeat;
 mod bench_report;
 mod bench_serve;
@@ -54,7 +57,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup [--build] | build [--release] | run -- CG-TRACE-ARGS... | test | fuzz [TARGET] [SECONDS] | bench [--quick] [--overhead | --sources | --proc | --tui | --functions [--sampler | --globs] | --diff | --report | --repeat | --serve | --signals] | dist [--profile release|debug] [--no-build] [--out DIR] | deb | gpu-check [-- CMD ARGS...]>";
+const USAGE: &str = "usage: cargo xtask <setup [--build] | build [--release] | run -- CG-TRACE-ARGS... | test | fuzz [TARGET] [SECONDS] | bench [--quick] [--overhead | --sources | --proc | --tui | --functions [--sampler | --globs] | --diff | --report | --repeat | --serve | --signals | --memory] | dist [--profile release|debug] [--no-build] [--out DIR] | deb | gpu-check [-- CMD ARGS...]>";
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();

@@ -109,10 +109,36 @@ pub struct SourceView {
 #[derive(Debug, Deserialize)]
 pub struct ProcessView {
     pub comm: String,
-    #[serde(default)]
-    pub cmdline: Vec<String>,
+    /// The first argument of its command line: all a comparison needs of it (a report may
+    /// list a million processes).
+    #[serde(default, rename = "cmdline", deserialize_with = "first_argument")]
+    pub first_argument: Option<String>,
     pub cpu_time_s: f64,
     pub energy_j: f64,
+}
+
+/// The first string of a list of strings, the others read and dropped.
+fn first_argument<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<String>, D::Error> {
+    struct First;
+    impl<'de> serde::de::Visitor<'de> for First {
+        type Value = Option<String>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a list of strings")
+        }
+
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> Result<Self::Value, A::Error> {
+            let first = seq.next_element::<String>()?;
+            while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+            Ok(first)
+        }
+    }
+    deserializer.deserialize_seq(First)
 }
 
 #[derive(Debug, Deserialize)]
@@ -461,7 +487,7 @@ struct Figures {
 
 /// The program a process ran: the file name of its first argument (its comm when none).
 fn program(p: &ProcessView) -> String {
-    crate::report::names::program_of(p.cmdline.first().map(String::as_str), &p.comm)
+    crate::report::names::program_of(p.first_argument.as_deref(), &p.comm)
 }
 
 /// The program of a `--repeat` process group: its command's first word without the

@@ -34,6 +34,7 @@ use crate::{
     },
     probes::Losses,
     session::{IdleWatts, Mode, ProfilerCost, Recording, RunningProcess, processes::Ending},
+    small_map::SmallMap,
     sources::{
         DomainKind, DomainSpec, Provenance, SourceProbe, gpu::GpuSummary, meter::MeterSummary,
     },
@@ -196,7 +197,7 @@ pub struct ProcessEntry {
     pub avg_power_w: f64,
     /// Share of `totals.energy_j`.
     pub share_pct: f64,
-    pub domains: BTreeMap<String, ProcessDomain>,
+    pub domains: SmallMap<String, ProcessDomain>,
     /// When the run first saw it, seconds after the run started.
     pub started_s: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -1209,7 +1210,7 @@ mod tests {
                 ended_ns: None,
                 ending: None,
                 root: true,
-                thread_names: BTreeMap::from([(10, "work".into()), (11, "worker".into())]),
+                thread_names: SmallMap::from([(10, "work".into()), (11, "worker".into())]),
                 cgroup: None,
             }],
             losses: Losses::default(),

@@ -664,7 +664,7 @@ mod tests {
             energy_j: pid as f64,
             avg_power_w: 0.0,
             share_pct: 0.0,
-            domains: BTreeMap::new(),
+            domains: Default::default(),
             started_s,
             ended_s: None,
             alive_s: 1.0,

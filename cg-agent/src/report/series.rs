@@ -136,7 +136,7 @@ mod tests {
             ending: None,
             root: false,
             cgroup: None,
-            thread_names: BTreeMap::new(),
+            thread_names: crate::small_map::SmallMap::new(),
         }
     }
 

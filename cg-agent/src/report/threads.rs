@@ -3,13 +3,12 @@
 //! process exactly (CPU time and energy per domain). A worker pool then shows which of its
 //! threads burns the joules.
 
-use std::collections::BTreeMap;
-
 use serde::Serialize;
 
 use crate::{
     attribution::{Ledger, ProcId},
     report::ProcessDomain,
+    small_map::SmallMap,
     sources::{DomainSpec, Provenance},
 };
 
@@ -31,7 +30,7 @@ pub struct ThreadEntry {
     pub cpu_time_s: f64,
     /// Sum over top-level domains.
     pub energy_j: f64,
-    pub domains: BTreeMap<String, ProcessDomain>,
+    pub domains: SmallMap<String, ProcessDomain>,
     /// The energy sources': a thread's energy is a share of theirs.
     pub provenance: Provenance,
 }
@@ -53,7 +52,7 @@ pub struct ThreadContext<'a> {
 pub fn entries(
     ctx: &ThreadContext<'_>,
     id: ProcId,
-    names: &BTreeMap<u32, String>,
+    names: &SmallMap<u32, String>,
 ) -> Vec<ThreadEntry> {
     let ledger = ctx.ledger;
     let range = (id, 0)..=(id, u32::MAX);
@@ -78,7 +77,7 @@ pub fn entries(
             .filter_map(|(d, spec)| {
                 energy_of(d).map(|energy_j| (spec.name.clone(), ProcessDomain { energy_j }))
             })
-            .collect::<BTreeMap<_, _>>()
+            .collect::<SmallMap<_, _>>()
     };
     let mut out: Vec<ThreadEntry> = threads
         .iter()
@@ -191,7 +190,7 @@ mod tests {
         };
         let domains = [domain("package-0", Coverage::AllCpus)];
         let ledger = attribute(&[interval], &[Coverage::AllCpus], &[0.0]);
-        let names = BTreeMap::from([(100, "busy".to_string())]);
+        let names = SmallMap::from([(100, "busy".to_string())]);
         let ctx = ThreadContext {
             ledger: &ledger,
             domains: &domains,
@@ -248,7 +247,7 @@ mod tests {
             provenance: Provenance::Measured,
             shown: 10,
         };
-        let threads = entries(&ctx, 0, &BTreeMap::new());
+        let threads = entries(&ctx, 0, &SmallMap::new());
         assert_eq!(threads.len(), 2, "{threads:?}");
         assert!(close(threads[0].energy_j, 2.0));
         assert_eq!(threads[1].folded_threads_count, Some(0));

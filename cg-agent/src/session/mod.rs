@@ -819,11 +819,11 @@ async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup
         tracker: ActivityTracker::new(),
         table: ProcessTable::new(config.mode == Mode::System, &config.proc_root),
         sources: selection.sources,
-        recorder: Recorder::new(if config.bounded_memory {
-            recorder::BOUNDED_SLICE_BUDGET
+        recorder: if config.bounded_memory {
+            Recorder::windowed(recorder::BOUNDED_SLICE_BUDGET)
         } else {
-            recorder::DEFAULT_SLICE_BUDGET
-        }),
+            Recorder::new(recorder::DEFAULT_SLICE_BUDGET)
+        },
         books: energy::Books::new(header.domains.len()),
         pending: Cleanup::default(),
         run_start_ns,

@@ -29,6 +29,7 @@ use crate::{
     attribution::ProcId,
     cgroup::{self, CgroupError, CgroupInfo},
     probes::Lifecycle,
+    small_map::SmallMap,
 };
 
 /// How a process ended, as far as we know.
@@ -92,7 +93,7 @@ pub struct ProcessRecord {
     /// Names (`comm`) of its threads that ran, by tid: read from `/proc` when a thread is
     /// first seen running, and the kernel's last word when it exits. At most
     /// [`MAX_THREAD_NAMES`]; past that, threads show without a name.
-    pub thread_names: BTreeMap<u32, String>,
+    pub thread_names: SmallMap<u32, String>,
 }
 
 /// How many thread names one process keeps (a process that starts a thread per request
@@ -292,7 +293,7 @@ impl ProcessTable {
             ended_ns: None,
             ending: None,
             root: false,
-            thread_names: BTreeMap::new(),
+            thread_names: SmallMap::new(),
             cgroup: None,
         };
         self.refresh_from_proc(&mut record);
@@ -376,6 +377,8 @@ impl ProcessTable {
                 // Keep the slot, not what it held.
                 record.comm = String::new();
                 record.cmdline = Vec::new();
+                record.thread_names = SmallMap::new();
+                record.cgroup = None;
                 self.free.push(id);
             }
             cleanup.processes.append(&mut self.orphans);

@@ -2,6 +2,10 @@
 //! them once the idle baseline is known. Memory stays bounded: past a budget of stored
 //! slices, adjacent intervals are merged in pairs, halving the time resolution of the stored
 //! record (the report says so); the totals of energy and CPU time are unchanged by a merge.
+//! A merge adds up only the slices of the same thread on the same CPU, so under process churn
+//! it frees little: a run that writes no report (`serve`, [`Recorder::windowed`]) also folds
+//! the targets' slices of its older half into the CPUs' other time once merging is not
+//! enough, which keeps it within its budget whatever the churn.
 
 use std::collections::BTreeMap;
 
@@ -9,7 +13,7 @@ use crate::attribution::{CpuTime, Interval, Slice, ThreadId, gpu::GpuUsage};
 
 /// Default budget of stored (process, thread, CPU) slices: about 20 bytes each, so ~8 MB.
 pub const DEFAULT_SLICE_BUDGET: usize = 400_000;
-/// The budget of a run whose memory must stay small (`cg-trace serve`): ~64 KB.
+/// The budget of a run whose memory must stay small (`cg-trace serve`): ~100 KB.
 pub const BOUNDED_SLICE_BUDGET: usize = 4_096;
 
 #[derive(Debug)]
@@ -20,6 +24,8 @@ pub struct Recorder {
     stored: usize,
     /// How many times the record was halved.
     pub merges: u32,
+    /// Whether the slices of older intervals may be folded away ([`Recorder::windowed`]).
+    windowed: bool,
 }
 
 impl Recorder {
@@ -30,6 +36,17 @@ impl Recorder {
             budget: budget.max(2),
             stored: 0,
             merges: 0,
+            windowed: false,
+        }
+    }
+
+    /// A record for a run that writes no report (`serve`): within `budget` slices whatever
+    /// the churn, as older intervals keep their targets' time only as the CPUs' other time
+    /// (per CPU, every interval still adds up; who ran then is forgotten).
+    pub fn windowed(budget: usize) -> Self {
+        Recorder {
+            windowed: true,
+            ..Recorder::new(budget)
         }
     }
 
@@ -188,9 +205,29 @@ impl Recorder {
                 None => a,
             });
         }
-        self.stored = merged.iter().map(|i| i.slices.len() + 1).sum();
         self.intervals = merged;
         self.merges += 1;
+        if self.windowed {
+            let older = self.intervals.len() / 2;
+            let mut stored: usize = self.intervals.iter().map(|i| i.slices.len() + 1).sum();
+            for interval in &mut self.intervals[..older] {
+                if stored <= self.budget / 2 {
+                    break;
+                }
+                stored -= interval.slices.len();
+                fold_slices(interval);
+            }
+        }
+        self.stored = self.intervals.iter().map(|i| i.slices.len() + 1).sum();
+    }
+}
+
+/// Moves an interval's targets' slices into its CPUs' other time (each CPU's total stays).
+fn fold_slices(interval: &mut Interval) {
+    for slice in std::mem::take(&mut interval.slices) {
+        if let Some(cpu) = interval.cpus.get_mut(slice.cpu as usize) {
+            cpu.other_ns += slice.on_cpu_ns;
+        }
     }
 }
 
@@ -416,6 +453,54 @@ mod tests {
         assert!(rec.intervals()[..2].iter().all(|i| i.slices.is_empty()));
         assert_eq!(rec.intervals()[2].slices[0].on_cpu_ns, 50);
         busy_at_most_long(&rec);
+    }
+
+    #[test]
+    fn a_windowed_record_stays_within_its_budget_under_churn() {
+        // Every interval a new process runs 60 ns on cpu0 (idle 40 ns):
+        //   cpu0  |p0 p0 p0 . .|p1 p1 p1 . .|p2 p2 p2 . .| ... 1,000 intervals
+        // Merging adds up no slices (each process runs once), so a record that keeps every
+        // slice holds them all; a windowed one folds the older ones into other time.
+        let churn = |i: u64| {
+            let mut interval = quiet(i, 40, 0);
+            interval.slices.push(Slice {
+                process: i as u32,
+                tid: i as u32,
+                cpu: 0,
+                on_cpu_ns: 60,
+            });
+            interval
+        };
+        let (mut kept, mut windowed) = (Recorder::new(64), Recorder::windowed(64));
+        for i in 0..1_000 {
+            kept.push(churn(i));
+            windowed.push(churn(i));
+        }
+        let slices =
+            |rec: &Recorder| -> usize { rec.intervals().iter().map(|i| i.slices.len()).sum() };
+        assert_eq!(slices(&kept), 1_000);
+        assert!(slices(&windowed) <= 64, "{} slices", slices(&windowed));
+        assert!(windowed.intervals().len() <= 64);
+        // The newest process is still known by name; every CPU still adds up.
+        let last = windowed.intervals().last().unwrap();
+        assert!(last.slices.iter().any(|s| s.process == 999));
+        let total = |rec: &Recorder, f: fn(&CpuTime) -> u64| -> u64 {
+            rec.intervals().iter().map(|i| f(&i.cpus[0])).sum()
+        };
+        let busy = |rec: &Recorder| -> u64 {
+            total(rec, |c| c.other_ns)
+                + rec
+                    .intervals()
+                    .iter()
+                    .flat_map(|i| &i.slices)
+                    .map(|s| s.on_cpu_ns)
+                    .sum::<u64>()
+        };
+        assert_eq!(busy(&windowed), 60_000);
+        assert_eq!(total(&windowed, |c| c.idle_ns), 40_000);
+        let duration: u64 = windowed.intervals().iter().map(|i| i.duration_ns).sum();
+        assert_eq!(duration, 100_000);
+        busy_at_most_long(&windowed);
     }
 
     #[test]

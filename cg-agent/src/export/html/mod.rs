@@ -5,15 +5,23 @@
 //!
 //! It reads the report in its JSON form (a [`Value`]), so that a report written by another
 //! cg-trace version renders, fields this one does not know are passed over, and a figure
-//! that is missing shows as `—`. Every string from the report (commands, function names,
+//! that is missing shows as `—`; the process list and the time series, which can hold
+//! millions of entries, are read entry by entry into the few figures the page shows
+//! ([`ProcessRow`], [`Point`]), never held as JSON values all at once. Every string from the report (commands, function names,
 //! notes) is HTML-escaped, its control characters shown escaped ([`printable`]); the chart data travels as JSON in a `<script type=
 //! "application/json">` block with `<`, `>`, `&`, U+2028 and U+2029 escaped.
 
 mod gpus;
 
-use std::{collections::BTreeMap, fmt::Write as _, io, path::Path};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fmt::{self, Write as _},
+    io,
+    marker::PhantomData,
+    path::Path,
+};
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer, de};
 use serde_json::{Value, json};
 
 use crate::{
@@ -48,10 +56,14 @@ const MAX_TEXT_CHARS: usize = 400;
 /// Writes the page for a finished run to `path` (`-` for stdout), through
 /// [`crate::output`]; with the energy flamegraph when the run sampled stacks.
 pub fn write_to_path(report: &Report, path: &Path, who: &Invoker) -> Result<(), OutputError> {
-    let value = serde_json::to_value(report).map_err(|err| OutputError::Write {
-        path: path.display().to_string(),
-        source: io::Error::other(err),
-    })?;
+    // Through its JSON text and [`parse`], as `cg-trace report` reads it: a JSON value of the
+    // whole report would take about 20 times its text with a long process list.
+    let parsed = serde_json::to_vec(report)
+        .and_then(|bytes| parse(&bytes))
+        .map_err(|err| OutputError::Write {
+            path: path.display().to_string(),
+            source: io::Error::other(err),
+        })?;
     let flamegraph = if report.meta.function_profiling.is_some() && !report.stacks.is_empty() {
         let mut svg = Vec::new();
         super::flamegraph::draw(report, &mut svg)
@@ -60,7 +72,12 @@ pub fn write_to_path(report: &Report, path: &Path, who: &Invoker) -> Result<(), 
     } else {
         None
     };
-    let page = render(&value, flamegraph.as_deref());
+    let page = render_parts(
+        &parsed.report,
+        &parsed.processes,
+        &parsed.points,
+        flamegraph.as_deref(),
+    );
     output::write_file_or_stdout(path, who, |out| out.write_all(page.as_bytes()))
 }
 
@@ -79,7 +96,7 @@ pub fn main(args: &ReportArgs, who: &Invoker) -> i32 {
             source,
         })
     });
-    let (report, points) = match parsed {
+    let parsed = match parsed {
         Ok(parsed) => parsed,
         Err(err) => {
             crate::console::write_line(format_args!(
@@ -89,7 +106,7 @@ pub fn main(args: &ReportArgs, who: &Invoker) -> i32 {
             return crate::compare::EXIT_BAD_INPUT;
         }
     };
-    let page = render_parts(&report, &points, None);
+    let page = render_parts(&parsed.report, &parsed.processes, &parsed.points, None);
     match output::write_file_or_stdout(&args.html_output, who, |out| out.write_all(page.as_bytes()))
     {
         Ok(()) => 0,
@@ -293,15 +310,25 @@ fn page(title: &str, body: &str, data: &Value) -> String {
 /// The page of one report (its JSON form). `flamegraph`: the energy flamegraph's SVG, shown
 /// in a sandboxed frame (its own script keeps search and zoom; it cannot reach the page).
 pub fn render(report: &Value, flamegraph: Option<&str>) -> String {
+    let processes: Vec<ProcessRow> = array(report, &["processes"])
+        .iter()
+        .map(ProcessRow::of)
+        .collect();
     let points: Vec<Point> = array(report, &["timeseries"])
         .iter()
         .map(point_of)
         .collect();
-    render_parts(report, &points, flamegraph)
+    render_parts(report, &processes, &points, flamegraph)
 }
 
-/// [`render`] with the time series apart (as [`parse`] reads it).
-pub fn render_parts(report: &Value, points: &[Point], flamegraph: Option<&str>) -> String {
+/// [`render`] with the process list and the time series apart (as [`parse`] reads them;
+/// those of `report` are not read).
+pub fn render_parts(
+    report: &Value,
+    processes: &[ProcessRow],
+    points: &[Point],
+    flamegraph: Option<&str>,
+) -> String {
     let mut body = String::new();
     let mut data = serde_json::Map::new();
     let estimated = text(report, &["meta", "measurement_quality", "grade"]) == "estimated";
@@ -309,18 +336,23 @@ pub fn render_parts(report: &Value, points: &[Point], flamegraph: Option<&str>) 
 
     header(&mut body, report);
     totals(&mut body, report, prov);
-    // The time series names processes by pid: their program, from the process list.
-    let names: BTreeMap<u64, String> = array(report, &["processes"])
+    // The time series names processes by pid: their program, from the process list (only
+    // those the series names).
+    let named: BTreeSet<u64> = points
         .iter()
-        .filter_map(|p| Some((p.get("pid")?.as_u64()?, program(p))))
+        .flat_map(|p| p.processes.iter().filter_map(|q| q.pid))
+        .collect();
+    let names: BTreeMap<u64, String> = processes
+        .iter()
+        .filter_map(|p| Some((p.pid.filter(|pid| named.contains(pid))?, p.program.clone())))
         .collect();
     let domains = chart_domains(points);
     power_over_time(&mut body, &mut data, points, &domains, &names, prov);
     gpus::section(&mut body, &mut data, report, points, &domains);
     budgets(&mut body, report);
     repeat(&mut body, &mut data, report, prov);
-    process_groups(&mut body, report, prov);
-    processes(&mut body, report, prov);
+    process_groups(&mut body, processes, prov);
+    processes_table(&mut body, processes, prov);
     functions(&mut body, report, prov);
     flamegraph_section(&mut body, report, flamegraph);
     sources(&mut body, report);
@@ -566,14 +598,16 @@ fn point_of(value: &Value) -> Point {
 }
 
 /// The parts of a report file the page reads: the time series typed (a one-hour run at
-/// 100 ms has 36,000 points: building them as JSON values would cost most of the time), the
-/// rest as JSON. Top-level fields the page does not show are skipped.
+/// 100 ms has 36,000 points: building them as JSON values would cost most of the time), or
+/// point by point (`S` = [`Each`]) when it has another shape; the processes one by one into
+/// rows; the rest as JSON. Top-level fields the page does not show are skipped.
 #[derive(Deserialize)]
-struct ReportFile {
+#[serde(bound = "S: Deserialize<'de>")]
+struct ReportFile<S> {
     #[serde(default)]
     meta: Value,
     #[serde(default)]
-    processes: Value,
+    processes: Each<ProcessRow>,
     #[serde(default)]
     functions: Value,
     #[serde(default)]
@@ -581,34 +615,185 @@ struct ReportFile {
     #[serde(default)]
     totals: Value,
     #[serde(default)]
-    timeseries: Option<Vec<Point>>,
+    timeseries: Option<S>,
     #[serde(default)]
     repeat: Value,
     #[serde(default)]
     budgets: Value,
 }
 
+impl<S: Into<Vec<Point>>> ReportFile<S> {
+    fn parts(self) -> Parsed {
+        let report = json!({
+            "meta": self.meta, "functions": self.functions,
+            "function_totals": self.function_totals, "totals": self.totals,
+            "repeat": self.repeat, "budgets": self.budgets,
+        });
+        Parsed {
+            report,
+            processes: self.processes.0,
+            points: self.timeseries.map(Into::into).unwrap_or_default(),
+        }
+    }
+}
+
+/// A report as [`parse`] reads it, for [`render_parts`].
+pub struct Parsed {
+    /// Its fields but the process list and the time series.
+    pub report: Value,
+    pub processes: Vec<ProcessRow>,
+    pub points: Vec<Point>,
+}
+
 /// Reads a report's bytes (already checked by [`crate::compare::load_bytes`]) into what
 /// [`render_parts`] takes: the typed fast path, or, when the time series has another
-/// shape, the whole JSON read point by point.
-pub fn parse(bytes: &[u8]) -> Result<(Value, Vec<Point>), serde_json::Error> {
-    match serde_json::from_slice::<ReportFile>(bytes) {
-        Ok(file) => {
-            let report = json!({
-                "meta": file.meta, "processes": file.processes, "functions": file.functions,
-                "function_totals": file.function_totals, "totals": file.totals,
-                "repeat": file.repeat, "budgets": file.budgets,
-            });
-            Ok((report, file.timeseries.unwrap_or_default()))
+/// shape, again with the series read point by point. Either way its peak memory is a small
+/// multiple of the file's size (`cargo xtask bench --memory`).
+pub fn parse(bytes: &[u8]) -> Result<Parsed, serde_json::Error> {
+    match serde_json::from_slice::<ReportFile<Vec<Point>>>(bytes) {
+        Ok(file) => Ok(file.parts()),
+        Err(_) => Ok(serde_json::from_slice::<ReportFile<Each<Point>>>(bytes)?.parts()),
+    }
+}
+
+/// What a JSON value reads as, whatever its shape (for [`Each`]).
+pub trait FromJson {
+    fn from_json(value: &Value) -> Self;
+}
+
+impl FromJson for Point {
+    fn from_json(value: &Value) -> Self {
+        point_of(value)
+    }
+}
+
+/// A list read entry by entry, each through a JSON value of its own that is dropped once
+/// read, so that a list of a million entries never exists as JSON values at once; anything
+/// that is not a list reads as empty.
+pub struct Each<T>(pub Vec<T>);
+
+impl<T> Default for Each<T> {
+    fn default() -> Self {
+        Each(Vec::new())
+    }
+}
+
+impl<T> From<Each<T>> for Vec<T> {
+    fn from(each: Each<T>) -> Self {
+        each.0
+    }
+}
+
+impl<'de, T: FromJson> Deserialize<'de> for Each<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(EachVisitor(PhantomData))
+    }
+}
+
+struct EachVisitor<T>(PhantomData<T>);
+
+impl<'de, T: FromJson> de::Visitor<'de> for EachVisitor<T> {
+    type Value = Each<T>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut list = Vec::new();
+        while let Some(value) = seq.next_element::<Value>()? {
+            list.push(T::from_json(&value));
         }
-        Err(_) => {
-            let report: Value = serde_json::from_slice(bytes)?;
-            let points = array(&report, &["timeseries"])
-                .iter()
-                .map(point_of)
-                .collect();
-            Ok((report, points))
+        Ok(Each(list))
+    }
+
+    fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        while map
+            .next_entry::<de::IgnoredAny, de::IgnoredAny>()?
+            .is_some()
+        {}
+        Ok(Each::default())
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(Each::default())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(Each::default())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(Each::default())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(Each::default())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(Each::default())
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(Each::default())
+    }
+}
+
+/// A process of the report as the page shows it: a figure of another type reads as absent.
+#[derive(Debug, Default)]
+pub struct ProcessRow {
+    pid: Option<u64>,
+    /// Its `pid` as written (it may not be a number).
+    pid_text: String,
+    /// The program it ran ([`program`]).
+    program: String,
+    /// Its command line ([`command_line`]), its first characters: enough for
+    /// [`esc_short`] to show what it would show of the whole.
+    command: String,
+    cpu_time_s: Option<f64>,
+    energy_j: Option<f64>,
+    avg_power_w: Option<f64>,
+    share_pct: Option<f64>,
+    alive_s: Option<f64>,
+    /// `exit_code`, or `signal N`, or empty.
+    exit: String,
+}
+
+impl FromJson for ProcessRow {
+    fn from_json(value: &Value) -> Self {
+        ProcessRow::of(value)
+    }
+}
+
+impl ProcessRow {
+    fn of(p: &Value) -> ProcessRow {
+        let exit = match (p.get("exit_code"), p.get("exit_signal")) {
+            (Some(code), _) if !code.is_null() => scalar(code),
+            (_, Some(sig)) if !sig.is_null() => format!("signal {}", scalar(sig)),
+            _ => String::new(),
+        };
+        ProcessRow {
+            pid: p.get("pid").and_then(Value::as_u64),
+            pid_text: scalar(p.get("pid").unwrap_or(&Value::Null)),
+            program: program(p),
+            command: command_line(p).chars().take(MAX_TEXT_CHARS + 1).collect(),
+            cpu_time_s: num(p, &["cpu_time_s"]),
+            energy_j: num(p, &["energy_j"]),
+            avg_power_w: num(p, &["avg_power_w"]),
+            share_pct: num(p, &["share_pct"]),
+            alive_s: num(p, &["alive_s"]),
+            exit,
         }
+    }
+
+    /// Its energy when finite, else 0 (for sorting and sums).
+    fn energy(&self) -> f64 {
+        self.energy_j.filter(|v| v.is_finite()).unwrap_or(0.0)
+    }
+
+    fn cpu(&self) -> f64 {
+        self.cpu_time_s.filter(|v| v.is_finite()).unwrap_or(0.0)
     }
 }
 
@@ -1056,25 +1241,20 @@ fn repeat(
     body.push_str("</table>\n");
 }
 
-fn process_groups(body: &mut String, report: &Value, prov: &str) {
-    let procs = array(report, &["processes"]);
+fn process_groups(body: &mut String, procs: &[ProcessRow], prov: &str) {
     if procs.is_empty() {
         return;
     }
     // Program -> (processes, CPU s, energy J).
-    let mut groups: BTreeMap<String, (usize, f64, f64)> = BTreeMap::new();
+    let mut groups: BTreeMap<&str, (usize, f64, f64)> = BTreeMap::new();
     for p in procs {
-        let g = groups.entry(program(p)).or_default();
+        let g = groups.entry(&p.program).or_default();
         g.0 += 1;
-        g.1 += num(p, &["cpu_time_s"])
-            .filter(|v| v.is_finite())
-            .unwrap_or(0.0);
-        g.2 += num(p, &["energy_j"])
-            .filter(|v| v.is_finite())
-            .unwrap_or(0.0);
+        g.1 += p.cpu();
+        g.2 += p.energy();
     }
-    let mut groups: Vec<(String, (usize, f64, f64))> = groups.into_iter().collect();
-    groups.sort_by(|a, b| b.1.2.total_cmp(&a.1.2).then_with(|| a.0.cmp(&b.0)));
+    let mut groups: Vec<(&str, (usize, f64, f64))> = groups.into_iter().collect();
+    groups.sort_by(|a, b| b.1.2.total_cmp(&a.1.2).then_with(|| a.0.cmp(b.0)));
     let max = groups.first().map(|g| g.1.2).unwrap_or(0.0);
     let _ = writeln!(
         body,
@@ -1131,19 +1311,13 @@ fn rollup<T>(
     );
 }
 
-fn processes(body: &mut String, report: &Value, prov: &str) {
-    let procs = array(report, &["processes"]);
+fn processes_table(body: &mut String, procs: &[ProcessRow], prov: &str) {
     if procs.is_empty() {
         body.push_str("<h2>Processes</h2>\n<p class=\"note\">No process ran on a CPU.</p>\n");
         return;
     }
-    let mut sorted: Vec<&Value> = procs.iter().collect();
-    let energy = |p: &Value| {
-        num(p, &["energy_j"])
-            .filter(|v| v.is_finite())
-            .unwrap_or(0.0)
-    };
-    sorted.sort_by(|a, b| energy(b).total_cmp(&energy(a)));
+    let mut sorted: Vec<&ProcessRow> = procs.iter().collect();
+    sorted.sort_by(|a, b| b.energy().total_cmp(&a.energy()));
     let _ = writeln!(
         body,
         "<h2>Processes</h2>\n<table>\n<tr><th class=\"n\">PID</th><th>command</th>\
@@ -1152,34 +1326,26 @@ fn processes(body: &mut String, report: &Value, prov: &str) {
          <th class=\"n\">exit</th></tr>"
     );
     for p in sorted.iter().take(TABLE_PROCESSES) {
-        let exit = match (p.get("exit_code"), p.get("exit_signal")) {
-            (Some(code), _) if !code.is_null() => scalar(code),
-            (_, Some(sig)) if !sig.is_null() => format!("signal {}", scalar(sig)),
-            _ => String::new(),
-        };
         let _ = writeln!(
             body,
             "<tr><td class=\"n\">{}</td><td class=\"cmd\"><b>{}</b> {}</td><td class=\"n\">{}</td>\
              <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
              <td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
-            esc(&scalar(p.get("pid").unwrap_or(&Value::Null))),
-            esc_short(&program(p)),
-            esc_short(&command_line(p)),
-            fig(num(p, &["cpu_time_s"]), "s"),
-            fig(num(p, &["energy_j"]), "J"),
-            fig(num(p, &["avg_power_w"]), "W"),
-            fig(num(p, &["share_pct"]), "%"),
-            fig(num(p, &["alive_s"]), "s"),
-            esc(&exit),
+            esc(&p.pid_text),
+            esc_short(&p.program),
+            esc_short(&p.command),
+            fig(p.cpu_time_s, "s"),
+            fig(p.energy_j, "J"),
+            fig(p.avg_power_w, "W"),
+            fig(p.share_pct, "%"),
+            fig(p.alive_s, "s"),
+            esc(&p.exit),
         );
     }
-    let rest: Vec<&Value> = sorted.iter().skip(TABLE_PROCESSES).copied().collect();
+    let rest = &sorted[sorted.len().min(TABLE_PROCESSES)..];
     if !rest.is_empty() {
-        let cpu: f64 = rest
-            .iter()
-            .filter_map(|p| num(p, &["cpu_time_s"]).filter(|v| v.is_finite()))
-            .sum();
-        let j: f64 = rest.iter().map(|p| energy(p)).sum();
+        let cpu: f64 = rest.iter().map(|p| p.cpu()).sum();
+        let j: f64 = rest.iter().map(|p| p.energy()).sum();
         let _ = writeln!(
             body,
             "<tr><td></td><td class=\"note\">{} more processes</td><td class=\"n\">{}</td>\

@@ -172,9 +172,9 @@ fn a_report_file_renders_as_its_json_does_whatever_the_shape_of_its_series() {
     ] {
         report["timeseries"] = (0..30).map(|i| point(i, processes.clone())).collect();
         let bytes = serde_json::to_vec(&report).unwrap();
-        let (value, points) = parse(&bytes).unwrap();
-        assert_eq!(points.len(), 30);
-        let page = render_parts(&value, &points, None);
+        let parsed = parse(&bytes).unwrap();
+        assert_eq!(parsed.points.len(), 30);
+        let page = render_parts(&parsed.report, &parsed.processes, &parsed.points, None);
         assert_eq!(page, render(&report, None));
         let data = data_block(&page);
         assert_eq!(data["process_power"]["series"][0]["name"], "app (7)");
@@ -331,4 +331,32 @@ fn a_gpus_hostile_name_is_escaped_and_bad_figures_are_gaps() {
         chart["series"][2]["values"],
         json!([50.0, null, 52.0, 53.0])
     );
+}
+
+#[test]
+fn a_report_file_of_many_processes_renders_as_its_json_does() {
+    // The process list is read entry by entry from a file: odd entries read as the whole
+    // JSON reads them, and the table's rest line adds up over thousands of processes.
+    let mut report = minimal("./app");
+    let mut processes: Vec<Value> = (0..3_000)
+        .map(|i| {
+            json!({"pid": 100 + i, "comm": "w", "cmdline": [format!("/bin/w{}", i % 7)],
+                   "cpu_time_s": 0.5, "energy_j": 1.0 + (i % 5) as f64, "threads": []})
+        })
+        .collect();
+    processes.extend([json!(null), json!(3), json!({"pid": -1, "energy_j": "x"})]);
+    report["processes"] = Value::Array(processes);
+    let page_of_file = |report: &Value| {
+        let parsed = parse(&serde_json::to_vec(report).unwrap()).unwrap();
+        render_parts(&parsed.report, &parsed.processes, &parsed.points, None)
+    };
+    let page = page_of_file(&report);
+    assert_eq!(page, render(&report, None));
+    assert!(page.contains("2953 more processes"), "the rest line");
+    for odd in [json!("x"), json!({"a": [1, 2]}), json!(7), json!(null)] {
+        report["processes"] = odd;
+        let page = page_of_file(&report);
+        assert_eq!(page, render(&report, None));
+        assert!(page.contains("No process ran on a CPU."));
+    }
 }
