@@ -63,6 +63,9 @@ pub struct FunctionProbeConfig {
     /// for that.
     pub sample_hz: u64,
     pub interval: Duration,
+    /// The sampler also copies each sample's user registers and the top of its user stack
+    /// (`--stacks auto|dwarf`), for unwinding without frame pointers.
+    pub copy_stacks: bool,
 }
 
 /// Errors loading or reading the probes. Their messages carry the whole chain of causes,
@@ -349,6 +352,7 @@ impl Probes {
         // Tasks created after this moment are watched from their first nanosecond.
         let trace_start_ns = monotonic_ns();
         let noop_func = u32::from(config.functions.noop_uprobes);
+        let stack_copy = u32::from(config.functions.sampling && config.functions.copy_stacks);
 
         // The object has no CO-RE relocations, so the loader needs no kernel BTF.
         let mut loader = EbpfLoader::new();
@@ -364,7 +368,12 @@ impl Probes {
         }
         let ring_bytes = if config.functions.sampling {
             let cpus = aya::util::nr_cpus().unwrap_or(1);
-            sampler::ring_bytes(config.functions.sample_hz, cpus, config.functions.interval)
+            sampler::ring_bytes(
+                config.functions.sample_hz,
+                cpus,
+                config.functions.interval,
+                sampler::record_bytes(config.functions.copy_stacks),
+            )
         } else {
             page_size()
         };
@@ -391,7 +400,8 @@ impl Probes {
             .override_global(globals::BINPRM_FILENAME_OFFSET, &filename_offset, true)
             .override_global(globals::EXIT_HAS_GROUP_DEAD, &exit_has_group_dead, true)
             .override_global(profiling::globals::FUNC_CLOCK, &func_clock, true)
-            .override_global(profiling::globals::NOOP_FUNC, &noop_func, true);
+            .override_global(profiling::globals::NOOP_FUNC, &noop_func, true)
+            .override_global(profiling::globals::STACK_COPY, &stack_copy, true);
         // aya probes the kernel's features once per process, inside this load, by loading tiny
         // programs it does not retry: a signal then reads as a missing feature, and the load
         // fails on what the features decided (seen: "section not found" for the globals).

@@ -1,0 +1,196 @@
+//! Unwinding sampled user stacks without frame pointers (`--stacks auto|dwarf`): the sampler
+//! copies a thread's user registers and the top of its user stack, and here
+//! [framehop](https://docs.rs/framehop) (samply's unwinder) walks that copy with the call
+//! frame information (`.eh_frame`, `.eh_frame_hdr`) of the files the process maps, placed at
+//! the addresses `/proc/PID/maps` gives. What is read from each file is kept for the run
+//! ([`CfiFiles`]); each process gets its own unwinder ([`ProcessUnwinder`]).
+//!
+//! The files are outside input: read as the symbolizer reads them ([`elf::read_file`]: a
+//! regular file, at most [`elf::ELF_MAX_BYTES`]), and each section kept only when it lies
+//! inside the file and is at most [`CFI_MAX_BYTES`] long. framehop itself bounds what it
+//! reads from the copied stack and stops at the first frame it cannot unwind.
+
+use std::{
+    collections::HashMap,
+    ops::Range,
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+use cg_common::profiling::STACK_MAX_DEPTH;
+use framehop::{
+    ExplicitModuleSectionInfo, Module, Unwinder as _,
+    x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
+};
+use object::{Endianness, Object as _, ObjectSection as _, read::elf::ElfFile64};
+
+use super::{
+    elf::{self, Segment},
+    maps::ProcMaps,
+};
+
+/// The largest section kept for unwinding (`.eh_frame`, `.eh_frame_hdr`, `.text`); a larger
+/// one is left out (`.text` only costs framehop its prologue and epilogue checks).
+pub const CFI_MAX_BYTES: u64 = 256 << 20;
+
+/// What unwinding needs from one ELF file: its loadable segments (to place it) and its
+/// sections, as framehop takes them.
+#[derive(Debug)]
+pub struct FileCfi {
+    segments: Vec<Segment>,
+    sections: ExplicitModuleSectionInfo<Arc<[u8]>>,
+}
+
+impl FileCfi {
+    /// The unwind information of an ELF image; `None` when it has no `.eh_frame` (or it
+    /// cannot be read): such a file is walked by frame pointer.
+    pub fn parse(bytes: &[u8]) -> Option<Self> {
+        let file = ElfFile64::<Endianness>::parse(bytes).ok()?;
+        let (eh_frame_svma, eh_frame) = section(&file, ".eh_frame")?;
+        let (eh_frame_hdr_svma, eh_frame_hdr) = section(&file, ".eh_frame_hdr").unzip();
+        let (text_svma, text) = section(&file, ".text").unzip();
+        let got_svma = file.section_by_name(".got").map(|s| svma_range(&s));
+        Some(FileCfi {
+            segments: elf::load_segments(&file),
+            sections: ExplicitModuleSectionInfo {
+                base_svma: 0,
+                text_svma,
+                text,
+                got_svma,
+                eh_frame_svma: Some(eh_frame_svma),
+                eh_frame: Some(eh_frame),
+                eh_frame_hdr_svma,
+                eh_frame_hdr,
+                ..ExplicitModuleSectionInfo::default()
+            },
+        })
+    }
+}
+
+fn svma_range(section: &object::read::elf::ElfSection64<'_, '_, Endianness>) -> Range<u64> {
+    section.address()..section.address().saturating_add(section.size())
+}
+
+/// A section's address range and bytes, when it lies inside the file and is not too large.
+fn section(file: &ElfFile64<'_, Endianness>, name: &str) -> Option<(Range<u64>, Arc<[u8]>)> {
+    let section = file.section_by_name(name)?;
+    if section.size() > CFI_MAX_BYTES {
+        return None;
+    }
+    let data = section.data().ok()?;
+    (!data.is_empty()).then(|| (svma_range(&section), Arc::from(data)))
+}
+
+/// The unwind information of each file met, read once per run.
+#[derive(Debug, Default)]
+pub struct CfiFiles {
+    files: HashMap<PathBuf, Option<Arc<FileCfi>>>,
+}
+
+impl CfiFiles {
+    /// `path`'s unwind information (`None`: it has none, or it cannot be read).
+    pub fn get(&mut self, path: &Path) -> Option<Arc<FileCfi>> {
+        self.files
+            .entry(path.to_path_buf())
+            .or_insert_with(|| {
+                let bytes = elf::read_file(path)
+                    .inspect_err(|err| tracing::debug!("unwind information: {err}"))
+                    .ok()?;
+                FileCfi::parse(&bytes).map(Arc::new)
+            })
+            .clone()
+    }
+}
+
+/// A sampled thread's user registers and the copy of the top of its stack.
+#[derive(Clone, Copy, Debug)]
+pub struct StackCopy<'a> {
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    /// The address of `bytes[0]`.
+    pub base: u64,
+    pub bytes: &'a [u8],
+}
+
+impl StackCopy<'_> {
+    /// The 8 bytes at `address`, when the copy holds them.
+    fn word(&self, address: u64) -> Option<u64> {
+        let start = usize::try_from(address.checked_sub(self.base)?).ok()?;
+        let bytes = self.bytes.get(start..start.checked_add(8)?)?;
+        Some(u64::from_le_bytes(bytes.try_into().ok()?))
+    }
+}
+
+/// One process's unwinder: the unwind information of the files it maps, at their addresses.
+pub struct ProcessUnwinder {
+    unwinder: UnwinderX86_64<Arc<[u8]>>,
+    cache: CacheX86_64,
+    /// Address ranges of the modules added (those with unwind information).
+    modules: Vec<Range<u64>>,
+}
+
+impl ProcessUnwinder {
+    /// Places the unwind information of each executable file mapping of `maps`.
+    pub fn new(maps: &ProcMaps, files: &mut CfiFiles) -> Self {
+        let mut unwinder = UnwinderX86_64::new();
+        let mut modules = Vec::new();
+        for m in maps.mappings.iter().filter(|m| m.executable) {
+            let Some(path) = m.path.as_ref() else {
+                continue;
+            };
+            if path.as_os_str().as_encoded_bytes().starts_with(b"[") {
+                continue;
+            }
+            let Some(cfi) = files.get(path) else { continue };
+            // The address where the file's virtual address 0 lands.
+            let Some(base_avma) = elf::vaddr_of_offset(&cfi.segments, m.offset)
+                .and_then(|vaddr| m.start.checked_sub(vaddr))
+            else {
+                continue;
+            };
+            unwinder.add_module(Module::new(
+                path.display().to_string(),
+                m.start..m.end,
+                base_avma,
+                cfi.sections.clone(),
+            ));
+            modules.push(m.start..m.end);
+        }
+        ProcessUnwinder {
+            unwinder,
+            cache: CacheX86_64::new(),
+            modules,
+        }
+    }
+
+    /// Whether `address` lies in a mapped file with unwind information.
+    pub fn has_cfi(&self, address: u64) -> bool {
+        self.modules.iter().any(|m| m.contains(&address))
+    }
+
+    /// The stack's addresses, innermost first (the interrupted instruction, then return
+    /// addresses), up to [`STACK_MAX_DEPTH`]: the walk stops at the outermost frame, or
+    /// at the first frame it cannot unwind (outside the copy, or no rule for it).
+    pub fn unwind(&mut self, stack: &StackCopy<'_>) -> Vec<u64> {
+        let mut read_stack = |address: u64| stack.word(address).ok_or(());
+        let mut frames = self.unwinder.iter_frames(
+            stack.ip,
+            UnwindRegsX86_64::new(stack.ip, stack.sp, stack.bp),
+            &mut self.cache,
+            &mut read_stack,
+        );
+        let mut out = Vec::new();
+        while out.len() < STACK_MAX_DEPTH {
+            match frames.next() {
+                Ok(Some(frame)) => out.push(frame.address()),
+                Ok(None) => break,
+                Err(err) => {
+                    tracing::trace!("unwinding stopped: {err}");
+                    break;
+                }
+            }
+        }
+        out
+    }
+}
