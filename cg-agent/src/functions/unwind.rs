@@ -26,7 +26,7 @@ use object::{Endianness, Object as _, ObjectSection as _, read::elf::ElfFile64};
 
 use super::{
     elf::{self, Segment},
-    maps::ProcMaps,
+    maps::{Mapping, ProcMaps},
 };
 
 /// The largest section kept for unwinding (`.eh_frame`, `.eh_frame_hdr`, `.text`); a larger
@@ -102,6 +102,23 @@ impl CfiFiles {
     }
 }
 
+/// The address where the file's virtual address 0 lands, from an executable mapping of it:
+/// through the executable segment that the mapping holds. (Not through the mapping's first
+/// byte: a segment need not start on a page, and the page it starts on may belong to the
+/// segment before, as lld lays files out.)
+fn load_base(segments: &[Segment], m: &Mapping) -> Option<u64> {
+    let len = m.end.checked_sub(m.start)?;
+    let mapped = m.offset..m.offset.checked_add(len)?;
+    let segment = segments
+        .iter()
+        .filter(|s| s.executable)
+        .find(|s| s.offset < mapped.end && s.offset.saturating_add(s.filesz) > mapped.start)?;
+    // Where the segment's first byte lands, minus its virtual address.
+    m.start
+        .checked_add(segment.offset.checked_sub(m.offset)?)?
+        .checked_sub(segment.vaddr)
+}
+
 /// A sampled thread's user registers and the copy of the top of its stack.
 #[derive(Clone, Copy, Debug)]
 pub struct StackCopy<'a> {
@@ -143,10 +160,7 @@ impl ProcessUnwinder {
                 continue;
             }
             let Some(cfi) = files.get(path) else { continue };
-            // The address where the file's virtual address 0 lands.
-            let Some(base_avma) = elf::vaddr_of_offset(&cfi.segments, m.offset)
-                .and_then(|vaddr| m.start.checked_sub(vaddr))
-            else {
+            let Some(base_avma) = load_base(&cfi.segments, m) else {
                 continue;
             };
             unwinder.add_module(Module::new(
@@ -191,6 +205,110 @@ impl ProcessUnwinder {
                 }
             }
         }
+        tracing::trace!(
+            "unwound ip {:#x} sp {:#x} bp {:#x} base {:#x} len {}: {:x?}",
+            stack.ip,
+            stack.sp,
+            stack.bp,
+            stack.base,
+            stack.bytes.len(),
+            out
+        );
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn segment(offset: u64, vaddr: u64, filesz: u64, executable: bool) -> Segment {
+        Segment {
+            vaddr,
+            memsz: filesz,
+            offset,
+            filesz,
+            executable,
+        }
+    }
+
+    fn mapping(start: u64, end: u64, offset: u64) -> Mapping {
+        Mapping {
+            start,
+            end,
+            offset,
+            executable: true,
+            path: None,
+        }
+    }
+
+    #[test]
+    fn a_file_is_placed_through_its_executable_segment() {
+        // GNU ld: segments start on pages, offset == vaddr.
+        //   file   0x0000 R | 0x1000 R E ...
+        //   memory 0x5000_0000 R | 0x5000_1000 R E  (mapped from offset 0x1000)
+        let ld = [
+            segment(0, 0, 0x650, false),
+            segment(0x1000, 0x1000, 0x2d5, true),
+        ];
+        assert_eq!(
+            load_base(&ld, &mapping(0x5000_1000, 0x5000_2000, 0x1000)),
+            Some(0x5000_0000)
+        );
+        // lld: the executable segment starts mid-page, one page later in memory than in
+        // the file:   offset 0x13010 -> vaddr 0x14010; the mapping starts on the page
+        // before it (offset 0x13000, which the R segment also holds).
+        let lld = [
+            segment(0, 0, 0x13010, false),
+            segment(0x13010, 0x14010, 0x3dcc0, true),
+        ];
+        assert_eq!(
+            load_base(
+                &lld,
+                &mapping(0x5614_0000 + 0x14000, 0x5614_0000 + 0x52000, 0x13000)
+            ),
+            Some(0x5614_0000)
+        );
+        // A non-PIE executable at its own addresses.
+        let fixed = [segment(0x1000, 0x40_1000, 0x500, true)];
+        assert_eq!(
+            load_base(&fixed, &mapping(0x40_1000, 0x40_2000, 0x1000)),
+            Some(0)
+        );
+        // A mapping that holds no executable segment: not placed.
+        assert_eq!(load_base(&lld, &mapping(0x1000, 0x2000, 0x60_0000)), None);
+    }
+
+    #[test]
+    fn the_stack_copy_reads_whole_words_inside_it_only() {
+        let bytes: Vec<u8> = (0u8..24).collect();
+        let copy = StackCopy {
+            ip: 1,
+            sp: 0x1000,
+            bp: 0,
+            base: 0x1000,
+            bytes: &bytes,
+        };
+        assert_eq!(copy.word(0x1000), Some(0x0706_0504_0302_0100));
+        assert_eq!(copy.word(0x1010), Some(0x1716_1514_1312_1110));
+        assert_eq!(copy.word(0x1011), None, "past the end");
+        assert_eq!(copy.word(0xff8), None, "below the copy");
+        assert_eq!(copy.word(u64::MAX), None);
+    }
+
+    #[test]
+    fn a_file_without_eh_frame_has_no_unwind_information() {
+        assert!(FileCfi::parse(b"not an ELF file").is_none());
+        // This test binary has .eh_frame (Rust unwinds panics with it).
+        let me = elf::read_file(Path::new("/proc/self/exe")).expect("reading own executable");
+        let cfi = FileCfi::parse(&me).expect("own unwind information");
+        assert!(
+            cfi.sections
+                .eh_frame
+                .as_ref()
+                .is_some_and(|d| !d.is_empty())
+        );
+        assert!(cfi.sections.eh_frame_hdr.is_some());
+        assert!(cfi.segments.iter().any(|s| s.executable));
     }
 }
