@@ -29,9 +29,15 @@ use super::{
     maps::{Mapping, ProcMaps},
 };
 
-/// The largest section kept for unwinding (`.eh_frame`, `.eh_frame_hdr`, `.text`); a larger
-/// one is left out (`.text` only costs framehop its prologue and epilogue checks).
+/// The largest section kept for unwinding (`.eh_frame`, `.eh_frame_hdr`); a file with a
+/// larger one is walked by frame pointer. (`.text` is not kept: framehop reads code only for
+/// Mach-O's compact unwind information.)
 pub const CFI_MAX_BYTES: u64 = 256 << 20;
+
+/// Process images whose unwinders are kept; past this they are all dropped and rebuilt as
+/// samples come (the files' unwind information stays read), so that a machine-wide run
+/// with many short-lived processes does not keep one per process ever sampled.
+pub const UNWINDERS_KEPT: usize = 256;
 
 /// What unwinding needs from one ELF file: its loadable segments (to place it) and its
 /// sections, as framehop takes them.
@@ -48,14 +54,11 @@ impl FileCfi {
         let file = ElfFile64::<Endianness>::parse(bytes).ok()?;
         let (eh_frame_svma, eh_frame) = section(&file, ".eh_frame")?;
         let (eh_frame_hdr_svma, eh_frame_hdr) = section(&file, ".eh_frame_hdr").unzip();
-        let (text_svma, text) = section(&file, ".text").unzip();
         let got_svma = file.section_by_name(".got").map(|s| svma_range(&s));
         Some(FileCfi {
             segments: elf::load_segments(&file),
             sections: ExplicitModuleSectionInfo {
                 base_svma: 0,
-                text_svma,
-                text,
                 got_svma,
                 eh_frame_svma: Some(eh_frame_svma),
                 eh_frame: Some(eh_frame),

@@ -393,6 +393,50 @@ impl Probes {
 mod tests {
     use super::*;
 
+    /// A ring record of a sample with a stack copy, as the kernel lays it out.
+    fn copy_record(ip: u64, sp: u64, copied: u32) -> Vec<u8> {
+        use std::mem::offset_of;
+        let mut item = vec![0u8; std::mem::size_of::<StackCopyRecord>()];
+        let mut put = |offset: usize, bytes: &[u8]| {
+            item[offset..offset + bytes.len()].copy_from_slice(bytes);
+        };
+        put(offset_of!(StackCopyRecord, ip), &ip.to_ne_bytes());
+        put(offset_of!(StackCopyRecord, sp), &sp.to_ne_bytes());
+        put(offset_of!(StackCopyRecord, bp), &7u64.to_ne_bytes());
+        put(
+            offset_of!(StackCopyRecord, stack_base),
+            &(sp & !1023).to_ne_bytes(),
+        );
+        put(
+            offset_of!(StackCopyRecord, stack_bytes),
+            &copied.to_ne_bytes(),
+        );
+        put(offset_of!(StackCopyRecord, stack), &[0xaa; 16]);
+        item
+    }
+
+    #[test]
+    fn a_stack_copy_record_gives_its_registers_and_only_the_bytes_copied() {
+        let item = copy_record(0x401000, 0x7fff_1234, 2048);
+        let copy = stack_copy(&item).expect("a copy");
+        assert_eq!((copy.ip, copy.sp, copy.bp), (0x401000, 0x7fff_1234, 7));
+        assert_eq!(copy.base, 0x7fff_1000);
+        assert_eq!(copy.bytes.len(), 2048);
+        assert_eq!(&copy.bytes[..16], &[0xaa; 16]);
+        // A length past the array is cut to it.
+        let item = copy_record(0x401000, 0x7fff_1234, u32::MAX);
+        assert_eq!(stack_copy(&item).unwrap().bytes.len(), STACK_COPY_BYTES);
+        // Nothing copied, or no user registers: nothing to unwind.
+        assert!(stack_copy(&copy_record(0x401000, 0x7fff_1234, 0)).is_none());
+        assert!(stack_copy(&copy_record(0, 0, 1024)).is_none());
+        // A plain record, or one cut short, carries no copy; the sample part still reads.
+        let plain = vec![0u8; std::mem::size_of::<SampleRecord>()];
+        assert!(stack_copy(&plain).is_none());
+        assert!(read_record(&plain).is_some());
+        assert!(read_record(&plain[1..]).is_none());
+        assert!(stack_copy(&item[..item.len() - 1]).is_none());
+    }
+
     #[test]
     fn the_ring_is_sized_to_the_sample_rate_within_bounds() {
         let interval = Duration::from_millis(100);

@@ -644,6 +644,55 @@ fn shorten_list(items: &[String], n: usize) -> String {
 mod tests {
     use super::*;
 
+    #[test]
+    fn many_truncated_stacks_get_a_note_that_says_how_they_were_walked() {
+        use crate::session::functions::WalkCounts;
+        let summary = |stacks, walks| SamplerSummary {
+            stacks,
+            walks,
+            ..SamplerSummary::default()
+        };
+        // 5 of 100 truncated: under the threshold, no note.
+        let few = WalkCounts {
+            dwarf: 100,
+            dwarf_truncated: 5,
+            ..WalkCounts::default()
+        };
+        assert_eq!(
+            truncated_stacks_note(&summary(StackWalking::Auto, few)),
+            None
+        );
+        // Frame pointers alone, 60 of 100 truncated: the note points at --stacks auto.
+        let fp = WalkCounts {
+            frame_pointer: 100,
+            frame_pointer_truncated: 60,
+            ..WalkCounts::default()
+        };
+        let note = truncated_stacks_note(&summary(StackWalking::Fp, fp)).expect("a note");
+        assert!(note.starts_with("60% of native stacks"), "{note}");
+        assert!(note.contains("0 of 0 walked by .eh_frame, 60 of 100 by frame pointer"));
+        assert!(note.contains("--stacks auto"), "{note}");
+        // Unwound, 30 of 150 truncated: the note names the causes, not a flag.
+        let mixed = WalkCounts {
+            frame_pointer: 50,
+            frame_pointer_truncated: 20,
+            dwarf: 100,
+            dwarf_truncated: 10,
+        };
+        let note = truncated_stacks_note(&summary(StackWalking::Auto, mixed)).expect("a note");
+        assert!(note.starts_with("20% of native stacks"), "{note}");
+        assert!(note.contains("10 of 100 walked by .eh_frame, 20 of 50 by frame pointer"));
+        assert!(note.contains("16 KiB"), "{note}");
+        assert!(!note.contains("--stacks"), "{note}");
+        // No samples: no share, no note.
+        let none = WalkCounts::default();
+        assert_eq!(none.truncated_pct(), None);
+        assert_eq!(
+            truncated_stacks_note(&summary(StackWalking::Dwarf, none)),
+            None
+        );
+    }
+
     fn entry(pid: u32, symbol: &str, calls: Option<u64>, energy_j: f64) -> FunctionEntry {
         FunctionEntry {
             symbol: symbol.into(),

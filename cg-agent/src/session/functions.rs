@@ -39,7 +39,7 @@ use crate::{
         returns::{self, EntryOnly},
         spec::FuncSpec,
         symbolize::{Frame, FrameKind, ProcessUids, Symbolizer, file_name, is_stack_root},
-        unwind::{CfiFiles, ProcessUnwinder, StackCopy},
+        unwind::{CfiFiles, ProcessUnwinder, StackCopy, UNWINDERS_KEPT},
     },
     probes::{
         Lifecycle, ProbeError, Probes,
@@ -946,6 +946,9 @@ impl FunctionSession {
 
     fn unwind_with_kept_map(&mut self, key: (u32, u32), copy: &StackCopy<'_>) -> Option<Vec<u64>> {
         let maps = self.maps.get(&key)?;
+        if self.unwinders.len() >= UNWINDERS_KEPT && !self.unwinders.contains_key(&key) {
+            self.unwinders.clear();
+        }
         let cfi = &mut self.cfi;
         let unwinder = self
             .unwinders
@@ -1207,7 +1210,7 @@ impl FunctionSession {
     }
 
     /// A stack's frames, outermost first, and whether its native part reached the
-    /// program's entry point.
+    /// program's entry point (or a thread's).
     fn name_stack(&self, symbolizer: &mut Symbolizer, raw: &RawStack) -> (Vec<FrameId>, bool) {
         let maps = self.maps.get(&(raw.pid, raw.generation));
         if let Some(&uids) = self.uids.get(&raw.pid) {
@@ -1225,9 +1228,12 @@ impl FunctionSession {
                     .collect()
             })
             .unwrap_or_default();
+        // Complete when the walk got as far as a root (`main`, `__libc_start_main`,
+        // `start_thread`...): what lies beyond is start-up code, unnamed in a stripped
+        // executable (its `_start`).
         let complete = native
-            .last()
-            .is_some_and(|&f| is_stack_root(&symbolizer.frame(f).symbol));
+            .iter()
+            .any(|&f| is_stack_root(&symbolizer.frame(f).symbol));
         let mut out: Vec<FrameId> = Vec::new();
         let python = self
             .python_stacks
