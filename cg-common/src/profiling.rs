@@ -171,10 +171,11 @@ pub struct SampleRecord {
 }
 const _: () = assert!(size_of::<SampleRecord>() == 24 + 8 * PY_MAX_FRAMES + 16 * STACK_MAX_DEPTH);
 
-/// Bytes of user stack copied per sample when [`globals::STACK_COPY`] is set: the frames
-/// between a sampled leaf and `main` take well under 1 KiB in the programs measured (C and
-/// Rust test programs, xz), and perf's `--call-graph dwarf` copies 8 KiB by default; 16 KiB
-/// leaves room for deep or large frames while keeping a record under 19 KB.
+/// Bytes of user stack copied per sample when [`globals::STACK_COPY`] is set. Measured:
+/// from a sampled leaf to the very top of the main thread's stack (its start-up frames,
+/// then the environment) the copy held 9-10 KiB in the unwinding test programs and `xz -9`;
+/// perf's `--call-graph dwarf` copies 8 KiB by default. 16 KiB leaves room for deeper or
+/// larger frames while keeping a record under 19 KB.
 pub const STACK_COPY_BYTES: usize = 16 * 1024;
 /// The stack is copied in pieces of this many bytes, from an address aligned to it: the top
 /// of a stack is page-aligned, so the copy stops exactly there (a piece that would cross it

@@ -12,8 +12,8 @@
 //! hash of every address and two map updates per sample. The ring costs a reservation per
 //! sample, loses a sample only when the agent reads late (counted), and never a stack alone.
 //!
-//! Stacks without frame pointers: when the agent sets `STACK_COPY` (at load: a constant the
-//! verifier sees, so frame-pointer-only runs do not even carry the code), the record is a
+//! Stacks without frame pointers: when the agent sets `STACK_COPY` (a constant set at load:
+//! frame-pointer-only runs take today's path, with today's record size), the record is a
 //! `StackCopyRecord`: the same fields plus the thread's user registers (from
 //! `bpf_task_pt_regs`, which are the user ones whether the sample hit user or kernel mode)
 //! and the top of its user stack, which the agent unwinds with the mapped files' CFI.

@@ -8,11 +8,15 @@
 //!   (`CG_TRACE_BENCH_BPF_STATS=1`), runs on other tasks taken off as in part 5 of
 //!   `bench --functions` (what a run on `sleep` costs);
 //! - the agent's CPU: cg-trace's own CPU time (`meta.profiler.cpu_time_s`) less that of the
-//!   same run without `--profile`, over the samples;
+//!   same run without `--profile`, split into a part per sample (the slope between the
+//!   99 Hz and the 999 Hz runs: reading, unwinding and counting samples) and a part per run
+//!   (the rest: loading the program, reading the files' unwind information, naming the
+//!   stacks at the end);
 //! - the share of samples whose stack reached the program's entry point.
 //!
-//! From the two, the whole profile's cost at 99 Hz as a share of one CPU (estimated: the
-//! measured per-sample costs times 99 samples per second).
+//! From these, what profiling a CPU-bound program at 99 Hz costs in the long run, as a share
+//! of one CPU (estimated: the per-sample costs times 99 samples per second; the per-run part
+//! spreads over the run).
 
 use std::{
     path::Path,
@@ -56,43 +60,72 @@ pub fn run(cg_trace: &Path, rounds: usize) -> Result<()> {
         baseline_cpu_s
     );
     println!(
-        "  {:>6} {:>6} {:>8} {:>16} {:>16} {:>12} {:>16}",
-        "Hz", "stacks", "samples", "kernel ns/smp", "agent ns/smp", "reach main", "profile, % CPU"
+        "  {:>6} {:>4} {:>7} {:>14} {:>18} {:>11} {:>11} {:>17}",
+        "stacks",
+        "Hz",
+        "samples",
+        "kernel ns/smp",
+        "agent CPU s/run",
+        "reach main",
+        "agent ns/smp",
+        "at 99 Hz, % CPU"
     );
-    for hz in [99, 999] {
-        for stacks in ["fp", "auto"] {
+    for stacks in ["fp", "auto"] {
+        let mut rows = Vec::new();
+        for hz in [99u64, 999] {
             let mut figures = Vec::new();
             for _ in 0..rounds {
                 figures.push(run_once(cg_trace, &out, Some((hz, stacks)), &command)?);
             }
-            let samples = median(figures.iter().map(|f| f.samples).collect());
-            let kernel_ns = median(
-                figures
-                    .iter()
-                    .map(|f| {
-                        (f.ns_per_run * f.runs - (f.runs - f.samples).max(0.0) * other_ns)
-                            / f.samples.max(1.0)
-                    })
-                    .collect(),
-            );
-            let agent_ns = median(
-                figures
-                    .iter()
-                    .map(|f| (f.agent_cpu_s - baseline_cpu_s) * 1e9 / f.samples.max(1.0))
-                    .collect(),
-            );
-            let reached = median(figures.iter().map(|f| 100.0 - f.truncated_pct).collect());
-            let cpu_pct = (kernel_ns + agent_ns) * hz as f64 / 1e9 * 100.0;
+            rows.push(Row {
+                hz,
+                samples: median(figures.iter().map(|f| f.samples).collect()),
+                kernel_ns: median(
+                    figures
+                        .iter()
+                        .map(|f| {
+                            (f.ns_per_run * f.runs - (f.runs - f.samples).max(0.0) * other_ns)
+                                / f.samples.max(1.0)
+                        })
+                        .collect(),
+                ),
+                agent_s: median(
+                    figures
+                        .iter()
+                        .map(|f| f.agent_cpu_s - baseline_cpu_s)
+                        .collect(),
+                ),
+                reached_pct: median(figures.iter().map(|f| 100.0 - f.truncated_pct).collect()),
+            });
+        }
+        // The agent's CPU per sample: the slope between the two rates.
+        let (low, high) = (&rows[0], &rows[1]);
+        let agent_ns = (high.agent_s - low.agent_s) * 1e9 / (high.samples - low.samples).max(1.0);
+        for row in &rows {
             println!(
-                "  {hz:>6} {stacks:>6} {samples:>8.0} {kernel_ns:>16.0} {agent_ns:>16.0} {reached:>11.1}% {cpu_pct:>15.3}%"
+                "  {stacks:>6} {:>4} {:>7.0} {:>14.0} {:>18.3} {:>10.1}%",
+                row.hz, row.samples, row.kernel_ns, row.agent_s, row.reached_pct
             );
         }
+        let cpu_pct = (low.kernel_ns + agent_ns) * 99.0 / 1e9 * 100.0;
+        println!("  {stacks:>6} {:>76.0} {cpu_pct:>17.3}", agent_ns);
     }
     println!(
-        "  (kernel and agent ns per sample: measured as above; profile % CPU: their sum x Hz, estimated)"
+        "  (measured: kernel ns per sample, agent CPU per run over a run without --profile; \
+         agent ns per sample: the slope between 99 and 999 Hz; % CPU at 99 Hz: (kernel + \
+         agent per sample) x 99, estimated, the per-run part left out)"
     );
     let _ = std::fs::remove_dir_all(&out);
     Ok(())
+}
+
+/// The medians at one rate.
+struct Row {
+    hz: u64,
+    samples: f64,
+    kernel_ns: f64,
+    agent_s: f64,
+    reached_pct: f64,
 }
 
 /// What one run gave.
