@@ -123,14 +123,14 @@ fn near(what: &str, value: f64, expected: f64, tolerance: f64) {
     );
 }
 
-/// The checks every build must pass when unwound from its stack copy: `prefix` is how the
-/// program's function names start (`cgunwind::` for Rust).
-fn assert_reaches_main_with_the_known_split(p: &Profile, prefix: &str) {
+/// The checks every build must pass when unwound from its stack copy (`--stacks` `mode`):
+/// `prefix` is how the program's function names start (`cgunwind::` for Rust).
+fn assert_reaches_main_with_the_known_split(p: &Profile, mode: &str, prefix: &str) {
     let sampling = p.sampling();
     let samples = num(sampling, "/samples_count");
     assert!(samples > 800.0, "too few samples to judge: {sampling:#}");
     let walk = &sampling["stack_walk"];
-    assert_eq!(walk["mode"], "auto", "{sampling:#}");
+    assert_eq!(walk["mode"], mode, "{sampling:#}");
     // The program's own code has .eh_frame: its samples are unwound from the copy.
     assert!(
         num(walk, "/dwarf_samples_count") >= 0.98 * samples,
@@ -165,21 +165,23 @@ fn assert_reaches_main_with_the_known_split(p: &Profile, prefix: &str) {
 #[test]
 fn c_built_without_frame_pointers_unwinds_to_main_with_the_known_split() {
     let p = profile(env!("CG_UNWIND_NOFP"), "auto");
-    assert_reaches_main_with_the_known_split(&p, "");
+    assert_reaches_main_with_the_known_split(&p, "auto", "");
     assert!(p.caller_named("cg_unwind_leaf", "cg_unwind_b") >= 0.99);
 }
 
 #[test]
 fn rust_release_binary_without_frame_pointers_unwinds_to_main_with_the_known_split() {
-    let p = profile(env!("CG_UNWIND_RS"), "auto");
-    assert_reaches_main_with_the_known_split(&p, "cgunwind::");
+    // --stacks dwarf: every sample unwound from its copy (auto does the same here: the
+    // program's code has .eh_frame).
+    let p = profile(env!("CG_UNWIND_RS"), "dwarf");
+    assert_reaches_main_with_the_known_split(&p, "dwarf", "cgunwind::");
     assert!(p.caller_named("cgunwind::cg_unwind_leaf", "cgunwind::cg_unwind_b") >= 0.99);
 }
 
 #[test]
 fn frameless_leaves_keep_their_caller_when_unwound_and_lose_it_by_frame_pointer() {
     let p = profile(env!("CG_UNWIND_LEAF"), "auto");
-    assert_reaches_main_with_the_known_split(&p, "");
+    assert_reaches_main_with_the_known_split(&p, "auto", "");
     let named = p.caller_named("cg_unwind_leaf", "cg_unwind_b");
     assert!(named >= 0.99, "the leaf's caller named in {named:.4}");
 

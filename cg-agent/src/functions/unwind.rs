@@ -314,4 +314,70 @@ mod tests {
         assert!(cfi.sections.eh_frame_hdr.is_some());
         assert!(cfi.segments.iter().any(|s| s.executable));
     }
+
+    #[test]
+    fn garbled_unwind_information_and_stacks_end_the_walk_without_harm() {
+        // This test binary's own file, its .eh_frame and .eh_frame_hdr scrambled in
+        // different ways, unwound over a stack of random words: the walk must end, within
+        // the depth bound, whatever it meets.
+        let me = elf::read_file(Path::new("/proc/self/exe")).expect("reading own executable");
+        let cfi = FileCfi::parse(&me).expect("own unwind information");
+        let exec = cfi
+            .segments
+            .iter()
+            .find(|s| s.executable)
+            .expect("a code segment");
+        let maps = ProcMaps::parse(&format!(
+            "{:x}-{:x} r-xp {:08x} 00:00 1 /proc/self/exe\n",
+            0x5500_0000_0000u64 + (exec.vaddr & !0xfff),
+            0x5500_0000_0000u64 + exec.vaddr + exec.filesz,
+            exec.offset & !0xfff
+        ));
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..40 {
+            let scramble = |data: &Arc<[u8]>, next: &mut dyn FnMut() -> u64| -> Arc<[u8]> {
+                let mut bytes = data.to_vec();
+                for _ in 0..(1 + round * 8) {
+                    let at = (next() as usize) % bytes.len();
+                    bytes[at] = next() as u8;
+                }
+                if round % 5 == 4 {
+                    bytes.truncate((next() as usize) % bytes.len());
+                }
+                Arc::from(bytes)
+            };
+            let mut sections = cfi.sections.clone();
+            sections.eh_frame = sections.eh_frame.as_ref().map(|d| scramble(d, &mut next));
+            sections.eh_frame_hdr = sections
+                .eh_frame_hdr
+                .as_ref()
+                .map(|d| scramble(d, &mut next));
+            let garbled = Arc::new(FileCfi {
+                segments: cfi.segments.clone(),
+                sections,
+            });
+            let mut files = CfiFiles::default();
+            files
+                .files
+                .insert(PathBuf::from("/proc/self/exe"), Some(garbled));
+            let mut unwinder = ProcessUnwinder::new(&maps, &mut files);
+            let stack: Vec<u8> = (0..2048).flat_map(|_| next().to_le_bytes()).collect();
+            let m = &maps.mappings[0];
+            let copy = StackCopy {
+                ip: m.start + next() % (m.end - m.start),
+                sp: 0x7ffd_0000_0000,
+                bp: 0x7ffd_0000_0100,
+                base: 0x7ffd_0000_0000,
+                bytes: &stack,
+            };
+            assert!(unwinder.has_cfi(copy.ip));
+            assert!(unwinder.unwind(&copy).len() <= STACK_MAX_DEPTH);
+        }
+    }
 }
