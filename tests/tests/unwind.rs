@@ -44,6 +44,13 @@ fn profile(program: &str, stacks: &str) -> Profile {
         ROUNDS,
     ]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    // The summary says how the stacks were walked.
+    assert!(
+        run.stderr()
+            .contains(&format!("user stacks (--stacks {stacks}, measured): ")),
+        "{}",
+        run.stderr()
+    );
     let report = run.report().clone();
     assert_adds_up(&report);
     let text = std::fs::read_to_string(&folded).expect("folded file");
