@@ -337,6 +337,9 @@ pub struct FunctionSession {
     /// its map kept; dropped when the map grows).
     cfi: CfiFiles,
     unwinders: HashMap<(u32, u32), ProcessUnwinder>,
+    /// Process images whose map unwinding read again in this interval (once at most each:
+    /// a read costs 0.05-0.15 ms, and stacks that end in garbage would ask at every sample).
+    maps_reread: HashSet<(u32, u32)>,
     /// Whose JIT map (`/tmp/perf-PID.map`) of each process is believed, read with its maps.
     uids: HashMap<u32, ProcessUids>,
     python: HashMap<(u32, u32), PythonState>,
@@ -450,6 +453,7 @@ impl FunctionSession {
             maps: HashMap::new(),
             cfi: CfiFiles::default(),
             unwinders: HashMap::new(),
+            maps_reread: HashSet::new(),
             uids: HashMap::new(),
             python: HashMap::new(),
             interpreters: python::InterpreterCache::default(),
@@ -874,6 +878,7 @@ impl FunctionSession {
         table: &mut ProcessTable,
         now_ns: u64,
     ) -> Vec<SampleCount> {
+        self.maps_reread.clear();
         let batch = match probes.take_samples(&mut |pid, copy| self.unwind(pid, copy)) {
             Ok(batch) => batch,
             Err(err) => {
@@ -920,7 +925,8 @@ impl FunctionSession {
     /// information: `None` keeps the frame-pointer walk (`--stacks fp`; under `auto`, a
     /// sample that hit a file without `.eh_frame`). The process's map is read again when the
     /// sampled address, or the last address the walk reached, lies outside the map kept (a
-    /// new process, a library loaded since), and the walk done again once.
+    /// new process, a library loaded since; once an interval at most), and the walk done
+    /// again.
     fn unwind(&mut self, pid: u32, copy: &StackCopy<'_>) -> Option<Vec<u64>> {
         if self.options.stacks == StackWalking::Fp {
             return None;
@@ -930,18 +936,27 @@ impl FunctionSession {
         let known = |maps: &HashMap<(u32, u32), ProcMaps>, address: u64| {
             maps.get(&key).is_some_and(|m| m.find(address).is_some())
         };
-        if !known(&self.maps, copy.ip) && self.refresh_maps(pid, generation) {
-            self.unwinders.remove(&key);
+        if !known(&self.maps, copy.ip) {
+            self.reread_maps(key);
         }
         let mut addresses = self.unwind_with_kept_map(key, copy)?;
         if let Some(&last) = addresses.last()
             && !known(&self.maps, last.saturating_sub(1))
-            && self.refresh_maps(pid, generation)
+            && self.reread_maps(key)
         {
-            self.unwinders.remove(&key);
             addresses = self.unwind_with_kept_map(key, copy)?;
         }
         (!addresses.is_empty()).then_some(addresses)
+    }
+
+    /// Reads a process image's map again for unwinding, once an interval at most; when it
+    /// changed, its unwinder is rebuilt at the next walk. Returns whether it changed.
+    fn reread_maps(&mut self, key: (u32, u32)) -> bool {
+        if !self.maps_reread.insert(key) || !self.refresh_maps(key.0, key.1) {
+            return false;
+        }
+        self.unwinders.remove(&key);
+        true
     }
 
     fn unwind_with_kept_map(&mut self, key: (u32, u32), copy: &StackCopy<'_>) -> Option<Vec<u64>> {
