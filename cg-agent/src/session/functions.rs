@@ -92,7 +92,7 @@ pub struct SamplerSummary {
     pub runs: Option<u64>,
     pub python: Vec<PythonSeen>,
     /// Share of native-only samples whose user stack did not reach the program's entry
-    /// point (truncated: no frame pointers), in percent.
+    /// point, or a thread's (truncated), in percent.
     pub incomplete_stacks_pct: Option<f64>,
     /// `--stacks`, and how the native-only samples' stacks were walked.
     pub stacks: StackWalking,
