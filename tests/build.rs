@@ -13,7 +13,11 @@
 //! with a separate debug file to be installed by build id (`CG_STRIP_BUILDID`, its debug file
 //! `CG_STRIP_BUILDID_DEBUG`, its id `CG_STRIP_BUILD_ID`), with a `.gnu_debuglink` to
 //! `.debug/cg-strip-link.debug` beside it (`CG_STRIP_LINK`), and with MiniDebugInfo
-//! (`CG_STRIP_MINI`). Needs a C compiler, binutils' `objcopy` and `xz` (`cargo xtask
+//! (`CG_STRIP_MINI`). The unwinding tests' programs (main -> a -> b -> leaf with a known
+//! work split): `cgunwind.c` built `-O2 -fomit-frame-pointer` (`CG_UNWIND_NOFP`) and
+//! `-O2 -fno-omit-frame-pointer -momit-leaf-frame-pointer` (`CG_UNWIND_LEAF`), and
+//! `rs/cgunwind.rs` built by rustc as a release binary without frame pointers
+//! (`CG_UNWIND_RS`). Needs a C compiler, binutils' `objcopy` and `xz` (`cargo xtask
 //! setup` installs gcc, which brings binutils; xz is part of every Debian system).
 use std::{env, path::PathBuf};
 
@@ -29,6 +33,8 @@ fn main() {
         "c/cgdlopen.c",
         "c/cgexit.c",
         "c/cgstrip.c",
+        "c/cgunwind.c",
+        "rs/cgunwind.rs",
     ] {
         println!("cargo:rerun-if-changed={file}");
     }
@@ -116,6 +122,30 @@ fn main() {
         .arg(&exit)
         .arg("c/cgexit.c"));
     let strip = stripped_programs(&out, &unoptimised, &common);
+    let unwind = |name: &str, flags: &[&str]| {
+        let path = out.join(name);
+        run(compiler
+            .to_command()
+            .arg("-O2")
+            .args(flags)
+            .arg("-o")
+            .arg(&path)
+            .arg("c/cgunwind.c"));
+        path
+    };
+    let unwind_nofp = unwind("cg-unwind-nofp", &["-fomit-frame-pointer"]);
+    let unwind_leaf = unwind(
+        "cg-unwind-leaf",
+        &["-fno-omit-frame-pointer", "-momit-leaf-frame-pointer"],
+    );
+    let unwind_rs = out.join("cg-unwind-rs");
+    run(
+        std::process::Command::new(env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
+            .args(["--edition", "2021", "-C", "opt-level=3"])
+            .args(["-C", "force-frame-pointers=no", "-o"])
+            .arg(&unwind_rs)
+            .arg("rs/cgunwind.rs"),
+    );
     for (variable, path) in [
         ("CG_PRINTS_ARGC", prints_argc),
         ("CG_SETJMP", setjmp),
@@ -127,6 +157,9 @@ fn main() {
         ("CG_STRIP_BUILDID_DEBUG", strip.build_id_debug),
         ("CG_STRIP_LINK", strip.link),
         ("CG_STRIP_MINI", strip.mini),
+        ("CG_UNWIND_NOFP", unwind_nofp),
+        ("CG_UNWIND_LEAF", unwind_leaf),
+        ("CG_UNWIND_RS", unwind_rs),
     ] {
         println!("cargo:rustc-env={variable}={}", path.display());
     }

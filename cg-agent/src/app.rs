@@ -769,6 +769,7 @@ fn function_options(args: &FunctionArgs, invoker: &Invoker) -> Result<FunctionOp
         func_limit: args.func_limit,
         profile: args.profile || args.folded.is_some() || args.flamegraph.is_some(),
         sample_hz: args.sample_hz,
+        stacks: args.stacks,
         top: args.top_functions,
         bench_empty_probes: args.bench_empty_func,
         debug_dirs: if args.debug_dir.is_empty() {

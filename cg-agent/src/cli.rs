@@ -561,6 +561,14 @@ pub struct FunctionArgs {
           value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub sample_hz: u64,
 
+    /// How --profile walks user stacks: auto copies the top 16 KiB of each sampled stack
+    /// and unwinds it by the binaries' .eh_frame (code without frame pointers: Rust
+    /// release builds, distribution packages), by frame pointer where a file has none; fp
+    /// walks frame pointers only (cheapest; stacks of code without them stop early); dwarf
+    /// unwinds every sample from the copy
+    #[arg(long, value_enum, value_name = "HOW", default_value = "auto")]
+    pub stacks: crate::functions::StackWalking,
+
     /// Functions listed in the report and the summary, by energy
     #[arg(long, value_name = "N", default_value_t = crate::functions::DEFAULT_TOP_FUNCTIONS)]
     pub top_functions: usize,

@@ -12,6 +12,12 @@
 //! hash of every address and two map updates per sample. The ring costs a reservation per
 //! sample, loses a sample only when the agent reads late (counted), and never a stack alone.
 //!
+//! Stacks without frame pointers: when the agent sets `STACK_COPY` (a constant set at load:
+//! frame-pointer-only runs take today's path, with today's record size), the record is a
+//! `StackCopyRecord`: the same fields plus the thread's user registers (from
+//! `bpf_task_pt_regs`, which are the user ones whether the sample hit user or kernel mode)
+//! and the top of its user stack, which the agent unwinds with the mapped files' CFI.
+//!
 //! The CPython walker: `_PyRuntime.interpreters.head` -> `threads.head` -> the thread state
 //! whose `native_thread_id` is the sampled thread (cached per thread) -> its current frame
 //! -> `previous`... Each frame contributes its code object's address (0 for the C-stack
@@ -22,18 +28,26 @@
 
 use aya_ebpf::{
     EbpfContext as _,
-    bindings::{BPF_F_USER_STACK, BPF_RB_NO_WAKEUP},
-    helpers::{bpf_get_current_pid_tgid, bpf_get_stack, bpf_probe_read_user},
+    bindings::{BPF_F_USER_STACK, BPF_RB_NO_WAKEUP, pt_regs},
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_get_stack, bpf_probe_read_kernel, bpf_probe_read_user,
+        generated::{bpf_get_current_task_btf, bpf_task_pt_regs},
+    },
     macros::{map, perf_event},
     maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
     programs::PerfEventContext,
 };
 use cg_common::profiling::{
     PY_MAX_FRAMES, PY_MAX_THREADS, PY_NO_CFRAME, PY_OWNED_BY_CSTACK, PyProcess, SAMPLE_RING_BYTES,
-    STACK_MAX_DEPTH, SampleRecord, SamplerCounters,
+    STACK_COPY_BYTES, STACK_COPY_CHUNK, STACK_MAX_DEPTH, SampleRecord, SamplerCounters,
+    StackCopyRecord,
 };
 
-use crate::is_target;
+use crate::{global, is_target};
+
+// Set by user space at load time (see `cg_common::profiling::globals`).
+#[unsafe(no_mangle)]
+static STACK_COPY: u32 = 0;
 
 #[map]
 static SAMPLE_RING: RingBuf = RingBuf::with_byte_size(SAMPLE_RING_BYTES, 0);
@@ -70,14 +84,38 @@ fn try_sample_stack(ctx: &PerfEventContext) -> Result<u32, u32> {
         return Ok(0);
     }
     count(|c| c.samples += 1);
+    if global(&STACK_COPY) != 0 {
+        let Some(mut entry) = SAMPLE_RING.reserve::<StackCopyRecord>(0) else {
+            count(|c| c.lost_samples += 1);
+            return Ok(0);
+        };
+        let record = entry.as_mut_ptr();
+        // SAFETY: as below; `sample` is the record's first field.
+        unsafe {
+            fill(ctx, &raw mut (*record).sample, tgid, tid);
+            copy_user_stack(record);
+        }
+        entry.submit(u64::from(BPF_RB_NO_WAKEUP));
+        return Ok(0);
+    }
     let Some(mut entry) = SAMPLE_RING.reserve::<SampleRecord>(0) else {
         count(|c| c.lost_samples += 1);
         return Ok(0);
     };
-    let record = entry.as_mut_ptr();
-    // SAFETY: `record` is the reserved, writable ring memory of one SampleRecord, ours
-    // until submitted. Every length field is written before the submit below; the arrays
-    // are read only as far as their lengths say (the rest holds older records' bytes).
+    // SAFETY: see `fill`.
+    unsafe { fill(ctx, entry.as_mut_ptr(), tgid, tid) };
+    entry.submit(u64::from(BPF_RB_NO_WAKEUP));
+    Ok(0)
+}
+
+/// Writes the thread and its kernel, user (frame-pointer) and Python stacks.
+///
+/// # Safety
+/// `record` is reserved, writable ring memory of one SampleRecord, ours until submitted.
+/// Every length field is written here; the arrays are read only as far as their lengths say
+/// (the rest holds older records' bytes).
+#[inline(always)]
+unsafe fn fill(ctx: &PerfEventContext, record: *mut SampleRecord, tgid: u32, tid: u32) {
     unsafe {
         (*record).tgid = tgid;
         (*record).tid = tid;
@@ -112,8 +150,55 @@ fn try_sample_stack(ctx: &PerfEventContext) -> Result<u32, u32> {
             }
         }
     }
-    entry.submit(u64::from(BPF_RB_NO_WAKEUP));
-    Ok(0)
+}
+
+/// Writes the thread's user registers and copies its user stack from `sp` (rounded down to
+/// a piece) up, piece by piece until [`STACK_COPY_BYTES`] or the first piece that cannot be
+/// read (the top of the stack).
+///
+/// # Safety
+/// `record` is reserved, writable ring memory of one StackCopyRecord, ours until submitted.
+#[inline(always)]
+unsafe fn copy_user_stack(record: *mut StackCopyRecord) {
+    unsafe {
+        (*record).ip = 0;
+        (*record).sp = 0;
+        (*record).bp = 0;
+        (*record).stack_base = 0;
+        (*record).stack_bytes = 0;
+        (*record)._pad = 0;
+        let regs = bpf_task_pt_regs(bpf_get_current_task_btf()) as *const pt_regs;
+        let (Ok(ip), Ok(sp), Ok(bp)) = (
+            bpf_probe_read_kernel(&raw const (*regs).rip),
+            bpf_probe_read_kernel(&raw const (*regs).rsp),
+            bpf_probe_read_kernel(&raw const (*regs).rbp),
+        ) else {
+            return;
+        };
+        (*record).ip = ip;
+        (*record).sp = sp;
+        (*record).bp = bp;
+        if sp == 0 {
+            return;
+        }
+        let base = sp & !(STACK_COPY_CHUNK as u64 - 1);
+        (*record).stack_base = base;
+        let stack = (*record).stack.as_mut_ptr();
+        let mut copied = 0u32;
+        for i in 0..STACK_COPY_BYTES / STACK_COPY_CHUNK {
+            let offset = i * STACK_COPY_CHUNK;
+            let read = aya_ebpf::helpers::generated::bpf_probe_read_user(
+                stack.add(offset) as *mut core::ffi::c_void,
+                STACK_COPY_CHUNK as u32,
+                (base + offset as u64) as *const core::ffi::c_void,
+            );
+            if read != 0 {
+                break;
+            }
+            copied = (offset + STACK_COPY_CHUNK) as u32;
+        }
+        (*record).stack_bytes = copied;
+    }
 }
 
 #[inline(always)]

@@ -23,6 +23,9 @@
 //! 6. Matching `--func` globs (globset) against every function symbol of the release
 //!    cg-trace binary and of libc, in ns per symbol (`cg-agent/examples/glob_bench.rs`). Only
 //!    this part: `cargo xtask bench --functions --globs`.
+//! 7. Unwinding without frame pointers against frame pointers alone, at 99 and 999 Hz:
+//!    kernel and agent time per sample (`bench_unwind.rs`). Only this part:
+//!    `cargo xtask bench --functions --unwind`.
 
 use std::{
     path::Path,
@@ -47,6 +50,9 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     if args.iter().any(|a| a == "--globs") {
         return globs(&cg_trace);
+    }
+    if args.iter().any(|a| a == "--unwind") {
+        return crate::bench_unwind::run(&cg_trace, if quick { 1 } else { 3 });
     }
     let funcs = release.join("cg-funcs");
     let spin = release.join("cg-spin");
@@ -230,6 +236,8 @@ pub fn run(args: &[String]) -> Result<()> {
     let _ = std::fs::remove_dir_all(&out);
     println!();
     sampler(&cg_trace, if quick { 1 } else { 3 })?;
+    println!();
+    crate::bench_unwind::run(&cg_trace, if quick { 1 } else { 3 })?;
     globs(&cg_trace)
 }
 
@@ -497,13 +505,13 @@ fn keyed(cmd: &mut Command, key: &str) -> Result<f64> {
         .with_context(|| format!("{cmd:?} printed no {key}: {text}"))
 }
 
-fn read_json(path: &Path) -> Result<Value> {
+pub(crate) fn read_json(path: &Path) -> Result<Value> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     Ok(serde_json::from_str(&text)?)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }

@@ -111,6 +111,17 @@ pub fn render(report: &Report) -> String {
             s.lost_samples_count,
             s.lost_stacks_pct
         );
+        let w = &s.stack_walk;
+        let _ = writeln!(
+            out,
+            "  user stacks (--stacks {}, measured): {} unwound by .eh_frame ({} short of an \
+             entry point), {} walked by frame pointer ({} short)",
+            w.mode,
+            w.dwarf_samples_count,
+            w.dwarf_truncated_count,
+            w.frame_pointer_samples_count,
+            w.frame_pointer_truncated_count
+        );
         for p in &s.python {
             let _ = writeln!(
                 out,

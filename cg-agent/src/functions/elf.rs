@@ -139,18 +139,7 @@ impl ElfInfo {
         let relocatable = header.e_type(endian) == ET_DYN;
         let machine = header.e_machine(endian);
         let entry = header.e_entry(endian);
-        let segments: Vec<Segment> = file
-            .elf_program_headers()
-            .iter()
-            .filter(|ph| ph.p_type(endian) == PT_LOAD)
-            .map(|ph| Segment {
-                vaddr: ph.p_vaddr(endian),
-                memsz: ph.p_memsz(endian),
-                offset: ph.p_offset(endian),
-                filesz: ph.p_filesz(endian),
-                executable: ph.p_flags(endian) & PF_X != 0,
-            })
-            .collect();
+        let segments = load_segments(&file);
 
         let section_ends = section_ends(file.elf_section_table(), endian);
         let mut functions: Vec<Symbol> = Vec::new();
@@ -259,13 +248,7 @@ impl ElfInfo {
     /// The virtual address of file offset `offset` (from `/proc/PID/maps`), in an
     /// executable segment first.
     pub fn vaddr_of_offset(&self, offset: u64) -> Option<u64> {
-        let within = |s: &&Segment| offset >= s.offset && offset - s.offset < s.filesz;
-        self.segments
-            .iter()
-            .filter(|s| s.executable)
-            .find(within)
-            .or_else(|| self.segments.iter().find(within))
-            .and_then(|s| (offset - s.offset).checked_add(s.vaddr))
+        vaddr_of_offset(&self.segments, offset)
     }
 
     /// The function containing `vaddr`: the closest symbol at or below it, within its size
@@ -319,6 +302,34 @@ impl ElfInfo {
             .find(|(n, _, _)| n == name)
             .map(|(_, address, value)| (*address, value.as_slice()))
     }
+}
+
+/// The loadable segments (`PT_LOAD`) of a parsed file.
+pub fn load_segments(file: &ElfFile64<'_, Endianness>) -> Vec<Segment> {
+    let endian = file.endian();
+    file.elf_program_headers()
+        .iter()
+        .filter(|ph| ph.p_type(endian) == PT_LOAD)
+        .map(|ph| Segment {
+            vaddr: ph.p_vaddr(endian),
+            memsz: ph.p_memsz(endian),
+            offset: ph.p_offset(endian),
+            filesz: ph.p_filesz(endian),
+            executable: ph.p_flags(endian) & PF_X != 0,
+        })
+        .collect()
+}
+
+/// The virtual address of file offset `offset` (from `/proc/PID/maps`), in an executable
+/// segment first.
+pub fn vaddr_of_offset(segments: &[Segment], offset: u64) -> Option<u64> {
+    let within = |s: &&Segment| offset >= s.offset && offset - s.offset < s.filesz;
+    segments
+        .iter()
+        .filter(|s| s.executable)
+        .find(within)
+        .or_else(|| segments.iter().find(within))
+        .and_then(|s| (offset - s.offset).checked_add(s.vaddr))
 }
 
 /// At one address, the name people use first: compiler-made aliases (`f.localalias`,

@@ -14,6 +14,7 @@ pub mod resolve;
 pub mod returns;
 pub mod spec;
 pub mod symbolize;
+pub mod unwind;
 
 use std::path::PathBuf;
 
@@ -38,6 +39,8 @@ pub struct FunctionOptions {
     pub profile: bool,
     /// `--sample-hz`.
     pub sample_hz: u64,
+    /// `--stacks`: how user stacks are walked.
+    pub stacks: StackWalking,
     /// `--top-functions`: entries of the report's function list.
     pub top: usize,
     /// Benchmarks: probes that return at once.
@@ -53,9 +56,40 @@ impl Default for FunctionOptions {
             func_limit: DEFAULT_FUNC_LIMIT,
             profile: false,
             sample_hz: DEFAULT_SAMPLE_HZ,
+            stacks: StackWalking::default(),
             top: DEFAULT_TOP_FUNCTIONS,
             bench_empty_probes: false,
             debug_dirs: debuginfo::DebugDirs::default(),
+        }
+    }
+}
+
+/// `--stacks`: how `--profile` walks user stacks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum StackWalking {
+    /// Copy the top of each sampled stack; unwind it by the call frame information
+    /// (`.eh_frame`) of the file the sample hit, by frame pointer where that file has none.
+    #[default]
+    Auto,
+    /// Frame pointers only: the cheapest, and right only for code built with them.
+    Fp,
+    /// Copy the stack and unwind every sample from it (frame-pointer rules only where a
+    /// file has no call frame information).
+    Dwarf,
+}
+
+impl StackWalking {
+    /// Whether the sampler copies user stacks.
+    pub fn copies_stacks(self) -> bool {
+        self != StackWalking::Fp
+    }
+
+    /// The word the CLI and the report use.
+    pub fn name(self) -> &'static str {
+        match self {
+            StackWalking::Auto => "auto",
+            StackWalking::Fp => "fp",
+            StackWalking::Dwarf => "dwarf",
         }
     }
 }

@@ -87,6 +87,9 @@ pub struct FunctionProbeConfig {
     /// for that.
     pub sample_hz: u64,
     pub interval: Duration,
+    /// The sampler also copies each sample's user registers and the top of its user stack
+    /// (`--stacks auto|dwarf`), for unwinding without frame pointers.
+    pub copy_stacks: bool,
 }
 
 /// Errors loading or reading the probes. Their messages carry the whole chain of causes,
@@ -385,6 +388,7 @@ impl Probes {
         // Tasks created after this moment are watched from their first nanosecond.
         let trace_start_ns = monotonic_ns();
         let noop_func = u32::from(config.functions.noop_uprobes);
+        let stack_copy = u32::from(config.functions.sampling && config.functions.copy_stacks);
 
         // The object has no CO-RE relocations, so the loader needs no kernel BTF.
         let mut loader = EbpfLoader::new();
@@ -400,7 +404,12 @@ impl Probes {
         }
         let ring_bytes = if config.functions.sampling {
             let cpus = aya::util::nr_cpus().unwrap_or(1);
-            sampler::ring_bytes(config.functions.sample_hz, cpus, config.functions.interval)
+            sampler::ring_bytes(
+                config.functions.sample_hz,
+                cpus,
+                config.functions.interval,
+                sampler::record_bytes(config.functions.copy_stacks),
+            )
         } else {
             page_size()
         };
@@ -429,7 +438,8 @@ impl Probes {
             .override_global(globals::ITERATOR_MODE, &iterator_mode, true)
             .override_global(globals::TASK_CPU_OFFSET, &cpu_offset, true)
             .override_global(profiling::globals::FUNC_CLOCK, &func_clock, true)
-            .override_global(profiling::globals::NOOP_FUNC, &noop_func, true);
+            .override_global(profiling::globals::NOOP_FUNC, &noop_func, true)
+            .override_global(profiling::globals::STACK_COPY, &stack_copy, true);
         // aya probes the kernel's features once per process, inside this load, by loading tiny
         // programs it does not retry: a signal then reads as a missing feature, and the load
         // fails on what the features decided (seen: "section not found" for the globals).

@@ -2,9 +2,11 @@
 //! CPU's software CPU clock at the requested frequency, and reads back what it recorded: one
 //! record per sample of a target, with its kernel, user and Python stacks, from a ring buffer
 //! that is drained every interval ([`Probes::take_samples`]; [`ring_bytes`] sizes it to the
-//! sample rate). Here samples are counted per (thread, stacks), and each distinct stack gets
-//! an id for the whole run ([`StackId`], keyed by content), its addresses handed over once.
-//! Nothing about energy here.
+//! sample rate). A record that carries a copy of the user stack (`--stacks auto|dwarf`) is
+//! handed to the caller's unwinder, whose addresses then stand for the user stack ([`Walk`]).
+//! Here samples are counted per (thread, stacks), and each distinct stack gets an id for the
+//! whole run ([`StackId`], keyed by content), its addresses handed over once. Nothing about
+//! energy here.
 
 use std::{
     collections::{HashMap as StdHashMap, HashSet},
@@ -21,10 +23,12 @@ use aya::{
     },
 };
 use cg_common::profiling::{
-    PY_MAX_FRAMES, PyProcess, STACK_MAX_DEPTH, SampleRecord, SamplerCounters, names,
+    PY_MAX_FRAMES, PyProcess, STACK_COPY_BYTES, STACK_MAX_DEPTH, SampleRecord, SamplerCounters,
+    StackCopyRecord, names,
 };
 
 use super::{ProbeError, Probes};
+use crate::functions::unwind::StackCopy;
 
 const PROGRAM: &str = "sample_stack";
 
@@ -35,6 +39,16 @@ pub const NO_STACK: StackId = -1;
 /// A stack the kernel could not walk (counted in the sampler's counters).
 pub const LOST_STACK: StackId = -2;
 
+/// How a sample's user stack was walked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Walk {
+    /// By frame pointer, in the kernel (`bpf_get_stack`).
+    #[default]
+    FramePointer,
+    /// From a copy of the stack, by the files' call frame information (`.eh_frame`).
+    Dwarf,
+}
+
 /// One aggregated sample, its stacks by run-long ids.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Sample {
@@ -42,6 +56,7 @@ pub struct Sample {
     pub tid: u32,
     pub kernel_stack: StackId,
     pub user_stack: StackId,
+    pub walk: Walk,
     /// Key of the Python stack (its content hash, never 0); 0: no Python frames.
     pub py_stack: u64,
 }
@@ -58,15 +73,25 @@ pub struct SampleBatch {
     pub python: Vec<(u64, Vec<u64>)>,
 }
 
+/// Bytes of one ring record: 2.4 KB with stacks of up to 127 frames each, 19 KB with a copy
+/// of the user stack.
+pub fn record_bytes(copy_stacks: bool) -> usize {
+    if copy_stacks {
+        std::mem::size_of::<StackCopyRecord>()
+    } else {
+        std::mem::size_of::<SampleRecord>()
+    }
+}
+
 /// Bytes of the sample ring for `hz` samples per second on each of `cpus` CPUs read every
-/// `interval`: room for what the kernel records between two reads, with room for reads that
-/// come late (four intervals, at least half a second), a power of two between 1 and 64 MiB.
-/// A record takes 2.4 KB (stacks of up to 127 frames each).
-pub fn ring_bytes(hz: u64, cpus: usize, interval: Duration) -> u32 {
+/// `interval`, records of `record` bytes: room for what the kernel records between two
+/// reads, with room for reads that come late (four intervals, at least half a second), a
+/// power of two between 1 and 64 MiB.
+pub fn ring_bytes(hz: u64, cpus: usize, interval: Duration, record: usize) -> u32 {
     const MIN: u32 = 1 << 20;
     const MAX: u32 = 64 << 20;
     let window_s = (interval.as_secs_f64() * 4.0).max(0.5);
-    let record = (std::mem::size_of::<SampleRecord>() + 8) as f64;
+    let record = (record + 8) as f64;
     let bytes = hz as f64 * cpus.max(1) as f64 * window_s * record;
     let bytes = if bytes.is_finite() {
         bytes.ceil()
@@ -144,10 +169,19 @@ fn stack_id(
         return LOST_STACK;
     }
     let len = (bytes as usize / 8).min(STACK_MAX_DEPTH);
-    if len == 0 {
+    stack_id_of(ids, &addresses[..len], new)
+}
+
+/// The run-long id of the stack `addresses` (innermost first), and its addresses in `new`
+/// when it is new.
+fn stack_id_of(
+    ids: &mut StdHashMap<u64, StackId>,
+    addresses: &[u64],
+    new: &mut Vec<(StackId, Vec<u64>)>,
+) -> StackId {
+    if addresses.is_empty() {
         return NO_STACK;
     }
-    let addresses = &addresses[..len];
     let next = ids.len() as StackId;
     *ids.entry(stack_key(addresses)).or_insert_with(|| {
         new.push((next, addresses.to_vec()));
@@ -191,6 +225,43 @@ pub(super) fn attach(
     Ok(())
 }
 
+/// The sample part of a ring record (either kind), when it is long enough to be one.
+fn read_record(item: &[u8]) -> Option<SampleRecord> {
+    if item.len() < std::mem::size_of::<SampleRecord>() {
+        return None;
+    }
+    // SAFETY: the kernel wrote a whole SampleRecord (length checked above; a
+    // StackCopyRecord starts with one); read unaligned, as nothing promises this type's
+    // alignment.
+    Some(unsafe { std::ptr::read_unaligned(item.as_ptr() as *const SampleRecord) })
+}
+
+/// The registers and stack copy of a [`StackCopyRecord`]; `None` for a plain record, or
+/// one whose copy is empty (the stack could not be read).
+fn stack_copy(item: &[u8]) -> Option<StackCopy<'_>> {
+    use std::mem::offset_of;
+    if item.len() < std::mem::size_of::<StackCopyRecord>() {
+        return None;
+    }
+    let word = |offset: usize| -> Option<u64> {
+        Some(u64::from_ne_bytes(
+            item.get(offset..offset + 8)?.try_into().ok()?,
+        ))
+    };
+    let copied = item.get(offset_of!(StackCopyRecord, stack_bytes)..)?;
+    let copied = u32::from_ne_bytes(copied.get(..4)?.try_into().ok()?) as usize;
+    let stack = offset_of!(StackCopyRecord, stack);
+    let bytes = item.get(stack..stack + copied.min(STACK_COPY_BYTES))?;
+    let copy = StackCopy {
+        ip: word(offset_of!(StackCopyRecord, ip))?,
+        sp: word(offset_of!(StackCopyRecord, sp))?,
+        bp: word(offset_of!(StackCopyRecord, bp))?,
+        base: word(offset_of!(StackCopyRecord, stack_base))?,
+        bytes,
+    };
+    (!copy.bytes.is_empty() && copy.ip != 0).then_some(copy)
+}
+
 impl Probes {
     fn sampler_maps(&self) -> Result<&SamplerMaps, ProbeError> {
         self.sampler
@@ -199,8 +270,13 @@ impl Probes {
     }
 
     /// Takes the samples recorded since the last call, counted per (thread, stacks), with
-    /// the stacks met for the first time.
-    pub fn take_samples(&mut self) -> Result<SampleBatch, ProbeError> {
+    /// the stacks met for the first time. A record with a copy of its user stack goes to
+    /// `unwind(tgid, copy)`: the addresses it gives stand for the user stack ([`Walk::Dwarf`]);
+    /// `None` keeps the kernel's frame-pointer walk.
+    pub fn take_samples(
+        &mut self,
+        unwind: &mut dyn FnMut(u32, &StackCopy<'_>) -> Option<Vec<u64>>,
+    ) -> Result<SampleBatch, ProbeError> {
         let Some(maps) = self.sampler.as_mut() else {
             return Ok(SampleBatch::default());
         };
@@ -214,26 +290,32 @@ impl Probes {
         let mut batch = SampleBatch::default();
         let mut counts: StdHashMap<Sample, u64> = StdHashMap::new();
         while let Some(item) = ring.next() {
-            if item.len() < std::mem::size_of::<SampleRecord>() {
+            let Some(record) = read_record(&item) else {
                 *malformed += 1;
                 continue;
-            }
-            // SAFETY: the kernel wrote a whole SampleRecord (length checked above); read
-            // unaligned, as nothing promises this type's alignment.
-            let record: SampleRecord =
-                unsafe { std::ptr::read_unaligned(item.as_ptr() as *const SampleRecord) };
+            };
             let kernel_stack = stack_id(
                 stack_ids,
                 record.kernel_bytes,
                 &record.kernel,
                 &mut batch.stacks,
             );
-            let user_stack = stack_id(
-                stack_ids,
-                record.user_bytes,
-                &record.user,
-                &mut batch.stacks,
-            );
+            let unwound = stack_copy(&item).and_then(|copy| unwind(record.tgid, &copy));
+            let (user_stack, walk) = match unwound {
+                Some(addresses) => (
+                    stack_id_of(stack_ids, &addresses, &mut batch.stacks),
+                    Walk::Dwarf,
+                ),
+                None => (
+                    stack_id(
+                        stack_ids,
+                        record.user_bytes,
+                        &record.user,
+                        &mut batch.stacks,
+                    ),
+                    Walk::FramePointer,
+                ),
+            };
             let py_len = (record.py_len as usize).min(PY_MAX_FRAMES);
             let py_stack = if py_len == 0 {
                 0
@@ -250,6 +332,7 @@ impl Probes {
                 tid: record.tid,
                 kernel_stack,
                 user_stack,
+                walk,
                 py_stack,
             };
             *counts.entry(sample).or_default() += 1;
@@ -310,18 +393,68 @@ impl Probes {
 mod tests {
     use super::*;
 
+    /// A ring record of a sample with a stack copy, as the kernel lays it out.
+    fn copy_record(ip: u64, sp: u64, copied: u32) -> Vec<u8> {
+        use std::mem::offset_of;
+        let mut item = vec![0u8; std::mem::size_of::<StackCopyRecord>()];
+        let mut put = |offset: usize, bytes: &[u8]| {
+            item[offset..offset + bytes.len()].copy_from_slice(bytes);
+        };
+        put(offset_of!(StackCopyRecord, ip), &ip.to_ne_bytes());
+        put(offset_of!(StackCopyRecord, sp), &sp.to_ne_bytes());
+        put(offset_of!(StackCopyRecord, bp), &7u64.to_ne_bytes());
+        put(
+            offset_of!(StackCopyRecord, stack_base),
+            &(sp & !1023).to_ne_bytes(),
+        );
+        put(
+            offset_of!(StackCopyRecord, stack_bytes),
+            &copied.to_ne_bytes(),
+        );
+        put(offset_of!(StackCopyRecord, stack), &[0xaa; 16]);
+        item
+    }
+
+    #[test]
+    fn a_stack_copy_record_gives_its_registers_and_only_the_bytes_copied() {
+        let item = copy_record(0x401000, 0x7fff_1234, 2048);
+        let copy = stack_copy(&item).expect("a copy");
+        assert_eq!((copy.ip, copy.sp, copy.bp), (0x401000, 0x7fff_1234, 7));
+        assert_eq!(copy.base, 0x7fff_1000);
+        assert_eq!(copy.bytes.len(), 2048);
+        assert_eq!(&copy.bytes[..16], &[0xaa; 16]);
+        // A length past the array is cut to it.
+        let item = copy_record(0x401000, 0x7fff_1234, u32::MAX);
+        assert_eq!(stack_copy(&item).unwrap().bytes.len(), STACK_COPY_BYTES);
+        // Nothing copied, or no user registers: nothing to unwind.
+        assert!(stack_copy(&copy_record(0x401000, 0x7fff_1234, 0)).is_none());
+        assert!(stack_copy(&copy_record(0, 0, 1024)).is_none());
+        // A plain record, or one cut short, carries no copy; the sample part still reads.
+        let plain = vec![0u8; std::mem::size_of::<SampleRecord>()];
+        assert!(stack_copy(&plain).is_none());
+        assert!(read_record(&plain).is_some());
+        assert!(read_record(&plain[1..]).is_none());
+        assert!(stack_copy(&item[..item.len() - 1]).is_none());
+    }
+
     #[test]
     fn the_ring_is_sized_to_the_sample_rate_within_bounds() {
         let interval = Duration::from_millis(100);
+        let plain = record_bytes(false);
         // The default rate on a small machine: the floor.
-        assert_eq!(ring_bytes(99, 2, interval), 1 << 20);
+        assert_eq!(ring_bytes(99, 2, interval, plain), 1 << 20);
         // 999 Hz on 2 CPUs: 999 x 2 x 0.5 s x 2,384 bytes, rounded up to a power of two.
-        assert_eq!(ring_bytes(999, 2, interval), 4 << 20);
+        assert_eq!(ring_bytes(999, 2, interval, plain), 4 << 20);
         // Longer intervals: four of them.
-        assert_eq!(ring_bytes(999, 2, Duration::from_secs(1)), 32 << 20);
+        assert_eq!(ring_bytes(999, 2, Duration::from_secs(1), plain), 32 << 20);
         // The ceiling, whatever the input.
-        assert_eq!(ring_bytes(u64::MAX, usize::MAX, interval), 64 << 20);
-        assert_eq!(ring_bytes(0, 0, Duration::ZERO), 1 << 20);
+        assert_eq!(ring_bytes(u64::MAX, usize::MAX, interval, plain), 64 << 20);
+        assert_eq!(ring_bytes(0, 0, Duration::ZERO, plain), 1 << 20);
+        // With stack copies (18,800 bytes a record): 99 Hz x 2 x 0.5 s fits in 2 MiB,
+        // 999 Hz needs 32 MiB.
+        let copies = record_bytes(true);
+        assert_eq!(ring_bytes(99, 2, interval, copies), 2 << 20);
+        assert_eq!(ring_bytes(999, 2, interval, copies), 32 << 20);
     }
 
     #[test]

@@ -15,8 +15,8 @@ use crate::{
         ProcId,
         functions::{IntervalSpend, attribute_calls, attribute_samples},
     },
-    functions::{elf::FirstInstruction, returns::EntryOnly, symbolize::file_name},
-    session::Recording,
+    functions::{StackWalking, elf::FirstInstruction, returns::EntryOnly, symbolize::file_name},
+    session::{Recording, functions::SamplerSummary},
     sources::Provenance,
 };
 
@@ -125,7 +125,50 @@ pub struct SamplingStats {
     /// Native-only samples whose stack did not reach the program's entry point.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub incomplete_stacks_pct: Option<f64>,
+    pub stack_walk: StackWalkStats,
     pub python: Vec<PythonEntry>,
+}
+
+/// How the user stacks of native-only samples were walked (`--stacks`), and how many did
+/// not reach the program's entry point (truncated). Counts of samples, measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct StackWalkStats {
+    /// `auto`, `fp` or `dwarf`.
+    pub mode: &'static str,
+    pub frame_pointer_samples_count: u64,
+    pub frame_pointer_truncated_count: u64,
+    pub dwarf_samples_count: u64,
+    pub dwarf_truncated_count: u64,
+}
+
+/// Share of truncated stacks past which the report says so.
+const TRUNCATED_NOTE_PCT: f64 = 10.0;
+
+/// A note when many native stacks did not reach the program's entry point, saying how
+/// they were walked and what to do.
+fn truncated_stacks_note(summary: &SamplerSummary) -> Option<String> {
+    let pct = summary
+        .walks
+        .truncated_pct()
+        .filter(|&p| p > TRUNCATED_NOTE_PCT)?;
+    let w = &summary.walks;
+    let head = format!(
+        "{pct:.0}% of native stacks did not unwind to the program's entry point ({} of {} \
+         walked by .eh_frame, {} of {} by frame pointer): self figures stay right, callers' \
+         inclusive figures are undercounted",
+        w.dwarf_truncated, w.dwarf, w.frame_pointer_truncated, w.frame_pointer
+    );
+    Some(match summary.stacks {
+        StackWalking::Fp => format!(
+            "{head}; code built without frame pointers gives truncated stacks: profile with \
+             --stacks auto (the default), which unwinds by the binaries' .eh_frame"
+        ),
+        StackWalking::Auto | StackWalking::Dwarf => format!(
+            "{head}; the causes: stacks deeper than the {} KiB copied per sample, files with \
+             neither .eh_frame nor frame pointers, JIT code",
+            cg_common::profiling::STACK_COPY_BYTES >> 10
+        ),
+    })
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -472,16 +515,7 @@ pub fn build(
              functions with few samples are noisy (relative error about 1/sqrt(samples))",
             summary.sample_hz
         ));
-        if let Some(pct) = summary.incomplete_stacks_pct
-            && pct > 50.0
-        {
-            notes.push(format!(
-                "{pct:.0}% of native stacks did not unwind to the program's entry point: \
-                 binaries without frame pointers give truncated stacks (self figures stay \
-                 right, callers' inclusive figures are undercounted); rebuild with \
-                 -fno-omit-frame-pointer or -C force-frame-pointers=yes"
-            ));
-        }
+        notes.extend(truncated_stacks_note(summary));
         let lost_pct = lost_stacks_pct(summary);
         if lost_pct > 0.0 {
             notes.push(format!(
@@ -516,6 +550,13 @@ pub fn build(
             stacks_count: summary.stacks_count,
             symbolize_ms: summary.symbolize_ms,
             incomplete_stacks_pct: summary.incomplete_stacks_pct,
+            stack_walk: StackWalkStats {
+                mode: summary.stacks.name(),
+                frame_pointer_samples_count: summary.walks.frame_pointer,
+                frame_pointer_truncated_count: summary.walks.frame_pointer_truncated,
+                dwarf_samples_count: summary.walks.dwarf,
+                dwarf_truncated_count: summary.walks.dwarf_truncated,
+            },
             python: summary
                 .python
                 .iter()
@@ -602,6 +643,55 @@ fn shorten_list(items: &[String], n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn many_truncated_stacks_get_a_note_that_says_how_they_were_walked() {
+        use crate::session::functions::WalkCounts;
+        let summary = |stacks, walks| SamplerSummary {
+            stacks,
+            walks,
+            ..SamplerSummary::default()
+        };
+        // 5 of 100 truncated: under the threshold, no note.
+        let few = WalkCounts {
+            dwarf: 100,
+            dwarf_truncated: 5,
+            ..WalkCounts::default()
+        };
+        assert_eq!(
+            truncated_stacks_note(&summary(StackWalking::Auto, few)),
+            None
+        );
+        // Frame pointers alone, 60 of 100 truncated: the note points at --stacks auto.
+        let fp = WalkCounts {
+            frame_pointer: 100,
+            frame_pointer_truncated: 60,
+            ..WalkCounts::default()
+        };
+        let note = truncated_stacks_note(&summary(StackWalking::Fp, fp)).expect("a note");
+        assert!(note.starts_with("60% of native stacks"), "{note}");
+        assert!(note.contains("0 of 0 walked by .eh_frame, 60 of 100 by frame pointer"));
+        assert!(note.contains("--stacks auto"), "{note}");
+        // Unwound, 30 of 150 truncated: the note names the causes, not a flag.
+        let mixed = WalkCounts {
+            frame_pointer: 50,
+            frame_pointer_truncated: 20,
+            dwarf: 100,
+            dwarf_truncated: 10,
+        };
+        let note = truncated_stacks_note(&summary(StackWalking::Auto, mixed)).expect("a note");
+        assert!(note.starts_with("20% of native stacks"), "{note}");
+        assert!(note.contains("10 of 100 walked by .eh_frame, 20 of 50 by frame pointer"));
+        assert!(note.contains("16 KiB"), "{note}");
+        assert!(!note.contains("--stacks"), "{note}");
+        // No samples: no share, no note.
+        let none = WalkCounts::default();
+        assert_eq!(none.truncated_pct(), None);
+        assert_eq!(
+            truncated_stacks_note(&summary(StackWalking::Dwarf, none)),
+            None
+        );
+    }
 
     fn entry(pid: u32, symbol: &str, calls: Option<u64>, energy_j: f64) -> FunctionEntry {
         FunctionEntry {

@@ -31,7 +31,7 @@ use crate::{
         functions::{CallDelta, FrameId, FunctionInterval, SampleCount, ThreadTime},
     },
     functions::{
-        CALLS_PER_S_WARNING, FunctionError, FunctionOptions,
+        CALLS_PER_S_WARNING, FunctionError, FunctionOptions, StackWalking,
         elf::FirstInstruction,
         maps::ProcMaps,
         python::{self, Detection, PyFunction},
@@ -39,11 +39,12 @@ use crate::{
         returns::{self, EntryOnly},
         spec::FuncSpec,
         symbolize::{Frame, FrameKind, ProcessUids, Symbolizer, file_name, is_stack_root},
+        unwind::{CfiFiles, ProcessUnwinder, StackCopy, UNWINDERS_KEPT},
     },
     probes::{
         Lifecycle, ProbeError, Probes,
         activity::Activity,
-        sampler::Sample,
+        sampler::{Sample, Walk},
         uprobes::{AttachPath, Attached},
     },
 };
@@ -91,14 +92,48 @@ pub struct SamplerSummary {
     pub runs: Option<u64>,
     pub python: Vec<PythonSeen>,
     /// Share of native-only samples whose user stack did not reach the program's entry
-    /// point (truncated: no frame pointers), in percent.
+    /// point, or a thread's (truncated), in percent.
     pub incomplete_stacks_pct: Option<f64>,
+    /// `--stacks`, and how the native-only samples' stacks were walked.
+    pub stacks: StackWalking,
+    pub walks: WalkCounts,
     /// Time spent naming the stacks at the end.
     pub symbolize_ms: f64,
     /// Distinct stacks named.
     pub stacks_count: usize,
     /// Remarks of the naming (JIT maps, debug files, MiniDebugInfo refused).
     pub notes: Vec<String>,
+}
+
+/// Native-only samples by how their user stack was walked, and how many of them did not
+/// reach the program's entry point (truncated). Measured counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WalkCounts {
+    pub frame_pointer: u64,
+    pub frame_pointer_truncated: u64,
+    pub dwarf: u64,
+    pub dwarf_truncated: u64,
+}
+
+impl WalkCounts {
+    /// Counts `samples` walked by `walk`, `truncated` or not.
+    fn add(&mut self, walk: Walk, truncated: bool, samples: u64) {
+        let (all, cut) = match walk {
+            Walk::FramePointer => (&mut self.frame_pointer, &mut self.frame_pointer_truncated),
+            Walk::Dwarf => (&mut self.dwarf, &mut self.dwarf_truncated),
+        };
+        *all += samples;
+        if truncated {
+            *cut += samples;
+        }
+    }
+
+    /// Percent of the samples whose stack was truncated; `None` without samples.
+    pub fn truncated_pct(&self) -> Option<f64> {
+        let all = self.frame_pointer + self.dwarf;
+        let cut = self.frame_pointer_truncated + self.dwarf_truncated;
+        (all > 0).then(|| 100.0 * cut as f64 / all as f64)
+    }
 }
 
 /// Everything function-level a run recorded: the input of the report's function figures.
@@ -214,6 +249,7 @@ struct RawStack {
     generation: u32,
     kernel: i32,
     user: i32,
+    walk: Walk,
     python: u64,
 }
 
@@ -297,6 +333,13 @@ pub struct FunctionSession {
     python_codes: HashMap<(u32, u32, u64), PyFunction>,
     generation: HashMap<u32, u32>,
     maps: HashMap<(u32, u32), ProcMaps>,
+    /// Unwind information of the files met, and each process image's unwinder (built from
+    /// its map kept; dropped when the map grows).
+    cfi: CfiFiles,
+    unwinders: HashMap<(u32, u32), ProcessUnwinder>,
+    /// Process images whose map unwinding read again in this interval (once at most each:
+    /// a read costs 0.05-0.15 ms, and stacks that end in garbage would ask at every sample).
+    maps_reread: HashSet<(u32, u32)>,
     /// Whose JIT map (`/tmp/perf-PID.map`) of each process is believed, read with its maps.
     uids: HashMap<u32, ProcessUids>,
     python: HashMap<(u32, u32), PythonState>,
@@ -408,6 +451,9 @@ impl FunctionSession {
             python_codes: HashMap::new(),
             generation: HashMap::new(),
             maps: HashMap::new(),
+            cfi: CfiFiles::default(),
+            unwinders: HashMap::new(),
+            maps_reread: HashSet::new(),
             uids: HashMap::new(),
             python: HashMap::new(),
             interpreters: python::InterpreterCache::default(),
@@ -832,7 +878,8 @@ impl FunctionSession {
         table: &mut ProcessTable,
         now_ns: u64,
     ) -> Vec<SampleCount> {
-        let batch = match probes.take_samples() {
+        self.maps_reread.clear();
+        let batch = match probes.take_samples(&mut |pid, copy| self.unwind(pid, copy)) {
             Ok(batch) => batch,
             Err(err) => {
                 tracing::warn!("reading samples: {err}");
@@ -851,6 +898,7 @@ impl FunctionSession {
                 generation,
                 kernel: key.kernel_stack,
                 user: key.user_stack,
+                walk: key.walk,
                 python: key.py_stack,
             };
             let stack = match self.raw_index.get(&raw) {
@@ -871,6 +919,60 @@ impl FunctionSession {
             });
         }
         out
+    }
+
+    /// The user stack of a sample whose stack was copied, unwound by the files' call frame
+    /// information: `None` keeps the frame-pointer walk (`--stacks fp`; under `auto`, a
+    /// sample that hit a file without `.eh_frame`). The process's map is read again when the
+    /// sampled address, or the last address the walk reached, lies outside the map kept (a
+    /// new process, a library loaded since; once an interval at most), and the walk done
+    /// again.
+    fn unwind(&mut self, pid: u32, copy: &StackCopy<'_>) -> Option<Vec<u64>> {
+        if self.options.stacks == StackWalking::Fp {
+            return None;
+        }
+        let generation = self.generation.get(&pid).copied().unwrap_or(0);
+        let key = (pid, generation);
+        let known = |maps: &HashMap<(u32, u32), ProcMaps>, address: u64| {
+            maps.get(&key).is_some_and(|m| m.find(address).is_some())
+        };
+        if !known(&self.maps, copy.ip) {
+            self.reread_maps(key);
+        }
+        let mut addresses = self.unwind_with_kept_map(key, copy)?;
+        if let Some(&last) = addresses.last()
+            && !known(&self.maps, last.saturating_sub(1))
+            && self.reread_maps(key)
+        {
+            addresses = self.unwind_with_kept_map(key, copy)?;
+        }
+        (!addresses.is_empty()).then_some(addresses)
+    }
+
+    /// Reads a process image's map again for unwinding, once an interval at most; when it
+    /// changed, its unwinder is rebuilt at the next walk. Returns whether it changed.
+    fn reread_maps(&mut self, key: (u32, u32)) -> bool {
+        if !self.maps_reread.insert(key) || !self.refresh_maps(key.0, key.1) {
+            return false;
+        }
+        self.unwinders.remove(&key);
+        true
+    }
+
+    fn unwind_with_kept_map(&mut self, key: (u32, u32), copy: &StackCopy<'_>) -> Option<Vec<u64>> {
+        let maps = self.maps.get(&key)?;
+        if self.unwinders.len() >= UNWINDERS_KEPT && !self.unwinders.contains_key(&key) {
+            self.unwinders.clear();
+        }
+        let cfi = &mut self.cfi;
+        let unwinder = self
+            .unwinders
+            .entry(key)
+            .or_insert_with(|| ProcessUnwinder::new(maps, cfi));
+        if self.options.stacks == StackWalking::Auto && !unwinder.has_cfi(copy.ip) {
+            return None;
+        }
+        Some(unwinder.unwind(copy))
     }
 
     /// Reads what naming a new stack will need while the process still exists: its
@@ -921,29 +1023,30 @@ impl FunctionSession {
     /// the read completes the map kept for this program image and never replaces it with
     /// less. A process that has exited but is not reaped yet reads as empty, and one that is
     /// reaped not at all: the map kept (read while it ran) then names its samples.
-    fn refresh_maps(&mut self, pid: u32, generation: u32) {
+    /// Returns whether the map kept changed.
+    fn refresh_maps(&mut self, pid: u32, generation: u32) -> bool {
         let read = match ProcMaps::read(&self.proc_root, pid) {
             Ok(read) => read,
             Err(err) => {
                 tracing::debug!("pid {pid}: memory map not read again ({err}); the kept one stays");
-                return;
+                return false;
             }
         };
         if !read.maps_files() {
             tracing::debug!("pid {pid}: its memory map reads empty (exited); the kept one stays");
-            return;
+            return false;
         }
-        match self.maps.entry((pid, generation)) {
-            std::collections::hash_map::Entry::Occupied(mut kept) => {
-                kept.get_mut().update(read);
-            }
+        let changed = match self.maps.entry((pid, generation)) {
+            std::collections::hash_map::Entry::Occupied(mut kept) => kept.get_mut().update(read),
             std::collections::hash_map::Entry::Vacant(slot) => {
                 slot.insert(read);
+                true
             }
-        }
+        };
         if let Some(uids) = ProcessUids::read(&self.proc_root, pid) {
             self.uids.insert(pid, uids);
         }
+        changed
     }
 
     /// Looks for CPython in a sampled process, and tells the sampler where its frames are.
@@ -999,11 +1102,11 @@ impl FunctionSession {
         let mut stacks: Vec<Vec<FrameId>> = Vec::new();
         let mut stack_ids: HashMap<Vec<FrameId>, u32> = HashMap::new();
         let mut remap: Vec<u32> = Vec::with_capacity(self.raw.len());
-        let mut incomplete: BTreeMap<u32, bool> = BTreeMap::new();
+        let mut incomplete: BTreeMap<u32, (bool, Walk)> = BTreeMap::new();
         for (index, raw) in self.raw.iter().enumerate() {
             let (ids, complete) = self.name_stack(&mut symbolizer, raw);
             if raw.python == 0 && raw.user >= 0 {
-                incomplete.insert(index as u32, !complete);
+                incomplete.insert(index as u32, (!complete, raw.walk));
             }
             let id = match stack_ids.get(&ids) {
                 Some(&id) => id,
@@ -1018,14 +1121,11 @@ impl FunctionSession {
         }
         let jit_notes = symbolizer.notes();
         let frames = symbolizer.into_frames();
-        let (mut native_samples, mut incomplete_samples) = (0u64, 0u64);
+        let mut walks = WalkCounts::default();
         for interval in &mut self.intervals {
             for sample in &mut interval.samples {
-                if let Some(&bad) = incomplete.get(&sample.stack) {
-                    native_samples += sample.count;
-                    if bad {
-                        incomplete_samples += sample.count;
-                    }
+                if let Some(&(truncated, walk)) = incomplete.get(&sample.stack) {
+                    walks.add(walk, truncated, sample.count);
                 }
                 sample.stack = remap.get(sample.stack as usize).copied().unwrap_or(0);
             }
@@ -1074,8 +1174,9 @@ impl FunctionSession {
                 run_ns_per_run: run_time.map(|(t, n)| t.as_nanos() as f64 / n as f64),
                 runs: run_time.map(|(_, n)| n),
                 python,
-                incomplete_stacks_pct: (native_samples > 0)
-                    .then(|| 100.0 * incomplete_samples as f64 / native_samples as f64),
+                incomplete_stacks_pct: walks.truncated_pct(),
+                stacks: self.options.stacks,
+                walks,
                 symbolize_ms,
                 stacks_count: stacks.len(),
                 notes: jit_notes,
@@ -1124,7 +1225,7 @@ impl FunctionSession {
     }
 
     /// A stack's frames, outermost first, and whether its native part reached the
-    /// program's entry point.
+    /// program's entry point (or a thread's).
     fn name_stack(&self, symbolizer: &mut Symbolizer, raw: &RawStack) -> (Vec<FrameId>, bool) {
         let maps = self.maps.get(&(raw.pid, raw.generation));
         if let Some(&uids) = self.uids.get(&raw.pid) {
@@ -1142,9 +1243,12 @@ impl FunctionSession {
                     .collect()
             })
             .unwrap_or_default();
+        // Complete when the walk got as far as a root (`main`, `__libc_start_main`,
+        // `start_thread`...): what lies beyond is start-up code, unnamed in a stripped
+        // executable (its `_start`).
         let complete = native
-            .last()
-            .is_some_and(|&f| is_stack_root(&symbolizer.frame(f).symbol));
+            .iter()
+            .any(|&f| is_stack_root(&symbolizer.frame(f).symbol));
         let mut out: Vec<FrameId> = Vec::new();
         let python = self
             .python_stacks

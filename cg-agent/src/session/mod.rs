@@ -791,6 +791,7 @@ async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup
             sampling: config.functions.profile,
             sample_hz: config.functions.sample_hz,
             interval: config.interval,
+            copy_stacks: config.functions.stacks.copies_stacks(),
         },
     };
     if config.noop_probes {

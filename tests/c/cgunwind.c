@@ -1,0 +1,42 @@
+/* The unwinding tests' program: main -> cg_unwind_a -> cg_unwind_b -> cg_unwind_leaf, with
+ * a known split of the work (each function's own part, in rounds of a multiply-add chain
+ * whose time is proportional to its length): a 10 %, b 30 %, leaf 60 %; main's own part is
+ * negligible. Built optimised without frame pointers, and with frame pointers but a
+ * frameless leaf (tests/build.rs). Usage: cg-unwind [ROUNDS] (default 2000). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#define UNIT 20000L
+#define SPIN(acc, n)                                                                   \
+    do {                                                                               \
+        for (long i_ = 0; i_ < (n); i_++)                                              \
+            acc = acc * 6364136223846793005UL + 1442695040888963407UL;                 \
+    } while (0)
+
+__attribute__((noinline, noclone)) unsigned long cg_unwind_leaf(unsigned long acc, long n) {
+    SPIN(acc, 6 * n);
+    return acc;
+}
+
+__attribute__((noinline, noclone)) unsigned long cg_unwind_b(unsigned long acc, long n) {
+    SPIN(acc, 2 * n);
+    acc = cg_unwind_leaf(acc, n);
+    SPIN(acc, n);
+    return acc;
+}
+
+__attribute__((noinline, noclone)) unsigned long cg_unwind_a(unsigned long acc, long n) {
+    SPIN(acc, n);
+    /* Work after the call: no tail call, so a stays on the stack. */
+    return cg_unwind_b(acc, n) ^ 1;
+}
+
+int main(int argc, char **argv) {
+    long rounds = argc > 1 ? atol(argv[1]) : 2000;
+    volatile long unit = UNIT;
+    unsigned long acc = (unsigned long)argc;
+    for (long r = 0; r < rounds; r++)
+        acc = cg_unwind_a(acc, unit);
+    printf("%lu\n", acc);
+    return 0;
+}
