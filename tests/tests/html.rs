@@ -510,6 +510,7 @@ fn a_report_of_many_processes_reads_with_the_same_totals() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Not a report: `diff --format json` writes a comparison.
     let diff: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let rows = diff["rows"].as_array().expect("rows");
     for p in 0..5 {
