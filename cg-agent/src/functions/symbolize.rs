@@ -66,6 +66,18 @@ impl Frame {
         }
     }
 
+    /// The frame of a process's energy that no sample carried ([`UNSAMPLED`]).
+    ///
+    /// [`UNSAMPLED`]: crate::report::functions::UNSAMPLED
+    pub fn unsampled() -> Self {
+        Frame {
+            symbol: crate::report::functions::UNSAMPLED.into(),
+            module: String::new(),
+            line: None,
+            kind: FrameKind::Unknown,
+        }
+    }
+
     /// A frame in file `module` that no symbol covers, at `address` (the address in the
     /// file's own address space, what `addr2line -e FILE`, `nm` and `objdump` use; the file
     /// offset when the file could not be read): `gzip+0x1a2f0`, as perf says it.

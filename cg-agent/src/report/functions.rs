@@ -15,7 +15,11 @@ use crate::{
         ProcId,
         functions::{IntervalSpend, attribute_calls, attribute_samples},
     },
-    functions::{elf::FirstInstruction, returns::EntryOnly, symbolize::file_name},
+    functions::{
+        elf::FirstInstruction,
+        returns::EntryOnly,
+        symbolize::{Frame, file_name},
+    },
     session::Recording,
     sources::Provenance,
 };
@@ -136,14 +140,18 @@ pub struct PythonEntry {
     pub python_frames: bool,
 }
 
-/// Energy of one sampled stack of one process (folded stacks, flamegraphs).
+/// Energy and on-CPU time of one sampled stack of one process (folded stacks, flamegraphs,
+/// speedscope and pprof profiles).
 #[derive(Clone, Debug, PartialEq)]
 pub struct StackEnergy {
     pub pid: u32,
     pub comm: String,
-    /// Frame labels, outermost first.
-    pub frames: Vec<String>,
+    /// The frames, outermost first.
+    pub frames: Vec<Frame>,
     pub energy_j: f64,
+    /// On-CPU time its samples stand for (measured: each thread's on-CPU time in an
+    /// interval divided equally over its samples there).
+    pub cpu_ns: f64,
     pub samples: u64,
 }
 
@@ -435,8 +443,9 @@ pub fn build(
                 stacks.push(StackEnergy {
                     pid: pid(process),
                     comm,
-                    frames: vec![UNSAMPLED.into()],
+                    frames: vec![Frame::unsampled()],
                     energy_j: rest_j,
+                    cpu_ns: rest_ns as f64,
                     samples: 0,
                 });
             }
@@ -448,7 +457,7 @@ pub fn build(
                 .map(|ids| {
                     ids.iter()
                         .filter_map(|&id| data.frames.get(id as usize))
-                        .map(|f| f.label())
+                        .cloned()
                         .collect()
                 })
                 .unwrap_or_default();
@@ -461,6 +470,7 @@ pub fn build(
                 comm,
                 frames,
                 energy_j: totals.energy_j,
+                cpu_ns: totals.cpu_ns,
                 samples: totals.samples,
             });
         }
