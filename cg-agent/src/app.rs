@@ -489,6 +489,7 @@ fn option_before_top(run: &RunArgs) -> Option<&'static str> {
         (run.functions.speedscope.is_some(), "--speedscope"),
         (run.functions.pprof.is_some(), "--pprof"),
         (!run.functions.debug_dir.is_empty(), "--debug-dir"),
+        (run.functions.no_lines, "--no-lines"),
         (run.repeat.repeat.is_some(), "--repeat"),
         (!run.repeat.max_energy.is_empty(), "--max-energy"),
         (!run.repeat.max_power.is_empty(), "--max-power"),
@@ -784,6 +785,7 @@ fn function_options(args: &FunctionArgs, invoker: &Invoker) -> Result<FunctionOp
         sample_hz: args.sample_hz,
         top: args.top_functions,
         bench_empty_probes: args.bench_empty_func,
+        lines: !args.no_lines,
         debug_dirs: if args.debug_dir.is_empty() {
             crate::functions::debuginfo::DebugDirs::default()
         } else {

@@ -228,8 +228,9 @@ pub fn decode(bytes: &[u8]) -> Result<Profile, String> {
 }
 
 impl Profile {
-    /// A sample's frames, outermost first, as `function` or `function (file:line)`: every
-    /// line of every location, inlined functions as frames of their own.
+    /// A sample's frames, outermost first, as cg-trace's folded stacks name them
+    /// (`function`, `function (file:line)`, `... (inlined)`): every line of every location,
+    /// inlined functions as frames of their own.
     pub fn stack(&self, sample: &Sample) -> Result<Vec<String>, String> {
         let mut frames = Vec::new();
         for id in sample.location_ids.iter().rev() {
@@ -237,15 +238,17 @@ impl Profile {
                 .locations
                 .get(id)
                 .ok_or_else(|| format!("sample names location {id}, which is not there"))?;
-            for (function, line) in lines.iter().rev() {
+            // Outermost first: the function, then those inlined into it.
+            for (i, (function, line)) in lines.iter().rev().enumerate() {
                 let f = self
                     .functions
                     .get(function)
                     .ok_or_else(|| format!("location {id} names function {function}, not there"))?;
-                frames.push(if f.filename.is_empty() || *line == 0 {
-                    f.name.clone()
-                } else {
-                    format!("{} ({}:{line})", f.name, f.filename)
+                let file = f.filename.rsplit('/').next().unwrap_or(&f.filename);
+                frames.push(match (file.is_empty() || *line == 0, i > 0) {
+                    (true, _) => f.name.clone(),
+                    (false, false) => format!("{} ({file}:{line})", f.name),
+                    (false, true) => format!("{} ({file}:{line}) (inlined)", f.name),
                 });
             }
         }

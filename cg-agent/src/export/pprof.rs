@@ -105,14 +105,15 @@ struct Function {
     start_line: u32,
 }
 
-/// A location: a function and the line in it (0: unknown).
-type Location = (u64, u32);
+/// A location: its lines, each a function and the line in it (0: unknown), innermost
+/// first (the functions inlined at an address, then the one they were inlined into).
+type Location = Vec<(u64, u32)>;
 
 /// A frame as pprof says it: its function and line.
 fn function_and_line(frame: &Frame) -> (Function, u32) {
-    match (frame.kind, frame.line) {
+    match (frame.kind, frame.line, &frame.file) {
         // A Python frame's line is its function's first line.
-        (FrameKind::Python, Some(line)) => (
+        (FrameKind::Python, Some(line), _) => (
             Function {
                 name: frame.symbol.clone(),
                 file: frame.module.clone(),
@@ -120,8 +121,34 @@ fn function_and_line(frame: &Frame) -> (Function, u32) {
             },
             line,
         ),
+        (FrameKind::Native, Some(line), Some(file)) => (
+            Function {
+                name: frame.symbol.clone(),
+                file: file.clone(),
+                start_line: 0,
+            },
+            line,
+        ),
         _ => (named(frame.label()), 0),
     }
+}
+
+/// A stack's locations, outermost first, from its frames (function, line, whether it
+/// joins the location before it): a frame inlined into the one before joins its location,
+/// innermost line first.
+fn locations_of(
+    frames: impl Iterator<Item = (Function, u32, bool)>,
+    functions: &mut Table<Function>,
+) -> Vec<Location> {
+    let mut out: Vec<Location> = Vec::new();
+    for (function, line, joins) in frames {
+        let line = (functions.id(function), line);
+        match out.last_mut() {
+            Some(location) if joins => location.insert(0, line),
+            _ => out.push(vec![line]),
+        }
+    }
+    out
 }
 
 fn named(name: String) -> Function {
@@ -159,8 +186,9 @@ impl<T: Clone + Eq + std::hash::Hash> Table<T> {
     }
 }
 
-/// The profile's uncompressed protobuf bytes: one location (with one line) per distinct
-/// function and line, one sample per stack whose values are not both 0.
+/// The profile's uncompressed protobuf bytes: one location per distinct address (its
+/// lines: the functions inlined there and the one they are in), one sample per stack whose
+/// values are not both 0.
 pub fn encode(stacks: &[StackEnergy], about: &About) -> Vec<u8> {
     let mut strings = Strings::new();
     let mut functions: Table<Function> = Table::default();
@@ -179,11 +207,21 @@ pub fn encode(stacks: &[StackEnergy], about: &About) -> Vec<u8> {
         if !(energy_uj >= 1.0 || cpu_ns >= 1.0) {
             continue;
         }
-        let root = (named(format!("{} {}", stack.comm, stack.pid)), 0);
+        let root = (named(format!("{} {}", stack.comm, stack.pid)), 0, false);
+        // An inlined frame joins the native frame before it (the Python walk may keep an
+        // inlined leaf without the function it is in).
+        let joins = stack.frames.iter().scan(FrameKind::Unknown, |before, f| {
+            let kind = std::mem::replace(before, f.kind);
+            Some(f.inlined && kind == FrameKind::Native)
+        });
         let outermost_first =
-            std::iter::once(root).chain(stack.frames.iter().map(function_and_line));
-        let mut ids: Vec<u64> = outermost_first
-            .map(|(function, line)| locations.id((functions.id(function), line)))
+            std::iter::once(root).chain(stack.frames.iter().zip(joins).map(|(f, joins)| {
+                let (function, line) = function_and_line(f);
+                (function, line, joins)
+            }));
+        let mut ids: Vec<u64> = locations_of(outermost_first, &mut functions)
+            .into_iter()
+            .map(|location| locations.id(location))
             .collect();
         // pprof lists a sample's locations leaf first.
         ids.reverse();
@@ -196,11 +234,14 @@ pub fn encode(stacks: &[StackEnergy], about: &About) -> Vec<u8> {
             .message(3, &label);
         profile.message(2, &sample);
     }
-    for (i, &(function, line_number)) in locations.order.iter().enumerate() {
-        let mut line = Message::default();
-        line.int(1, function).int(2, u64::from(line_number));
+    for (i, lines) in locations.order.iter().enumerate() {
         let mut location = Message::default();
-        location.int(1, i as u64 + 1).message(4, &line);
+        location.int(1, i as u64 + 1);
+        for &(function, line_number) in lines {
+            let mut line = Message::default();
+            line.int(1, function).int(2, u64::from(line_number));
+            location.message(4, &line);
+        }
         profile.message(4, &location);
     }
     for (i, f) in functions.order.iter().enumerate() {

@@ -3,8 +3,8 @@
 //! <https://www.speedscope.app> and its command-line viewer open. Two `sampled` profiles
 //! over the same stacks: energy in joules (measured or estimated, as the profile's name
 //! says) and on-CPU time in nanoseconds (measured). Frames are shared, named as in the folded
-//! stacks (each process's root frame is `comm pid`), with their source file and line when
-//! known.
+//! stacks (each process's root frame is `comm pid`, a native frame with lines `function
+//! (file.c:LINE)`), with their source file and line when known.
 
 use std::{collections::HashMap, path::Path};
 
@@ -147,6 +147,7 @@ pub fn energy_provenance(report: &Report) -> Provenance {
 fn shared_frame(frame: &Frame) -> SharedFrame {
     let file = match frame.kind {
         FrameKind::Python if frame.line.is_some() => Some(frame.module.clone()),
+        FrameKind::Native => frame.file.clone(),
         _ => None,
     };
     SharedFrame {
@@ -171,10 +172,8 @@ mod tests {
 
     fn frame(symbol: &str, kind: FrameKind, module: &str, line: Option<u32>) -> Frame {
         Frame {
-            symbol: symbol.into(),
-            module: module.into(),
             line,
-            kind,
+            ..Frame::named(symbol.into(), module.into(), kind)
         }
     }
 

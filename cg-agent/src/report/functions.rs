@@ -18,7 +18,7 @@ use crate::{
     functions::{
         elf::FirstInstruction,
         returns::EntryOnly,
-        symbolize::{Frame, file_name},
+        symbolize::{Frame, file_name, function_stacks},
     },
     session::Recording,
     sources::Provenance,
@@ -387,7 +387,9 @@ pub fn build(
 
     let mut stacks = Vec::new();
     let sampling = data.sampler.as_ref().map(|summary| {
-        let sampled = attribute_samples(spend, &data.intervals, &data.stacks);
+        // Function figures over functions; the stacks keep their lines.
+        let by_function = function_stacks(&data.frames, &data.stacks);
+        let sampled = attribute_samples(spend, &data.intervals, &by_function);
         for (&(process, frame), totals) in &sampled.frames {
             let Some(f) = data.frames.get(frame as usize) else {
                 continue;
