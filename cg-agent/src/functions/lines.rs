@@ -200,6 +200,33 @@ mod tests {
         }
     }
 
+    /// `fuzz/seeds/elf_symbols/dwarf-inline*`: `inner` (line 1, always_inline) inlined into
+    /// `outer` (line 2) at 0x40100d-0x401018, built `gcc -O0 -g` (and `-gz=zlib`) with
+    /// `-nostdlib -static`.
+    #[test]
+    fn an_inlined_function_comes_before_its_caller_from_plain_and_zlib_dwarf() {
+        for bytes in [
+            &include_bytes!("../../../fuzz/seeds/elf_symbols/dwarf-inline")[..],
+            &include_bytes!("../../../fuzz/seeds/elf_symbols/dwarf-inline-zlib")[..],
+        ] {
+            let lines = SourceLines::parse(bytes).unwrap().expect("line tables");
+            let at = |vaddr| {
+                lines
+                    .frames(vaddr)
+                    .into_iter()
+                    .map(|f| {
+                        let file = f.file.unwrap_or_default();
+                        assert!(file.ends_with("/inline.c"), "{file}");
+                        (f.function.unwrap_or_default(), f.line.unwrap_or(0))
+                    })
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(at(0x401010), [("inner".into(), 1), ("outer".into(), 2)]);
+            assert_eq!(at(0x401000), [("outer".to_string(), 2)]);
+            assert!(at(0x10).is_empty());
+        }
+    }
+
     #[test]
     fn names_and_paths_are_cut_at_a_character_boundary() {
         let long = "é".repeat(TEXT_MAX_CHARS + 10);
