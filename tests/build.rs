@@ -8,7 +8,8 @@
 //! `cg-many` (1,000 tiny functions, generated here); for the late-attach tests
 //! `cgdlopen` (`CG_DLOPEN`), which loads `libcgdl.so` (`CG_DL_LIB`, in a directory of its own,
 //! outside any library search path) with dlopen() during the run. The symbol tests' programs:
-//! `cg-exit` (`CG_EXIT`: short processes with an anonymous frame in every stack) and
+//! `cg-exit` (`CG_EXIT`: short processes with an anonymous frame in every stack),
+//! `cg-lines` (`CG_LINES`: -O0 -g, a function inlined into another, for source lines), and
 //! `cg-strip` stripped of its symbol table three ways, each with a build id of its own:
 //! with a separate debug file to be installed by build id (`CG_STRIP_BUILDID`, its debug file
 //! `CG_STRIP_BUILDID_DEBUG`, its id `CG_STRIP_BUILD_ID`), with a `.gnu_debuglink` to
@@ -35,6 +36,7 @@ fn main() {
         "c/cgstrip.c",
         "c/cgunwind.c",
         "rs/cgunwind.rs",
+        "c/cglines.c",
     ] {
         println!("cargo:rerun-if-changed={file}");
     }
@@ -112,6 +114,13 @@ fn main() {
     std::fs::write(&many_source, many_functions(1000)).expect("writing cg-many.c");
     let many = program("cg-many", &many_source, &[]);
     let dlopen = program("cgdlopen", &PathBuf::from("c/cgdlopen.c"), &["-ldl"]);
+    let lines = program(
+        "cg-lines",
+        &PathBuf::from("c/cglines.c"),
+        // -O0: every function keeps its frame (GCC drops a leaf's at -O1 whatever the
+        // flags), and always_inline still inlines.
+        &["-O0", "-fno-omit-frame-pointer", "-fcf-protection=none"],
+    );
     let unoptimised = cc::Build::new().opt_level(0).get_compiler();
     let exit = out.join("cg-exit");
     run(unoptimised
@@ -153,6 +162,7 @@ fn main() {
         ("CG_DLOPEN", dlopen),
         ("CG_DL_LIB", dl_lib),
         ("CG_EXIT", exit),
+        ("CG_LINES", lines),
         ("CG_STRIP_BUILDID", strip.build_id),
         ("CG_STRIP_BUILDID_DEBUG", strip.build_id_debug),
         ("CG_STRIP_LINK", strip.link),

@@ -9,7 +9,7 @@ use std::{
 
 use crate::{
     cli::{Cli, Command, FunctionArgs, ReportFormat, RunArgs, SourceArgs},
-    export::{csv, flamegraph, folded, html, json, summary},
+    export::{csv, flamegraph, folded, html, json, pprof, speedscope, summary},
     functions::{FunctionOptions, spec::FuncSpec},
     inventory, output,
     output::OutputError,
@@ -345,7 +345,7 @@ fn write_and_summarize(
             }
         }
     }
-    let function_outputs: [(&Option<PathBuf>, &str, WriteFn); 2] = [
+    let function_outputs: [(&Option<PathBuf>, &str, WriteFn); 4] = [
         (
             &args.functions.folded,
             "folded stacks",
@@ -356,6 +356,12 @@ fn write_and_summarize(
             "energy flamegraph",
             flamegraph::write_to_path,
         ),
+        (
+            &args.functions.speedscope,
+            "speedscope profile",
+            speedscope::write_to_path,
+        ),
+        (&args.functions.pprof, "pprof profile", pprof::write_to_path),
     ];
     for (path, what, write) in function_outputs {
         if let Some(path) = path {
@@ -482,7 +488,10 @@ fn option_before_top(run: &RunArgs) -> Option<&'static str> {
         ),
         (run.functions.folded.is_some(), "--folded"),
         (run.functions.flamegraph.is_some(), "--flamegraph"),
+        (run.functions.speedscope.is_some(), "--speedscope"),
+        (run.functions.pprof.is_some(), "--pprof"),
         (!run.functions.debug_dir.is_empty(), "--debug-dir"),
+        (run.functions.no_lines, "--no-lines"),
         (run.repeat.repeat.is_some(), "--repeat"),
         (!run.repeat.max_energy.is_empty(), "--max-energy"),
         (!run.repeat.max_power.is_empty(), "--max-power"),
@@ -550,6 +559,8 @@ pub fn run_config(args: &RunArgs, invoker: &Invoker) -> Result<RunConfig, String
         (&args.html, "--html"),
         (&args.functions.folded, "--folded"),
         (&args.functions.flamegraph, "--flamegraph"),
+        (&args.functions.speedscope, "--speedscope"),
+        (&args.functions.pprof, "--pprof"),
         (&args.view.command_output, "--command-output"),
     ];
     for (i, (a, a_name)) in outputs.iter().enumerate() {
@@ -739,6 +750,8 @@ fn function_options(args: &FunctionArgs, invoker: &Invoker) -> Result<FunctionOp
     for (path, what) in [
         (&args.folded, "--folded"),
         (&args.flamegraph, "--flamegraph"),
+        (&args.speedscope, "--speedscope"),
+        (&args.pprof, "--pprof"),
     ] {
         if let Some(path) = path {
             check_output(path, what, invoker)?;
@@ -767,11 +780,16 @@ fn function_options(args: &FunctionArgs, invoker: &Invoker) -> Result<FunctionOp
     Ok(FunctionOptions {
         specs,
         func_limit: args.func_limit,
-        profile: args.profile || args.folded.is_some() || args.flamegraph.is_some(),
+        profile: args.profile
+            || args.folded.is_some()
+            || args.flamegraph.is_some()
+            || args.speedscope.is_some()
+            || args.pprof.is_some(),
         sample_hz: args.sample_hz,
         stacks: args.stacks,
         top: args.top_functions,
         bench_empty_probes: args.bench_empty_func,
+        lines: !args.no_lines,
         debug_dirs: if args.debug_dir.is_empty() {
             crate::functions::debuginfo::DebugDirs::default()
         } else {

@@ -581,6 +581,21 @@ pub struct FunctionArgs {
     #[arg(long, value_name = "FILE.svg")]
     pub flamegraph: Option<PathBuf>,
 
+    /// Write the profile for speedscope: JSON, energy in joules and on-CPU time (implies
+    /// --profile)
+    #[arg(long, value_name = "FILE.json")]
+    pub speedscope: Option<PathBuf>,
+
+    /// Write the profile for pprof, Pyroscope and Parca: gzipped protobuf, energy in
+    /// microjoules and on-CPU time in nanoseconds (implies --profile)
+    #[arg(long, value_name = "FILE.pb.gz")]
+    pub pprof: Option<PathBuf>,
+
+    /// Name native frames by function only, without the source lines and inlined functions
+    /// that line tables (DWARF) give
+    #[arg(long)]
+    pub no_lines: bool,
+
     /// Where separate debug files of stripped binaries are looked up (repeatable, in order;
     /// replaces the default /usr/lib/debug): DIR/.build-id/xx/rest.debug by build id, and
     /// DIR/<the binary's folder>/<its .gnu_debuglink name>

@@ -1,12 +1,15 @@
 //! ELF files (executables and libraries a run probes or symbolizes, CPython interpreters):
 //! the input is the file. Checks what the callers rely on: functions sorted and findable at
 //! their own address, prologues and data values taken from the file itself, lookups that
-//! never panic.
+//! never panic; source lines (DWARF) read from the same file, with names and paths bounded.
 #![no_main]
 
 use std::path::Path;
 
-use cg_agent::functions::elf::ElfInfo;
+use cg_agent::functions::{
+    elf::ElfInfo,
+    lines::{SourceLines, TEXT_MAX_CHARS},
+};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -15,6 +18,7 @@ fuzz_target!(|data: &[u8]| {
         data,
         &["_PyRuntime", "Py_Version"],
     ) else {
+        source_lines(data, &[0, 1, u64::MAX]);
         return;
     };
     assert_eq!(elf.prologues.len(), elf.functions.len());
@@ -59,14 +63,29 @@ fuzz_target!(|data: &[u8]| {
     for s in &elf.segments {
         addresses.extend([s.vaddr, s.vaddr.wrapping_add(s.filesz), s.offset]);
     }
-    for address in addresses {
+    for &address in &addresses {
         let _ = elf.function_at(address);
         if let Some(offset) = elf.file_offset(address) {
             let _ = elf.vaddr_of_offset(offset);
         }
         let _ = elf.vaddr_of_offset(address);
     }
+    source_lines(data, &addresses);
 });
+
+/// Looks `addresses` up in the file's line tables, if it has any.
+fn source_lines(data: &[u8], addresses: &[u64]) {
+    let Ok(Some(lines)) = SourceLines::parse(data) else {
+        return;
+    };
+    for &address in addresses.iter().take(256) {
+        for frame in lines.frames(address) {
+            for text in [&frame.function, &frame.file].into_iter().flatten() {
+                assert!(text.chars().count() <= TEXT_MAX_CHARS);
+            }
+        }
+    }
+}
 
 /// A prologue without the zero padding after the bytes the file had.
 fn trimmed(prologue: &[u8; 16]) -> &[u8] {

@@ -17,6 +17,8 @@ use std::{
 
 use serde_json::Value;
 
+pub mod pprof;
+
 /// `target/<profile>` of the build that produced this test binary.
 pub fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");

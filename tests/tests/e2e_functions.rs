@@ -394,7 +394,7 @@ fn sampled_energy_follows_the_work_and_adds_up_with_folded_stacks_and_a_flamegra
     assert!(
         lines
             .iter()
-            .any(|(s, _)| s.ends_with(";cg_work_b;cg_burn") || s.contains(";cg_work_b;")),
+            .any(|(s, _)| s.contains(";cg_work_b;") || s.contains(";cg_work_b (cgfuncs.c:")),
         "{lines:?}"
     );
     // The flamegraph is well-formed SVG naming the functions.
@@ -493,5 +493,210 @@ fn python_functions_get_energy_in_the_proportions_of_their_work() {
         );
         let seen = &report["meta"]["function_profiling"]["sampling"]["python"];
         assert_eq!(seen[0]["python_frames"], true, "{seen:#}");
+    }
+}
+
+/// Folded lines as a map from stack to microjoules.
+fn folded_map(path: &Path) -> BTreeMap<String, u64> {
+    let text = std::fs::read_to_string(path).expect("folded file");
+    let mut map = BTreeMap::new();
+    for (stack, uj) in parse_folded(&text) {
+        *map.entry(stack).or_insert(0) += uj;
+    }
+    map
+}
+
+/// The speedscope file's stacks (frame names joined by `;`, as folded) with their energy
+/// in joules, after checking its shape against speedscope's file format.
+fn speedscope_stacks(file: &Value) -> (BTreeMap<String, f64>, f64) {
+    assert_eq!(
+        file["$schema"],
+        "https://www.speedscope.app/file-format-schema.json"
+    );
+    let frames: Vec<&str> = file["shared"]["frames"]
+        .as_array()
+        .expect("shared.frames")
+        .iter()
+        .map(|f| f["name"].as_str().expect("a frame's name"))
+        .collect();
+    let profiles = file["profiles"].as_array().expect("profiles");
+    assert_eq!(profiles.len(), 2, "energy and CPU time");
+    let (energy, cpu) = (&profiles[0], &profiles[1]);
+    for p in profiles {
+        assert_eq!(p["type"], "sampled");
+        let samples = p["samples"].as_array().unwrap();
+        assert_eq!(samples.len(), p["weights"].as_array().unwrap().len());
+        let weights: f64 = p["weights"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w.as_f64().unwrap())
+            .sum();
+        ratio_near(
+            "endValue / weights",
+            num(p, "/endValue") / weights,
+            1.0,
+            1e-9,
+        );
+    }
+    assert_eq!(cpu["unit"], "nanoseconds");
+    let name = energy["name"].as_str().unwrap();
+    assert!(
+        name.contains("joules") && name.contains("ESTIMATED"),
+        "{name}"
+    );
+    let mut stacks = BTreeMap::new();
+    for (sample, weight) in energy["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(energy["weights"].as_array().unwrap())
+    {
+        let names: Vec<&str> = sample
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| frames[i.as_u64().unwrap() as usize])
+            .collect();
+        *stacks.entry(names.join(";")).or_insert(0.0) += weight.as_f64().unwrap();
+    }
+    let cpu_ns: f64 = cpu["weights"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w.as_f64().unwrap())
+        .sum();
+    (stacks, cpu_ns)
+}
+
+#[test]
+fn speedscope_and_pprof_profiles_hold_the_folded_stacks_energy_and_cpu_time() {
+    require_root();
+    let funcs = funcs();
+    let dir = tempfile::tempdir().unwrap();
+    let (folded, speedscope, pprof) = (
+        dir.path().join("energy.folded"),
+        dir.path().join("energy.speedscope.json"),
+        dir.path().join("energy.pb.gz"),
+    );
+    let run = cg_trace(&[
+        "--source",
+        "model",
+        "--model-watts",
+        "10:30",
+        "--sample-hz",
+        "999",
+        "--folded",
+        folded.to_str().unwrap(),
+        "--speedscope",
+        speedscope.to_str().unwrap(),
+        "--pprof",
+        pprof.to_str().unwrap(),
+        "--",
+        &funcs,
+        "--calls",
+        "100",
+        "--units",
+        "40",
+    ]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let report = run.report();
+    let pid = root_pid(report);
+    let folded = folded_map(&folded);
+    let folded_uj: u64 = folded.values().sum();
+    assert!(
+        folded
+            .keys()
+            .any(|s| s.starts_with(&format!("cg-funcs {pid};")) && s.contains(";cg_work_b (")),
+        "{folded:?}"
+    );
+
+    // speedscope: every folded stack with the same energy (µJ there, J here).
+    // Not a report: speedscope's own format.
+    let file: Value = serde_json::from_slice(&std::fs::read(&speedscope).expect("speedscope"))
+        .expect("the speedscope file is JSON");
+    let (stacks, cpu_ns) = speedscope_stacks(&file);
+    for (stack, &uj) in &folded {
+        let j = stacks
+            .get(stack)
+            .unwrap_or_else(|| panic!("{stack} not in the speedscope profile"));
+        assert_eq!((j * 1e6).round() as u64, uj, "{stack}");
+    }
+    // Stacks under 1 µJ are left out of folded files only.
+    let speedscope_uj = stacks.values().sum::<f64>() * 1e6;
+    assert!(
+        (speedscope_uj - folded_uj as f64).abs() <= stacks.len() as f64,
+        "speedscope {speedscope_uj} µJ, folded {folded_uj} µJ"
+    );
+    // The CPU profile adds up to the targets' on-CPU time (sampled and [unsampled]).
+    let targets_cpu_s: f64 = report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| num(p, "/cpu_time_s"))
+        .sum();
+    ratio_near(
+        "speedscope CPU / targets' CPU",
+        cpu_ns / 1e9 / targets_cpu_s,
+        1.0,
+        0.02,
+    );
+
+    // pprof: decoded apart from cg-trace's writer, energy in whole µJ per stack as folded.
+    let profile = cg_tests::pprof::decode_gz(&std::fs::read(&pprof).expect("pprof file"))
+        .unwrap_or_else(|e| panic!("the pprof file does not decode: {e}"));
+    assert_eq!(
+        profile.sample_types,
+        [
+            ("energy".to_string(), "microjoules".to_string()),
+            ("cpu".to_string(), "nanoseconds".to_string())
+        ]
+    );
+    assert_eq!(profile.default_sample_type, "energy");
+    assert!(
+        profile.comments.iter().any(|c| c.contains("ESTIMATED")),
+        "{:?}",
+        profile.comments
+    );
+    let mut pprof_uj: BTreeMap<String, u64> = BTreeMap::new();
+    let mut pprof_cpu_ns = 0;
+    for sample in &profile.samples {
+        assert_eq!(sample.values.len(), 2);
+        let stack = profile.stack(sample).unwrap().join(";");
+        let pid_label = sample.num_labels.iter().find(|(k, _)| k == "pid");
+        assert!(
+            pid_label.is_some_and(|(_, v)| stack.contains(&format!(" {v}"))),
+            "{stack}: {:?}",
+            sample.num_labels
+        );
+        *pprof_uj.entry(stack).or_insert(0) += sample.values[0] as u64;
+        pprof_cpu_ns += sample.values[1];
+    }
+    pprof_uj.retain(|_, uj| *uj > 0);
+    assert_eq!(pprof_uj, folded);
+    ratio_near(
+        "pprof CPU / speedscope CPU",
+        pprof_cpu_ns as f64 / cpu_ns,
+        1.0,
+        1e-3,
+    );
+
+    // `go tool pprof` reads it too, where Go is installed.
+    let go = std::process::Command::new("go")
+        .args(["tool", "pprof", "-top", "-sample_index=energy"])
+        .arg(&pprof)
+        .env("HOME", dir.path())
+        .output();
+    if let Ok(out) = go {
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.contains("cg_burn") && text.contains("microjoules"),
+            "{text}"
+        );
     }
 }

@@ -2,9 +2,10 @@
 //! sampling keep their names, no function claims addresses outside its section (`_fini`),
 //! stripped binaries are named from their separate debug files (by build id, under a
 //! `--debug-dir` or the default `/usr/lib/debug`; by `.gnu_debuglink`) or MiniDebugInfo, and
-//! what no symbol covers says its file and address. Root, real eBPF, real processes; energy
-//! from the built-in model. Checks are on shares of energy with wide margins, never on
-//! speed. Run serially (`--test-threads=1`).
+//! what no symbol covers says its file and address; frames of files with line tables say
+//! their source line, inlined functions included (and `--no-lines` leaves lines out). Root,
+//! real eBPF, real processes; energy from the built-in model. Checks are on shares of
+//! energy with wide margins, never on speed. Run serially (`--test-threads=1`).
 
 use std::{
     collections::BTreeMap,
@@ -212,9 +213,12 @@ fn a_stripped_binary_is_named_from_its_build_id_debug_file_and_without_it_by_add
         &folded,
     );
     assert_named(&report, "build id under --debug-dir");
+    // Callers named too, with their source lines from the debug file's line tables.
     let text = std::fs::read_to_string(&folded).unwrap();
     assert!(
-        text.lines().any(|l| l.contains("strip_driver;strip_heavy")),
+        text.lines()
+            .any(|l| l.contains(";strip_driver (cgstrip.c:")
+                && l.contains(";strip_heavy (cgstrip.c:")),
         "callers named too:\n{text}"
     );
 }
@@ -294,4 +298,120 @@ fn a_debug_dir_that_is_no_folder_exits_2_before_tracing() {
         );
         assert!(run.report.is_none(), "{bad}: a report was written");
     }
+}
+
+/// The line of `tests/c/cglines.c` that holds `LINE:marker`.
+fn cglines_line(marker: &str) -> usize {
+    let tag = format!("LINE:{marker} ");
+    include_str!("../c/cglines.c")
+        .lines()
+        .position(|l| l.contains(&tag))
+        .unwrap_or_else(|| panic!("no {tag} in cglines.c"))
+        + 1
+}
+
+/// Folded lines of process `pid` as (frames, microjoules).
+fn folded_of(path: &Path, pid: u64) -> Vec<(Vec<String>, u64)> {
+    let root = format!("cg-lines {pid};");
+    std::fs::read_to_string(path)
+        .expect("folded file")
+        .lines()
+        .filter_map(|line| line.strip_prefix(&root))
+        .map(|line| {
+            let (stack, uj) = line.rsplit_once(' ').expect("a folded count");
+            (
+                stack.split(';').map(str::to_string).collect(),
+                uj.parse().expect("an integer count"),
+            )
+        })
+        .collect()
+}
+
+/// Of the energy of the stacks whose last frame is `function` (with or without a line),
+/// the share of those whose last frames are exactly `tail`.
+fn tail_share(stacks: &[(Vec<String>, u64)], function: &str, tail: &[String]) -> f64 {
+    let ends_in = |frames: &Vec<String>| {
+        frames
+            .last()
+            .is_some_and(|f| f.starts_with(&format!("{function} ")) || f == function)
+    };
+    let all: u64 = stacks
+        .iter()
+        .filter(|(f, _)| ends_in(f))
+        .map(|(_, e)| e)
+        .sum();
+    let with: u64 = stacks
+        .iter()
+        .filter(|(f, _)| f.ends_with(tail))
+        .map(|(_, e)| e)
+        .sum();
+    assert!(all > 0, "no stack ends in {function}: {stacks:?}");
+    with as f64 / all as f64
+}
+
+#[test]
+fn native_frames_say_their_source_line_and_inlined_functions_are_frames_of_their_own() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let folded = dir.path().join("lines.folded");
+    let report = profile(env!("CG_LINES"), &["400"], &[], &folded);
+    let pid = root_pid(&report) as u64;
+    let stacks = folded_of(&folded, pid);
+    let at =
+        |function: &str, marker: &str| format!("{function} (cglines.c:{})", cglines_line(marker));
+    // The leaf's samples are on its loop's line, called from main's line that calls it.
+    let leaf = [at("main", "main-leaf"), at("cg_lines_leaf", "leaf")];
+    let share = tail_share(&stacks, "cg_lines_leaf", &leaf);
+    assert!(
+        share > 0.9,
+        "{share:.2} of cg_lines_leaf's energy at {leaf:?}: {stacks:?}"
+    );
+    // The inlined function is a frame of its own, at its loop's line, inside the line of
+    // the function it was inlined into, called from main.
+    let inlined = [
+        at("main", "main-outer"),
+        at("cg_lines_outer", "outer"),
+        format!("{} (inlined)", at("cg_lines_inner", "inner")),
+    ];
+    let share = tail_share(&stacks, "cg_lines_inner", &inlined);
+    assert!(
+        share > 0.9,
+        "{share:.2} of cg_lines_inner's energy at {inlined:?}: {stacks:?}"
+    );
+    // Function figures stay one entry per function, the inlined one included.
+    let self_j = self_energy(&report, pid);
+    for function in ["main", "cg_lines_leaf", "cg_lines_outer", "cg_lines_inner"] {
+        let entries = report["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["pid"].as_u64() == Some(pid) && f["symbol"] == function)
+            .count();
+        assert_eq!(entries, 1, "{function}: {:#}", report["functions"]);
+    }
+    // Both halves do the same work for the same time: the inlined loop holds its half.
+    let inner = self_j["cg_lines_inner"] / self_j["cg_lines_leaf"];
+    assert!(
+        (0.5..2.0).contains(&inner),
+        "inner / leaf self energy {inner:.2}"
+    );
+
+    // --no-lines: functions only, the inlined loop charged to the function it is in.
+    let folded = dir.path().join("no-lines.folded");
+    let report = profile(env!("CG_LINES"), &["200"], &["--no-lines"], &folded);
+    let pid = root_pid(&report) as u64;
+    let stacks = folded_of(&folded, pid);
+    assert!(
+        stacks
+            .iter()
+            .all(|(f, _)| f.iter().all(|f| !f.contains("cglines.c"))),
+        "{stacks:?}"
+    );
+    let share = tail_share(
+        &stacks,
+        "cg_lines_outer",
+        &["main".into(), "cg_lines_outer".into()],
+    );
+    assert!(share > 0.9, "{share:.2}: {stacks:?}");
+    assert!(!self_energy(&report, pid).contains_key("cg_lines_inner"));
 }

@@ -26,7 +26,7 @@ pub fn lines(report: &Report) -> Vec<String> {
             let mut line = format!("{} {}", clean(&s.comm), s.pid);
             for frame in &s.frames {
                 line.push(';');
-                line.push_str(&clean(frame));
+                line.push_str(&clean(&frame.label()));
             }
             Some(format!("{line} {uj:.0}"))
         })

@@ -158,6 +158,22 @@ pub enum Check {
     Crc(u32, Option<Vec<u8>>),
 }
 
+impl Check {
+    /// Whether the whole debug file `bytes` passes the check.
+    pub fn passes(&self, bytes: &[u8]) -> bool {
+        let id = ElfFile64::<Endianness>::parse(bytes)
+            .ok()
+            .and_then(|elf| elf.build_id().ok().flatten().map(<[u8]>::to_vec));
+        match self {
+            Check::BuildId(expected) => id.as_ref() == Some(expected),
+            Check::Crc(crc, expected) => {
+                crc32fast::hash(bytes) == *crc
+                    && !matches!((expected, &id), (Some(e), Some(id)) if e != id)
+            }
+        }
+    }
+}
+
 /// The function symbols of the first candidate debug file that exists and passes its
 /// check. Candidates that exist but fail are said in `notes`.
 pub fn find_debug_symbols(

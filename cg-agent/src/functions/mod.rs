@@ -8,6 +8,7 @@
 
 pub mod debuginfo;
 pub mod elf;
+pub mod lines;
 pub mod maps;
 pub mod python;
 pub mod resolve;
@@ -47,6 +48,8 @@ pub struct FunctionOptions {
     pub bench_empty_probes: bool,
     /// `--debug-dir`: where separate debug files are looked up.
     pub debug_dirs: debuginfo::DebugDirs,
+    /// Native frames named down to their source lines (`--no-lines` turns it off).
+    pub lines: bool,
 }
 
 impl Default for FunctionOptions {
@@ -60,6 +63,7 @@ impl Default for FunctionOptions {
             top: DEFAULT_TOP_FUNCTIONS,
             bench_empty_probes: false,
             debug_dirs: debuginfo::DebugDirs::default(),
+            lines: true,
         }
     }
 }

@@ -20,6 +20,7 @@ use std::{
     io::Read,
     os::unix::fs::{MetadataExt, OpenOptionsExt},
     path::{Path, PathBuf},
+    rc::Rc,
     sync::Arc,
 };
 
@@ -28,6 +29,7 @@ use serde::Serialize;
 use super::{
     debuginfo::{self, DebugDirs, SymbolSource},
     elf::ElfInfo,
+    lines::{DWARF_TOTAL_MAX_BYTES, SourceLines},
     maps::ProcMaps,
 };
 
@@ -51,37 +53,76 @@ pub struct Frame {
     pub symbol: String,
     /// The binary or library's file name, `[kernel]`, or a Python function's source file.
     pub module: String,
-    /// A Python function's first line.
+    /// A Python function's first line; a native frame's source line (with `file`).
     pub line: Option<u32>,
+    /// A native frame's source file, from the binary's line tables (`--no-lines` leaves it
+    /// out).
+    pub file: Option<String>,
+    /// A native frame of a function inlined into its caller (the next frame out).
+    pub inlined: bool,
     pub kind: FrameKind,
 }
 
 impl Frame {
-    pub fn unknown(module: &str) -> Self {
+    /// A frame of `kind` named `symbol` in `module`, without source line.
+    pub fn named(symbol: String, module: String, kind: FrameKind) -> Self {
         Frame {
-            symbol: "[unknown]".into(),
-            module: module.into(),
+            symbol,
+            module,
             line: None,
-            kind: FrameKind::Unknown,
+            file: None,
+            inlined: false,
+            kind,
         }
+    }
+
+    pub fn unknown(module: &str) -> Self {
+        Frame::named("[unknown]".into(), module.into(), FrameKind::Unknown)
+    }
+
+    /// The frame of a process's energy that no sample carried ([`UNSAMPLED`]).
+    ///
+    /// [`UNSAMPLED`]: crate::report::functions::UNSAMPLED
+    pub fn unsampled() -> Self {
+        Frame::named(
+            crate::report::functions::UNSAMPLED.into(),
+            String::new(),
+            FrameKind::Unknown,
+        )
     }
 
     /// A frame in file `module` that no symbol covers, at `address` (the address in the
     /// file's own address space, what `addr2line -e FILE`, `nm` and `objdump` use; the file
     /// offset when the file could not be read): `gzip+0x1a2f0`, as perf says it.
     pub fn unknown_at(module: &str, address: u64) -> Self {
-        Frame {
-            symbol: format!("{module}+{address:#x}"),
-            module: module.into(),
-            line: None,
-            kind: FrameKind::Unknown,
+        Frame::named(
+            format!("{module}+{address:#x}"),
+            module.into(),
+            FrameKind::Unknown,
+        )
+    }
+
+    /// The frame of the function this frame is a line of (itself when it has no source
+    /// line): what function figures add up over.
+    pub fn function(&self) -> Self {
+        match self.kind {
+            FrameKind::Native => Frame::named(self.symbol.clone(), self.module.clone(), self.kind),
+            _ => self.clone(),
         }
     }
 
-    /// How the frame reads in folded stacks and flamegraphs.
+    /// How the frame reads in folded stacks and flamegraphs: `function`, a Python
+    /// function's `qualname (file.py:FIRST_LINE)`, a native frame's `function (file.c:LINE)`
+    /// (`(inlined)` after it when it was inlined, as perf says it).
     pub fn label(&self) -> String {
         match (self.kind, self.line) {
             (FrameKind::Python, Some(line)) => format!("{} ({}:{line})", self.symbol, self.module),
+            (FrameKind::Native, Some(line)) if self.file.is_some() => format!(
+                "{} ({}:{line}){}",
+                self.symbol,
+                self.file.as_deref().map_or("", base_name),
+                if self.inlined { " (inlined)" } else { "" }
+            ),
             (FrameKind::Kernel, _) => format!("{} [k]", self.symbol),
             (FrameKind::Unknown, _) if self.symbol == "[unknown]" => {
                 format!("[unknown] ({})", self.module)
@@ -278,6 +319,22 @@ pub struct Symbolizer {
     by_function: HashMap<(usize, usize), FrameId>,
     /// Kernel symbol index -> frame.
     by_kernel_symbol: HashMap<usize, FrameId>,
+    /// Whether native frames are named down to their source lines (and inlined functions).
+    lines: bool,
+    /// (file, address in it) -> frames, innermost first, when `lines`.
+    by_address: HashMap<(usize, u64), Vec<FrameId>>,
+    /// Each file's line tables (`None`: it has none, or they could not be read).
+    line_tables: HashMap<usize, Option<Rc<SourceLines>>>,
+    /// DWARF bytes the line tables keep, all files together.
+    line_bytes: u64,
+}
+
+/// Where a native address was found: the file (by its [`ElfInfo`]'s address, as the
+/// caches key it), its path, and the address in the file's own address space.
+struct InFile {
+    elf: usize,
+    path: Arc<PathBuf>,
+    vaddr: u64,
 }
 
 impl Symbolizer {
@@ -306,6 +363,13 @@ impl Symbolizer {
         self.sources.push((path.to_path_buf(), source));
         self.elfs.insert(path.to_path_buf(), elf.clone());
         elf
+    }
+
+    /// Names native frames down to their source lines and inlined functions where the
+    /// files have line tables ([`Symbolizer::native_frames`]).
+    pub fn with_lines(mut self, lines: bool) -> Self {
+        self.lines = lines;
+        self
     }
 
     /// Where each file read so far got its function symbols.
@@ -384,6 +448,112 @@ impl Symbolizer {
         address: u64,
         return_address: bool,
     ) -> FrameId {
+        self.native_in_file(pid, maps, address, return_address).0
+    }
+
+    /// The frames at a user-space address of process `pid`, innermost first: with lines
+    /// on and line tables in the file (or its debug file), the functions inlined there, each
+    /// at its line, then the function they were inlined into at its line; else the one frame
+    /// [`Symbolizer::native`] gives. Each line's function has a frame of its own too (see
+    /// [`function_frames`]).
+    pub fn native_frames(
+        &mut self,
+        pid: u32,
+        maps: Option<&ProcMaps>,
+        address: u64,
+        return_address: bool,
+    ) -> Vec<FrameId> {
+        let (function, found) = self.native_in_file(pid, maps, address, return_address);
+        let Some(at) = found.filter(|_| self.lines) else {
+            return vec![function];
+        };
+        if let Some(ids) = self.by_address.get(&(at.elf, at.vaddr)) {
+            return ids.clone();
+        }
+        let ids = self.line_frames(function, &at);
+        self.by_address.insert((at.elf, at.vaddr), ids.clone());
+        ids
+    }
+
+    /// The frames of `function` at `at` from its file's line tables, innermost first.
+    fn line_frames(&mut self, function: FrameId, at: &InFile) -> Vec<FrameId> {
+        let Some(lines) = self.line_tables(at) else {
+            return vec![function];
+        };
+        let found = lines.frames(at.vaddr);
+        if found.iter().all(|f| f.line.is_none() || f.file.is_none()) {
+            return vec![function];
+        }
+        let outer = self.frame(function).clone();
+        let last = found.len() - 1;
+        let mut ids = Vec::with_capacity(found.len());
+        for (i, f) in found.into_iter().enumerate() {
+            let inlined = i < last;
+            // The function itself keeps its symbol table name, as without lines.
+            let symbol = match f.function {
+                Some(name) if inlined => name,
+                _ if inlined => "[unknown inlined]".into(),
+                _ => outer.symbol.clone(),
+            };
+            let frame = Frame {
+                line: f.line,
+                file: f.file,
+                inlined,
+                ..Frame::named(symbol, outer.module.clone(), FrameKind::Native)
+            };
+            // Its function's frame exists before its lines' (see `function_frames`).
+            self.intern(frame.function());
+            ids.push(self.intern(frame));
+        }
+        ids
+    }
+
+    /// The line tables of the file of `at`: its own DWARF, else its separate debug file's
+    /// (the one its symbols came from); read once per file.
+    fn line_tables(&mut self, at: &InFile) -> Option<Rc<SourceLines>> {
+        if let Some(known) = self.line_tables.get(&at.elf) {
+            return known.clone();
+        }
+        let debug_file = self.sources.iter().find_map(|(path, source)| match source {
+            SymbolSource::DebugFile(debug) if path == at.path.as_ref() => Some(debug.clone()),
+            _ => None,
+        });
+        let read = super::lines::read(&at.path, debug_file.as_deref(), &self.debug_dirs);
+        let lines = match read {
+            Ok(Some(lines)) if self.line_bytes + lines.bytes > DWARF_TOTAL_MAX_BYTES => {
+                self.notes.push(format!(
+                    "{}: source lines not read: the line tables of this run's files would \
+                     take more than {} MiB; its frames are named without lines",
+                    at.path.display(),
+                    DWARF_TOTAL_MAX_BYTES >> 20
+                ));
+                None
+            }
+            Ok(lines) => lines.map(|lines| {
+                self.line_bytes += lines.bytes;
+                Rc::new(lines)
+            }),
+            Err(err) => {
+                self.notes.push(format!(
+                    "{}: source lines not read: {err}; its frames are named without lines",
+                    at.path.display()
+                ));
+                None
+            }
+        };
+        self.line_tables.insert(at.elf, lines.clone());
+        lines
+    }
+
+    /// [`Symbolizer::native`], and where the address was found when a function symbol of
+    /// a file covers it.
+    fn native_in_file(
+        &mut self,
+        pid: u32,
+        maps: Option<&ProcMaps>,
+        address: u64,
+        return_address: bool,
+    ) -> (FrameId, Option<InFile>) {
         let lookup = if return_address {
             address.saturating_sub(1)
         } else {
@@ -411,22 +581,22 @@ impl Symbolizer {
                     if !self.unnamed_files.contains(&module) {
                         self.unnamed_files.insert(module);
                     }
-                    return self.intern(frame);
+                    return (self.intern(frame), None);
                 };
+                let at = vaddr.map(|vaddr| InFile {
+                    elf: key.0,
+                    path: path.clone(),
+                    vaddr,
+                });
                 if let Some(&id) = self.by_function.get(&key) {
-                    return id;
+                    return (id, at);
                 }
                 let symbol = elf.map_or_else(String::new, |e| e.functions[key.1].name.clone());
-                let id = self.intern(Frame {
-                    symbol,
-                    module: file_name(&path),
-                    line: None,
-                    kind: FrameKind::Native,
-                });
+                let id = self.intern(Frame::named(symbol, file_name(&path), FrameKind::Native));
                 self.by_function.insert(key, id);
-                id
+                (id, at)
             }
-            Some((_, pseudo)) => self.intern(Frame::unknown(&pseudo.to_string_lossy())),
+            Some((_, pseudo)) => (self.intern(Frame::unknown(&pseudo.to_string_lossy())), None),
             None => {
                 let (dir, owners, notes) =
                     (&self.perf_map_dir, &self.perf_map_owners, &mut self.notes);
@@ -442,17 +612,12 @@ impl Symbolizer {
                     })
                 });
                 let frame = match map.as_ref().and_then(|m| m.find(lookup)) {
-                    Some(name) => Frame {
-                        symbol: name.to_string(),
-                        module: "[jit]".into(),
-                        line: None,
-                        kind: FrameKind::Jit,
-                    },
+                    Some(name) => Frame::named(name.to_string(), "[jit]".into(), FrameKind::Jit),
                     // No map was ever read: the process exited before its first read.
                     None if maps.is_none() => Frame::unknown("[no memory map]"),
                     None => Frame::unknown("[anon]"),
                 };
-                self.intern(frame)
+                (self.intern(frame), None)
             }
         }
     }
@@ -469,12 +634,7 @@ impl Symbolizer {
             return id;
         }
         let symbol = kallsyms.symbols[index].1.clone();
-        let id = self.intern(Frame {
-            symbol,
-            module: "[kernel]".into(),
-            line: None,
-            kind: FrameKind::Kernel,
-        });
+        let id = self.intern(Frame::named(symbol, "[kernel]".into(), FrameKind::Kernel));
         self.by_kernel_symbol.insert(index, id);
         id
     }
@@ -507,15 +667,22 @@ fn load_symbols(
 
 /// `cg-trace --bench-symbolize N` (for `cargo xtask bench`): names N synthetic samples, each
 /// a distinct stack of 8 to 24 addresses inside the functions of cg-trace's own executable and
-/// libraries, through the same path as a run's stacks (memory map, ELF symbols, interning).
-/// Real profiles repeat stacks and are cheaper: this is the worst case. Returns the line to
-/// print.
+/// libraries, through the same path as a run's stacks (memory map, ELF symbols, interning),
+/// by function only (`--no-lines`) and down to source lines (the default; only files with
+/// line tables, or whose debug files have them, cost more). Real profiles repeat stacks and
+/// are cheaper: this is the worst case. Returns the lines to print.
 pub fn bench(samples: usize) -> Result<String, String> {
+    let names = bench_with(samples, false)?;
+    let lines = bench_with(samples, true)?;
+    Ok(format!("{names}\n  with source lines: {lines}"))
+}
+
+fn bench_with(samples: usize, lines: bool) -> Result<String, String> {
     let pid = std::process::id();
     let maps =
         ProcMaps::read(Path::new("/proc"), pid).map_err(|e| format!("/proc/self/maps: {e}"))?;
     let started = std::time::Instant::now();
-    let mut symbolizer = Symbolizer::new();
+    let mut symbolizer = Symbolizer::new().with_lines(lines);
     // Addresses of functions in every mapped executable file.
     let mut targets: Vec<(u64, u64)> = Vec::new();
     for m in maps.mappings.iter().filter(|m| m.executable) {
@@ -563,9 +730,9 @@ pub fn bench(samples: usize) -> Result<String, String> {
         let ids: Vec<FrameId> = stack
             .iter()
             .enumerate()
-            .map(|(i, &a)| {
+            .flat_map(|(i, &a)| {
                 addresses += 1;
-                symbolizer.native(pid, Some(&maps), a, i > 0)
+                symbolizer.native_frames(pid, Some(&maps), a, i > 0)
             })
             .collect();
         let next_id = stack_ids.len() as u32;
@@ -576,11 +743,67 @@ pub fn bench(samples: usize) -> Result<String, String> {
     Ok(format!(
         "symbolized {samples} samples ({} distinct stacks, {addresses} addresses, {} distinct \
          frames) in {ms:.1} ms (measured), after {load_ms:.1} ms reading the symbol tables \
-         of {} functions",
+         of {} functions{}",
         stack_ids.len(),
         frames,
-        targets.len()
+        targets.len(),
+        if lines {
+            format!(
+                "; {} of {} files with line tables",
+                symbolizer
+                    .line_tables
+                    .values()
+                    .filter(|l| l.is_some())
+                    .count(),
+                symbolizer.line_tables.len()
+            )
+        } else {
+            String::new()
+        }
     ))
+}
+
+/// For each frame, the frame of its function (see [`Frame::function`]): itself unless it
+/// is a source line of a native function, whose frame [`Symbolizer::native_frames`] interns
+/// first. Function figures add up over these, so that a function's lines and inlined
+/// calls count once in it however many of them a stack holds.
+pub fn function_frames(frames: &[Frame]) -> Vec<FrameId> {
+    let mut functions: HashMap<Frame, FrameId> = HashMap::new();
+    frames
+        .iter()
+        .enumerate()
+        .map(|(i, frame)| {
+            let function = frame.function();
+            if function == *frame {
+                functions.entry(function).or_insert(i as FrameId);
+                i as FrameId
+            } else {
+                functions.get(&function).copied().unwrap_or(i as FrameId)
+            }
+        })
+        .collect()
+}
+
+/// `stacks` with each frame replaced by its function's ([`function_frames`]), index for
+/// index: what function figures are attributed over. Borrowed when no frame has a line.
+pub fn function_stacks<'a>(
+    frames: &[Frame],
+    stacks: &'a [Vec<FrameId>],
+) -> std::borrow::Cow<'a, [Vec<FrameId>]> {
+    if frames.iter().all(|f| f.function() == *f) {
+        return std::borrow::Cow::Borrowed(stacks);
+    }
+    let function = function_frames(frames);
+    let of = |id: FrameId| function.get(id as usize).copied().unwrap_or(id);
+    stacks
+        .iter()
+        .map(|stack| stack.iter().map(|&id| of(id)).collect())
+        .collect()
+}
+
+/// The last part of a `/`-separated path (a source file's name in frame labels).
+pub fn base_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
 }
 
 /// A path's file name, for module columns.
@@ -711,6 +934,40 @@ mod tests {
         assert_eq!(map.find(0xffffffff81002000), Some(""));
         assert_eq!(map.find(u64::MAX), Some(""));
         assert_eq!(map.find(0xffffffff81001fff), None);
+    }
+
+    #[test]
+    fn lines_and_inlined_calls_count_once_in_their_function() {
+        let native = |symbol: &str| Frame::named(symbol.into(), "app".into(), FrameKind::Native);
+        let at = |symbol: &str, line, inlined| Frame {
+            line: Some(line),
+            file: Some("/src/app.c".into()),
+            inlined,
+            ..native(symbol)
+        };
+        // Frames as `native_frames` interns them: each function before its lines.
+        let frames = vec![
+            native("main"),        // 0
+            at("main", 10, false), // 1
+            native("work"),        // 2
+            at("work", 20, false), // 3
+            native("step"),        // 4
+            at("step", 5, true),   // 5: step inlined into work
+            at("work", 21, false), // 6
+        ];
+        assert_eq!(function_frames(&frames), [0, 0, 2, 2, 4, 4, 2]);
+        assert_eq!(frames[5].label(), "step (app.c:5) (inlined)");
+        assert_eq!(frames[3].label(), "work (app.c:20)");
+        // main:10 -> work:20 -> step:5 (inlined), and work at two lines of one stack (recursion).
+        let stacks = vec![vec![1, 3, 5], vec![1, 3, 6]];
+        let by_function = function_stacks(&frames, &stacks);
+        assert_eq!(by_function.as_ref(), [vec![0, 2, 4], vec![0, 2, 2]]);
+        // Without lines the stacks are the function stacks already.
+        let plain = vec![vec![0, 1]];
+        assert!(matches!(
+            function_stacks(&[native("main"), native("work")], &plain),
+            std::borrow::Cow::Borrowed(_)
+        ));
     }
 
     #[test]

@@ -15,7 +15,12 @@ use crate::{
         ProcId,
         functions::{IntervalSpend, attribute_calls, attribute_samples},
     },
-    functions::{StackWalking, elf::FirstInstruction, returns::EntryOnly, symbolize::file_name},
+    functions::{
+        StackWalking,
+        elf::FirstInstruction,
+        returns::EntryOnly,
+        symbolize::{Frame, file_name, function_stacks},
+    },
     session::{Recording, functions::SamplerSummary},
     sources::Provenance,
 };
@@ -179,14 +184,18 @@ pub struct PythonEntry {
     pub python_frames: bool,
 }
 
-/// Energy of one sampled stack of one process (folded stacks, flamegraphs).
+/// Energy and on-CPU time of one sampled stack of one process (folded stacks, flamegraphs,
+/// speedscope and pprof profiles).
 #[derive(Clone, Debug, PartialEq)]
 pub struct StackEnergy {
     pub pid: u32,
     pub comm: String,
-    /// Frame labels, outermost first.
-    pub frames: Vec<String>,
+    /// The frames, outermost first.
+    pub frames: Vec<Frame>,
     pub energy_j: f64,
+    /// On-CPU time its samples stand for (measured: each thread's on-CPU time in an
+    /// interval divided equally over its samples there).
+    pub cpu_ns: f64,
     pub samples: u64,
 }
 
@@ -422,7 +431,9 @@ pub fn build(
 
     let mut stacks = Vec::new();
     let sampling = data.sampler.as_ref().map(|summary| {
-        let sampled = attribute_samples(spend, &data.intervals, &data.stacks);
+        // Function figures over functions; the stacks keep their lines.
+        let by_function = function_stacks(&data.frames, &data.stacks);
+        let sampled = attribute_samples(spend, &data.intervals, &by_function);
         for (&(process, frame), totals) in &sampled.frames {
             let Some(f) = data.frames.get(frame as usize) else {
                 continue;
@@ -478,8 +489,9 @@ pub fn build(
                 stacks.push(StackEnergy {
                     pid: pid(process),
                     comm,
-                    frames: vec![UNSAMPLED.into()],
+                    frames: vec![Frame::unsampled()],
                     energy_j: rest_j,
+                    cpu_ns: rest_ns as f64,
                     samples: 0,
                 });
             }
@@ -491,7 +503,7 @@ pub fn build(
                 .map(|ids| {
                     ids.iter()
                         .filter_map(|&id| data.frames.get(id as usize))
-                        .map(|f| f.label())
+                        .cloned()
                         .collect()
                 })
                 .unwrap_or_default();
@@ -504,6 +516,7 @@ pub fn build(
                 comm,
                 frames,
                 energy_j: totals.energy_j,
+                cpu_ns: totals.cpu_ns,
                 samples: totals.samples,
             });
         }

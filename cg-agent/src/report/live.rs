@@ -20,7 +20,7 @@ use crate::{
         idle::{IdleBaseline, PowerPoint, RestPower},
         split_interval,
     },
-    functions::symbolize::file_name,
+    functions::symbolize::{file_name, function_stacks},
     probes::Losses,
     session::{
         IdleWatts, Mode,
@@ -360,7 +360,8 @@ impl LiveModel {
         let calls = attribute_calls(spend, data)
             .into_iter()
             .map(|((p, func), t)| ((p, LiveFunctionKey::Probed(func)), t));
-        let samples = attribute_samples(spend, data, f.stacks)
+        let by_function = function_stacks(f.frames, f.stacks);
+        let samples = attribute_samples(spend, data, &by_function)
             .frames
             .into_iter()
             .map(|((p, frame), t)| ((p, LiveFunctionKey::Sampled(frame)), t));
@@ -1175,12 +1176,8 @@ mod tests {
             entry_only: None,
             spec: "compress".into(),
         }];
-        let frames = ["main", "compress"].map(|symbol| Frame {
-            symbol: symbol.into(),
-            module: "app".into(),
-            line: None,
-            kind: FrameKind::Native,
-        });
+        let frames = ["main", "compress"]
+            .map(|symbol| Frame::named(symbol.into(), "app".into(), FrameKind::Native));
         let stacks = [vec![0, 1], vec![0]];
         for i in 0..2 {
             let data = FunctionInterval {

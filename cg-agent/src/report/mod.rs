@@ -522,17 +522,15 @@ fn accounting_notes(report: &mut Report) {
 pub fn check_finite(report: &mut Report) {
     let mut found = finite::non_finite(report);
     // Folded stacks and flamegraphs are not in the JSON, but are figures all the same.
-    found.extend(
-        report
-            .stacks
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| !s.energy_j.is_finite())
-            .map(|(i, s)| finite::NonFinite {
-                path: format!("stacks[{i}].energy_j"),
-                value: s.energy_j,
-            }),
-    );
+    found.extend(report.stacks.iter().enumerate().flat_map(|(i, s)| {
+        [("energy_j", s.energy_j), ("cpu_ns", s.cpu_ns)]
+            .into_iter()
+            .filter(|(_, value)| !value.is_finite())
+            .map(move |(name, value)| finite::NonFinite {
+                path: format!("stacks[{i}].{name}"),
+                value,
+            })
+    }));
     if found.is_empty() {
         return;
     }

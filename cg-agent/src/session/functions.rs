@@ -489,7 +489,8 @@ impl FunctionSession {
     /// [`FunctionSession::live`] can show functions while the run goes on.
     pub fn name_as_we_go(&mut self) {
         self.live = Some(LiveNaming {
-            symbolizer: Symbolizer::with_debug_dirs(self.options.debug_dirs.clone()),
+            symbolizer: Symbolizer::with_debug_dirs(self.options.debug_dirs.clone())
+                .with_lines(self.options.lines),
             ..LiveNaming::default()
         });
     }
@@ -1098,7 +1099,8 @@ impl FunctionSession {
                 None => now,
             });
         let started = Instant::now();
-        let mut symbolizer = Symbolizer::with_debug_dirs(self.options.debug_dirs.clone());
+        let mut symbolizer = Symbolizer::with_debug_dirs(self.options.debug_dirs.clone())
+            .with_lines(self.options.lines);
         let mut stacks: Vec<Vec<FrameId>> = Vec::new();
         let mut stack_ids: HashMap<Vec<FrameId>, u32> = HashMap::new();
         let mut remap: Vec<u32> = Vec::with_capacity(self.raw.len());
@@ -1239,7 +1241,7 @@ impl FunctionSession {
                 addresses
                     .iter()
                     .enumerate()
-                    .map(|(i, &a)| symbolizer.native(raw.pid, maps, a, i > 0))
+                    .flat_map(|(i, &a)| symbolizer.native_frames(raw.pid, maps, a, i > 0))
                     .collect()
             })
             .unwrap_or_default();
@@ -1259,10 +1261,12 @@ impl FunctionSession {
                 for &code in codes.iter().rev().filter(|&&c| c != 0) {
                     let frame = match self.python_codes.get(&(raw.pid, raw.generation, code)) {
                         Some(f) => Frame {
-                            symbol: f.qualname.clone(),
-                            module: f.filename.clone(),
                             line: Some(f.line),
-                            kind: FrameKind::Python,
+                            ..Frame::named(
+                                f.qualname.clone(),
+                                f.filename.clone(),
+                                FrameKind::Python,
+                            )
                         },
                         None => Frame::unknown("[python]"),
                     };
