@@ -62,7 +62,8 @@ fn profile(program: &str, stacks: &str) -> Profile {
                 .split(';')
                 .skip(1) // "comm pid"
                 .filter(|f| !f.ends_with(" [k]"))
-                .map(str::to_string)
+                // A frame with a line table reads `function (file.c:LINE)`: the function.
+                .map(|f| f.split(" (").next().unwrap_or(f).to_string())
                 .collect();
             (frames, uj.parse().expect("integer µJ"))
         })
