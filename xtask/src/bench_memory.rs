@@ -10,7 +10,7 @@
 use std::{
     fs::File,
     io::{BufWriter, Read, Write},
-    net::{SocketAddr, TcpListener, TcpStream},
+    net::{SocketAddr, TcpStream},
     path::Path,
     process::{Child, Command, Stdio},
     thread::sleep,
@@ -132,20 +132,9 @@ fn processes_and_losses(report: &Path) -> Result<(usize, String)> {
 /// `cg-trace serve` through a fork storm: its RSS (its own metric, scraped every second)
 /// before, at the highest and 30 s after, and the events it lost.
 fn serve_under_storm(cg_trace: &Path) -> Result<()> {
-    let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
-    let mut child = Command::new(cg_trace)
-        .args(["serve", "--listen", &addr.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting cg-trace serve")?;
+    let (addr, mut child) = crate::bench_serve::start_serve(cg_trace)?;
     let result = serve_figures(addr, &mut child);
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let _ = child.wait();
+    crate::bench_serve::stop_serve(&mut child);
     result
 }
 

@@ -8,7 +8,8 @@
 use std::{
     io::{Read, Write},
     net::{SocketAddr, TcpListener, TcpStream},
-    process::{Command, Stdio},
+    path::Path,
+    process::{Child, Command, Stdio},
     thread::sleep,
     time::{Duration, Instant},
 };
@@ -27,16 +28,8 @@ pub fn run(quick: bool) -> Result<()> {
 }
 
 /// The exporter's own cost on this machine: `duration_s` between two scrapes.
-fn idle_cost(bin: &std::path::Path, duration_s: f64) -> Result<()> {
-    let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
-    let mut child = Command::new(bin)
-        .args(["serve", "--listen", &addr.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting cg-trace serve")?;
+fn idle_cost(bin: &Path, duration_s: f64) -> Result<()> {
+    let (addr, mut child) = start_serve(bin)?;
     let result = (|| -> Result<()> {
         let deadline = Instant::now() + Duration::from_secs(60);
         while scrape(addr, "/healthz").is_err() {
@@ -67,11 +60,30 @@ fn idle_cost(bin: &std::path::Path, duration_s: f64) -> Result<()> {
         );
         Ok(())
     })();
+    stop_serve(&mut child);
+    result
+}
+
+/// Starts `cg-trace serve` on a free port of 127.0.0.1: its address and its process.
+pub fn start_serve(bin: &Path) -> Result<(SocketAddr, Child)> {
+    let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
+    let child = Command::new(bin)
+        .args(["serve", "--listen", &addr.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting cg-trace serve")?;
+    Ok((addr, child))
+}
+
+/// Stops a serve started by [`start_serve`] as a user would (SIGTERM) and reaps it.
+pub fn stop_serve(child: &mut Child) {
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status();
     let _ = child.wait();
-    result
 }
 
 fn scrape(addr: SocketAddr, path: &str) -> Result<String> {
