@@ -330,7 +330,12 @@ pub struct FunctionSession {
     python_stacks: HashMap<u64, Vec<u64>>,
     /// Python stacks read from the kernel but not yet learnt (by key: code objects).
     python_read: HashMap<u64, Vec<u64>>,
+    /// Code objects read, by (pid, generation, key): the key is the code object's address,
+    /// with in its top 16 bits (above any user address) how many times the address was
+    /// found to hold another function since ([`Self::code_key`]).
     python_codes: HashMap<(u32, u32, u64), PyFunction>,
+    /// The newest key of each code object address, by (pid, generation, address).
+    python_code_keys: HashMap<(u32, u32, u64), u64>,
     generation: HashMap<u32, u32>,
     maps: HashMap<(u32, u32), ProcMaps>,
     /// Unwind information of the files met, and each process image's unwinder (built from
@@ -449,6 +454,7 @@ impl FunctionSession {
             python_stacks: HashMap::new(),
             python_read: HashMap::new(),
             python_codes: HashMap::new(),
+            python_code_keys: HashMap::new(),
             generation: HashMap::new(),
             maps: HashMap::new(),
             cfi: CfiFiles::default(),
@@ -1001,15 +1007,18 @@ impl FunctionSession {
                 }) => Some(p.walker),
                 _ => None,
             };
-            for &code in codes.iter().filter(|&&c| c != 0) {
-                if let (std::collections::hash_map::Entry::Vacant(slot), Some(walker)) = (
-                    self.python_codes.entry((pid, generation, code)),
-                    walker.as_ref(),
-                ) && let Some(function) = python::read_code(&self.proc_root, pid, walker, code)
-                {
-                    slot.insert(function);
-                }
-            }
+            // Each code object of a new stack is read again: a code object freed (an
+            // `exec`'d string at start-up) leaves its address to another function's.
+            let codes: Vec<u64> = codes
+                .iter()
+                .map(|&code| match (code, walker.as_ref()) {
+                    (0, _) | (_, None) => code,
+                    (_, Some(walker)) => {
+                        let read = python::read_code(&self.proc_root, pid, walker, code);
+                        self.code_key(pid, generation, code, read)
+                    }
+                })
+                .collect();
             tracing::debug!(
                 "pid {pid}: python stack {:#x}: {} frames, walker {}",
                 key.py_stack,
@@ -1018,6 +1027,22 @@ impl FunctionSession {
             );
             self.python_stacks.insert(key.py_stack, codes);
         }
+    }
+
+    /// The key under which a stack keeps code object `code`, just read as `read`: the
+    /// address's newest key while it names the same function (or nothing could be read),
+    /// else a new key holding `read`, so that the stacks learnt before keep their names.
+    fn code_key(&mut self, pid: u32, generation: u32, code: u64, read: Option<PyFunction>) -> u64 {
+        let newest = self
+            .python_code_keys
+            .get(&(pid, generation, code))
+            .and_then(|&key| Some((key, self.python_codes.get(&(pid, generation, key))?)));
+        let (key, new) = next_code_key(code, newest, read.as_ref());
+        if let (true, Some(read)) = (new, read) {
+            self.python_codes.insert((pid, generation, key), read);
+            self.python_code_keys.insert((pid, generation, code), key);
+        }
+        key
     }
 
     /// Reads a process's memory map again (a new stack has an address outside the one kept):
@@ -1398,5 +1423,67 @@ pub(crate) fn raise_open_files_limit(needed: usize) {
                 .min(needed.max(limit.rlim_cur as usize) as u64);
             libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
         }
+    }
+}
+
+/// Where a code object just read at address `code` is kept, given the newest key of that
+/// address and the function it holds: `(key, whether read is to be kept under it)`. The key
+/// is the address with, in its top 16 bits (above any user address), how many times it was
+/// found to hold another function.
+fn next_code_key(
+    code: u64,
+    newest: Option<(u64, &PyFunction)>,
+    read: Option<&PyFunction>,
+) -> (u64, bool) {
+    match (newest, read) {
+        (Some((key, _)), None) => (key, false),
+        (None, None) => (code, false),
+        (Some((key, known)), Some(read)) if known == read => (key, false),
+        (Some((key, _)), Some(_)) => {
+            let reuses = ((key >> 48) + 1).min(0xFFFF);
+            ((code & ((1 << 48) - 1)) | (reuses << 48), true)
+        }
+        (None, Some(_)) => (code & ((1 << 48) - 1), true),
+    }
+}
+
+#[cfg(test)]
+mod code_key_tests {
+    use super::*;
+
+    fn function(name: &str) -> PyFunction {
+        PyFunction {
+            qualname: name.into(),
+            filename: "w.py".into(),
+            line: 1,
+        }
+    }
+
+    /// ```text
+    /// address 0x7f00:  <module> (exec'd string) ── freed ── work_a
+    /// stacks learnt:   S1 [<module>]                          S2 [work_a]
+    /// ```
+    /// S1 keeps `<module>` under the address, S2 gets a key of its own for `work_a`.
+    #[test]
+    fn a_reused_code_address_gets_a_new_key_and_the_old_stacks_keep_theirs() {
+        let (module, work_a) = (function("<module>"), function("work_a"));
+        let (first, keep) = next_code_key(0x7f00, None, Some(&module));
+        assert_eq!((first, keep), (0x7f00, true));
+        // Read again, still the same function: the same key.
+        assert_eq!(
+            next_code_key(0x7f00, Some((first, &module)), Some(&module)),
+            (first, false)
+        );
+        // Another function there now: a new key, apart from the first.
+        let (second, keep) = next_code_key(0x7f00, Some((first, &module)), Some(&work_a));
+        assert!(keep);
+        assert_ne!(second, first);
+        assert_eq!(second & ((1 << 48) - 1), 0x7f00);
+        // Unreadable (the process is gone): the newest key names it.
+        assert_eq!(
+            next_code_key(0x7f00, Some((second, &work_a)), None),
+            (second, false)
+        );
+        assert_eq!(next_code_key(0x7f00, None, None), (0x7f00, false));
     }
 }
