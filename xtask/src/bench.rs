@@ -195,18 +195,9 @@ fn overhead(quick: bool) -> Result<()> {
         bail!("cg-trace --all failed on the idle machine ({status})");
     }
     let report = read_report(&report_path)?;
-    let cpu_s = report
-        .pointer("/meta/profiler/cpu_time_s")
-        .and_then(Value::as_f64)
-        .unwrap_or(f64::NAN);
-    let duration_s = report
-        .pointer("/meta/duration_s")
-        .and_then(Value::as_f64)
-        .unwrap_or(f64::NAN);
-    let peak = report
-        .pointer("/meta/profiler/max_rss_bytes")
-        .and_then(Value::as_f64)
-        .unwrap_or(f64::NAN);
+    let cpu_s = figure(&report, "/meta/profiler/cpu_time_s");
+    let duration_s = figure(&report, "/meta/duration_s");
+    let peak = figure(&report, "/meta/profiler/max_rss_bytes");
     let threads = report["processes"].as_array().map_or(0, Vec::len);
     println!(
         "cg-trace --all (iterator accounting) on an idle machine, default 100 ms interval, \
@@ -308,14 +299,8 @@ fn iterator_read_cost(count: usize, seconds: f64) -> Result<IteratorCost> {
     }
     let (runs, ns) = result?;
     let report = read_report(&report_path)?;
-    let cpu_s = report
-        .pointer("/meta/profiler/cpu_time_s")
-        .and_then(Value::as_f64)
-        .unwrap_or(f64::NAN);
-    let duration_s = report
-        .pointer("/meta/duration_s")
-        .and_then(Value::as_f64)
-        .unwrap_or(f64::NAN);
+    let cpu_s = figure(&report, "/meta/profiler/cpu_time_s");
+    let duration_s = figure(&report, "/meta/duration_s");
     let reads = runs / tasks.max(1) as u64;
     Ok(IteratorCost {
         threads: tasks,
@@ -538,4 +523,12 @@ fn tempdir() -> Result<PathBuf> {
     ));
     fs::create_dir_all(&dir)?;
     Ok(dir)
+}
+
+/// A report's figure at `pointer`, NaN (printed as such) when the report lacks it.
+fn figure(report: &Value, pointer: &str) -> f64 {
+    report
+        .pointer(pointer)
+        .and_then(Value::as_f64)
+        .unwrap_or(f64::NAN)
 }
