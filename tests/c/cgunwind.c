@@ -1,7 +1,9 @@
 /* The unwinding tests' program: main -> cg_unwind_a -> cg_unwind_b -> cg_unwind_leaf, with
  * a known split of the work (each function's own part, in rounds of a multiply-add chain
  * whose time is proportional to its length): a 10 %, b 30 %, leaf 60 %; main's own part is
- * negligible. Built optimised without frame pointers, and with frame pointers but a
+ * negligible. Each round's length varies (a pseudo-random 0.5x to 1.5x the unit, the split
+ * kept), so a periodic sampler cannot lock onto one phase of a fixed-length round and see only
+ * part of it. Built optimised without frame pointers, and with frame pointers but a
  * frameless leaf (tests/build.rs). Usage: cg-unwind [ROUNDS] (default 2000). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,8 +37,11 @@ int main(int argc, char **argv) {
     long rounds = argc > 1 ? atol(argv[1]) : 2000;
     volatile long unit = UNIT;
     unsigned long acc = (unsigned long)argc;
-    for (long r = 0; r < rounds; r++)
-        acc = cg_unwind_a(acc, unit);
+    unsigned long jitter = 0x9e3779b97f4a7c15UL;
+    for (long r = 0; r < rounds; r++) {
+        jitter ^= jitter << 13, jitter ^= jitter >> 7, jitter ^= jitter << 17;
+        acc = cg_unwind_a(acc, unit / 2 + (long)(jitter % (unsigned long)unit));
+    }
     printf("%lu\n", acc);
     return 0;
 }

@@ -1,6 +1,7 @@
 //! The unwinding tests' Rust program, built as a release binary without frame pointers
 //! (tests/build.rs runs rustc on this one file): main -> cg_unwind_a -> cg_unwind_b ->
 //! cg_unwind_leaf with the split of tests/c/cgunwind.c (a 10 %, b 30 %, leaf 60 %).
+//! Each round's length varies as in the C program (0.5x to 1.5x the unit, the split kept).
 //! Usage: cg-unwind-rs [ROUNDS] (default 2000).
 
 use std::hint::black_box;
@@ -42,8 +43,12 @@ fn main() {
         .unwrap_or(2000);
     let unit = black_box(UNIT);
     let mut acc = black_box(rounds);
+    let mut jitter: u64 = 0x9e37_79b9_7f4a_7c15;
     for _ in 0..rounds {
-        acc = cg_unwind_a(acc, unit);
+        jitter ^= jitter << 13;
+        jitter ^= jitter >> 7;
+        jitter ^= jitter << 17;
+        acc = cg_unwind_a(acc, unit / 2 + jitter % unit);
     }
     println!("{acc}");
 }
