@@ -445,36 +445,34 @@ fn loader<'a>(config: &ProbeConfig, globals: &'a Globals) -> EbpfLoader<'a> {
     };
     loader.map_max_entries(profiling::names::SAMPLE_RING, ring_bytes);
     let layout = &globals.layout;
+    // Every global is a u32 but the clock at the start (u64).
+    let u32_globals = [
+        (globals::ALL_TASKS, &globals.all_tasks),
+        (globals::NOOP_SWITCH, &globals.noop_switch),
+        (globals::SPAWNER_TGID, &globals.spawner),
+        (globals::TASK_PID_OFFSET, &layout.pid),
+        (globals::TASK_TGID_OFFSET, &layout.tgid),
+        (globals::TASK_RUNTIME_OFFSET, &layout.runtime),
+        (globals::TASK_EXIT_CODE_OFFSET, &layout.exit_code),
+        (globals::TASK_START_TIME_OFFSET, &layout.start_time),
+        (globals::TASK_GROUP_LEADER_OFFSET, &layout.group_leader),
+        (globals::BINPRM_FILENAME_OFFSET, &layout.filename),
+        (globals::EXIT_HAS_GROUP_DEAD, &layout.exit_has_group_dead),
+        (globals::ITERATOR_MODE, &globals.iterator_mode),
+        (globals::TASK_CPU_OFFSET, &layout.cpu),
+        (profiling::globals::FUNC_CLOCK, &globals.func_clock),
+        (profiling::globals::NOOP_FUNC, &globals.noop_func),
+        (profiling::globals::STACK_COPY, &globals.stack_copy),
+    ];
     loader
         .btf(None)
         // THREAD_MARKS is task storage, which only the programs use (aya 0.14 has no
         // user-space type for it).
         .allow_unsupported_maps()
-        .override_global(globals::ALL_TASKS, &globals.all_tasks, true)
-        .override_global(globals::NOOP_SWITCH, &globals.noop_switch, true)
-        .override_global(globals::SPAWNER_TGID, &globals.spawner, true)
-        .override_global(globals::TASK_PID_OFFSET, &layout.pid, true)
-        .override_global(globals::TASK_TGID_OFFSET, &layout.tgid, true)
-        .override_global(globals::TASK_RUNTIME_OFFSET, &layout.runtime, true)
-        .override_global(globals::TASK_EXIT_CODE_OFFSET, &layout.exit_code, true)
-        .override_global(globals::TASK_START_TIME_OFFSET, &layout.start_time, true)
-        .override_global(
-            globals::TASK_GROUP_LEADER_OFFSET,
-            &layout.group_leader,
-            true,
-        )
-        .override_global(globals::TRACE_START_NS, &globals.trace_start_ns, true)
-        .override_global(globals::BINPRM_FILENAME_OFFSET, &layout.filename, true)
-        .override_global(
-            globals::EXIT_HAS_GROUP_DEAD,
-            &layout.exit_has_group_dead,
-            true,
-        )
-        .override_global(globals::ITERATOR_MODE, &globals.iterator_mode, true)
-        .override_global(globals::TASK_CPU_OFFSET, &layout.cpu, true)
-        .override_global(profiling::globals::FUNC_CLOCK, &globals.func_clock, true)
-        .override_global(profiling::globals::NOOP_FUNC, &globals.noop_func, true)
-        .override_global(profiling::globals::STACK_COPY, &globals.stack_copy, true);
+        .override_global(globals::TRACE_START_NS, &globals.trace_start_ns, true);
+    for (name, value) in u32_globals {
+        loader.override_global(name, value, true);
+    }
     loader
 }
 
@@ -1027,6 +1025,62 @@ pub fn monotonic_ns() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn layout() -> KernelLayout {
+        KernelLayout {
+            pid: 1,
+            tgid: 2,
+            runtime: 3,
+            exit_code: 4,
+            start_time: 5,
+            group_leader: 6,
+            filename: 7,
+            cpu: 8,
+            exit_has_group_dead: 1,
+        }
+    }
+
+    #[test]
+    fn the_programs_globals_say_what_the_run_asked_for() {
+        let config = ProbeConfig {
+            accounting: Accounting::Iterator,
+            all_tasks: true,
+            spawner_tgid: Some(77),
+            functions: FunctionProbeConfig {
+                // Stacks are copied only for the sampler.
+                copy_stacks: true,
+                ..FunctionProbeConfig::default()
+            },
+            ..ProbeConfig::default()
+        };
+        let g = Globals::new(&config, layout(), 99);
+        assert_eq!(
+            (g.all_tasks, g.noop_switch, g.spawner, g.iterator_mode),
+            (1, 0, 77, 1)
+        );
+        assert_eq!((g.func_clock, g.noop_func, g.stack_copy), (0, 0, 0));
+        assert_eq!((g.trace_start_ns, g.layout.cpu), (99, 8));
+        let config = ProbeConfig {
+            functions: FunctionProbeConfig {
+                uprobes: true,
+                sampling: true,
+                copy_stacks: true,
+                ..FunctionProbeConfig::default()
+            },
+            ..ProbeConfig::default()
+        };
+        let g = Globals::new(&config, layout(), 0);
+        assert_eq!(
+            (
+                g.all_tasks,
+                g.spawner,
+                g.iterator_mode,
+                g.func_clock,
+                g.stack_copy
+            ),
+            (0, 0, 0, 1, 1)
+        );
+    }
 
     #[test]
     fn knows_where_a_task_runs_from_its_stat() {

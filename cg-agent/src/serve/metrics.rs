@@ -518,19 +518,4 @@ mod tests {
         // A figure of a domain the scrape does not have is left out.
         assert!(!text.contains("group=\"gone\""), "{text}");
     }
-
-    #[test]
-    fn the_prometheus_text_names_counters_with_total_and_drops_units_and_eof() {
-        let open = openmetrics(&scrape(), OwnCost::default());
-        let text = prometheus_text(&open);
-        assert!(
-            !text.contains("# EOF") && !text.contains("# UNIT "),
-            "{text}"
-        );
-        assert!(
-            text.contains("# TYPE cg_trace_energy_joules_total counter"),
-            "{text}"
-        );
-        assert!(text.contains("# TYPE cg_trace_power_watts gauge"), "{text}");
-    }
 }
