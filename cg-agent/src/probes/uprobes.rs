@@ -299,11 +299,7 @@ fn culprit(
 /// The one item of `items` that `fails` (which a set of them together fails with `err`),
 /// found by halving: the left half when it fails, else the right one; then the error of that
 /// item alone when it fails alone (else the last error seen). An empty set stays empty.
-fn narrow_down<T, E>(
-    items: &[T],
-    err: E,
-    fails: impl Fn(&[T]) -> Option<E>,
-) -> (&[T], E) {
+fn narrow_down<T, E>(items: &[T], err: E, fails: impl Fn(&[T]) -> Option<E>) -> (&[T], E) {
     let mut suspects = items;
     let mut source = err;
     while suspects.len() > 1 {
