@@ -192,7 +192,7 @@ fn the_default_gate_is_the_targets_energy_not_the_whole_machines() {
     assert_eq!(json["gates"], json!(["targets"]));
     assert_eq!(json["rows"][0]["kind"], "targets");
     assert_eq!(json["rows"][0]["gated"], true);
-    assert!(crate::export::html::diff(&c).contains("of the targets&#39; energy"));
+    assert!(crate::export::html::diff::page(&c).contains("of the targets&#39; energy"));
 }
 
 #[test]
