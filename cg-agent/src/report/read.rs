@@ -1,9 +1,10 @@
-//! The report as read back from a file: one typed model of the report schema (as
-//! [`crate::report::Report`] writes it) for everything that reads reports it did not just
-//! build (`diff`, `compare`, `cg-trace report`), and the checks a file from outside passes
-//! first: a regular file of bounded size, JSON, written by cg-trace, of a schema major
-//! version this build reads. Fields a reader does not need are skipped, not built; serde
-//! refuses numbers JSON cannot hold finite (`1e999`), so every figure read is finite.
+//! A written report read back: the checks every reader puts a file from outside through
+//! first (a regular file of bounded size, JSON, written by cg-trace, of a schema major
+//! version this build reads: `diff`, `compare`, `cg-trace report`), and the typed views of
+//! the report schema (as [`crate::report::Report`] writes it) that the comparison reads.
+//! Fields a reader does not need are skipped, not built; serde refuses numbers JSON cannot
+//! hold finite (`1e999`), so every figure read is finite. (The HTML page still reads the
+//! checked bytes its own way, leniently: see [`crate::export::html::parse`].)
 
 use std::{collections::BTreeMap, fs::File, io::Read, os::unix::fs::OpenOptionsExt, path::Path};
 
@@ -17,7 +18,7 @@ pub const MAX_REPORT_BYTES: u64 = 256 * 1024 * 1024;
 /// Exit status on a report that cannot be read or compared.
 pub const EXIT_BAD_INPUT: i32 = 2;
 
-/// Why a report cannot be compared; each says which file and what to do.
+/// Why a report cannot be read (to compare it or show it); each says which file and what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     #[error("{path}: cannot read it: {source}")]
