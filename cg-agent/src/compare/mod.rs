@@ -18,7 +18,8 @@ pub mod stats;
 use serde::Serialize;
 
 use crate::report::read::chars;
-pub use crate::report::read::{EXIT_BAD_INPUT, LoadError, ReportView, load, parse};
+// What `compare` (interleaved.rs) reads its two reports with.
+pub use crate::report::read::{EXIT_BAD_INPUT, LoadError, ReportView, parse};
 use figures::{Figures, Samples, figures};
 pub use gate::Gate;
 

@@ -457,4 +457,67 @@ mod tests {
         let report = parsed(&report).unwrap();
         assert_eq!(report.processes[0].first_argument.as_deref(), Some("a"));
     }
+
+    #[test]
+    fn refuses_what_is_not_a_report_of_a_known_major_version() {
+        let mut report = minimal();
+        report["meta"]["schema_version"] = json!("2.0");
+        let err = parse("x.json", report.to_string().as_bytes()).unwrap_err();
+        assert!(matches!(err, LoadError::UnknownVersion { .. }), "{err}");
+        assert!(err.to_string().contains("2.0"));
+        for version in [json!("1"), json!("one.two"), json!(1.3), Value::Null] {
+            report["meta"]["schema_version"] = version;
+            assert!(matches!(
+                parse("x.json", report.to_string().as_bytes()),
+                Err(LoadError::UnknownVersion { .. })
+            ));
+        }
+        let mut other = minimal();
+        other["meta"]["tool"] = json!("perf");
+        assert!(matches!(
+            parse("x.json", other.to_string().as_bytes()),
+            Err(LoadError::NotCgTrace { .. })
+        ));
+        assert!(matches!(
+            parse("x.json", b"[1, 2"),
+            Err(LoadError::NotJson { .. })
+        ));
+        for not_a_report in [&b"[1, 2]"[..], b"{}", b"{\"meta\": 5}", b"null"] {
+            assert!(matches!(
+                parse("x.json", not_a_report),
+                Err(LoadError::NotCgTrace { .. })
+            ));
+        }
+        // A report cut short is not JSON (however far its header got).
+        let text = minimal().to_string();
+        assert!(matches!(
+            parse("x.json", &text.as_bytes()[..text.len() - 3]),
+            Err(LoadError::NotJson { .. })
+        ));
+        let mut broken = minimal();
+        broken["totals"]["energy_j"] = json!("a lot");
+        let err = parse("x.json", broken.to_string().as_bytes()).unwrap_err();
+        assert!(matches!(err, LoadError::Shape { .. }), "{err}");
+    }
+
+    #[test]
+    fn load_refuses_what_is_not_a_regular_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo.json");
+        let name = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        assert!(matches!(load(&fifo), Err(LoadError::NotRegular { .. })));
+        assert!(matches!(
+            load(dir.path()),
+            Err(LoadError::NotRegular { .. })
+        ));
+        assert!(matches!(
+            load(&dir.path().join("missing.json")),
+            Err(LoadError::Read { .. })
+        ));
+        let file = dir.path().join("r.json");
+        std::fs::write(&file, minimal().to_string()).unwrap();
+        assert!(load(&file).is_ok());
+    }
 }
