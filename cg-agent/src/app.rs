@@ -73,7 +73,7 @@ pub fn main_with(cli: Cli) -> i32 {
                 ));
                 return EXIT_USAGE;
             }
-            return crate::compare::main(&diff_args, &invoker);
+            return crate::diff::main(&diff_args, &invoker);
         }
         Some(Command::Compare(compare_args)) => {
             if let Some(option) = option_before_top(&cli.run) {
@@ -93,7 +93,7 @@ pub fn main_with(cli: Cli) -> i32 {
                 ));
                 return EXIT_USAGE;
             }
-            return html::main(&report_args, &invoker);
+            return html::main(&report_args.input, &report_args.html_output, &invoker);
         }
         Some(Command::Sources(sources_args)) => {
             let sources = match sources_args.sources.after(&cli.run.sources) {
