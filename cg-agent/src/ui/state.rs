@@ -351,7 +351,7 @@ impl App {
         let mut functions: Vec<&FunctionEntry> = report
             .functions
             .iter()
-            .filter(|f| f.pid == process.pid)
+            .filter(|f| f.who.pid == process.pid)
             .collect();
         functions.sort_by(|a, b| {
             b.energy_j
