@@ -873,6 +873,7 @@ fn shorten_list(items: &[String], n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::functions::symbolize::FrameKind;
 
     #[test]
     fn many_truncated_stacks_get_a_note_that_says_how_they_were_walked() {
@@ -977,5 +978,376 @@ mod tests {
         assert_eq!(probed.entry_only, Some(false));
         assert_eq!(totals[2].symbol, "g");
         assert!(function_totals::<u32>(std::iter::empty()).is_empty());
+    }
+
+    #[test]
+    fn entries_and_totals_write_their_process_fields_in_line_with_the_rest() {
+        let e = entry(7, "f", Some(2), 1.5);
+        let json = serde_json::to_string(&e).expect("an entry serializes");
+        assert!(
+            json.starts_with(r#"{"symbol":"f","module":"app","pid":7,"calls":2,"cpu_time_s":"#),
+            "{json}"
+        );
+        assert!(!json.contains("who"), "{json}");
+        let total = &function_totals([(0, &e), (0, &entry(8, "f", Some(3), 0.5))])[0];
+        let json = serde_json::to_value(total).expect("a total serializes");
+        assert_eq!(json["processes_count"], 2);
+        assert_eq!(json["calls"], 5);
+        assert!(
+            json.get("pid").is_none() && json.get("who").is_none(),
+            "{json}"
+        );
+        // The report's last check reaches the figures of both.
+        let mut bad = e.clone();
+        bad.self_energy_j = f64::NAN;
+        let found = crate::report::finite::non_finite(&bad);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].path, "self_energy_j");
+    }
+
+    fn process(pid: u32, comm: &str) -> ProcessRecord {
+        ProcessRecord {
+            pid,
+            ppid: Some(1),
+            comm: comm.into(),
+            cmdline: vec![comm.into()],
+            uid: Some(1000),
+            first_seen_ns: 0,
+            start_ns: None,
+            ended_ns: None,
+            ending: None,
+            root: false,
+            thread_names: Default::default(),
+            cgroup: None,
+        }
+    }
+
+    const PROCESSES: [(u32, &str); 2] = [(100, "app"), (200, "worker")];
+
+    fn names(processes: &[ProcessRecord]) -> Names<'_> {
+        Names {
+            processes,
+            provenance: Provenance::Measured,
+        }
+    }
+
+    fn probed(
+        name: &str,
+        first: FirstInstruction,
+        entry_only: Option<EntryOnly>,
+    ) -> ProbedFunction {
+        ProbedFunction {
+            name: name.into(),
+            module: "/usr/bin/app".into(),
+            offset: 0x1000,
+            first_instruction: first,
+            entry_only,
+            spec: name.into(),
+            max_calls_per_s: 10.0,
+        }
+    }
+
+    fn calls(n: u64, cpu_ms: f64, energy_j: f64) -> FunctionTotals {
+        FunctionTotals {
+            calls: n,
+            cpu_ns: cpu_ms * 1e6,
+            self_cpu_ns: cpu_ms * 0.5e6,
+            energy_j,
+            self_energy_j: energy_j / 2.0,
+            ..FunctionTotals::default()
+        }
+    }
+
+    #[test]
+    fn probed_entries_name_each_process_and_function_and_skip_unknown_ids() {
+        let processes = PROCESSES.map(|(pid, comm)| process(pid, comm));
+        let data = FunctionRecording {
+            probed: vec![
+                probed("parse", FirstInstruction::Emulated, None),
+                probed(
+                    "main",
+                    FirstInstruction::SingleStepped,
+                    Some(EntryOnly::EntryPoint),
+                ),
+            ],
+            partial: [(1, 0)].into(),
+            ..FunctionRecording::default()
+        };
+        // (process, function): function 9 and process 5 are not in the recording.
+        let calls = BTreeMap::from([
+            ((0, 0), calls(1_000, 200.0, 2.0)),
+            ((1, 0), calls(10, 20.0, 0.2)),
+            ((0, 1), calls(1, 0.0, 0.0)),
+            ((0, 9), calls(5, 1.0, 0.1)),
+            ((5, 0), calls(3, 1.0, 0.1)),
+        ]);
+        let entries = probed_entries(&data, &calls, &names(&processes));
+        let seen: Vec<(TotalKey, u32, &str, Option<u64>, Option<bool>, Option<bool>)> = entries
+            .iter()
+            .map(|(k, e)| {
+                (
+                    *k,
+                    e.who.pid,
+                    e.symbol.as_str(),
+                    e.calls,
+                    e.partial,
+                    e.entry_only,
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (
+                    TotalKey::Probed(0),
+                    100,
+                    "parse",
+                    Some(1_000),
+                    Some(false),
+                    Some(false)
+                ),
+                (
+                    TotalKey::Probed(1),
+                    100,
+                    "main",
+                    Some(1),
+                    Some(false),
+                    Some(true)
+                ),
+                (
+                    TotalKey::Probed(0),
+                    200,
+                    "parse",
+                    Some(10),
+                    Some(true),
+                    Some(false)
+                ),
+                // A process the recording does not hold keeps its figures under pid 0.
+                (
+                    TotalKey::Probed(0),
+                    0,
+                    "parse",
+                    Some(3),
+                    Some(false),
+                    Some(false)
+                ),
+            ]
+        );
+        let parse = &entries[0].1;
+        assert_eq!(parse.module, "app");
+        assert!((parse.cpu_time_s - 0.2).abs() < 1e-12);
+        assert!((parse.self_cpu_time_s - 0.1).abs() < 1e-12);
+        assert_eq!((parse.energy_j, parse.self_energy_j), (2.0, 1.0));
+        assert_eq!((parse.source, parse.samples), ("uprobe", None));
+
+        // 1,014 calls of known functions: 1,000 + 10 + 3 emulated at 2 µs, 1 single-stepped
+        // at 13 µs; function 9's 5 calls are not counted.
+        let stats = uprobe_stats(&data, &calls);
+        assert_eq!(stats.target_calls_count, 1_014);
+        assert!((stats.estimated_probe_cost_s - (1_013.0 * 2e-6 + 13e-6)).abs() < 1e-12);
+        assert_eq!(stats.attach_method, "uprobe_multi");
+        assert_eq!(stats.functions.len(), 2);
+        assert!(!stats.functions[1].return_probe);
+    }
+
+    #[test]
+    fn probe_notes_say_what_is_partial_entry_only_or_slow_to_detach() {
+        let mut data = FunctionRecording {
+            probed: vec![probed("parse", FirstInstruction::Emulated, None)],
+            ..FunctionRecording::default()
+        };
+        assert!(uprobe_notes(&data).is_empty());
+        data.partial = [(0, 0)].into();
+        data.attach_path = Some(AttachPath::PerfEvent);
+        data.probed.extend((0..7).map(|i| {
+            probed(
+                &format!("f{i}"),
+                FirstInstruction::Emulated,
+                Some(EntryOnly::EntryPoint),
+            )
+        }));
+        let notes = uprobe_notes(&data);
+        assert_eq!(notes.len(), 3, "{notes:#?}");
+        assert!(notes[0].starts_with("1 function(s) were still running"));
+        assert!(notes[1].starts_with("7 function(s) probed at entry only"));
+        assert!(
+            notes[1].ends_with("f0, f1, f2, f3, f4 and 2 more"),
+            "{}",
+            notes[1]
+        );
+        assert!(notes[2].contains("one perf event per probe"));
+        assert_eq!(
+            uprobe_stats(&data, &BTreeMap::new()).attach_method,
+            "perf_event"
+        );
+    }
+
+    #[test]
+    fn unsampled_is_what_each_process_spent_beyond_its_samples() {
+        // Over the run (what the samples carried in brackets):
+        //   process 0 |==========| 10 J, 1.0 s   [======    ] 6 J, 0.6 s -> 4 J, 0.4 s left
+        //   process 1 |==|          2 J, 0.2 s   [==]         2 J, 0.2 s -> nothing left
+        //   process 2 |=|           1 J, 0.1 s   [=.]       1.2 J (rounding) -> none, not -0.2
+        //   process 3 |===|         3 J, 0.3 s   no sample             -> 3 J, 0.3 s left
+        let energy_j = BTreeMap::from([(0, 10.0), (1, 2.0), (2, 1.0), (3, 3.0)]);
+        let cpu_ns = BTreeMap::from([(0, 1_000), (1, 200), (2, 100), (3, 300)]);
+        let spend = |energy_j, cpu_ns| ProcessSpend { energy_j, cpu_ns };
+        let carried = BTreeMap::from([
+            (0, spend(6.0, 600)),
+            (1, spend(2.0, 200)),
+            (2, spend(1.2, 110)),
+        ]);
+        let spent = ProcessesSpent {
+            energy_j: &energy_j,
+            cpu_ns: &cpu_ns,
+        };
+        let split = unsampled(&spent, &carried);
+        assert!((split.sampled_j - 9.2).abs() < 1e-12);
+        assert!((split.unsampled_j - 7.0).abs() < 1e-12);
+        let rest = |process, energy_j, cpu_ns| Rest {
+            process,
+            energy_j,
+            cpu_ns,
+        };
+        assert_eq!(split.rests, [rest(0, 4.0, 400), rest(3, 3.0, 300)]);
+
+        let e = unsampled_entry(100, &split.rests[0], Provenance::Estimated);
+        assert_eq!(
+            (e.symbol.as_str(), e.who.pid, e.samples),
+            (UNSAMPLED, 100, Some(0))
+        );
+        assert_eq!((e.energy_j, e.self_energy_j), (4.0, 4.0));
+        assert_eq!((e.cpu_time_s, e.self_cpu_time_s), (400e-9, 400e-9));
+    }
+
+    #[test]
+    fn sampled_stacks_name_their_frames_and_process() {
+        let processes = PROCESSES.map(|(pid, comm)| process(pid, comm));
+        let frame = |symbol: &str| Frame::named(symbol.into(), "app".into(), FrameKind::Native);
+        let data = FunctionRecording {
+            frames: vec![frame("main"), frame("parse")],
+            // Stack 1 names a frame the table lacks: it is left out of the stack.
+            stacks: vec![vec![0, 1], vec![0, 7]],
+            ..FunctionRecording::default()
+        };
+        let totals = |samples, energy_j| FunctionTotals {
+            samples,
+            cpu_ns: samples as f64 * 1e6,
+            energy_j,
+            ..FunctionTotals::default()
+        };
+        let stacks = BTreeMap::from([((1, 0), totals(3, 0.3)), ((0, 1), totals(1, 0.1))]);
+        let out = sampled_stacks(&data, &stacks, &names(&processes));
+        let seen: Vec<(u32, &str, Vec<&str>, u64)> = out
+            .iter()
+            .map(|s| {
+                let frames = s.frames.iter().map(|f| f.symbol.as_str()).collect();
+                (s.pid, s.comm.as_str(), frames, s.samples)
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (100, "app", vec!["main"], 1),
+                (200, "worker", vec!["main", "parse"], 3),
+            ]
+        );
+        assert_eq!((out[1].energy_j, out[1].cpu_ns), (0.3, 3e6));
+    }
+
+    #[test]
+    fn the_lists_are_sorted_by_energy_and_cut_at_top_keeping_every_remainder() {
+        let unsampled = |pid, energy_j| FunctionEntry {
+            symbol: UNSAMPLED.into(),
+            ..entry(pid, "", None, energy_j)
+        };
+        let found = Found {
+            entries: vec![
+                (TotalKey::Sampled(0), entry(2, "f", None, 1.0)),
+                (TotalKey::Sampled(0), entry(1, "f", None, 1.0)),
+                (TotalKey::Sampled(1), entry(1, "g", None, 5.0)),
+                (TotalKey::Unsampled, unsampled(1, 0.1)),
+                (TotalKey::Unsampled, unsampled(2, 0.2)),
+            ],
+            stacks: [(2, 1.0), (1, 0.5), (1, 2.0)]
+                .map(|(pid, energy_j)| StackEnergy {
+                    pid,
+                    comm: String::new(),
+                    frames: Vec::new(),
+                    energy_j,
+                    cpu_ns: 0.0,
+                    samples: 1,
+                })
+                .into(),
+            method: vec!["how".into()],
+            notes: vec!["note".into()],
+        };
+        let built = found.finish(2, Provenance::Measured, None, None);
+        // Most energy first, then by pid; past the top two only the remainders stay.
+        let listed: Vec<(u32, &str)> = built
+            .functions
+            .iter()
+            .map(|e| (e.who.pid, e.symbol.as_str()))
+            .collect();
+        assert_eq!(listed, [(1, "g"), (1, "f"), (2, UNSAMPLED), (1, UNSAMPLED)]);
+        // Totals: g 5 J, f 2 J (two processes), [unsampled] 0.3 J kept past the cut.
+        let totals: Vec<(&str, usize, f64)> = built
+            .totals
+            .iter()
+            .map(|t| (t.symbol.as_str(), t.who.processes_count, t.energy_j))
+            .collect();
+        assert_eq!(totals[..2], [("g", 1, 5.0), ("f", 2, 2.0)]);
+        assert_eq!((totals[2].0, totals[2].1), (UNSAMPLED, 2));
+        let profiling = built.profiling.expect("profiling");
+        assert_eq!(
+            (
+                profiling.functions_count,
+                profiling.functions_listed_count,
+                profiling.function_totals_count,
+                profiling.function_totals_listed_count
+            ),
+            (5, 4, 3, 3)
+        );
+        assert_eq!(
+            (profiling.method, profiling.notes),
+            (vec!["how".to_string()], vec!["note".to_string()])
+        );
+        // Stacks by pid, then most energy first.
+        let stacks: Vec<(u32, f64)> = built.stacks.iter().map(|s| (s.pid, s.energy_j)).collect();
+        assert_eq!(stacks, [(1, 2.0), (1, 0.5), (2, 1.0)]);
+    }
+
+    #[test]
+    fn sampling_notes_count_lost_stacks_and_name_unsupported_pythons() {
+        let mut summary = SamplerSummary {
+            samples: 200,
+            ..SamplerSummary::default()
+        };
+        assert!(sampling_notes(&summary).is_empty());
+        summary.lost_kernel_stacks = 2;
+        summary.lost_samples = 1;
+        summary.notes = vec!["jit map read".into()];
+        summary.python = vec![crate::session::functions::PythonSeen {
+            pid: 42,
+            version: "3.9.2".into(),
+            frames: false,
+        }];
+        let notes = sampling_notes(&summary);
+        assert_eq!(notes.len(), 3, "{notes:#?}");
+        assert!(notes[0].starts_with("1.50 stacks lost per 100 samples (measured: 2 kernel"));
+        assert_eq!(notes[1], "jit map read");
+        assert!(notes[2].starts_with("pid 42: CPython 3.9.2 is not supported"));
+        let data = FunctionRecording {
+            merges: 3,
+            notes: vec!["probed libfoo.so late".into()],
+            ..FunctionRecording::default()
+        };
+        assert_eq!(
+            recording_notes(&data),
+            [
+                "probed libfoo.so late",
+                "long run: function data was merged 3 time(s) to bound memory"
+            ]
+        );
     }
 }

@@ -11,6 +11,7 @@ pub mod budget;
 pub mod finite;
 pub mod functions;
 pub mod names;
+mod quality;
 pub mod repeat;
 pub mod series;
 pub mod threads;
@@ -791,7 +792,7 @@ fn process_entries(
 }
 
 fn meta(rec: &Recording, baselines: &[IdleBaseline], ledger: &Ledger) -> Meta {
-    let starved = starved_intervals(rec);
+    let starved = quality::starved_intervals(rec);
     let (command, pids) = match &rec.header.mode {
         Mode::Wrap { command } => (Some(command.clone()), None),
         Mode::Attach { pids } => (None, Some(pids.clone())),
@@ -829,7 +830,7 @@ fn meta(rec: &Recording, baselines: &[IdleBaseline], ledger: &Ledger) -> Meta {
             .zip(baselines)
             .map(|(d, b)| idle_entry(d, b))
             .collect(),
-        measurement_quality: quality(rec, baselines, ledger),
+        measurement_quality: quality::quality(rec, baselines, ledger),
         profiler: ProfilerEntry {
             cost: rec.profiler,
             starved_intervals_count: starved.count,
@@ -906,214 +907,6 @@ fn idle_entry(d: &DomainSpec, b: &IdleBaseline) -> IdleEntry {
         r_squared,
         rest_source,
         rest_age_s,
-    }
-}
-
-/// Intervals much longer than asked: the agent was not scheduled in time.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-struct Starved {
-    count: u64,
-    longest_s: f64,
-}
-
-/// A stored interval counts as starved past twice its asked length plus 50 ms (stored
-/// intervals are asked length x 2^merges).
-fn starved_intervals(rec: &Recording) -> Starved {
-    let asked_ns = (rec.header.interval.as_nanos() as u64) << rec.recorder.merges.min(32);
-    let limit_ns = asked_ns.saturating_mul(2).saturating_add(50_000_000);
-    let mut starved = Starved::default();
-    for interval in rec.recorder.intervals() {
-        starved.longest_s = starved.longest_s.max(interval.duration_ns as f64 / 1e9);
-        if interval.duration_ns > limit_ns {
-            starved.count += 1;
-        }
-    }
-    starved
-}
-
-/// The one place a run says why its energy is estimated (the summary prints it among the
-/// quality notes; the line at the start of the run only points here).
-fn estimated_note(selection_reason: &str) -> String {
-    format!(
-        "energy is ESTIMATED by the built-in power model, not measured: {selection_reason} \
-         (`cg-trace sources` shows what this machine can measure and what root would change)"
-    )
-}
-
-/// `meta.measurement_quality`: `estimated` when a source is, else `degraded` when some
-/// figure is uncertain or missing, else `measured`; with a note for each reason.
-fn quality(rec: &Recording, baselines: &[IdleBaseline], ledger: &Ledger) -> Quality {
-    let estimated = rec.header.provenance() == Provenance::Estimated;
-    let mut q = QualityNotes::default();
-    if estimated {
-        q.note(estimated_note(&rec.header.selection_reason));
-    }
-    for (d, b) in rec.header.domains.iter().zip(baselines) {
-        baseline_note(&mut q, d, b);
-    }
-    loss_notes(&mut q, &rec.losses);
-    for (error, count) in &rec.source_errors {
-        q.degrading(format!("{count} read(s) failed: {error}"));
-    }
-    for note in &rec.source_notes {
-        q.note(note.text.clone());
-        q.degraded |= note.degraded;
-    }
-    // Energy that is not known, or known only in total (the notes above say why).
-    if ledger
-        .domains
-        .iter()
-        .any(|l| l.unknown_ns > 0 || l.unknown_count > 0 || l.spread_ns > 0)
-    {
-        q.degraded = true;
-    }
-    recorder_notes(&mut q, rec);
-    placement_notes(&mut q, rec);
-    Quality {
-        grade: if estimated {
-            "estimated"
-        } else if q.degraded {
-            "degraded"
-        } else {
-            "measured"
-        },
-        notes: q.notes,
-    }
-}
-
-/// The quality notes of a run, and whether one of them degrades its figures.
-#[derive(Debug, Default, PartialEq)]
-struct QualityNotes {
-    notes: Vec<String>,
-    degraded: bool,
-}
-
-impl QualityNotes {
-    /// A note that leaves the figures as trustworthy as they were.
-    fn note(&mut self, text: String) {
-        self.notes.push(text);
-    }
-
-    /// A note on figures that are uncertain or incomplete.
-    fn degrading(&mut self, text: String) {
-        self.degraded = true;
-        self.notes.push(text);
-    }
-}
-
-/// What to know of a domain's idle baseline: not its rest power (a GPU), assumed (too
-/// steady a load), taken from a table or an earlier run, or a weak fit.
-fn baseline_note(q: &mut QualityNotes, d: &DomainSpec, b: &IdleBaseline) {
-    let quiet_s = crate::sources::gpu_rest::QUIET_S;
-    match b.method {
-        IdleMethod::Regression { .. } | IdleMethod::Prior { .. } if d.kind == DomainKind::Gpu => {
-            q.degrading(format!(
-                "idle baseline of {} is not its rest power, which is not known: it was \
-                     not seen at rest ({quiet_s} s at 0 % with no process on it) in this run or an \
-                     earlier one, and its model is not in the table; let it rest once during \
-                     a run (cg-trace keeps what it sees), or pass --idle-watts {}=W",
-                d.name, d.name
-            ));
-        }
-        IdleMethod::Prior {
-            slope_w_per_cpu, ..
-        } => q.degrading(format!(
-            "idle baseline of {} ({:.2} W) assumes {slope_w_per_cpu:.1} W per busy CPU: the \
-             load was too steady to fit one; pass --idle-watts for an exact split",
-            d.name, b.power_w,
-        )),
-        IdleMethod::Rest(RestOrigin::ModelTable) => q.note(format!(
-            "idle baseline of {} ({:.1} W) is the typical rest power of its model \
-             (estimated): it was not seen at rest ({quiet_s} s at 0 % with no process on it) in \
-             this run or an earlier one",
-            d.name, b.power_w,
-        )),
-        IdleMethod::Rest(RestOrigin::StateFile { age_s }) => q.note(format!(
-            "idle baseline of {} ({:.1} W) is its rest power seen {} ago, in an earlier run",
-            d.name,
-            b.power_w,
-            crate::sources::human_duration((age_s * 1e9) as u64)
-        )),
-        IdleMethod::Regression { r_squared, .. } if r_squared < 0.5 => q.degrading(format!(
-            "idle baseline of {} comes from a weak fit (r² = {r_squared:.2})",
-            d.name
-        )),
-        _ => {}
-    }
-}
-
-/// What the kernel side lost, or never reported.
-fn loss_notes(q: &mut QualityNotes, lost: &Losses) {
-    if lost.on_cpu_map_full + lost.events_dropped + lost.targets_map_full > 0 {
-        q.degrading(format!(
-            "the kernel side lost records: {} thread-map-full, {} events dropped, {} \
-             target-map-full",
-            lost.on_cpu_map_full, lost.events_dropped, lost.targets_map_full
-        ));
-    }
-    if lost.unmatched_switches > 0 {
-        q.note(format!(
-            "{} context switch(es) were never reported by the kernel's sched_switch tracepoint \
-             (ftrace misses them too); targets lost nothing (each is charged the growth of its \
-             runtime since it was last charged), other tasks' slices around them count as idle",
-            lost.unmatched_switches
-        ));
-    }
-    if lost.marks_failed > 0 {
-        q.degrading(format!(
-            "{} time(s) the kernel could not keep a thread's runtime mark (out of memory): \
-             those slices were charged as the CPU saw them, and a switch it missed loses them",
-            lost.marks_failed
-        ));
-    }
-}
-
-/// What the recorder did to the intervals: merged them (a long run), measured none, or
-/// got them late (the agent was starved of CPU).
-fn recorder_notes(q: &mut QualityNotes, rec: &Recording) {
-    if rec.recorder.merges > 0 {
-        q.note(format!(
-            "long run: stored intervals were merged {} time(s) to bound memory (each stored \
-             interval now spans about {})",
-            rec.recorder.merges,
-            crate::sources::human_duration(
-                (rec.header.interval.as_nanos() as u64)
-                    .saturating_mul(1 << rec.recorder.merges.min(40))
-            )
-        ));
-    }
-    if rec.recorder.intervals().is_empty() {
-        q.degrading("the run ended before a single interval was measured".into());
-    }
-    let starved = starved_intervals(rec);
-    if starved.count > 0 {
-        q.note(format!(
-            "cg-trace was starved of CPU: {} of {} intervals lasted more than twice the {} ms \
-             asked (the longest {}); their figures are exact in sum but coarser in time",
-            starved.count,
-            rec.recorder.intervals().len(),
-            rec.header.interval.as_millis(),
-            crate::sources::human_duration((starved.longest_s * 1e9) as u64)
-        ));
-    }
-}
-
-/// Targets' CPU time that was placed back late, or fitted in no interval at all.
-fn placement_notes(q: &mut QualityNotes, rec: &Recording) {
-    if rec.late_placed_ns > 0 {
-        q.note(format!(
-            "{} of the targets' CPU time was read only when its slice ended (the kernel did not \
-             report the switch that started it, so no read showed it running) and was placed \
-             back in the run's last intervals where its CPU showed room",
-            crate::sources::human_duration(rec.late_placed_ns)
-        ));
-    }
-    if rec.carried_past_end_ns > 0 {
-        q.degrading(format!(
-            "{} of the targets' CPU time read at the end of the run fitted in no interval, not even placed back (each \
-             holds at most its length per CPU) and is not charged",
-            crate::sources::human_duration(rec.carried_past_end_ns)
-        ));
     }
 }
 
