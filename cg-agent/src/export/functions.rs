@@ -205,3 +205,153 @@ fn tail(text: &str, width: usize) -> String {
         format!("…{s}")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        report::functions::{InProcess, OverProcesses},
+        sources::Provenance,
+    };
+
+    fn figures<Who>(who: Who, symbol: &str, calls: Option<u64>) -> FunctionFigures<Who> {
+        FunctionFigures {
+            symbol: symbol.into(),
+            module: "app".into(),
+            who,
+            calls,
+            samples: calls.is_none().then_some(12),
+            cpu_time_s: 0.25,
+            energy_j: 1.5,
+            self_cpu_time_s: 0.125,
+            self_energy_j: 0.75,
+            source: if calls.is_some() {
+                "uprobe"
+            } else {
+                "sampling"
+            },
+            line: None,
+            partial: None,
+            entry_only: None,
+            provenance: Provenance::Measured,
+        }
+    }
+
+    fn profiling(functions_count: usize, function_totals_count: usize) -> FunctionProfiling {
+        FunctionProfiling {
+            functions_count,
+            functions_listed_count: functions_count,
+            function_totals_count,
+            function_totals_listed_count: function_totals_count,
+            provenance: Provenance::Measured,
+            uprobes: None,
+            sampling: None,
+            method: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    fn rows(text: &str) -> Vec<Vec<&str>> {
+        text.lines()
+            .skip(3)
+            .map(|l| l.split_whitespace().collect())
+            .collect()
+    }
+
+    #[test]
+    fn rows_show_calls_or_samples_and_mark_partial_and_entry_only_calls() {
+        let at = |pid| InProcess { pid };
+        let mut partial = figures(at(7), "loop", Some(3));
+        partial.partial = Some(true);
+        let mut entry_only = figures(at(7), "main", Some(1));
+        entry_only.entry_only = Some(true);
+        entry_only.partial = Some(true);
+        let mut python = figures(at(8), "work", None);
+        python.module = "/srv/app/handlers/work.py".into();
+        python.line = Some(42);
+        let entries = [partial, entry_only, python];
+        let mut out = String::new();
+        render_entries(&mut out, &entries, &profiling(3, 0));
+        assert!(out.contains("FUNCTIONS (by energy; measured;"), "{out}");
+        assert_eq!(
+            rows(&out),
+            [
+                vec![
+                    "7",
+                    "loop",
+                    "(partial)",
+                    "app",
+                    "3",
+                    "0.250",
+                    "1.500",
+                    "0.750"
+                ],
+                vec![
+                    "7", "main", "(entry", "only)", "app", "1", "0.250", "1.500", "0.750"
+                ],
+                // A Python function: its file's tail and first line, and its samples.
+                vec![
+                    "8",
+                    "work",
+                    "…ers/work.py:42",
+                    "12",
+                    "smp",
+                    "0.250",
+                    "1.500",
+                    "0.750"
+                ],
+            ]
+        );
+    }
+
+    #[test]
+    fn more_entries_than_rows_say_how_many_more_the_report_has() {
+        let entries: Vec<FunctionEntry> = (0..MAX_ROWS as u32 + 3)
+            .map(|pid| figures(InProcess { pid }, "f", Some(1)))
+            .collect();
+        let mut out = String::new();
+        render_entries(&mut out, &entries, &profiling(40, 0));
+        let last = out.lines().last().expect("a last line");
+        assert_eq!(last.trim(), "… 3 more in the report (40 in all)");
+        assert_eq!(out.lines().count(), 3 + MAX_ROWS + 1);
+    }
+
+    #[test]
+    fn totals_show_only_when_a_function_ran_in_several_processes() {
+        let over = |processes_count| OverProcesses { processes_count };
+        let mut out = String::new();
+        let alone = [figures(over(1), "f", Some(2)), figures(over(1), "g", None)];
+        render_totals(&mut out, &alone, &profiling(2, 2));
+        assert_eq!(out, "");
+
+        let shared = [figures(over(3), "f", Some(9)), figures(over(1), "g", None)];
+        render_totals(&mut out, &shared, &profiling(4, 2));
+        assert!(out.contains("FUNCTIONS, ALL PROCESSES"), "{out}");
+        assert_eq!(
+            rows(&out),
+            [
+                vec!["3", "f", "app", "9", "0.250", "1.500", "0.750"],
+                vec!["1", "g", "app", "12", "smp", "0.250", "1.500", "0.750"],
+            ]
+        );
+        // Past the rows shown, the count in the report.
+        let mut out = String::new();
+        render_totals(&mut out, &shared, &profiling(4, MAX_TOTAL_ROWS + 5));
+        assert!(
+            out.ends_with("15 functions in all (`function_totals` in the report)\n"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn outside_names_are_escaped_and_long_paths_keep_their_end() {
+        let mut f = figures(InProcess { pid: 1 }, "evil\x1b[2Jname", Some(1));
+        f.module = "lib\nx.so".into();
+        let mut out = String::new();
+        write_row(&mut out, 1, &f, "");
+        assert_eq!(out.lines().count(), 1, "{out:?}");
+        assert!(!out.contains('\x1b'), "{out:?}");
+        assert_eq!(tail("abcdef", 6), "abcdef");
+        assert_eq!(tail("/very/long/path.py", 8), "…path.py");
+    }
+}
