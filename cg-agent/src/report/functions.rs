@@ -262,6 +262,35 @@ pub type FunctionEntry = FunctionFigures<InProcess>;
 /// One function over all the processes that ran it: the sum of its per-process entries.
 pub type FunctionTotal = FunctionFigures<OverProcesses>;
 
+impl FunctionEntry {
+    /// The figures attribution gave one function in the process `pid`: its calls where it
+    /// was probed (`uprobe`), its samples where it was sampled (`sampling`).
+    pub fn attributed(
+        (symbol, module, line): (String, String, Option<u32>),
+        pid: u32,
+        totals: &FunctionTotals,
+        probed: bool,
+        provenance: Provenance,
+    ) -> Self {
+        FunctionEntry {
+            symbol,
+            module,
+            who: InProcess { pid },
+            calls: probed.then_some(totals.calls),
+            samples: (!probed).then_some(totals.samples),
+            cpu_time_s: totals.cpu_ns / 1e9,
+            energy_j: totals.energy_j,
+            self_cpu_time_s: totals.self_cpu_ns / 1e9,
+            self_energy_j: totals.self_energy_j,
+            source: if probed { "uprobe" } else { "sampling" },
+            line,
+            partial: None,
+            entry_only: None,
+            provenance,
+        }
+    }
+}
+
 impl<Who> FunctionFigures<Who> {
     /// The same function with another `who`, nothing counted yet.
     fn empty_like<Other>(&self, who: Other) -> FunctionFigures<Other> {
@@ -532,23 +561,12 @@ fn probed_entries(
         .iter()
         .filter_map(|(&(process, func), totals)| {
             let probed = data.probed.get(func as usize)?;
+            let name = (probed.name.clone(), file_name(&probed.module), None);
+            let pid = names.pid(process);
             let entry = FunctionEntry {
-                symbol: probed.name.clone(),
-                module: file_name(&probed.module),
-                who: InProcess {
-                    pid: names.pid(process),
-                },
-                calls: Some(totals.calls),
-                samples: None,
-                cpu_time_s: totals.cpu_ns / 1e9,
-                energy_j: totals.energy_j,
-                self_cpu_time_s: totals.self_cpu_ns / 1e9,
-                self_energy_j: totals.self_energy_j,
-                source: "uprobe",
-                line: None,
                 partial: Some(data.partial.contains(&(process, func))),
                 entry_only: Some(probed.entry_only.is_some()),
-                provenance: names.provenance,
+                ..FunctionEntry::attributed(name, pid, totals, true, names.provenance)
             };
             Some((TotalKey::Probed(func), entry))
         })
@@ -658,24 +676,14 @@ fn sampled_entries(
         .iter()
         .filter_map(|(&(process, frame), totals)| {
             let f = data.frames.get(frame as usize)?;
-            let entry = FunctionEntry {
-                symbol: f.symbol.clone(),
-                module: f.module.clone(),
-                who: InProcess {
-                    pid: names.pid(process),
-                },
-                calls: None,
-                samples: Some(totals.samples),
-                cpu_time_s: totals.cpu_ns / 1e9,
-                energy_j: totals.energy_j,
-                self_cpu_time_s: totals.self_cpu_ns / 1e9,
-                self_energy_j: totals.self_energy_j,
-                source: "sampling",
-                line: f.line,
-                partial: None,
-                entry_only: None,
-                provenance: names.provenance,
-            };
+            let name = (f.symbol.clone(), f.module.clone(), f.line);
+            let entry = FunctionEntry::attributed(
+                name,
+                names.pid(process),
+                totals,
+                false,
+                names.provenance,
+            );
             Some((TotalKey::Sampled(frame), entry))
         })
         .collect()
@@ -718,24 +726,17 @@ fn unsampled(spent: &ProcessesSpent, carried: &BTreeMap<ProcId, ProcessSpend>) -
     split
 }
 
-/// The `[unsampled]` entry of one process: all of it is its own (self).
+/// The `[unsampled]` entry of one process: no sample, and all of it is its own (self).
 fn unsampled_entry(pid: u32, rest: &Rest, provenance: Provenance) -> FunctionEntry {
-    FunctionEntry {
-        symbol: UNSAMPLED.into(),
-        module: String::new(),
-        who: InProcess { pid },
-        calls: None,
-        samples: Some(0),
-        cpu_time_s: rest.cpu_ns as f64 / 1e9,
+    let totals = FunctionTotals {
+        cpu_ns: rest.cpu_ns as f64,
+        self_cpu_ns: rest.cpu_ns as f64,
         energy_j: rest.energy_j,
-        self_cpu_time_s: rest.cpu_ns as f64 / 1e9,
         self_energy_j: rest.energy_j,
-        source: "sampling",
-        line: None,
-        partial: None,
-        entry_only: None,
-        provenance,
-    }
+        ..FunctionTotals::default()
+    };
+    let name = (UNSAMPLED.to_string(), String::new(), None);
+    FunctionEntry::attributed(name, pid, &totals, false, provenance)
 }
 
 /// Energy per process and sampled stack, with the stack's frames named.

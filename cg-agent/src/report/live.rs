@@ -33,7 +33,7 @@ use crate::{
 
 use super::{
     BaselineInputs, FunctionEntry, LostEvents, SourceEntry,
-    functions::{FunctionTotal, InProcess, function_totals},
+    functions::{FunctionTotal, function_totals},
     interval_spend,
 };
 
@@ -399,26 +399,10 @@ impl LiveModel {
         self.functions
             .iter()
             .filter_map(|(&(process, key), t)| {
-                let (symbol, module, line) = self.function_names.get(&key)?.clone();
+                let name = self.function_names.get(&key)?.clone();
+                let pid = self.processes.get(process as usize)?.pid;
                 let probed = matches!(key, LiveFunctionKey::Probed(_));
-                let entry = FunctionEntry {
-                    symbol,
-                    module,
-                    who: InProcess {
-                        pid: self.processes.get(process as usize)?.pid,
-                    },
-                    calls: probed.then_some(t.calls),
-                    samples: (!probed).then_some(t.samples),
-                    cpu_time_s: t.cpu_ns / 1e9,
-                    energy_j: t.energy_j,
-                    self_cpu_time_s: t.self_cpu_ns / 1e9,
-                    self_energy_j: t.self_energy_j,
-                    source: if probed { "uprobe" } else { "sampling" },
-                    line,
-                    partial: None,
-                    entry_only: None,
-                    provenance,
-                };
+                let entry = FunctionEntry::attributed(name, pid, t, probed, provenance);
                 Some((key, entry))
             })
             .collect()

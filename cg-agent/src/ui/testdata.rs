@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::users::Users;
 use crate::{
-    attribution::{Coverage, CpuTime, Interval, ProcId, Slice},
+    attribution::{CpuTime, Interval, ProcId, Slice},
     host::HostInfo,
     report::{
         FunctionEntry, LostEvents, SourceEntry,
@@ -17,7 +17,7 @@ use crate::{
         live::{LiveEvent, LiveSample, LiveStart},
         processes::ProcessRecord,
     },
-    sources::{DomainKind, DomainSpec, Provenance},
+    sources::{DomainKind, Provenance},
 };
 
 pub fn users() -> Users {
@@ -465,14 +465,7 @@ fn make_header() -> RunHeader {
             cpu_packages: vec![0, 0],
         },
         interval: Duration::from_millis(100),
-        domains: vec![DomainSpec {
-            name: "model".into(),
-            kind: DomainKind::Model,
-            parent: None,
-            coverage: Coverage::AllCpus,
-            provenance: Provenance::Estimated,
-            source: "model",
-        }],
+        domains: vec![crate::sources::model::model_domain()],
         sources: vec![SourceInfo {
             name: "model",
             provenance: Provenance::Estimated,
