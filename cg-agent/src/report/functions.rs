@@ -1083,55 +1083,22 @@ mod tests {
             ((5, 0), calls(3, 1.0, 0.1)),
         ]);
         let entries = probed_entries(&data, &calls, &names(&processes));
-        let seen: Vec<(TotalKey, u32, &str, Option<u64>, Option<bool>, Option<bool>)> = entries
+        let seen: Vec<String> = entries
             .iter()
             .map(|(k, e)| {
-                (
-                    *k,
-                    e.who.pid,
-                    e.symbol.as_str(),
-                    e.calls,
-                    e.partial,
-                    e.entry_only,
-                )
+                let (pid, symbol) = (e.who.pid, &e.symbol);
+                let (calls, partial, entry_only) = (e.calls, e.partial, e.entry_only);
+                format!("{k:?} pid {pid} {symbol}: {calls:?} {partial:?} {entry_only:?}")
             })
             .collect();
         assert_eq!(
             seen,
             [
-                (
-                    TotalKey::Probed(0),
-                    100,
-                    "parse",
-                    Some(1_000),
-                    Some(false),
-                    Some(false)
-                ),
-                (
-                    TotalKey::Probed(1),
-                    100,
-                    "main",
-                    Some(1),
-                    Some(false),
-                    Some(true)
-                ),
-                (
-                    TotalKey::Probed(0),
-                    200,
-                    "parse",
-                    Some(10),
-                    Some(true),
-                    Some(false)
-                ),
+                "Probed(0) pid 100 parse: Some(1000) Some(false) Some(false)",
+                "Probed(1) pid 100 main: Some(1) Some(false) Some(true)",
+                "Probed(0) pid 200 parse: Some(10) Some(true) Some(false)",
                 // A process the recording does not hold keeps its figures under pid 0.
-                (
-                    TotalKey::Probed(0),
-                    0,
-                    "parse",
-                    Some(3),
-                    Some(false),
-                    Some(false)
-                ),
+                "Probed(0) pid 0 parse: Some(3) Some(false) Some(false)",
             ]
         );
         let parse = &entries[0].1;
