@@ -11,13 +11,13 @@ pub mod budget;
 pub mod finite;
 pub mod functions;
 pub mod names;
-mod quality;
 pub mod repeat;
 pub mod series;
 pub mod threads;
 pub mod tree;
 
 pub mod live;
+mod quality;
 
 pub use functions::FunctionEntry;
 
