@@ -7,7 +7,7 @@ use std::{collections::BTreeMap, fmt::Write as _};
 
 use crate::{
     printable::{fit, printable},
-    report::{ProcessEntry, Report},
+    report::{DomainTotals, Meta, ProcessEntry, Report, Totals},
     sources::human_duration,
 };
 
@@ -45,9 +45,29 @@ pub fn render(report: &Report) -> String {
 /// Renders the summary as text.
 pub fn render_with(report: &Report, options: SummaryOptions) -> String {
     let mut out = String::new();
-    let meta = &report.meta;
-    let totals = &report.totals;
-    let estimated = meta.measurement_quality.grade == "estimated";
+    render_heading(&mut out, &report.meta);
+    let _ = writeln!(
+        out,
+        "\n{:>8}  {:<26} {:>9} {:>11} {:>9} {:>7}",
+        "PID", "COMMAND", "CPU [s]", "ENERGY [J]", "AVG [W]", "SHARE"
+    );
+    render_processes(&mut out, &report.processes, report.totals.energy_j, options);
+    let estimated = report.meta.measurement_quality.grade == "estimated";
+    render_split(&mut out, &report.totals, estimated);
+    render_domains(&mut out, &report.meta, &report.totals);
+    render_devices(&mut out, report);
+    out.push_str(&super::functions::render(report));
+    let quality = &report.meta.measurement_quality;
+    let _ = writeln!(out, "\nquality: {}", quality.grade);
+    for note in &quality.notes {
+        let _ = writeln!(out, "  - {}", printable(note));
+    }
+    out
+}
+
+/// What ran, for how long and how it ended, what is still running untraced, and the energy
+/// sources.
+fn render_heading(out: &mut String, meta: &Meta) {
     let what = match (&meta.command, &meta.pids) {
         (Some(command), _) => format!("`{}`", fit(&command.join(" "), 60)),
         (None, Some(pids)) => format!(
@@ -84,13 +104,11 @@ pub fn render_with(report: &Report, options: SummaryOptions) -> String {
         .map(|s| format!("{} ({})", printable(s.name), s.provenance.as_str()))
         .collect();
     let _ = writeln!(out, "energy source: {}", sources.join(", "));
+}
 
-    let _ = writeln!(
-        out,
-        "\n{:>8}  {:<26} {:>9} {:>11} {:>9} {:>7}",
-        "PID", "COMMAND", "CPU [s]", "ENERGY [J]", "AVG [W]", "SHARE"
-    );
-    render_processes(&mut out, &report.processes, totals.energy_j, options);
+/// The rows under the processes: targets, other and idle, which add up to the total
+/// below them.
+fn render_split(out: &mut String, totals: &Totals, estimated: bool) {
     let share = |j: f64| {
         if totals.energy_j > 0.0 {
             fixed(100.0 * j / totals.energy_j, 6, 1)
@@ -142,7 +160,11 @@ pub fn render_with(report: &Report, options: SummaryOptions) -> String {
         fixed(totals.avg_power_w, 9, 2),
         fixed(100.0, 6, 1)
     );
+}
 
+/// The domain table: each domain (nested ones under their parent) split into targets,
+/// other and idle, with its idle baseline and provenance.
+fn render_domains(out: &mut String, meta: &Meta, totals: &Totals) {
     let _ = writeln!(
         out,
         "\n{:<16} {:>11} {:>11} {:>11} {:>11} {:>9}  IDLE BASELINE",
@@ -158,22 +180,13 @@ pub fn render_with(report: &Report, options: SummaryOptions) -> String {
             .find(|b| b.domain == entry.name)
             .map(|b| format!("{} W ({})", fixed(b.power_w, 0, 2), b.method))
             .unwrap_or_default();
-        let unknown = if d.unknown_energy_intervals_count > 0 {
-            format!(
-                "; energy unknown for {} interval(s), {}: not counted",
-                d.unknown_energy_intervals_count,
-                human_duration((d.unknown_energy_duration_s.max(0.0) * 1e9) as u64)
-            )
-        } else {
-            String::new()
-        };
         let name = match &entry.parent {
             Some(parent) => format!("  {} ⊂ {parent}", entry.name),
             None => entry.name.clone(),
         };
         let _ = writeln!(
             out,
-            "{:<16} {} {} {} {} {}  {} [{}{unknown}]",
+            "{:<16} {} {} {} {} {}  {} [{}{}]",
             fit(&name, 16),
             fixed(d.energy_j, 11, 3),
             fixed(d.attributed_energy_j, 11, 3),
@@ -181,17 +194,23 @@ pub fn render_with(report: &Report, options: SummaryOptions) -> String {
             fixed(d.idle_energy_j, 11, 3),
             fixed(d.avg_power_w, 9, 2),
             baseline,
-            d.provenance.as_str()
+            d.provenance.as_str(),
+            unknown_energy(d)
         );
     }
-    render_devices(&mut out, report);
-    out.push_str(&super::functions::render(report));
-    let quality = &meta.measurement_quality;
-    let _ = writeln!(out, "\nquality: {}", quality.grade);
-    for note in &quality.notes {
-        let _ = writeln!(out, "  - {}", printable(note));
+}
+
+/// What a domain row says of intervals whose energy is not known.
+fn unknown_energy(d: &DomainTotals) -> String {
+    if d.unknown_energy_intervals_count > 0 {
+        format!(
+            "; energy unknown for {} interval(s), {}: not counted",
+            d.unknown_energy_intervals_count,
+            human_duration((d.unknown_energy_duration_s.max(0.0) * 1e9) as u64)
+        )
+    } else {
+        String::new()
     }
-    out
 }
 
 /// One row of the process table: a process, or a group of them (`--group-by`).

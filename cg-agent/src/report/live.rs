@@ -399,24 +399,10 @@ impl LiveModel {
         self.functions
             .iter()
             .filter_map(|(&(process, key), t)| {
-                let (symbol, module, line) = self.function_names.get(&key)?.clone();
+                let name = self.function_names.get(&key)?.clone();
+                let pid = self.processes.get(process as usize)?.pid;
                 let probed = matches!(key, LiveFunctionKey::Probed(_));
-                let entry = FunctionEntry {
-                    symbol,
-                    module,
-                    pid: self.processes.get(process as usize)?.pid,
-                    calls: probed.then_some(t.calls),
-                    samples: (!probed).then_some(t.samples),
-                    cpu_time_s: t.cpu_ns / 1e9,
-                    energy_j: t.energy_j,
-                    self_cpu_time_s: t.self_cpu_ns / 1e9,
-                    self_energy_j: t.self_energy_j,
-                    source: if probed { "uprobe" } else { "sampling" },
-                    line,
-                    partial: None,
-                    entry_only: None,
-                    provenance,
-                };
+                let entry = FunctionEntry::attributed(name, pid, t, probed, provenance);
                 Some((key, entry))
             })
             .collect()
@@ -1237,7 +1223,7 @@ mod tests {
         };
         let probed = entry("uprobe", "compress");
         assert_eq!(
-            (probed.pid, probed.calls, probed.samples),
+            (probed.who.pid, probed.calls, probed.samples),
             (10, Some(2), None)
         );
         assert_eq!(probed.module, "app");
@@ -1251,7 +1237,7 @@ mod tests {
         let sampled = entry("sampling", "compress");
         assert!(close(sampled.energy_j, 0.8 * process_j));
         assert!(close(sampled.self_energy_j, 0.8 * process_j));
-        assert!(r.functions.iter().all(|f| f.pid == 10));
+        assert!(r.functions.iter().all(|f| f.who.pid == 10));
         assert_eq!(r.functions.len(), 3);
         // One process: each function's total over processes is its entry; the probed and the
         // sampled `compress` stay apart.
@@ -1261,7 +1247,7 @@ mod tests {
             .iter()
             .find(|t| t.source == "uprobe")
             .unwrap();
-        assert_eq!((total.calls, total.processes_count), (Some(2), 1));
+        assert_eq!((total.calls, total.who.processes_count), (Some(2), 1));
         assert!(close(total.energy_j, probed.energy_j));
     }
 }

@@ -18,6 +18,9 @@ pub mod threads;
 pub mod tree;
 
 pub mod live;
+mod quality;
+
+pub use functions::FunctionEntry;
 
 use std::{
     collections::BTreeMap,
@@ -218,37 +221,6 @@ pub struct ProcessEntry {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ProcessDomain {
     pub energy_j: f64,
-}
-
-/// Energy of one function (filled by function-level attribution).
-#[derive(Clone, Debug, Serialize)]
-pub struct FunctionEntry {
-    pub symbol: String,
-    pub module: String,
-    pub pid: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub calls: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub samples: Option<u64>,
-    pub cpu_time_s: f64,
-    pub energy_j: f64,
-    pub self_cpu_time_s: f64,
-    pub self_energy_j: f64,
-    /// `uprobe` or `sampling`.
-    pub source: &'static str,
-    /// A Python function's first line (`module` is then its source file).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub line: Option<u32>,
-    /// Probed functions: whether a call was still running at the end (its time counts up
-    /// to the last read).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub partial: Option<bool>,
-    /// Probed functions with an entry probe only (a return probe would harm them): `calls`
-    /// counts entries, and there is no time or energy.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub entry_only: Option<bool>,
-    /// The energy source's: function energy is a share of it.
-    pub provenance: Provenance,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -821,82 +793,13 @@ fn process_entries(
 }
 
 fn meta(rec: &Recording, baselines: &[IdleBaseline], ledger: &Ledger) -> Meta {
-    let starved = starved_intervals(rec);
+    let starved = quality::starved_intervals(rec);
     let (command, pids) = match &rec.header.mode {
         Mode::Wrap { command } => (Some(command.clone()), None),
         Mode::Attach { pids } => (None, Some(pids.clone())),
         Mode::System => (None, None),
     };
     let (command_exit_code, command_exit_signal) = Ending::code_and_signal(rec.command_ending);
-    let domain_topology = rec
-        .header
-        .domains
-        .iter()
-        .map(|d| DomainEntry {
-            name: d.name.clone(),
-            kind: d.kind,
-            parent: d.parent.clone(),
-            contains: rec
-                .header
-                .domains
-                .iter()
-                .filter(|c| c.parent.as_deref() == Some(d.name.as_str()))
-                .map(|c| c.name.clone())
-                .collect(),
-            top_level: d.parent.is_none(),
-            cpus: match &d.coverage {
-                Coverage::AllCpus => None,
-                Coverage::Cpus(cpus) => Some(cpus.clone()),
-                Coverage::Gpu(_) => Some(Vec::new()),
-            },
-            gpu: match d.coverage {
-                Coverage::Gpu(n) => Some(n),
-                _ => None,
-            },
-            provenance: d.provenance,
-            source: d.source,
-        })
-        .collect();
-    let idle_baseline = rec
-        .header
-        .domains
-        .iter()
-        .zip(baselines)
-        .map(|(d, b)| {
-            let (fit_points_count, slope_w_per_cpu, r_squared) = match b.method {
-                IdleMethod::Regression {
-                    points,
-                    slope_w_per_cpu,
-                    r_squared,
-                } => (Some(points), Some(slope_w_per_cpu), Some(r_squared)),
-                IdleMethod::Prior {
-                    points,
-                    slope_w_per_cpu,
-                } => (Some(points), Some(slope_w_per_cpu), None),
-                _ => (None, None, None),
-            };
-            let (rest_source, rest_age_s) = match b.method {
-                IdleMethod::Rest(origin) => (
-                    Some(origin.name()),
-                    match origin {
-                        RestOrigin::StateFile { age_s } => Some(age_s),
-                        _ => None,
-                    },
-                ),
-                _ => (None, None),
-            };
-            IdleEntry {
-                domain: d.name.clone(),
-                power_w: b.power_w,
-                method: b.method.name(),
-                fit_points_count,
-                slope_w_per_cpu,
-                r_squared,
-                rest_source,
-                rest_age_s,
-            }
-        })
-        .collect();
     Meta {
         schema_version: SCHEMA_VERSION,
         tool: "cg-trace",
@@ -920,9 +823,15 @@ fn meta(rec: &Recording, baselines: &[IdleBaseline], ledger: &Ledger) -> Meta {
         calibration_s: rec.calibration_s,
         sources: rec.header.sources.clone(),
         source_selection: rec.header.selection_reason.clone(),
-        domain_topology,
-        idle_baseline,
-        measurement_quality: quality(rec, baselines, ledger),
+        domain_topology: domain_topology(&rec.header.domains),
+        idle_baseline: rec
+            .header
+            .domains
+            .iter()
+            .zip(baselines)
+            .map(|(d, b)| idle_entry(d, b))
+            .collect(),
+        measurement_quality: quality::quality(rec, baselines, ledger),
         profiler: ProfilerEntry {
             cost: rec.profiler,
             starved_intervals_count: starved.count,
@@ -936,196 +845,69 @@ fn meta(rec: &Recording, baselines: &[IdleBaseline], ledger: &Ledger) -> Meta {
     }
 }
 
-/// Intervals much longer than asked: the agent was not scheduled in time.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-struct Starved {
-    count: u64,
-    longest_s: f64,
-}
-
-/// A stored interval counts as starved past twice its asked length plus 50 ms (stored
-/// intervals are asked length x 2^merges).
-fn starved_intervals(rec: &Recording) -> Starved {
-    let asked_ns = (rec.header.interval.as_nanos() as u64) << rec.recorder.merges.min(32);
-    let limit_ns = asked_ns.saturating_mul(2).saturating_add(50_000_000);
-    let mut starved = Starved::default();
-    for interval in rec.recorder.intervals() {
-        starved.longest_s = starved.longest_s.max(interval.duration_ns as f64 / 1e9);
-        if interval.duration_ns > limit_ns {
-            starved.count += 1;
-        }
-    }
-    starved
-}
-
-/// The one place a run says why its energy is estimated (the summary prints it among the
-/// quality notes; the line at the start of the run only points here).
-fn estimated_note(selection_reason: &str) -> String {
-    format!(
-        "energy is ESTIMATED by the built-in power model, not measured: {selection_reason} \
-         (`cg-trace sources` shows what this machine can measure and what root would change)"
-    )
-}
-
-fn quality(rec: &Recording, baselines: &[IdleBaseline], ledger: &Ledger) -> Quality {
-    let mut notes = Vec::new();
-    let estimated = rec.header.provenance() == Provenance::Estimated;
-    if estimated {
-        notes.push(estimated_note(&rec.header.selection_reason));
-    }
-    let mut degraded = false;
-    for (d, b) in rec.header.domains.iter().zip(baselines) {
-        match b.method {
-            IdleMethod::Regression { .. } | IdleMethod::Prior { .. }
-                if d.kind == DomainKind::Gpu =>
-            {
-                degraded = true;
-                notes.push(format!(
-                    "idle baseline of {} is not its rest power, which is not known: it was \
-                         not seen at rest ({} s at 0 % with no process on it) in this run or an \
-                         earlier one, and its model is not in the table; let it rest once during \
-                         a run (cg-trace keeps what it sees), or pass --idle-watts {}=W",
-                    d.name,
-                    crate::sources::gpu_rest::QUIET_S,
-                    d.name
-                ));
-            }
-            IdleMethod::Prior { .. } => {
-                degraded = true;
-                notes.push(format!(
-                    "idle baseline of {} ({:.2} W) assumes {:.1} W per busy {}: the load was too \
-                     steady to fit one; pass --idle-watts for an exact split",
-                    d.name,
-                    b.power_w,
-                    match b.method {
-                        IdleMethod::Prior {
-                            slope_w_per_cpu, ..
-                        } => slope_w_per_cpu,
-                        _ => 0.0,
-                    },
-                    if d.kind == DomainKind::Gpu {
-                        "GPU"
-                    } else {
-                        "CPU"
-                    }
-                ));
-            }
-            IdleMethod::Rest(RestOrigin::ModelTable) => notes.push(format!(
-                "idle baseline of {} ({:.1} W) is the typical rest power of its model \
-                 (estimated): it was not seen at rest ({} s at 0 % with no process on it) in \
-                 this run or an earlier one",
-                d.name,
-                b.power_w,
-                crate::sources::gpu_rest::QUIET_S
-            )),
-            IdleMethod::Rest(RestOrigin::StateFile { age_s }) => notes.push(format!(
-                "idle baseline of {} ({:.1} W) is its rest power seen {} ago, in an earlier run",
-                d.name,
-                b.power_w,
-                crate::sources::human_duration((age_s * 1e9) as u64)
-            )),
-            IdleMethod::Regression { r_squared, .. } if r_squared < 0.5 => {
-                degraded = true;
-                notes.push(format!(
-                    "idle baseline of {} comes from a weak fit (r² = {r_squared:.2})",
-                    d.name
-                ));
-            }
-            _ => {}
-        }
-    }
-    let lost = &rec.losses;
-    if lost.on_cpu_map_full + lost.events_dropped + lost.targets_map_full > 0 {
-        degraded = true;
-        notes.push(format!(
-            "the kernel side lost records: {} thread-map-full, {} events dropped, {} \
-             target-map-full",
-            lost.on_cpu_map_full, lost.events_dropped, lost.targets_map_full
-        ));
-    }
-    if lost.unmatched_switches > 0 {
-        notes.push(format!(
-            "{} context switch(es) were never reported by the kernel's sched_switch tracepoint \
-             (ftrace misses them too); targets lost nothing (each is charged the growth of its \
-             runtime since it was last charged), other tasks' slices around them count as idle",
-            lost.unmatched_switches
-        ));
-    }
-    if lost.marks_failed > 0 {
-        degraded = true;
-        notes.push(format!(
-            "{} time(s) the kernel could not keep a thread's runtime mark (out of memory): \
-             those slices were charged as the CPU saw them, and a switch it missed loses them",
-            lost.marks_failed
-        ));
-    }
-    for (error, count) in &rec.source_errors {
-        degraded = true;
-        notes.push(format!("{count} read(s) failed: {error}"));
-    }
-    for note in &rec.source_notes {
-        degraded |= note.degraded;
-        notes.push(note.text.clone());
-    }
-    // Energy that is not known, or known only in total (the notes above say why).
-    if ledger
-        .domains
+/// `meta.domain_topology`: each domain, where it lies, and which domains it contains.
+fn domain_topology(domains: &[DomainSpec]) -> Vec<DomainEntry> {
+    domains
         .iter()
-        .any(|l| l.unknown_ns > 0 || l.unknown_count > 0 || l.spread_ns > 0)
-    {
-        degraded = true;
-    }
-    if rec.recorder.merges > 0 {
-        notes.push(format!(
-            "long run: stored intervals were merged {} time(s) to bound memory (each stored \
-             interval now spans about {})",
-            rec.recorder.merges,
-            crate::sources::human_duration(
-                (rec.header.interval.as_nanos() as u64)
-                    .saturating_mul(1 << rec.recorder.merges.min(40))
-            )
-        ));
-    }
-    if rec.recorder.intervals().is_empty() {
-        degraded = true;
-        notes.push("the run ended before a single interval was measured".into());
-    }
-    let starved = starved_intervals(rec);
-    if starved.count > 0 {
-        notes.push(format!(
-            "cg-trace was starved of CPU: {} of {} intervals lasted more than twice the {} ms \
-             asked (the longest {}); their figures are exact in sum but coarser in time",
-            starved.count,
-            rec.recorder.intervals().len(),
-            rec.header.interval.as_millis(),
-            crate::sources::human_duration((starved.longest_s * 1e9) as u64)
-        ));
-    }
-    if rec.late_placed_ns > 0 {
-        notes.push(format!(
-            "{} of the targets' CPU time was read only when its slice ended (the kernel did not \
-             report the switch that started it, so no read showed it running) and was placed \
-             back in the run's last intervals where its CPU showed room",
-            crate::sources::human_duration(rec.late_placed_ns)
-        ));
-    }
-    if rec.carried_past_end_ns > 0 {
-        degraded = true;
-        notes.push(format!(
-            "{} of the targets' CPU time read at the end of the run fitted in no interval, not even placed back (each \
-             holds at most its length per CPU) and is not charged",
-            crate::sources::human_duration(rec.carried_past_end_ns)
-        ));
-    }
-    Quality {
-        grade: if estimated {
-            "estimated"
-        } else if degraded {
-            "degraded"
-        } else {
-            "measured"
-        },
-        notes,
+        .map(|d| DomainEntry {
+            name: d.name.clone(),
+            kind: d.kind,
+            parent: d.parent.clone(),
+            contains: domains
+                .iter()
+                .filter(|c| c.parent.as_deref() == Some(d.name.as_str()))
+                .map(|c| c.name.clone())
+                .collect(),
+            top_level: d.parent.is_none(),
+            cpus: match &d.coverage {
+                Coverage::AllCpus => None,
+                Coverage::Cpus(cpus) => Some(cpus.clone()),
+                Coverage::Gpu(_) => Some(Vec::new()),
+            },
+            gpu: match d.coverage {
+                Coverage::Gpu(n) => Some(n),
+                _ => None,
+            },
+            provenance: d.provenance,
+            source: d.source,
+        })
+        .collect()
+}
+
+/// `meta.idle_baseline[]`: a domain's idle baseline, and what it was fitted from or where
+/// its rest power was seen.
+fn idle_entry(d: &DomainSpec, b: &IdleBaseline) -> IdleEntry {
+    let (fit_points_count, slope_w_per_cpu, r_squared) = match b.method {
+        IdleMethod::Regression {
+            points,
+            slope_w_per_cpu,
+            r_squared,
+        } => (Some(points), Some(slope_w_per_cpu), Some(r_squared)),
+        IdleMethod::Prior {
+            points,
+            slope_w_per_cpu,
+        } => (Some(points), Some(slope_w_per_cpu), None),
+        _ => (None, None, None),
+    };
+    let (rest_source, rest_age_s) = match b.method {
+        IdleMethod::Rest(origin) => (
+            Some(origin.name()),
+            match origin {
+                RestOrigin::StateFile { age_s } => Some(age_s),
+                _ => None,
+            },
+        ),
+        _ => (None, None),
+    };
+    IdleEntry {
+        domain: d.name.clone(),
+        power_w: b.power_w,
+        method: b.method.name(),
+        fit_points_count,
+        slope_w_per_cpu,
+        r_squared,
+        rest_source,
+        rest_age_s,
     }
 }
 

@@ -19,8 +19,8 @@ use ratatui::{
 use super::state::{App, SIGNALS, SignalMenu, SortKey};
 use crate::{
     report::{
-        functions::FunctionTotal,
-        live::{HISTORY_S, LiveReport},
+        functions::{FunctionFigures, FunctionTotal},
+        live::{HISTORY_S, LiveProcess, LiveReport},
     },
     sources::Provenance,
 };
@@ -160,8 +160,16 @@ fn header_lines(app: &App, width: u16) -> Vec<Line<'static>> {
     let Some(r) = &app.report else {
         return vec![Line::from(vec!["cg-trace".bold(), "  starting…".dim()])];
     };
-    let mut lines = Vec::new();
+    let mut lines = vec![title_line(app, r, width)];
+    lines.extend(total_lines(r, width));
+    lines.extend(domain_lines(r, width));
+    lines.push(sources_line(app, r));
+    lines.extend(cpu_bars(&r.cpu_busy_pct, width));
+    lines
+}
 
+/// What is traced on the left; the clock, interval, refresh and pause on the right.
+fn title_line(app: &App, r: &LiveReport, width: u16) -> Line<'static> {
     let what = match r.mode {
         "system" => format!(" top · {}", r.target),
         "wrap" => format!(" · `{}`", r.target),
@@ -181,12 +189,16 @@ fn header_lines(app: &App, width: u16) -> Vec<Line<'static>> {
     let room = (width as usize)
         .saturating_sub(right.iter().map(Span::width).sum::<usize>() + "cg-trace".len() + 1)
         .max(12);
-    lines.push(spread(
+    spread(
         vec!["cg-trace".bold(), Span::raw(shorten(&what, room))],
         right,
         width,
-    ));
+    )
+}
 
+/// Total power and energy, and their split into targets, other and idle: on one line when
+/// it fits, else on two.
+fn total_lines(r: &LiveReport, width: u16) -> Vec<Line<'static>> {
     let t = &r.totals;
     let busy_label = if r.mode == "system" {
         "processes"
@@ -215,13 +227,15 @@ fn header_lines(app: &App, width: u16) -> Vec<Line<'static>> {
     if used + 3 + split.chars().count() <= width as usize {
         total.push(" │ ".dim());
         total.push(split.into());
-        lines.push(Line::from(total));
+        vec![Line::from(total)]
     } else {
-        lines.push(Line::from(total));
-        lines.push(Line::from(split));
+        vec![Line::from(total), Line::from(split)]
     }
+}
 
-    // One chunk per domain (nested ones marked), wrapped over as many lines as they need.
+/// One chunk per domain (nested ones marked), wrapped over as many lines as they need.
+fn domain_lines(r: &LiveReport, width: u16) -> Vec<Line<'static>> {
+    let mut lines = Vec::new();
     let mut line: Vec<Span<'static>> = Vec::new();
     let mut used = 0usize;
     for d in &r.domains {
@@ -257,7 +271,11 @@ fn header_lines(app: &App, width: u16) -> Vec<Line<'static>> {
     if !line.is_empty() {
         lines.push(Line::from(line));
     }
+    lines
+}
 
+/// The sources, where the command's output goes, and lost events (in red).
+fn sources_line(app: &App, r: &LiveReport) -> Line<'static> {
     let sources: Vec<String> = r
         .sources
         .iter()
@@ -276,9 +294,7 @@ fn header_lines(app: &App, width: u16) -> Vec<Line<'static>> {
                 .bold(),
         );
     }
-    lines.push(Line::from(last));
-    lines.extend(cpu_bars(&r.cpu_busy_pct, width));
-    lines
+    Line::from(last)
 }
 
 /// Most lines the per-CPU bars take; more CPUs than fit get one block character each.
@@ -501,138 +517,21 @@ fn render_table(app: &App, r: &LiveReport, area: Rect, buf: &mut Buffer) {
     let rows = app.rows();
     let height = area.height.saturating_sub(1) as usize;
     app.page.set(height);
-    // Keep the cursor on screen, moving the view as little as possible.
     let cursor = app.cursor();
-    let mut scroll = app.scroll.get();
-    if cursor < scroll {
-        scroll = cursor;
-    } else if height > 0 && cursor >= scroll + height {
-        scroll = cursor + 1 - height;
-    }
-    scroll = scroll.min(rows.len().saturating_sub(height));
+    let scroll = scroll_to(cursor, app.scroll.get(), height, rows.len());
     app.scroll.set(scroll);
 
-    let cell = |text: String, right: bool| {
-        if right {
-            Cell::from(Line::from(text).right_aligned())
-        } else {
-            Cell::from(text)
-        }
-    };
     let header = Row::new(cols.iter().map(|c| cell(c.title.clone(), c.right)))
         .style(Style::new().black().on_cyan().bold());
     let visible = rows.iter().skip(scroll).take(height).map(|row| {
         let p = &r.processes[row.index];
-        if let Some(t) = row.thread.and_then(|t| p.threads.get(t).map(|th| (t, th))) {
-            return thread_row(app, row, p, t, wide, domain_columns.len());
+        match row.thread.and_then(|t| p.threads.get(t).map(|th| (t, th))) {
+            Some(thread) => thread_row(app, row, p, thread, wide, domain_columns.len()),
+            None => process_row(app, row, p, wide, &domain_columns),
         }
-        // A folded row shows its subtree's sums in every column that adds up.
-        let (cpu_pct, cpu_time_s, power_w, domain_power_w, energy_j, share_pct) = match &row.folded
-        {
-            Some(s) => (
-                s.cpu_pct,
-                s.cpu_time_s,
-                s.power_w,
-                &s.domain_power_w,
-                s.energy_j,
-                s.share_pct,
-            ),
-            None => (
-                p.cpu_pct,
-                p.cpu_time_s,
-                p.power_w,
-                &p.domain_power_w,
-                p.energy_j,
-                p.share_pct,
-            ),
-        };
-        // A cgroup's row stands for several processes: no one pid, parent or user.
-        let group = row.cgroup.is_some();
-        let mut cells = vec![cell(
-            if group { "-".into() } else { p.pid.to_string() },
-            true,
-        )];
-        if wide {
-            cells.push(cell(
-                p.ppid
-                    .filter(|_| !group)
-                    .map_or_else(|| "-".into(), |pp| pp.to_string()),
-                true,
-            ));
-        }
-        cells.push(cell(
-            if group {
-                "-".into()
-            } else {
-                app.user_of(row.index).to_string()
-            },
-            false,
-        ));
-        cells.push(cell(format!("{cpu_pct:.1}"), true));
-        if wide {
-            cells.push(cell(format!("{cpu_time_s:.2}"), true));
-        }
-        cells.push(cell(watts(power_w), true));
-        for &d in &domain_columns {
-            cells.push(cell(
-                watts(domain_power_w.get(d).copied().unwrap_or(0.0)),
-                true,
-            ));
-        }
-        cells.push(cell(joules(energy_j), true));
-        cells.push(cell(format!("{share_pct:.1}%"), true));
-        if let (Some(name), Some(s)) = (&row.cgroup, &row.folded) {
-            let count = s.hidden + 1;
-            let plural = if count == 1 { "" } else { "es" };
-            cells.push(Cell::from(format!("{name} ({count} process{plural})")));
-            return Row::new(cells).style(Style::new().bold());
-        }
-        let mut command = row.prefix.clone();
-        if let Some(s) = &row.folded {
-            command.push_str(&format!("[+{}] ", s.hidden));
-        }
-        if !p.alive {
-            command.push_str("[exited] ");
-        }
-        if p.command.is_empty() {
-            // Seen on a CPU, but gone from /proc before its name could be read.
-            command.push_str("(unknown: gone before /proc was read)");
-        } else {
-            command.push_str(&p.command);
-        }
-        cells.push(Cell::from(command));
-        let style = if !p.alive || p.command.is_empty() {
-            Style::new().dim()
-        } else if row.folded.is_some() || p.root {
-            Style::new().bold()
-        } else {
-            Style::new()
-        };
-        Row::new(cells).style(style)
     });
-    // Where each column lies, for the mouse (widths as the table lays them out).
     app.table_area.set(area);
-    let fixed: u16 = cols
-        .iter()
-        .map(|c| match c.width {
-            Constraint::Length(w) => w + 1,
-            _ => 1,
-        })
-        .sum();
-    let mut x = area.x;
-    let spans = cols
-        .iter()
-        .map(|c| {
-            let w = match c.width {
-                Constraint::Length(w) => w,
-                _ => area.width.saturating_sub(fixed - 1).max(1),
-            };
-            let span = (x, x + w.saturating_sub(1), c.sort);
-            x += w + 1;
-            span
-        })
-        .collect();
-    *app.table_columns.borrow_mut() = spans;
+    *app.table_columns.borrow_mut() = column_spans(&cols, area);
     let mut state = TableState::new()
         .with_offset(0)
         .with_selected((!rows.is_empty()).then(|| cursor - scroll));
@@ -656,23 +555,156 @@ fn render_table(app: &App, r: &LiveReport, area: Rect, buf: &mut Buffer) {
     }
 }
 
+/// The first row to show so that the cursor is on screen, moving the view from `scroll` as
+/// little as possible, and never past the last page of `rows` rows.
+fn scroll_to(cursor: usize, mut scroll: usize, height: usize, rows: usize) -> usize {
+    if cursor < scroll {
+        scroll = cursor;
+    } else if height > 0 && cursor >= scroll + height {
+        scroll = cursor + 1 - height;
+    }
+    scroll.min(rows.saturating_sub(height))
+}
+
+/// A table cell, aligned right for figures.
+fn cell(text: String, right: bool) -> Cell<'static> {
+    if right {
+        Cell::from(Line::from(text).right_aligned())
+    } else {
+        Cell::from(text)
+    }
+}
+
+/// Where each column lies on screen, for the mouse: (first x, last x, its sort key), with
+/// widths as the table lays them out (the fill column takes what the others leave).
+fn column_spans(cols: &[Column], area: Rect) -> Vec<(u16, u16, Option<SortKey>)> {
+    let fixed: u16 = cols
+        .iter()
+        .map(|c| match c.width {
+            Constraint::Length(w) => w + 1,
+            _ => 1,
+        })
+        .sum();
+    let mut x = area.x;
+    cols.iter()
+        .map(|c| {
+            let w = match c.width {
+                Constraint::Length(w) => w,
+                _ => area.width.saturating_sub(fixed - 1).max(1),
+            };
+            let span = (x, x + w.saturating_sub(1), c.sort);
+            x += w + 1;
+            span
+        })
+        .collect()
+}
+
+/// The row of a process, of a folded subtree (its sums in every column that adds up), or
+/// of a cgroup (its processes added up: no one pid, parent or user).
+fn process_row<'a>(
+    app: &App,
+    row: &crate::ui::state::Row,
+    p: &LiveProcess,
+    wide: bool,
+    domain_columns: &[usize],
+) -> Row<'a> {
+    let (cpu_pct, cpu_time_s, power_w, domain_power_w, energy_j, share_pct) = match &row.folded {
+        Some(s) => (
+            s.cpu_pct,
+            s.cpu_time_s,
+            s.power_w,
+            &s.domain_power_w,
+            s.energy_j,
+            s.share_pct,
+        ),
+        None => (
+            p.cpu_pct,
+            p.cpu_time_s,
+            p.power_w,
+            &p.domain_power_w,
+            p.energy_j,
+            p.share_pct,
+        ),
+    };
+    let group = row.cgroup.is_some();
+    let mut cells = vec![cell(
+        if group { "-".into() } else { p.pid.to_string() },
+        true,
+    )];
+    if wide {
+        cells.push(cell(
+            p.ppid
+                .filter(|_| !group)
+                .map_or_else(|| "-".into(), |pp| pp.to_string()),
+            true,
+        ));
+    }
+    cells.push(cell(
+        if group {
+            "-".into()
+        } else {
+            app.user_of(row.index).to_string()
+        },
+        false,
+    ));
+    cells.push(cell(format!("{cpu_pct:.1}"), true));
+    if wide {
+        cells.push(cell(format!("{cpu_time_s:.2}"), true));
+    }
+    cells.push(cell(watts(power_w), true));
+    for &d in domain_columns {
+        cells.push(cell(
+            watts(domain_power_w.get(d).copied().unwrap_or(0.0)),
+            true,
+        ));
+    }
+    cells.push(cell(joules(energy_j), true));
+    cells.push(cell(format!("{share_pct:.1}%"), true));
+    if let (Some(name), Some(s)) = (&row.cgroup, &row.folded) {
+        let count = s.hidden + 1;
+        let plural = if count == 1 { "" } else { "es" };
+        cells.push(Cell::from(format!("{name} ({count} process{plural})")));
+        return Row::new(cells).style(Style::new().bold());
+    }
+    cells.push(Cell::from(command_text(row, p)));
+    let style = if !p.alive || p.command.is_empty() {
+        Style::new().dim()
+    } else if row.folded.is_some() || p.root {
+        Style::new().bold()
+    } else {
+        Style::new()
+    };
+    Row::new(cells).style(style)
+}
+
+/// The COMMAND column of a process row: tree glyphs, what is folded or exited, the command.
+fn command_text(row: &crate::ui::state::Row, p: &LiveProcess) -> String {
+    let mut command = row.prefix.clone();
+    if let Some(s) = &row.folded {
+        command.push_str(&format!("[+{}] ", s.hidden));
+    }
+    if !p.alive {
+        command.push_str("[exited] ");
+    }
+    if p.command.is_empty() {
+        // Seen on a CPU, but gone from /proc before its name could be read.
+        command.push_str("(unknown: gone before /proc was read)");
+    } else {
+        command.push_str(&p.command);
+    }
+    command
+}
+
 /// The row of one thread (or of the folded rest) under its expanded process: TID in the PID
 /// column, its name in the COMMAND column, its own CPU, power and energy.
 fn thread_row<'a>(
     app: &App,
     row: &crate::ui::state::Row,
-    p: &crate::report::live::LiveProcess,
+    p: &LiveProcess,
     (t, thread): (usize, &crate::report::live::LiveThread),
     wide: bool,
     domain_columns: usize,
 ) -> Row<'a> {
-    let cell = |text: String, right: bool| {
-        if right {
-            Cell::from(Line::from(text).right_aligned())
-        } else {
-            Cell::from(text)
-        }
-    };
     let mut cells = vec![cell(
         thread.tid.map_or_else(String::new, |tid| tid.to_string()),
         true,
@@ -783,17 +815,7 @@ fn render_functions(app: &App, r: &LiveReport, area: Rect, buf: &mut Buffer) {
         process.comm,
         functions.first().map_or("", |f| f.source)
     );
-    let rows = functions.iter().map(|f| FunctionRow {
-        symbol: &f.symbol,
-        module: &f.module,
-        line: f.line,
-        processes: None,
-        calls: f.calls,
-        samples: f.samples,
-        cpu_time_s: f.cpu_time_s,
-        energy_j: f.energy_j,
-        self_energy_j: f.self_energy_j,
-    });
+    let rows = functions.iter().map(|f| FunctionRow::of(f, None));
     render_function_pane(&title, rows.collect(), false, r, area, buf);
 }
 
@@ -803,17 +825,9 @@ fn render_function_totals(totals: &[FunctionTotal], r: &LiveReport, area: Rect, 
         " functions of all processes, summed ({}; f: the selected process) ",
         totals.first().map_or("", |f| f.source)
     );
-    let rows = totals.iter().map(|f| FunctionRow {
-        symbol: &f.symbol,
-        module: &f.module,
-        line: f.line,
-        processes: Some(f.processes_count),
-        calls: f.calls,
-        samples: f.samples,
-        cpu_time_s: f.cpu_time_s,
-        energy_j: f.energy_j,
-        self_energy_j: f.self_energy_j,
-    });
+    let rows = totals
+        .iter()
+        .map(|f| FunctionRow::of(f, Some(f.who.processes_count)));
     render_function_pane(&title, rows.collect(), true, r, area, buf);
 }
 
@@ -828,6 +842,23 @@ struct FunctionRow<'a> {
     cpu_time_s: f64,
     energy_j: f64,
     self_energy_j: f64,
+}
+
+impl<'a> FunctionRow<'a> {
+    /// The row of `f`, with the count of processes it sums (totals only).
+    fn of<Who>(f: &'a FunctionFigures<Who>, processes: Option<usize>) -> Self {
+        FunctionRow {
+            symbol: &f.symbol,
+            module: &f.module,
+            line: f.line,
+            processes,
+            calls: f.calls,
+            samples: f.samples,
+            cpu_time_s: f.cpu_time_s,
+            energy_j: f.energy_j,
+            self_energy_j: f.self_energy_j,
+        }
+    }
 }
 
 /// A function pane: FUNCTION, MODULE, (PROCS,) CALLS or SAMPLES, CPU s, energy and self

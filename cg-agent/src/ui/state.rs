@@ -351,7 +351,7 @@ impl App {
         let mut functions: Vec<&FunctionEntry> = report
             .functions
             .iter()
-            .filter(|f| f.pid == process.pid)
+            .filter(|f| f.who.pid == process.pid)
             .collect();
         functions.sort_by(|a, b| {
             b.energy_j
@@ -849,75 +849,18 @@ impl App {
         self.rebuild();
     }
 
+    /// The tree view's rows: each process under its parent, children sorted like the
+    /// table, folded subtrees closed, and with a filter only the matches and their
+    /// ancestors.
     fn tree_rows(&self, processes: &[LiveProcess]) -> Vec<Row> {
-        let n = processes.len();
-        // A pid seen twice (reused after an exit): the live one is the parent of new children.
-        let mut by_pid: HashMap<u32, usize> = HashMap::new();
-        for (i, p) in processes.iter().enumerate() {
-            match by_pid.get(&p.pid) {
-                Some(&j) if processes[j].alive && !p.alive => {}
-                _ => {
-                    by_pid.insert(p.pid, i);
-                }
-            }
-        }
-        let mut parent: Vec<Option<usize>> = processes
-            .iter()
-            .enumerate()
-            .map(|(i, p)| {
-                p.ppid
-                    .and_then(|pp| by_pid.get(&pp).copied())
-                    .filter(|&j| j != i)
-            })
-            .collect();
-        // Break cycles (pid reuse can make one): a node that reaches itself becomes a root.
-        let in_cycle: Vec<usize> = (0..n)
-            .filter(|&i| {
-                let mut at = parent[i];
-                let mut steps = 0;
-                while let Some(j) = at {
-                    if j == i || steps > n {
-                        return true;
-                    }
-                    at = parent[j];
-                    steps += 1;
-                }
-                false
-            })
-            .collect();
-        for i in in_cycle {
-            parent[i] = None;
-        }
-        let mut children: Vec<Vec<usize>> = vec![Vec::new(); n];
-        let mut roots = Vec::new();
-        for (i, up) in parent.iter().enumerate() {
-            match up {
-                Some(j) => children[*j].push(i),
-                None => roots.push(i),
-            }
-        }
-        // With a filter: the matches and their ancestors, so the tree stays readable.
-        // Kernel threads without `K`: none of them (their children are kernel threads too).
-        let everything = self.filter.is_empty() && self.kernel_threads;
-        let mut shown = vec![everything; n];
-        if !everything {
-            for i in (0..n).filter(|&i| self.matches(&processes[i])) {
-                let mut at = Some(i);
-                while let Some(j) = at {
-                    if shown[j] {
-                        break;
-                    }
-                    shown[j] = true;
-                    at = parent[j];
-                }
-            }
-        }
+        let parent = parents(processes);
+        let (mut roots, mut children) = children_of(&parent);
+        let shown = self.shown_in_tree(processes, &parent);
         let sort = |list: &mut Vec<usize>| list.sort_by(|&a, &b| self.compare(processes, a, b));
         sort(&mut roots);
         for list in &mut children {
             sort(list);
         }
-
         let mut rows = Vec::new();
         // (node, glyphs of its ancestors' columns, is it its parent's last child, depth)
         let mut stack: Vec<(usize, String, bool, usize)> = roots
@@ -958,6 +901,83 @@ impl App {
         }
         rows
     }
+
+    /// Which processes the tree shows: all of them, or with a filter the matches and their
+    /// ancestors, so the tree stays readable; kernel threads without `K`: none of them
+    /// (their children are kernel threads too).
+    fn shown_in_tree(&self, processes: &[LiveProcess], parent: &[Option<usize>]) -> Vec<bool> {
+        let everything = self.filter.is_empty() && self.kernel_threads;
+        let mut shown = vec![everything; processes.len()];
+        if !everything {
+            for i in (0..processes.len()).filter(|&i| self.matches(&processes[i])) {
+                let mut at = Some(i);
+                while let Some(j) = at {
+                    if shown[j] {
+                        break;
+                    }
+                    shown[j] = true;
+                    at = parent[j];
+                }
+            }
+        }
+        shown
+    }
+}
+
+/// Each process's parent among `processes` (by index), with no cycles: a pid seen twice
+/// (reused after an exit) names the live one, and a process that reaches itself through
+/// its parents (pid reuse can make that) becomes a root.
+fn parents(processes: &[LiveProcess]) -> Vec<Option<usize>> {
+    let n = processes.len();
+    let mut by_pid: HashMap<u32, usize> = HashMap::new();
+    for (i, p) in processes.iter().enumerate() {
+        match by_pid.get(&p.pid) {
+            Some(&j) if processes[j].alive && !p.alive => {}
+            _ => {
+                by_pid.insert(p.pid, i);
+            }
+        }
+    }
+    let mut parent: Vec<Option<usize>> = processes
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            p.ppid
+                .and_then(|pp| by_pid.get(&pp).copied())
+                .filter(|&j| j != i)
+        })
+        .collect();
+    let in_cycle: Vec<usize> = (0..n)
+        .filter(|&i| {
+            let mut at = parent[i];
+            let mut steps = 0;
+            while let Some(j) = at {
+                if j == i || steps > n {
+                    return true;
+                }
+                at = parent[j];
+                steps += 1;
+            }
+            false
+        })
+        .collect();
+    for i in in_cycle {
+        parent[i] = None;
+    }
+    parent
+}
+
+/// The roots (no parent) and each process's children, in the order of `parent`.
+fn children_of(parent: &[Option<usize>]) -> (Vec<usize>, Vec<Vec<usize>>) {
+    let mut children: Vec<Vec<usize>> = vec![Vec::new(); parent.len()];
+    let mut roots = Vec::new();
+    for (i, up) in parent.iter().enumerate() {
+        match up {
+            Some(j) => children[*j].push(i),
+            None => roots.push(i),
+        }
+    }
+    (roots, children)
 }
 
 /// A process and everything below it, added up.
@@ -1444,5 +1464,51 @@ mod tests {
         assert_eq!(names, ["compress_block", "checksum"]);
         key(&mut app, KeyCode::Down);
         assert!(app.selected_functions().is_empty());
+    }
+
+    #[test]
+    fn parents_follow_the_live_pid_and_cycles_become_roots() {
+        let base = testdata::report().processes[0].clone();
+        let p = |pid, ppid, alive| LiveProcess {
+            pid,
+            ppid,
+            alive,
+            ..base.clone()
+        };
+        let processes = [
+            // pid 10 reused: the exited one, then the live one, which 11 is a child of.
+            p(10, Some(1), false),
+            p(10, Some(1), true),
+            p(11, Some(10), true),
+            // The live 12 listed first keeps its children from the exited 12 after it.
+            p(12, None, true),
+            p(12, None, false),
+            p(13, Some(12), true),
+            // 20 and 21 each other's parent (pid reuse): both roots.
+            p(20, Some(21), true),
+            p(21, Some(20), true),
+            // A parent that is not listed, and one's own pid as parent: roots.
+            p(30, Some(99), true),
+            p(31, Some(31), true),
+        ];
+        let parent = parents(&processes);
+        assert_eq!(
+            parent,
+            [
+                None,
+                None,
+                Some(1),
+                None,
+                None,
+                Some(3),
+                None,
+                None,
+                None,
+                None
+            ]
+        );
+        let (roots, children) = children_of(&parent);
+        assert_eq!(roots, [0, 1, 3, 4, 6, 7, 8, 9]);
+        assert_eq!((&children[1], &children[3]), (&vec![2], &vec![5]));
     }
 }

@@ -1,13 +1,21 @@
 //! Figures of a made-up run for the view's tests: a machine where `make` builds with two
 //! compiler workers under an ssh session.
 
+use std::time::Duration;
+
 use super::users::Users;
-use crate::session::live::LiveEvent;
 use crate::{
-    attribution::ProcId,
+    attribution::{CpuTime, Interval, ProcId, Slice},
+    host::HostInfo,
     report::{
         FunctionEntry, LostEvents, SourceEntry,
+        functions::InProcess,
         live::{LiveDomain, LiveProcess, LiveReport, LiveThread, LiveTotals, Series},
+    },
+    session::{
+        IdleWatts, Mode, RunHeader, SourceInfo,
+        live::{LiveEvent, LiveSample, LiveStart},
+        processes::ProcessRecord,
     },
     sources::{DomainKind, Provenance},
 };
@@ -288,7 +296,7 @@ fn function(pid: u32, symbol: &str, energy_j: f64, calls: u64) -> FunctionEntry 
     FunctionEntry {
         symbol: symbol.into(),
         module: "cc1".into(),
-        pid,
+        who: InProcess { pid },
         calls: Some(calls),
         samples: None,
         cpu_time_s: energy_j / 5.0,
@@ -424,60 +432,57 @@ pub fn wrapped_run_through_the_live_model() -> LiveReport {
 /// The live feed of a session wrapping `make -j2` for `intervals` intervals of 100 ms: make
 /// itself and two compiler workers on two CPUs, under a 5 W + 6.5 W per CPU power model.
 pub fn wrapped_run(intervals: u64, mut observer: impl FnMut(LiveEvent<'_>)) {
-    use std::time::Duration;
-
-    use crate::{
-        attribution::{Coverage, CpuTime, Interval, Slice},
-        host::HostInfo,
-        session::{
-            IdleWatts, Mode, RunHeader, SourceInfo,
-            live::{LiveSample, LiveStart},
-            processes::ProcessRecord,
-        },
-        sources::DomainSpec,
-    };
-
-    const MS: u64 = 1_000_000;
-    let mode = Mode::Wrap {
-        command: vec!["make".into(), "-j2".into()],
-    };
-    let host = HostInfo {
-        hostname: "test".into(),
-        kernel: "6.18".into(),
-        cpu_model: "test cpu".into(),
-        cpu_packages: vec![0, 0],
-    };
-    let domains = [DomainSpec {
-        name: "model".into(),
-        kind: DomainKind::Model,
-        parent: None,
-        coverage: Coverage::AllCpus,
-        provenance: Provenance::Estimated,
-        source: "model",
-    }];
-    let sources = [SourceInfo {
-        name: "model",
-        provenance: Provenance::Estimated,
-        description: "built-in power model".into(),
-        domains: vec!["model".into()],
-    }];
     observer(LiveEvent::Started(LiveStart {
-        header: &RunHeader {
-            mode,
-            host,
-            interval: Duration::from_millis(100),
-            domains: domains.to_vec(),
-            sources: sources.to_vec(),
-            selection_reason: "requested with --source model".into(),
-            known_idle_w: vec![Some(5.0)],
-            busy_slope_w: vec![],
-            rest_power: Vec::new(),
-            idle_watts: IdleWatts::Estimate,
-            prior_slope_w_per_cpu: 6.5,
-        },
+        header: &make_header(),
         run_start_ns: 0,
         calibration: &[],
     }));
+    let processes = make_processes();
+    for i in 0..intervals {
+        observer(LiveEvent::Sample(LiveSample {
+            interval: &make_interval(i),
+            processes: &processes,
+            changed: if i == 0 { &[0, 1, 2] } else { &[] },
+            losses: Default::default(),
+            read_errors_count: 0,
+            functions: None,
+        }));
+    }
+}
+
+const MS: u64 = 1_000_000;
+
+/// The run's header: `make -j2` wrapped on a two-CPU host, measured by the power model.
+fn make_header() -> RunHeader {
+    RunHeader {
+        mode: Mode::Wrap {
+            command: vec!["make".into(), "-j2".into()],
+        },
+        host: HostInfo {
+            hostname: "test".into(),
+            kernel: "6.18".into(),
+            cpu_model: "test cpu".into(),
+            cpu_packages: vec![0, 0],
+        },
+        interval: Duration::from_millis(100),
+        domains: vec![crate::sources::model::model_domain()],
+        sources: vec![SourceInfo {
+            name: "model",
+            provenance: Provenance::Estimated,
+            description: "built-in power model".into(),
+            domains: vec!["model".into()],
+        }],
+        selection_reason: "requested with --source model".into(),
+        known_idle_w: vec![Some(5.0)],
+        busy_slope_w: vec![],
+        rest_power: Vec::new(),
+        idle_watts: IdleWatts::Estimate,
+        prior_slope_w_per_cpu: 6.5,
+    }
+}
+
+/// make (the root) and its two compiler workers.
+fn make_processes() -> [ProcessRecord; 3] {
     let record = |pid: u32, ppid: u32, argv: &[&str]| ProcessRecord {
         pid,
         ppid: Some(ppid),
@@ -492,54 +497,42 @@ pub fn wrapped_run(intervals: u64, mut observer: impl FnMut(LiveEvent<'_>)) {
         thread_names: Default::default(),
         cgroup: None,
     };
-    let processes = [
+    [
         record(500, 400, &["make", "-j2"]),
         record(501, 500, &["cc1", "-O2", "a.c"]),
         record(502, 500, &["cc1", "-O2", "b.c"]),
-    ];
-    for i in 0..intervals {
-        // cc1 a.c: 100 ms on CPU 0; cc1 b.c: 60 ms on CPU 1; make: 10 ms on CPU 1; other 5 ms.
-        let busy_s = (100 + 60 + 10 + 5) as f64 / 1000.0;
-        let interval = Interval {
-            start_ns: i * 100 * MS,
-            duration_ns: 100 * MS,
-            cpus: vec![
-                CpuTime::default(),
-                CpuTime {
-                    idle_ns: 25 * MS,
-                    other_ns: 5 * MS,
-                },
-            ],
-            slices: vec![
-                Slice {
-                    process: 0,
-                    tid: 0,
-                    cpu: 1,
-                    on_cpu_ns: 10 * MS,
-                },
-                Slice {
-                    process: 1,
-                    tid: 1,
-                    cpu: 0,
-                    on_cpu_ns: 100 * MS,
-                },
-                Slice {
-                    process: 2,
-                    tid: 2,
-                    cpu: 1,
-                    on_cpu_ns: 60 * MS,
-                },
-            ],
-            energy_j: vec![0.5 + 6.5 * busy_s],
-            ..Interval::default()
-        };
-        observer(LiveEvent::Sample(LiveSample {
-            interval: &interval,
-            processes: &processes,
-            changed: if i == 0 { &[0, 1, 2] } else { &[] },
-            losses: Default::default(),
-            read_errors_count: 0,
-            functions: None,
-        }));
+    ]
+}
+
+/// Interval `i` (100 ms each), the same every time:
+/// ```text
+/// CPU 0 |cc1 a.c 100 ms                          |
+/// CPU 1 |make 10|cc1 b.c 60 ms|other 5|idle 25   |
+/// ```
+fn make_interval(i: u64) -> Interval {
+    let busy_s = (100 + 60 + 10 + 5) as f64 / 1000.0;
+    let slice = |process, cpu, on_cpu_ns| Slice {
+        process,
+        tid: process,
+        cpu,
+        on_cpu_ns,
+    };
+    Interval {
+        start_ns: i * 100 * MS,
+        duration_ns: 100 * MS,
+        cpus: vec![
+            CpuTime::default(),
+            CpuTime {
+                idle_ns: 25 * MS,
+                other_ns: 5 * MS,
+            },
+        ],
+        slices: vec![
+            slice(0, 1, 10 * MS),
+            slice(1, 0, 100 * MS),
+            slice(2, 1, 60 * MS),
+        ],
+        energy_j: vec![0.5 + 6.5 * busy_s],
+        ..Interval::default()
     }
 }
