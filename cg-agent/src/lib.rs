@@ -31,6 +31,7 @@
 //! - [`privileges`] decides whom a run is for (sudo's user, or ourselves); [`output`] creates
 //!   every file cg-trace writes, as that user, without following links.
 
+pub mod accounting;
 pub mod app;
 pub mod attribution;
 pub mod cgroup;

@@ -1,6 +1,6 @@
 //! The exporter's books (`cg-trace serve`): each interval of a whole-machine session is split
-//! the way the report splits it ([`split_interval`], idle baselines decided like the live
-//! view's) and added to monotonic counters per energy domain and per process group, with
+//! by the accounting core ([`Attributor`]: the report's split, idle baselines fitted like the
+//! live view's) and added to monotonic counters per energy domain and per process group, with
 //! `idle`, `other` and `exited` as series of their own, so that in every scrape the series of
 //! a domain add up to the host's measured total for it.
 //!
@@ -16,17 +16,13 @@
 //! Pure: no I/O, no clocks; [`Exporter::scrape`] gives a [`Scrape`], which
 //! [`super::metrics`] encodes.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 
 use crate::{
-    attribution::{
-        Coverage, ProcId,
-        idle::{IdleBaseline, PowerPoint, RestPower},
-        split_interval,
-    },
-    report::BaselineInputs,
+    accounting::Attributor,
+    attribution::ProcId,
     session::{
-        IdleWatts, SourceInfo,
+        SourceInfo,
         live::{LiveSample, LiveStart},
         processes::ProcessRecord,
     },
@@ -40,10 +36,6 @@ pub const EXITED: &str = "exited";
 
 /// Longest group label exported (a kernel command name has at most 15 bytes).
 const MAX_GROUP_LEN: usize = 64;
-/// Power points kept per domain for the running idle estimate.
-const MAX_FIT_POINTS: usize = 3_600;
-/// Intervals between two estimates of the idle baselines, once the first few are in.
-const REFIT_EVERY: u32 = 10;
 /// How often the exported groups are chosen again.
 const SELECT_EVERY_NS: u64 = 1_000_000_000;
 /// Time constant of a group's recent energy (what the top is chosen by).
@@ -211,18 +203,10 @@ pub struct Exporter {
     /// Groups of processes that ended before they were followed, for one interval.
     strays: HashMap<ProcId, GroupKey>,
     domains: Vec<DomainSpec>,
-    coverage: Vec<Coverage>,
     top: Vec<usize>,
     sources: Vec<SourceInfo>,
-    idle_watts: IdleWatts,
-    known_idle_w: Vec<Option<f64>>,
-    rest_power: Vec<Option<RestPower>>,
-    busy_slope_w: Vec<Option<f64>>,
-    prior_slope_w_per_cpu: f64,
-    interval_ns: u64,
-    points: Vec<VecDeque<PowerPoint>>,
-    baselines: Vec<IdleBaseline>,
-    intervals_since_fit: u32,
+    /// Attributes each interval with the idle baselines fitted so far.
+    attributor: Attributor,
     intervals: u64,
     books: Vec<DomainBooks>,
     groups: HashMap<String, Group>,
@@ -320,24 +304,15 @@ impl Exporter {
     pub fn with_grouper(start: &LiveStart<'_>, options: ServeOptions, grouper: Grouper) -> Self {
         let header = start.header;
         let domains = header.domains.clone();
-        let mut exporter = Exporter {
+        Exporter {
             options,
             grouper,
             strays: HashMap::new(),
-            coverage: domains.iter().map(|d| d.coverage.clone()).collect(),
             top: (0..domains.len())
                 .filter(|&d| domains[d].parent.is_none())
                 .collect(),
             sources: header.sources.clone(),
-            idle_watts: header.idle_watts.clone(),
-            known_idle_w: header.known_idle_w.clone(),
-            rest_power: header.rest_power.clone(),
-            busy_slope_w: header.busy_slope_w.clone(),
-            prior_slope_w_per_cpu: header.prior_slope_w_per_cpu,
-            interval_ns: header.interval.as_nanos() as u64,
-            points: vec![VecDeque::new(); domains.len()],
-            baselines: Vec::new(),
-            intervals_since_fit: 0,
+            attributor: Attributor::new(header.baseline_inputs(), start.calibration),
             intervals: 0,
             books: vec![DomainBooks::default(); domains.len()],
             groups: HashMap::new(),
@@ -351,34 +326,7 @@ impl Exporter {
             read_errors_count: 0,
             lost_events: 0,
             domains,
-        };
-        exporter.fit();
-        exporter
-    }
-
-    fn inputs(&self) -> BaselineInputs<'_> {
-        BaselineInputs {
-            domains: &self.domains,
-            idle_watts: &self.idle_watts,
-            known_idle_w: &self.known_idle_w,
-            rest_power: &self.rest_power,
-            busy_slope_w: &self.busy_slope_w,
-            interval: std::time::Duration::from_nanos(self.interval_ns),
-            prior_slope_w_per_cpu: self.prior_slope_w_per_cpu,
         }
-    }
-
-    fn fit(&mut self) {
-        let inputs = self.inputs();
-        self.baselines = (0..self.domains.len())
-            .map(|d| {
-                inputs.fixed(d).unwrap_or_else(|| {
-                    let points: Vec<PowerPoint> = self.points[d].iter().copied().collect();
-                    inputs.estimate(d, &points)
-                })
-            })
-            .collect();
-        self.intervals_since_fit = 0;
     }
 
     /// Follows the processes that started, exec'd or ended (`changed`, indexes into
@@ -478,22 +426,8 @@ impl Exporter {
         self.strays.clear();
         self.follow(sample.processes, sample.changed, now_ns);
 
-        for d in 0..self.domains.len() {
-            if let Some(point) = self.inputs().power_point(interval, d) {
-                let points = &mut self.points[d];
-                points.push_back(point);
-                if points.len() > MAX_FIT_POINTS {
-                    points.pop_front();
-                }
-            }
-        }
         self.intervals += 1;
-        self.intervals_since_fit += 1;
-        if self.intervals < u64::from(REFIT_EVERY) || self.intervals_since_fit >= REFIT_EVERY {
-            self.fit();
-        }
-        let idle_w: Vec<f64> = self.baselines.iter().map(|b| b.power_w).collect();
-        let splits = split_interval(interval, &self.coverage, &idle_w);
+        let splits = self.attributor.attribute(interval);
         let domains = self.domains.len();
         for (d, split) in splits.iter().enumerate() {
             let measured_j = interval.energy_j.get(d).copied().unwrap_or(0.0);
@@ -639,6 +573,7 @@ impl Exporter {
 
     /// The figures now.
     pub fn scrape(&self) -> Scrape {
+        let baselines = self.attributor.baselines();
         let mut names: Vec<(&String, &Group)> =
             self.groups.iter().filter(|(_, g)| g.exported).collect();
         names.sort_by(|a, b| a.0.cmp(b.0));
@@ -677,8 +612,8 @@ impl Exporter {
                     top_level: spec.parent.is_none(),
                     host_j: self.books[d].host_j,
                     power_w: self.books[d].last_power_w,
-                    idle_baseline_w: self.baselines.get(d).map_or(0.0, |b| b.power_w),
-                    idle_method: self.baselines.get(d).map_or("none", |b| b.method.name()),
+                    idle_baseline_w: baselines.get(d).map_or(0.0, |b| b.power_w),
+                    idle_method: baselines.get(d).map_or("none", |b| b.method.name()),
                     unknown_s: self.books[d].unknown_ns as f64 / 1e9,
                 })
                 .collect(),
@@ -723,10 +658,10 @@ mod tests {
 
     use super::*;
     use crate::{
-        attribution::{CpuTime, Interval, Slice, unknown::Glitch},
+        attribution::{Coverage, CpuTime, Interval, Slice, unknown::Glitch},
         host::HostInfo,
         probes::Losses,
-        session::{Mode, RunHeader},
+        session::{IdleWatts, Mode, RunHeader},
         sources::DomainKind,
     };
 

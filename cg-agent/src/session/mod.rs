@@ -13,7 +13,7 @@ pub mod recorder;
 pub mod targets;
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::BTreeMap,
     path::PathBuf,
     sync::atomic::{AtomicI32, Ordering},
     time::{Duration, Instant, SystemTime},
@@ -29,17 +29,19 @@ use self::{
     processes::{Cleanup, Ending, ProcessRecord, ProcessTable},
     recorder::Recorder,
 };
+pub use crate::accounting::IdleWatts;
 use crate::{
-    attribution::{EnergyState, Glitch, Interval, ProcId, idle::RestPower},
+    accounting::BaselineInputs,
+    attribution::{EnergyState, Glitch, Interval, idle::RestPower},
     host::HostInfo,
     privileges,
     probes::{
         FunctionProbeConfig, Losses, ProbeConfig, ProbeError, Probes,
-        activity::{Activity, ActivityTracker},
+        activity::ActivityTracker,
         monotonic_ns,
     },
     sources::{
-        self, DomainKind, DomainSpec, EnergySource, Provenance, ReadContext, Reading, SourceChoice,
+        self, DomainKind, DomainSpec, EnergySource, Provenance, ReadContext, SourceChoice,
         SourceNote, SourceOptions, SourceProbe, gpu::GpuSummary, meter::MeterSummary,
     },
 };
@@ -63,17 +65,6 @@ impl Mode {
             Mode::System => "system",
         }
     }
-}
-
-/// Idle baselines given with `--idle-watts`.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub enum IdleWatts {
-    #[default]
-    Estimate,
-    /// One figure: for the only top-level domain.
-    Total(f64),
-    /// Per domain name.
-    PerDomain(BTreeMap<String, f64>),
 }
 
 /// Everything a run needs to know.
@@ -200,6 +191,19 @@ pub struct RunHeader {
 }
 
 impl RunHeader {
+    /// What decides the run's idle baselines (the report's, the live view's and serve's).
+    pub fn baseline_inputs(&self) -> BaselineInputs {
+        BaselineInputs {
+            domains: self.domains.clone(),
+            idle_watts: self.idle_watts.clone(),
+            known_idle_w: self.known_idle_w.clone(),
+            rest_power: self.rest_power.clone(),
+            busy_slope_w: self.busy_slope_w.clone(),
+            interval: self.interval,
+            prior_slope_w_per_cpu: self.prior_slope_w_per_cpu,
+        }
+    }
+
     /// Takes the domains, descriptions and idle inputs of `sources`, chosen for `reason`.
     fn set_sources(&mut self, sources: &[Box<dyn EnergySource>], reason: String) {
         self.domains = sources.iter().flat_map(|s| s.domains().to_vec()).collect();
@@ -1544,15 +1548,21 @@ fn own_cost() -> ProfilerCost {
 /// be read. Not `ru_maxrss`, which keeps the peak of the address space exec replaced: started
 /// by vfork (Python's subprocess), that is the launching parent's.
 fn own_peak_rss_bytes() -> u64 {
+    own_status_bytes("VmHWM:")
+}
+
+/// Field `field` (`VmHWM:`, `VmRSS:`) of this process's `/proc/self/status`, in bytes; 0 when
+/// it cannot be read.
+fn own_status_bytes(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|status| vm_hwm_bytes(&status))
+        .and_then(|status| status_bytes(&status, field))
         .unwrap_or(0)
 }
 
-/// The `VmHWM:   1234 kB` line of a `/proc/PID/status`, in bytes.
-fn vm_hwm_bytes(status: &str) -> Option<u64> {
-    let value = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?;
+/// A `VmHWM:   1234 kB` line (field `field`) of a `/proc/PID/status`, in bytes.
+fn status_bytes(status: &str, field: &str) -> Option<u64> {
+    let value = status.lines().find_map(|l| l.strip_prefix(field))?;
     let kib: u64 = value.trim().strip_suffix("kB")?.trim_end().parse().ok()?;
     kib.checked_mul(1024)
 }
@@ -1784,7 +1794,11 @@ impl Sampler {
         let activity = self
             .tracker
             .advance(&snapshot, |thread| table.is_target_thread(thread));
-        let interval = activity.as_ref().map(|a| self.interval_of(a, phase));
+        let interval = activity.as_ref().map(|a| {
+            let wall_start_ns = self.wall.wall_ns(a.start_ns);
+            let run = phase == Phase::Run;
+            accounting::interval_of(&mut self.table, a, self.run_start_ns, wall_start_ns, run)
+        });
         if let (Some(f), Some(a)) = (self.functions.as_mut(), activity.as_ref()) {
             let record = phase == Phase::Run;
             f.sample(
@@ -1797,31 +1811,13 @@ impl Sampler {
             );
         }
 
-        let mut done = std::mem::replace(&mut self.pending, cleanup);
-        // A thread that a CPU still runs (an exit can take a while) or caches time for keeps
-        // its entry until that time is final: deleting it now would count that time twice.
-        // So does one whose time was read but is still carried to later intervals.
-        let tracker = &self.tracker;
-        let (wait, delete): (Vec<ThreadKey>, Vec<ThreadKey>) =
-            done.threads.drain(..).partition(|t| {
-                snapshot.holds(t.tgid, Some(t.tid)) || tracker.owes(t.tgid, Some(t.tid))
-            });
-        self.pending.threads.extend(wait);
+        let done = std::mem::replace(&mut self.pending, cleanup);
+        let (wait, delete) =
+            accounting::settle_exits(done, &snapshot, &mut self.tracker, &mut self.table);
+        self.pending.threads.extend(wait.threads);
+        self.pending.processes.extend(wait.processes);
         for &thread in &delete {
             self.probes.delete_thread(thread);
-        }
-        self.tracker.forget_all(&delete);
-        // A process stops being followed once its last time is read. (The kernel stops
-        // treating its pid as a target itself, when the process is freed.)
-        let records = self.table.records();
-        let (wait, retire): (Vec<ProcId>, Vec<ProcId>) =
-            done.processes.drain(..).partition(|&id| {
-                let pid = records[id as usize].pid;
-                snapshot.holds(pid, None) || self.tracker.owes(pid, None)
-            });
-        self.pending.processes.extend(wait);
-        for id in retire {
-            self.table.retire(id);
         }
         if self.last_gc.elapsed() >= GC_PERIOD {
             self.last_gc = Instant::now();
@@ -1877,79 +1873,15 @@ impl Sampler {
         }
     }
 
-    fn interval_of(&mut self, activity: &Activity, phase: Phase) -> Interval {
-        let mut slices: HashMap<(u32, u32, u32), u64> = HashMap::new();
-        if phase == Phase::Run {
-            for s in &activity.threads {
-                let id = self.table.id_of_thread(s.thread, activity.start_ns);
-                self.table.name_thread(id, s.thread);
-                *slices.entry((id, s.thread.tid, s.cpu)).or_default() += s.on_cpu_ns;
-            }
-        }
-        let mut cpus = activity.cpus.clone();
-        if phase != Phase::Run {
-            // Before the run, targets are "other" activity like any task.
-            for s in &activity.threads {
-                if let Some(c) = cpus.get_mut(s.cpu as usize) {
-                    c.other_ns += s.on_cpu_ns;
-                }
-            }
-        }
-        let slices = crate::attribution::sorted_slices(slices);
-        Interval {
-            start_ns: activity.start_ns.saturating_sub(self.run_start_ns),
-            duration_ns: activity.duration_ns,
-            cpus,
-            slices,
-            energy_j: Vec::new(),
-            energy_state: Vec::new(),
-            wall_start_ns: self.wall.wall_ns(activity.start_ns),
-            gpus: Vec::new(),
-        }
-    }
-
-    /// Reads every source over `ctx`: per domain, the interval's known joules and how much of
-    /// them is known ([`energy::Books`] may revise the intervals stored so far).
+    /// Reads every source over `ctx` ([`energy::read_sources`]).
     fn read_sources(&mut self, ctx: &ReadContext<'_>) -> (Vec<f64>, Vec<EnergyState>) {
-        let mut energy = Vec::new();
-        let mut states = Vec::new();
-        for source in &mut self.sources {
-            let width = source.domains().len();
-            let readings = match source.read(ctx) {
-                Ok(readings) if readings.len() == width => readings,
-                Ok(readings) => {
-                    tracing::warn!(
-                        "{}: {} readings for {width} domains",
-                        source.name(),
-                        readings.len()
-                    );
-                    vec![Reading::unknown(Glitch::Invalid); width]
-                }
-                Err(err) => {
-                    *self
-                        .source_errors
-                        .entry(format!("{}: {err}", source.name()))
-                        .or_default() += 1;
-                    // Cumulative counters keep their last good value, so the energy of this
-                    // interval shows up in the next successful read, which is spread back.
-                    let missed = if source.failed_read_carries_over() {
-                        Reading::Pending
-                    } else {
-                        Reading::unknown(Glitch::ReadFailed)
-                    };
-                    vec![missed; width]
-                }
-            };
-            for reading in readings {
-                let d = energy.len();
-                let (joules, state) =
-                    self.books
-                        .book(d, reading, ctx.duration_ns, self.recorder.all_mut().rev());
-                energy.push(joules);
-                states.push(state);
-            }
-        }
-        (energy, states)
+        energy::read_sources(
+            &mut self.sources,
+            &mut self.books,
+            &mut self.recorder,
+            &mut self.source_errors,
+            ctx,
+        )
     }
 
     /// Deletes kernel entries of threads that no longer exist (their exit event was lost).
@@ -2094,7 +2026,7 @@ mod tests {
     fn the_peak_memory_includes_what_was_used_after_the_run() {
         let mut cost = own_cost();
         // What is resident now (the peak so far may be higher: other tests run beside).
-        let before = crate::serve::metrics::OwnCost::now().rss_bytes;
+        let before = own_status_bytes("VmRSS:");
         // 256 MiB touched after the run's figures were taken (as building a report can).
         let big = vec![1u8; 256 << 20];
         std::hint::black_box(&big);
@@ -2110,9 +2042,10 @@ mod tests {
     #[test]
     fn the_peak_memory_is_read_from_vm_hwm() {
         let status = "Name:\tcg-trace\nVmPeak:\t  900000 kB\nVmHWM:\t   54272 kB\nVmRSS:\t 1 kB\n";
-        assert_eq!(vm_hwm_bytes(status), Some(54272 * 1024));
-        assert_eq!(vm_hwm_bytes("VmRSS:\t 1 kB\n"), None);
-        assert_eq!(vm_hwm_bytes("VmHWM:\t lots kB\n"), None);
+        assert_eq!(status_bytes(status, "VmHWM:"), Some(54272 * 1024));
+        assert_eq!(status_bytes(status, "VmRSS:"), Some(1024));
+        assert_eq!(status_bytes("VmRSS:\t 1 kB\n", "VmHWM:"), None);
+        assert_eq!(status_bytes("VmHWM:\t lots kB\n", "VmHWM:"), None);
         assert!(own_peak_rss_bytes() > 0);
     }
 
