@@ -54,8 +54,7 @@ impl BaselineInputs {
     /// Domain `d`'s baseline: [`Self::fixed`] when known, else estimated from `points`
     /// (called only when needed: the points may be many).
     pub fn baseline(&self, d: usize, points: impl FnOnce() -> Vec<PowerPoint>) -> IdleBaseline {
-        self.fixed(d)
-            .unwrap_or_else(|| self.estimate(d, &points()))
+        self.fixed(d).unwrap_or_else(|| self.estimate(d, &points()))
     }
 
     /// Domain `d`'s baseline when it does not depend on a fit: given with `--idle-watts`,
@@ -295,7 +294,11 @@ mod tests {
         for i in 0..MAX_FIT_POINTS {
             feed(&mut fit, i, 5.0);
         }
-        assert!((fit.idle_w()[0] - 5.0).abs() < 1e-6, "{:?}", fit.baselines());
+        assert!(
+            (fit.idle_w()[0] - 5.0).abs() < 1e-6,
+            "{:?}",
+            fit.baselines()
+        );
         // Between two refits the baseline holds still.
         let before = fit.idle_w();
         feed(&mut fit, 0, 50.0);
@@ -314,13 +317,21 @@ mod tests {
             })
             .collect();
         let mut fit = RunningFit::new(inputs(domains, IdleWatts::Estimate), &calibration);
-        assert!((fit.idle_w()[0] - 5.0).abs() < 1e-6, "{:?}", fit.baselines());
+        assert!(
+            (fit.idle_w()[0] - 5.0).abs() < 1e-6,
+            "{:?}",
+            fit.baselines()
+        );
         let mut unknown = interval(100, 500.0);
         unknown.energy_state = vec![EnergyState::unknown(100 * MS, Glitch::ReadFailed)];
         let mut short = interval(10, 900.0);
         short.duration_ns = 10 * MS;
         fit.add(&unknown);
         fit.add(&short);
-        assert!((fit.idle_w()[0] - 5.0).abs() < 1e-6, "{:?}", fit.baselines());
+        assert!(
+            (fit.idle_w()[0] - 5.0).abs() < 1e-6,
+            "{:?}",
+            fit.baselines()
+        );
     }
 }

@@ -149,7 +149,10 @@ mod tests {
         // Processes are numbered by the caller: pid 10 is process 0, pid 20 process 1.
         let mut ids = |t: ThreadKey| if t.tgid == 10 { 0 } else { 1 };
         let iv = interval_of(&activity(), 900 * MS, 42, Some(&mut ids));
-        assert_eq!((iv.start_ns, iv.duration_ns, iv.wall_start_ns), (100 * MS, 100 * MS, 42));
+        assert_eq!(
+            (iv.start_ns, iv.duration_ns, iv.wall_start_ns),
+            (100 * MS, 100 * MS, 42)
+        );
         let slices: Vec<(ProcId, u32, u32, u64)> = iv
             .slices
             .iter()
@@ -157,7 +160,12 @@ mod tests {
             .collect();
         assert_eq!(
             slices,
-            vec![(0, 10, 0, 50), (0, 10, 1, 20), (0, 11, 0, 30), (1, 20, 1, 10)]
+            vec![
+                (0, 10, 0, 50),
+                (0, 10, 1, 20),
+                (0, 11, 0, 30),
+                (1, 20, 1, 10)
+            ]
         );
         assert_eq!(iv.cpus, activity().cpus);
         // Every CPU's 100 ms is accounted for: idle + other + slices.
@@ -206,7 +214,10 @@ mod tests {
         let split = &attributor.attribute(&iv)[0];
         let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
         assert!(close(split.idle_j, 0.5));
-        assert!(close(split.attributed_j(), 1.5 * 100.0 / 130.0), "{split:?}");
+        assert!(
+            close(split.attributed_j(), 1.5 * 100.0 / 130.0),
+            "{split:?}"
+        );
         assert!(close(
             split.attributed_j() + split.other_j + split.idle_j,
             split.measured_j

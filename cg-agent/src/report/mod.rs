@@ -18,10 +18,7 @@ pub mod tree;
 
 pub mod live;
 
-use std::{
-    collections::BTreeMap,
-    time::SystemTime,
-};
+use std::{collections::BTreeMap, time::SystemTime};
 
 use serde::Serialize;
 
@@ -35,9 +32,7 @@ use crate::{
     probes::Losses,
     session::{Mode, ProfilerCost, Recording, RunningProcess, processes::Ending},
     small_map::SmallMap,
-    sources::{
-        DomainKind, Provenance, SourceProbe, gpu::GpuSummary, meter::MeterSummary,
-    },
+    sources::{DomainKind, Provenance, SourceProbe, gpu::GpuSummary, meter::MeterSummary},
 };
 
 /// Version of the report schema; the minor part is bumped when fields are added, the major
@@ -1058,9 +1053,7 @@ mod tests {
     use crate::{
         attribution::{CpuTime, EnergyState, Glitch, Slice},
         host::HostInfo,
-        session::{
-            IdleWatts, RunHeader, SourceInfo, processes::ProcessRecord, recorder::Recorder,
-        },
+        session::{IdleWatts, RunHeader, SourceInfo, processes::ProcessRecord, recorder::Recorder},
         sources::DomainSpec,
     };
 

@@ -486,3 +486,95 @@ fn scrape_time() {
         times_ms[times_ms.len() * 99 / 100]
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn churn(proc_root: &tempfile::TempDir) -> Churn {
+        Churn::new(proc_root.path()).expect("the model source opens")
+    }
+
+    /// Runs intervals `0..count`.
+    fn run_for(churn: &mut Churn, count: u64) {
+        for i in 0..count {
+            churn.interval(i);
+        }
+    }
+
+    #[test]
+    fn the_series_add_up_to_the_models_energy_over_the_simulated_activity() {
+        // Each 1 s interval, two CPUs:
+        //   cpu0 |jjjj...ooo..| j: 20 ms per short-lived job, d: 5 ms per daemon whose turn
+        //   cpu1 |jjjjdd.ooo..| it is, o: 10 ms other; the rest idle
+        // The model draws 5 W + 10 W per busy CPU: the host total is 5 W x the time plus
+        // 10 W x the busy CPU-seconds, and the series add up to it.
+        let root = tempfile::tempdir().expect("temp dir");
+        let mut churn = churn(&root);
+        run_for(&mut churn, 40);
+        let scrape = churn.exporter.scrape();
+        let seconds = scrape.intervals as f64 * INTERVAL_NS as f64 / 1e9;
+        let idle_s: f64 = scrape
+            .cpu
+            .iter()
+            .filter(|(name, _)| name == super::super::model::IDLE)
+            .map(|(_, s)| s)
+            .sum();
+        let busy_s = CPUS as f64 * seconds - idle_s;
+        let (series_j, host_j) = churn.books_j();
+        let expected_j = IDLE_W * seconds + 10.0 * busy_s;
+        assert_eq!(
+            scrape.intervals, 39,
+            "the first snapshot only sets the start"
+        );
+        assert!(busy_s > 0.0 && busy_s < CPUS as f64 * seconds, "{busy_s}");
+        assert!(
+            (host_j - expected_j).abs() < 1e-6 * expected_j,
+            "{host_j} != {expected_j}"
+        );
+        assert!(
+            (series_j - host_j).abs() < 1e-9 * host_j,
+            "{series_j} != {host_j}"
+        );
+    }
+
+    #[test]
+    fn exited_processes_leave_the_table_the_tracker_and_the_exporter() {
+        // Ten jobs start every interval and live 1 to 3 intervals; 300 daemons stay:
+        //   iv   0  1  2  3  4 ...
+        //   job  ####                 (one of each length started at every interval)
+        // What is remembered is what lives (and waits one interval for its last time), not
+        // what was ever seen.
+        let root = tempfile::tempdir().expect("temp dir");
+        let mut churn = churn(&root);
+        run_for(&mut churn, 30);
+        let held = |c: &Churn| {
+            (
+                c.table.capacity_held().0,
+                c.tracker.tracked(),
+                c.exporter.remembered().1,
+            )
+        };
+        let after_30 = held(&churn);
+        for i in 30..90 {
+            churn.interval(i);
+        }
+        let after_90 = held(&churn);
+        assert_eq!(churn.started, 900);
+        let live_at_most = DAEMONS as usize + 4 * STARTS_PER_INTERVAL as usize;
+        assert!(after_90.0 <= live_at_most, "{after_90:?}");
+        assert!(after_90.1 <= live_at_most, "{after_90:?}");
+        assert!(after_90.2 <= live_at_most, "{after_90:?}");
+        assert_eq!(after_30, after_90, "memory held must not grow with churn");
+    }
+
+    #[test]
+    fn fresh_pids_skip_the_living_and_wrap_round() {
+        let root = tempfile::tempdir().expect("temp dir");
+        let mut churn = churn(&root);
+        churn.next_pid = 3_999_999;
+        churn.sims.insert(1001, sim(1001, 0, 0, None));
+        let pids: Vec<u32> = (0..3).map(|_| churn.fresh_pid()).collect();
+        assert_eq!(pids, vec![4_000_000, 1000, 1002]);
+    }
+}

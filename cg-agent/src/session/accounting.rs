@@ -122,8 +122,7 @@ pub fn interval_of(
         table.name_thread(id, thread);
         id
     };
-    let process_of: Option<&mut dyn FnMut(ThreadKey) -> ProcId> =
-        run.then_some(&mut process_of);
+    let process_of: Option<&mut dyn FnMut(ThreadKey) -> ProcId> = run.then_some(&mut process_of);
     crate::accounting::interval_of(activity, run_start_ns, wall_start_ns, process_of)
 }
 
@@ -140,10 +139,10 @@ pub fn settle_exits(
     tracker: &mut ActivityTracker,
     table: &mut ProcessTable,
 ) -> (Cleanup, Vec<ThreadKey>) {
-    let (wait_threads, delete): (Vec<ThreadKey>, Vec<ThreadKey>) =
-        done.threads.drain(..).partition(|t| {
-            snapshot.holds(t.tgid, Some(t.tid)) || tracker.owes(t.tgid, Some(t.tid))
-        });
+    let (wait_threads, delete): (Vec<ThreadKey>, Vec<ThreadKey>) = done
+        .threads
+        .drain(..)
+        .partition(|t| snapshot.holds(t.tgid, Some(t.tid)) || tracker.owes(t.tgid, Some(t.tid)));
     tracker.forget_all(&delete);
     let records = table.records();
     let (wait_processes, retire): (Vec<ProcId>, Vec<ProcId>) =

@@ -60,7 +60,9 @@ fn readings_of(
             vec![Reading::unknown(Glitch::Invalid); width]
         }
         Err(err) => {
-            *errors.entry(format!("{}: {err}", source.name())).or_default() += 1;
+            *errors
+                .entry(format!("{}: {err}", source.name()))
+                .or_default() += 1;
             // Cumulative counters keep their last good value, so the energy of this
             // interval shows up in the next successful read, which is spread back.
             let missed = if source.failed_read_carries_over() {
