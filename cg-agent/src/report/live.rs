@@ -504,11 +504,7 @@ impl LiveModel {
             cpu_pct: 100.0 * rate.per_s(window_cpu_ns as f64 / 1e9),
             power_w: rate.per_s(self.window.energy_of(id, &self.top)),
             energy_j,
-            share_pct: if totals_energy_j > 0.0 {
-                100.0 * energy_j / totals_energy_j
-            } else {
-                0.0
-            },
+            share_pct: share_pct(energy_j, totals_energy_j),
             cpu_time_s: cpu_ns as f64 / 1e9,
             domain_power_w: self
                 .window
@@ -581,6 +577,15 @@ impl LiveModel {
     }
 }
 
+/// `energy_j` as a share of `total_j` (%), 0 of nothing.
+fn share_pct(energy_j: f64, total_j: f64) -> f64 {
+    if total_j > 0.0 {
+        100.0 * energy_j / total_j
+    } else {
+        0.0
+    }
+}
+
 /// Figures per second over a snapshot's window (0 for an empty window).
 #[derive(Clone, Copy, Debug)]
 struct Rate {
@@ -644,11 +649,7 @@ impl LiveModel {
                     cpu_pct: 100.0 * rate.per_s(window_ns as f64 / 1e9),
                     power_w: rate.per_s(energy(&self.window, tid)),
                     energy_j,
-                    share_pct: if total_j > 0.0 {
-                        100.0 * energy_j / total_j
-                    } else {
-                        0.0
-                    },
+                    share_pct: share_pct(energy_j, total_j),
                     cpu_time_s: cpu_ns as f64 / 1e9,
                 }
             })
