@@ -104,19 +104,18 @@ mod tests {
 
     const MS: u64 = 1_000_000;
 
-    fn thread(tgid: u32, tid: u32) -> ThreadKey {
-        ThreadKey {
+    /// Thread `tid` of process `tgid` ran `ms` on `cpu`.
+    fn ran(tgid: u32, tid: u32, cpu: u32, ms: u64) -> ThreadSlice {
+        let thread = ThreadKey {
             tgid,
             tid,
             start_ns: 0,
-        }
-    }
-
-    fn ran(tgid: u32, tid: u32, cpu: u32, ms: u64) -> ThreadSlice {
+        };
+        let on_cpu_ns = ms * MS;
         ThreadSlice {
-            thread: thread(tgid, tid),
+            thread,
             cpu,
-            on_cpu_ns: ms * MS,
+            on_cpu_ns,
         }
     }
 

@@ -20,7 +20,7 @@ use std::collections::HashMap;
 
 use crate::{
     accounting::Attributor,
-    attribution::ProcId,
+    attribution::{DomainSplit, ProcId},
     session::{
         SourceInfo,
         live::{LiveSample, LiveStart},
@@ -428,61 +428,80 @@ impl Exporter {
 
         self.intervals += 1;
         let splits = self.attributor.attribute(interval);
-        let domains = self.domains.len();
         for (d, split) in splits.iter().enumerate() {
-            let measured_j = interval.energy_j.get(d).copied().unwrap_or(0.0);
-            if !measured_j.is_finite() || measured_j < 0.0 {
-                // The session hands over only known energy; anything else is unknown here.
-                let books = &mut self.books[d];
-                books.unknown_ns += interval.duration_ns;
-                books.last_unknown_ns = Some(now_ns);
-                books.last_power_w = 0.0;
-                continue;
-            }
-            let top_level = self.top.contains(&d);
-            let mut other_j = clean(split.other_j);
-            let idle_j = clean(split.idle_j);
-            let mut total_j = idle_j + other_j;
-            for &(id, joules) in &split.targets_j {
-                let joules = clean(joules);
-                total_j += joules;
-                let name = self.group_name(id, sample.processes, now_ns);
-                let group = self
-                    .groups
-                    .entry(name)
-                    .or_insert_with(|| Group::new(domains, now_ns));
-                // While there is room, a group is exported from its first joule.
-                if !group.exported && self.exported_count < self.options.top_groups {
-                    group.exported = true;
-                    self.exported_count += 1;
-                }
-                if group.exported {
-                    group.energy_j[d] += joules;
-                } else {
-                    other_j += joules;
-                }
-                if top_level {
-                    group.recent_j += joules;
-                }
-            }
-            let books = &mut self.books[d];
-            // The host's figure is the sum of the parts added, so that the series add up to it
-            // exactly (the split gives the remainder to other: they equal the measurement).
-            books.host_j += total_j;
-            books.idle_j += idle_j;
-            books.other_j += other_j;
-            let state = interval.energy_state(d);
-            books.unknown_ns += state.unknown_ns;
-            if state.unknown_ns > 0 || state.unknown_count > 0 {
-                books.last_unknown_ns = Some(now_ns);
-            }
-            let known_ns = state.known_ns(interval.duration_ns);
-            books.last_power_w = if known_ns > 0 {
-                measured_j / (known_ns as f64 / 1e9)
-            } else {
-                0.0
-            };
+            self.book_domain(d, split, sample, now_ns);
         }
+        self.book_cpu_time(sample, now_ns);
+        if now_ns.saturating_sub(self.last_select_ns) >= SELECT_EVERY_NS {
+            let dt_s = now_ns.saturating_sub(self.last_select_ns) as f64 / 1e9;
+            self.select(now_ns, dt_s);
+            self.last_select_ns = now_ns;
+        }
+    }
+
+    /// Adds domain `d`'s split of the interval to its groups and series (a group not
+    /// exported adds to other).
+    fn book_domain(&mut self, d: usize, split: &DomainSplit, sample: &LiveSample<'_>, now_ns: u64) {
+        let interval = sample.interval;
+        let measured_j = interval.energy_j.get(d).copied().unwrap_or(0.0);
+        if !measured_j.is_finite() || measured_j < 0.0 {
+            // The session hands over only known energy; anything else is unknown here.
+            let books = &mut self.books[d];
+            books.unknown_ns += interval.duration_ns;
+            books.last_unknown_ns = Some(now_ns);
+            books.last_power_w = 0.0;
+            return;
+        }
+        let (domains, top_level) = (self.domains.len(), self.top.contains(&d));
+        let mut other_j = clean(split.other_j);
+        let idle_j = clean(split.idle_j);
+        let mut total_j = idle_j + other_j;
+        for &(id, joules) in &split.targets_j {
+            let joules = clean(joules);
+            total_j += joules;
+            let name = self.group_name(id, sample.processes, now_ns);
+            let group = self
+                .groups
+                .entry(name)
+                .or_insert_with(|| Group::new(domains, now_ns));
+            // While there is room, a group is exported from its first joule.
+            if !group.exported && self.exported_count < self.options.top_groups {
+                group.exported = true;
+                self.exported_count += 1;
+            }
+            if group.exported {
+                group.energy_j[d] += joules;
+            } else {
+                other_j += joules;
+            }
+            if top_level {
+                group.recent_j += joules;
+            }
+        }
+        let books = &mut self.books[d];
+        // The host's figure is the sum of the parts added, so that the series add up to it
+        // exactly (the split gives the remainder to other: they equal the measurement).
+        books.host_j += total_j;
+        books.idle_j += idle_j;
+        books.other_j += other_j;
+        let state = interval.energy_state(d);
+        books.unknown_ns += state.unknown_ns;
+        if state.unknown_ns > 0 || state.unknown_count > 0 {
+            books.last_unknown_ns = Some(now_ns);
+        }
+        let known_ns = state.known_ns(interval.duration_ns);
+        books.last_power_w = if known_ns > 0 {
+            measured_j / (known_ns as f64 / 1e9)
+        } else {
+            0.0
+        };
+    }
+
+    /// Adds the interval's CPU time to its groups (a group not exported adds to other), to
+    /// other and to idle.
+    fn book_cpu_time(&mut self, sample: &LiveSample<'_>, now_ns: u64) {
+        let interval = sample.interval;
+        let domains = self.domains.len();
         for slice in &interval.slices {
             let name = self.group_name(slice.process, sample.processes, now_ns);
             let group = self
@@ -499,11 +518,6 @@ impl Exporter {
         for cpu in &interval.cpus {
             self.other_cpu_ns += cpu.other_ns;
             self.idle_cpu_ns += cpu.idle_ns.min(interval.duration_ns);
-        }
-        if now_ns.saturating_sub(self.last_select_ns) >= SELECT_EVERY_NS {
-            let dt_s = now_ns.saturating_sub(self.last_select_ns) as f64 / 1e9;
-            self.select(now_ns, dt_s);
-            self.last_select_ns = now_ns;
         }
     }
 
