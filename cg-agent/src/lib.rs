@@ -4,8 +4,8 @@
 //!
 //! ```text
 //!  probes (eBPF maps, ring buffer) ─┐
-//!                                   ├─> session (one sample per interval) ─> report::build
-//!  sources (energy counters) ───────┘        (attribution happens here) ─> export (summary, JSON)
+//!                                   ├─> accounting (one step, one idle fit) ─> report ─> export
+//!  sources (energy counters) ───────┘    (session samples both each interval)    (ui, serve)
 //! ```
 //!
 //! - [`probes`] loads cg-ebpf and turns kernel data into plain types; nothing about energy.
@@ -13,6 +13,8 @@
 //!   NVML, a power meter's log) or estimates them (model); [`inventory`] lists them
 //!   (`cg-trace sources`).
 //! - [`attribution`] is pure: it splits each domain's energy into idle, targets and other.
+//! - [`accounting`] is pure: the per-interval step (a snapshot's activity to an attributed
+//!   interval) and the running idle fit that the report, the live view and [`serve`] share.
 //! - [`session`] runs a mode (wrap, attach, system) and records every interval.
 //! - [`report`] builds the report model (and [`report::read`] reads a written one back);
 //!   [`export`] writes it; [`compare`] compares two read reports, and [`diff`] is the
@@ -32,6 +34,7 @@
 //! - [`privileges`] decides whom a run is for (sudo's user, or ourselves); [`output`] creates
 //!   every file cg-trace writes, as that user, without following links.
 
+pub mod accounting;
 pub mod app;
 pub mod attribution;
 pub mod cgroup;

@@ -1,6 +1,6 @@
 //! The report's live counterpart: a run's figures so far, for the terminal view. Each
-//! interval is attributed as it arrives, with the same split as [`super::build`] and idle
-//! baselines decided the same way ([`super::BaselineInputs`]), but estimated from the run so
+//! interval is attributed as it arrives by the accounting core ([`Attributor`]: the same split
+//! as [`super::build`], idle baselines decided the same way), but estimated from the run so
 //! far; at the end the report re-attributes the whole run with the final baselines, so its
 //! figures can differ a little from the last live ones (in the measured energy only where the
 //! session revised earlier intervals: energy spread back over reads that failed, intervals
@@ -14,16 +14,15 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use crate::{
+    accounting::Attributor,
     attribution::{
-        Coverage, Ledger, ProcId,
+        Ledger, ProcId,
         functions::{FrameId, FunctionTotals, IntervalSpend, attribute_calls, attribute_samples},
-        idle::{IdleBaseline, PowerPoint, RestPower},
-        split_interval,
     },
     functions::symbolize::{file_name, function_stacks},
     probes::Losses,
     session::{
-        IdleWatts, Mode,
+        Mode,
         functions::LiveFunctions,
         live::{LiveSample, LiveStart},
         processes::ProcessRecord,
@@ -32,7 +31,7 @@ use crate::{
 };
 
 use super::{
-    BaselineInputs, FunctionEntry, LostEvents, SourceEntry,
+    FunctionEntry, LostEvents, SourceEntry,
     functions::{FunctionTotal, function_totals},
     interval_spend,
 };
@@ -41,10 +40,6 @@ use super::{
 pub const HISTORY_S: f64 = 300.0;
 /// How long an exited process stays listed.
 pub const EXITED_LINGER_NS: u64 = 10_000_000_000;
-/// Power points kept per domain for the running idle estimate (10 min at 100 ms).
-const MAX_FIT_POINTS: usize = 6_000;
-/// Intervals between two estimates of the idle baselines, once the first few are in.
-const REFIT_EVERY: u32 = 10;
 
 /// A function in the live figures: probed (by function id) or sampled (by frame id).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -190,19 +185,11 @@ pub struct LiveModel {
     cpu_count: usize,
     run_start_ns: u64,
     domains: Vec<DomainSpec>,
-    coverage: Vec<Coverage>,
     top: Vec<usize>,
     sources: Vec<SourceEntry>,
     source_selection: String,
-    idle_watts: IdleWatts,
-    known_idle_w: Vec<Option<f64>>,
-    rest_power: Vec<Option<RestPower>>,
-    busy_slope_w: Vec<Option<f64>>,
-    prior_slope_w_per_cpu: f64,
-    /// Per domain: the recent power points the baseline is estimated from.
-    points: Vec<VecDeque<PowerPoint>>,
-    baselines: Vec<IdleBaseline>,
-    intervals_since_fit: u32,
+    /// Attributes each interval with the idle baselines fitted so far.
+    attributor: Attributor,
     total: Ledger,
     window: Ledger,
     /// Per CPU: idle nanoseconds over the window.
@@ -230,23 +217,15 @@ impl LiveModel {
         if header.mode != Mode::System {
             history_names.push("targets".into());
         }
-        let mut model = LiveModel {
+        LiveModel {
             mode: header.mode.clone(),
             interval_ns: header.interval.as_nanos() as u64,
             cpu_count: header.host.cpu_count(),
             run_start_ns: start.run_start_ns,
-            coverage: domains.iter().map(|d| d.coverage.clone()).collect(),
             top,
             sources: header.sources.clone(),
             source_selection: header.selection_reason.clone(),
-            idle_watts: header.idle_watts.clone(),
-            known_idle_w: header.known_idle_w.clone(),
-            rest_power: header.rest_power.clone(),
-            busy_slope_w: header.busy_slope_w.clone(),
-            prior_slope_w_per_cpu: header.prior_slope_w_per_cpu,
-            points: vec![VecDeque::new(); domains.len()],
-            baselines: Vec::new(),
-            intervals_since_fit: 0,
+            attributor: Attributor::new(header.baseline_inputs(), start.calibration),
             total: Ledger::new(domains.len()),
             window: Ledger::new(domains.len()),
             window_idle_ns: Vec::new(),
@@ -259,51 +238,7 @@ impl LiveModel {
             history: vec![VecDeque::new(); history_names.len()],
             history_names,
             domains,
-        };
-        for interval in start.calibration {
-            model.add_points(interval);
         }
-        model.fit();
-        model
-    }
-
-    fn inputs(&self) -> BaselineInputs<'_> {
-        BaselineInputs {
-            domains: &self.domains,
-            idle_watts: &self.idle_watts,
-            known_idle_w: &self.known_idle_w,
-            rest_power: &self.rest_power,
-            busy_slope_w: &self.busy_slope_w,
-            interval: std::time::Duration::from_nanos(self.interval_ns),
-            prior_slope_w_per_cpu: self.prior_slope_w_per_cpu,
-        }
-    }
-
-    fn add_points(&mut self, interval: &crate::attribution::Interval) {
-        for d in 0..self.domains.len() {
-            if let Some(point) = self.inputs().power_point(interval, d) {
-                let points = &mut self.points[d];
-                points.push_back(point);
-                if points.len() > MAX_FIT_POINTS {
-                    points.pop_front();
-                }
-            }
-        }
-    }
-
-    /// Decides every domain's baseline from what is known so far.
-    fn fit(&mut self) {
-        let inputs = self.inputs();
-        let baselines = (0..self.domains.len())
-            .map(|d| {
-                inputs.fixed(d).unwrap_or_else(|| {
-                    let points: Vec<PowerPoint> = self.points[d].iter().copied().collect();
-                    inputs.estimate(d, &points)
-                })
-            })
-            .collect();
-        self.baselines = baselines;
-        self.intervals_since_fit = 0;
     }
 
     /// Takes one interval of the feed.
@@ -325,14 +260,7 @@ impl LiveModel {
         self.read_errors_count = sample.read_errors_count;
 
         let interval = sample.interval;
-        self.add_points(interval);
-        self.intervals_since_fit += 1;
-        if self.total.intervals < u64::from(REFIT_EVERY) || self.intervals_since_fit >= REFIT_EVERY
-        {
-            self.fit();
-        }
-        let idle_w: Vec<f64> = self.baselines.iter().map(|b| b.power_w).collect();
-        let splits = split_interval(interval, &self.coverage, &idle_w);
+        let splits = self.attributor.attribute(interval);
         self.total.add(interval, &splits);
         self.window.add(interval, &splits);
         if self.window_idle_ns.len() < interval.cpus.len() {
@@ -417,173 +345,20 @@ impl LiveModel {
     /// the power history.
     pub fn snapshot(&mut self) -> LiveReport {
         let functions = self.function_entries();
-        let window_s = self.window.duration_ns as f64 / 1e9;
+        let rate = Rate::over_ns(self.window.duration_ns);
         let elapsed_s = self.elapsed_ns as f64 / 1e9;
-        // `+ 0.0` turns the -0.0 of an empty float sum into 0.0, so zeros sort as equals.
-        let per_s = |j: f64| {
-            if window_s > 0.0 {
-                j / window_s + 0.0
-            } else {
-                0.0
-            }
-        };
-        let domains: Vec<LiveDomain> = self
-            .domains
-            .iter()
-            .enumerate()
-            .map(|(d, spec)| {
-                let (now, all) = (&self.window.domains[d], &self.total.domains[d]);
-                let baseline = self.baselines.get(d);
-                LiveDomain {
-                    name: shown(&spec.name),
-                    kind: spec.kind,
-                    provenance: spec.provenance,
-                    top_level: spec.parent.is_none(),
-                    power_w: per_s(now.measured_j),
-                    energy_j: all.measured_j,
-                    idle_baseline_w: baseline.map_or(0.0, |b| b.power_w),
-                    idle_method: baseline.map_or("none", |b| b.method.name()),
-                    targets_power_w: per_s(now.attributed_j()),
-                    other_power_w: per_s(now.other_j),
-                    idle_power_w: per_s(now.idle_j),
-                }
-            })
-            .collect();
-        let top_sum =
-            |f: &dyn Fn(&LiveDomain) -> f64| self.top.iter().map(|&d| f(&domains[d])).sum::<f64>();
-        let totals_energy_j = top_sum(&|d| d.energy_j);
-        let totals = LiveTotals {
-            power_w: top_sum(&|d| d.power_w),
-            energy_j: totals_energy_j,
-            targets_power_w: top_sum(&|d| d.targets_power_w),
-            other_power_w: top_sum(&|d| d.other_power_w),
-            idle_power_w: top_sum(&|d| d.idle_power_w),
-            targets_energy_j: self
-                .top
-                .iter()
-                .map(|&d| self.total.domains[d].attributed_j())
-                .sum(),
-            other_energy_j: self
-                .top
-                .iter()
-                .map(|&d| self.total.domains[d].other_j)
-                .sum(),
-            idle_energy_j: self.top.iter().map(|&d| self.total.domains[d].idle_j).sum(),
-            idle_baseline_w: top_sum(&|d| d.idle_baseline_w),
-            estimated: self
-                .top
-                .iter()
-                .any(|&d| domains[d].provenance == Provenance::Estimated),
-        };
-
-        let now_ns = self.run_start_ns + self.elapsed_ns;
-        let processes = self
-            .processes
-            .iter()
-            .enumerate()
-            .filter_map(|(id, p)| {
-                let id = id as ProcId;
-                let cpu_ns = self.total.cpu_ns.get(&id).copied().unwrap_or(0);
-                let window_cpu_ns = self.window.cpu_ns.get(&id).copied().unwrap_or(0);
-                if self.mode == Mode::System && cpu_ns == 0 {
-                    return None;
-                }
-                let alive = p.ended_ns.is_none();
-                let recent = p
-                    .ended_ns
-                    .is_some_and(|end| now_ns.saturating_sub(end) < EXITED_LINGER_NS);
-                if !alive && !recent && window_cpu_ns == 0 {
-                    return None;
-                }
-                let energy_j = self.total.energy_of(id, &self.top) + 0.0;
-                let kernel_thread = is_kernel_thread(p);
-                Some(LiveProcess {
-                    id,
-                    pid: p.pid,
-                    ppid: p.ppid,
-                    uid: p.uid,
-                    comm: shown(&p.comm),
-                    command: shown(&if kernel_thread {
-                        format!("[{}]", p.comm)
-                    } else if p.cmdline.is_empty() {
-                        p.comm.clone()
-                    } else {
-                        p.cmdline.join(" ")
-                    }),
-                    kernel_thread,
-                    cgroup: p.cgroup.as_ref().map(|c| shown(&c.group_name())),
-                    root: p.root,
-                    alive,
-                    cpu_pct: if window_s > 0.0 {
-                        100.0 * window_cpu_ns as f64 / 1e9 / window_s
-                    } else {
-                        0.0
-                    },
-                    power_w: per_s(self.window.energy_of(id, &self.top)),
-                    energy_j,
-                    share_pct: if totals_energy_j > 0.0 {
-                        100.0 * energy_j / totals_energy_j
-                    } else {
-                        0.0
-                    },
-                    cpu_time_s: cpu_ns as f64 / 1e9,
-                    domain_power_w: self
-                        .window
-                        .domains
-                        .iter()
-                        .map(|l| per_s(l.by_process_j.get(&id).copied().unwrap_or(0.0)))
-                        .collect(),
-                    threads: self.threads_of(id, p, window_s, totals_energy_j),
-                })
-            })
-            .collect();
-
-        if window_s > 0.0 {
-            let mut values: Vec<f64> = self.top.iter().map(|&d| domains[d].power_w).collect();
-            if self.mode != Mode::System {
-                values.push(totals.targets_power_w);
-            }
-            for (series, power_w) in self.history.iter_mut().zip(values) {
-                series.push_back((elapsed_s, power_w));
-                while series
-                    .front()
-                    .is_some_and(|(t, _)| elapsed_s - t > HISTORY_S)
-                {
-                    series.pop_front();
-                }
-            }
-        }
-        let window_ns = self.window.duration_ns;
-        let cpu_busy_pct = self
-            .window_idle_ns
-            .iter()
-            .map(|&idle_ns| {
-                if window_ns == 0 {
-                    0.0
-                } else {
-                    100.0 * (1.0 - idle_ns as f64 / window_ns as f64).clamp(0.0, 1.0)
-                }
-            })
-            .collect();
-        self.window_idle_ns.iter_mut().for_each(|ns| *ns = 0);
+        let domains = self.domain_rows(rate);
+        let totals = self.totals(&domains);
+        let processes = self.process_rows(rate, totals.energy_j);
+        self.push_history(&domains, &totals, elapsed_s, rate.window_s);
+        let cpu_busy_pct = self.take_cpu_busy_pct();
         self.window = Ledger::new(self.domains.len());
-
         LiveReport {
             mode: self.mode.name(),
-            target: match &self.mode {
-                Mode::Wrap { command } => shown(&command.join(" ")),
-                Mode::Attach { pids } => format!(
-                    "pid {}",
-                    pids.iter()
-                        .map(u32::to_string)
-                        .collect::<Vec<_>>()
-                        .join(",")
-                ),
-                Mode::System => "the whole machine".into(),
-            },
+            target: self.target(),
             elapsed_s,
             interval_ms: self.interval_ns / 1_000_000,
-            window_s,
+            window_s: rate.window_s,
             cpu_count: self.cpu_count,
             cpu_busy_pct,
             sources: self.sources.clone(),
@@ -605,6 +380,220 @@ impl LiveModel {
                 .collect(),
         }
     }
+
+    /// Each domain's figures: "now" over the window, energy since the start.
+    fn domain_rows(&self, rate: Rate) -> Vec<LiveDomain> {
+        self.domains
+            .iter()
+            .enumerate()
+            .map(|(d, spec)| {
+                let (now, all) = (&self.window.domains[d], &self.total.domains[d]);
+                let baseline = self.attributor.baselines().get(d);
+                LiveDomain {
+                    name: shown(&spec.name),
+                    kind: spec.kind,
+                    provenance: spec.provenance,
+                    top_level: spec.parent.is_none(),
+                    power_w: rate.per_s(now.measured_j),
+                    energy_j: all.measured_j,
+                    idle_baseline_w: baseline.map_or(0.0, |b| b.power_w),
+                    idle_method: baseline.map_or("none", |b| b.method.name()),
+                    targets_power_w: rate.per_s(now.attributed_j()),
+                    other_power_w: rate.per_s(now.other_j),
+                    idle_power_w: rate.per_s(now.idle_j),
+                }
+            })
+            .collect()
+    }
+
+    /// The top-level domains added up.
+    fn totals(&self, domains: &[LiveDomain]) -> LiveTotals {
+        let top_sum =
+            |f: &dyn Fn(&LiveDomain) -> f64| self.top.iter().map(|&d| f(&domains[d])).sum::<f64>();
+        let total_sum = |f: &dyn Fn(&crate::attribution::DomainLedger) -> f64| {
+            self.top
+                .iter()
+                .map(|&d| f(&self.total.domains[d]))
+                .sum::<f64>()
+        };
+        LiveTotals {
+            power_w: top_sum(&|d| d.power_w),
+            energy_j: top_sum(&|d| d.energy_j),
+            targets_power_w: top_sum(&|d| d.targets_power_w),
+            other_power_w: top_sum(&|d| d.other_power_w),
+            idle_power_w: top_sum(&|d| d.idle_power_w),
+            targets_energy_j: total_sum(&|l| l.attributed_j()),
+            other_energy_j: total_sum(&|l| l.other_j),
+            idle_energy_j: total_sum(&|l| l.idle_j),
+            idle_baseline_w: top_sum(&|d| d.idle_baseline_w),
+            estimated: self
+                .top
+                .iter()
+                .any(|&d| domains[d].provenance == Provenance::Estimated),
+        }
+    }
+
+    /// The processes shown: those that ran (in system mode), live, or exited lately or with
+    /// time in the window.
+    fn process_rows(&self, rate: Rate, totals_energy_j: f64) -> Vec<LiveProcess> {
+        let now_ns = self.run_start_ns + self.elapsed_ns;
+        self.processes
+            .iter()
+            .enumerate()
+            .filter_map(|(id, p)| {
+                let id = id as ProcId;
+                let cpu_ns = self.total.cpu_ns.get(&id).copied().unwrap_or(0);
+                let window_cpu_ns = self.window.cpu_ns.get(&id).copied().unwrap_or(0);
+                if self.mode == Mode::System && cpu_ns == 0 {
+                    return None;
+                }
+                let recent = p
+                    .ended_ns
+                    .is_some_and(|end| now_ns.saturating_sub(end) < EXITED_LINGER_NS);
+                if p.ended_ns.is_some() && !recent && window_cpu_ns == 0 {
+                    return None;
+                }
+                Some(self.process_row(id, p, rate, totals_energy_j))
+            })
+            .collect()
+    }
+
+    /// Process `id`'s figures.
+    fn process_row(
+        &self,
+        id: ProcId,
+        p: &ProcessRecord,
+        rate: Rate,
+        totals_energy_j: f64,
+    ) -> LiveProcess {
+        let cpu_ns = self.total.cpu_ns.get(&id).copied().unwrap_or(0);
+        let window_cpu_ns = self.window.cpu_ns.get(&id).copied().unwrap_or(0);
+        let energy_j = self.total.energy_of(id, &self.top) + 0.0;
+        let kernel_thread = is_kernel_thread(p);
+        LiveProcess {
+            id,
+            pid: p.pid,
+            ppid: p.ppid,
+            uid: p.uid,
+            comm: shown(&p.comm),
+            command: shown(&if kernel_thread {
+                format!("[{}]", p.comm)
+            } else if p.cmdline.is_empty() {
+                p.comm.clone()
+            } else {
+                p.cmdline.join(" ")
+            }),
+            kernel_thread,
+            cgroup: p.cgroup.as_ref().map(|c| shown(&c.group_name())),
+            root: p.root,
+            alive: p.ended_ns.is_none(),
+            cpu_pct: 100.0 * rate.per_s(window_cpu_ns as f64 / 1e9),
+            power_w: rate.per_s(self.window.energy_of(id, &self.top)),
+            energy_j,
+            share_pct: share_pct(energy_j, totals_energy_j),
+            cpu_time_s: cpu_ns as f64 / 1e9,
+            domain_power_w: self
+                .window
+                .domains
+                .iter()
+                .map(|l| rate.per_s(l.by_process_j.get(&id).copied().unwrap_or(0.0)))
+                .collect(),
+            threads: self.threads_of(id, p, rate, totals_energy_j),
+        }
+    }
+
+    /// Adds the window's power to the history (top-level domains, then the targets), which
+    /// keeps the last [`HISTORY_S`].
+    fn push_history(
+        &mut self,
+        domains: &[LiveDomain],
+        totals: &LiveTotals,
+        elapsed_s: f64,
+        window_s: f64,
+    ) {
+        if window_s <= 0.0 {
+            return;
+        }
+        let mut values: Vec<f64> = self.top.iter().map(|&d| domains[d].power_w).collect();
+        if self.mode != Mode::System {
+            values.push(totals.targets_power_w);
+        }
+        for (series, power_w) in self.history.iter_mut().zip(values) {
+            series.push_back((elapsed_s, power_w));
+            while series
+                .front()
+                .is_some_and(|(t, _)| elapsed_s - t > HISTORY_S)
+            {
+                series.pop_front();
+            }
+        }
+    }
+
+    /// Per CPU, how busy it was over the window (%); starts the next window's count.
+    fn take_cpu_busy_pct(&mut self) -> Vec<f64> {
+        let window_ns = self.window.duration_ns;
+        let busy = self
+            .window_idle_ns
+            .iter()
+            .map(|&idle_ns| {
+                if window_ns == 0 {
+                    0.0
+                } else {
+                    100.0 * (1.0 - idle_ns as f64 / window_ns as f64).clamp(0.0, 1.0)
+                }
+            })
+            .collect();
+        self.window_idle_ns.iter_mut().for_each(|ns| *ns = 0);
+        busy
+    }
+
+    /// What the run follows, in words.
+    fn target(&self) -> String {
+        match &self.mode {
+            Mode::Wrap { command } => shown(&command.join(" ")),
+            Mode::Attach { pids } => format!(
+                "pid {}",
+                pids.iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            Mode::System => "the whole machine".into(),
+        }
+    }
+}
+
+/// `energy_j` as a share of `total_j` (%), 0 of nothing.
+fn share_pct(energy_j: f64, total_j: f64) -> f64 {
+    if total_j > 0.0 {
+        100.0 * energy_j / total_j
+    } else {
+        0.0
+    }
+}
+
+/// Figures per second over a snapshot's window (0 for an empty window).
+#[derive(Clone, Copy, Debug)]
+struct Rate {
+    window_s: f64,
+}
+
+impl Rate {
+    fn over_ns(window_ns: u64) -> Self {
+        Rate {
+            window_s: window_ns as f64 / 1e9,
+        }
+    }
+
+    /// `x` per second of the window; `+ 0.0` turns the -0.0 of an empty float sum into 0.0,
+    /// so zeros sort as equals.
+    fn per_s(self, x: f64) -> f64 {
+        if self.window_s > 0.0 {
+            x / self.window_s + 0.0
+        } else {
+            0.0
+        }
+    }
 }
 
 impl LiveModel {
@@ -613,7 +602,7 @@ impl LiveModel {
         &self,
         id: ProcId,
         p: &ProcessRecord,
-        window_s: f64,
+        rate: Rate,
         total_j: f64,
     ) -> Vec<LiveThread> {
         let energy = |ledger: &Ledger, tid: u32| -> f64 {
@@ -623,7 +612,6 @@ impl LiveModel {
                 .sum::<f64>()
                 + 0.0
         };
-        let per_s = |x: f64| if window_s > 0.0 { x / window_s } else { 0.0 };
         let mut threads: Vec<LiveThread> = self
             .total
             .thread_cpu_ns
@@ -644,14 +632,10 @@ impl LiveModel {
                         .map(|n| shown(n))
                         .unwrap_or_default(),
                     folded_count: None,
-                    cpu_pct: 100.0 * per_s(window_ns as f64 / 1e9),
-                    power_w: per_s(energy(&self.window, tid)),
+                    cpu_pct: 100.0 * rate.per_s(window_ns as f64 / 1e9),
+                    power_w: rate.per_s(energy(&self.window, tid)),
                     energy_j,
-                    share_pct: if total_j > 0.0 {
-                        100.0 * energy_j / total_j
-                    } else {
-                        0.0
-                    },
+                    share_pct: share_pct(energy_j, total_j),
                     cpu_time_s: cpu_ns as f64 / 1e9,
                 }
             })
@@ -698,9 +682,9 @@ mod tests {
 
     use super::*;
     use crate::{
-        attribution::{CpuTime, Interval, Slice},
+        attribution::{Coverage, CpuTime, Interval, Slice},
         host::HostInfo,
-        session::{RunHeader, SourceInfo},
+        session::{IdleWatts, RunHeader, SourceInfo},
     };
 
     const MS: u64 = 1_000_000;

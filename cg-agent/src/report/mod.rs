@@ -22,10 +22,7 @@ mod quality;
 
 pub use functions::FunctionEntry;
 
-use std::{
-    collections::BTreeMap,
-    time::{Duration, SystemTime},
-};
+use std::{collections::BTreeMap, time::SystemTime};
 
 use serde::Serialize;
 
@@ -33,15 +30,13 @@ use crate::{
     attribution::{
         Coverage, DomainSplit, Interval, Ledger, ProcId,
         functions::{IntervalSpend, ProcessSpend},
-        idle::{self, IdleBaseline, IdleMethod, PowerPoint, RestOrigin, RestPower},
+        idle::{IdleBaseline, IdleMethod, RestOrigin},
         split_interval,
     },
     probes::Losses,
-    session::{IdleWatts, Mode, ProfilerCost, Recording, RunningProcess, processes::Ending},
+    session::{Mode, ProfilerCost, Recording, RunningProcess, processes::Ending},
     small_map::SmallMap,
-    sources::{
-        DomainKind, DomainSpec, Provenance, SourceProbe, gpu::GpuSummary, meter::MeterSummary,
-    },
+    sources::{DomainKind, Provenance, SourceProbe, gpu::GpuSummary, meter::MeterSummary},
 };
 
 /// Version of the report schema; the minor part is bumped when fields are added, the major
@@ -561,105 +556,22 @@ fn per_second(energy_j: f64, seconds: f64) -> f64 {
     }
 }
 
-/// One baseline per domain (see [`crate::attribution::idle`] for the order of preference).
+/// One baseline per domain (see [`crate::attribution::idle`] for the order of preference),
+/// fitted over the whole run and its calibration.
 fn idle_baselines(rec: &Recording) -> Vec<IdleBaseline> {
-    let inputs = BaselineInputs {
-        domains: &rec.header.domains,
-        idle_watts: &rec.header.idle_watts,
-        known_idle_w: &rec.header.known_idle_w,
-        rest_power: &rec.header.rest_power,
-        busy_slope_w: &rec.header.busy_slope_w,
-        interval: rec.header.interval,
-        prior_slope_w_per_cpu: rec.header.prior_slope_w_per_cpu,
-    };
+    let inputs = rec.header.baseline_inputs();
     (0..rec.header.domains.len())
         .map(|d| {
-            inputs.fixed(d).unwrap_or_else(|| {
-                let points: Vec<PowerPoint> = rec
-                    .recorder
+            inputs.baseline(d, || {
+                rec.recorder
                     .calibration()
                     .iter()
                     .chain(rec.recorder.intervals())
                     .filter_map(|i| inputs.power_point(i, d))
-                    .collect();
-                inputs.estimate(d, &points)
+                    .collect()
             })
         })
         .collect()
-}
-
-/// What decides a run's idle baselines; the report (over the whole run) and the live view
-/// (over the run so far, see [`live`]) decide them the same way.
-pub(crate) struct BaselineInputs<'a> {
-    pub domains: &'a [DomainSpec],
-    pub idle_watts: &'a IdleWatts,
-    pub known_idle_w: &'a [Option<f64>],
-    /// Per domain: a GPU's rest power, when known.
-    pub rest_power: &'a [Option<RestPower>],
-    /// Per domain: the watts a fully busy unit is assumed to add when no idle fit is possible
-    /// (GPUs); `None` uses the CPU prior.
-    pub busy_slope_w: &'a [Option<f64>],
-    pub interval: Duration,
-    pub prior_slope_w_per_cpu: f64,
-}
-
-impl BaselineInputs<'_> {
-    /// Domain `d`'s baseline when it does not depend on a fit: given with `--idle-watts`,
-    /// known to its source (the model's idle term), or a GPU's rest power.
-    pub fn fixed(&self, d: usize) -> Option<IdleBaseline> {
-        let spec = self.domains.get(d)?;
-        let top_count = self.domains.iter().filter(|d| d.parent.is_none()).count();
-        let given = match self.idle_watts {
-            IdleWatts::Total(w) if spec.parent.is_none() && top_count == 1 => Some(*w),
-            IdleWatts::PerDomain(map) => map.get(&spec.name).copied(),
-            _ => None,
-        };
-        if let Some(power_w) = given {
-            return Some(IdleBaseline {
-                power_w,
-                method: IdleMethod::Given,
-            });
-        }
-        let model = self.known_idle_w.get(d).copied().flatten();
-        let rest = self.rest_power.get(d).copied().flatten();
-        model
-            .map(|power_w| IdleBaseline {
-                power_w,
-                method: IdleMethod::Model,
-            })
-            .or_else(|| {
-                rest.map(|r| IdleBaseline {
-                    power_w: r.power_w,
-                    method: IdleMethod::Rest(r.origin),
-                })
-            })
-    }
-
-    /// What interval `interval` says about domain `d`'s power, or `None` for intervals much
-    /// shorter than nominal (the last one of a window), which say more about when the counter
-    /// last ticked than about power, and for intervals whose energy was not measured as it
-    /// happened (unknown, or spread from a later reading after failed reads).
-    pub fn power_point(&self, interval: &Interval, d: usize) -> Option<PowerPoint> {
-        let min_ns = self.interval.as_nanos() as u64 / 2;
-        let spec = self.domains.get(d)?;
-        let measured = interval.energy_state(d).is_measured();
-        (measured && interval.duration_ns >= min_ns).then(|| PowerPoint {
-            duration_s: interval.duration_ns as f64 / 1e9,
-            energy_j: interval.energy_j.get(d).copied().unwrap_or(0.0),
-            busy_cpus: interval.busy_cpus(&spec.coverage),
-        })
-    }
-
-    /// Domain `d`'s baseline estimated from `points` (see [`idle::estimate`]).
-    pub fn estimate(&self, d: usize, points: &[PowerPoint]) -> IdleBaseline {
-        let slope = self.busy_slope_w.get(d).copied().flatten();
-        let prior = match (slope, self.domains.get(d).map(|s| s.kind)) {
-            (Some(slope), _) => slope,
-            (None, Some(DomainKind::Dram | DomainKind::Uncore)) => self.prior_slope_w_per_cpu * 0.1,
-            (None, _) => self.prior_slope_w_per_cpu,
-        };
-        idle::estimate(points, prior)
-    }
 }
 
 fn time_point(
@@ -918,13 +830,14 @@ pub fn rfc3339(t: SystemTime) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
+    use std::{collections::BTreeMap, time::Duration};
 
     use super::*;
     use crate::{
         attribution::{CpuTime, EnergyState, Glitch, Slice},
         host::HostInfo,
-        session::{RunHeader, SourceInfo, processes::ProcessRecord, recorder::Recorder},
+        session::{IdleWatts, RunHeader, SourceInfo, processes::ProcessRecord, recorder::Recorder},
+        sources::DomainSpec,
     };
 
     const MS: u64 = 1_000_000;

@@ -1,6 +1,6 @@
 //! The exporter's books (`cg-trace serve`): each interval of a whole-machine session is split
-//! the way the report splits it ([`split_interval`], idle baselines decided like the live
-//! view's) and added to monotonic counters per energy domain and per process group, with
+//! by the accounting core ([`Attributor`]: the report's split, idle baselines fitted like the
+//! live view's) and added to monotonic counters per energy domain and per process group, with
 //! `idle`, `other` and `exited` as series of their own, so that in every scrape the series of
 //! a domain add up to the host's measured total for it.
 //!
@@ -16,17 +16,13 @@
 //! Pure: no I/O, no clocks; [`Exporter::scrape`] gives a [`Scrape`], which
 //! [`super::metrics`] encodes.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 
 use crate::{
-    attribution::{
-        Coverage, ProcId,
-        idle::{IdleBaseline, PowerPoint, RestPower},
-        split_interval,
-    },
-    report::BaselineInputs,
+    accounting::Attributor,
+    attribution::{DomainSplit, ProcId},
     session::{
-        IdleWatts, SourceInfo,
+        SourceInfo,
         live::{LiveSample, LiveStart},
         processes::ProcessRecord,
     },
@@ -40,10 +36,6 @@ pub const EXITED: &str = "exited";
 
 /// Longest group label exported (a kernel command name has at most 15 bytes).
 const MAX_GROUP_LEN: usize = 64;
-/// Power points kept per domain for the running idle estimate.
-const MAX_FIT_POINTS: usize = 3_600;
-/// Intervals between two estimates of the idle baselines, once the first few are in.
-const REFIT_EVERY: u32 = 10;
 /// How often the exported groups are chosen again.
 const SELECT_EVERY_NS: u64 = 1_000_000_000;
 /// Time constant of a group's recent energy (what the top is chosen by).
@@ -211,18 +203,10 @@ pub struct Exporter {
     /// Groups of processes that ended before they were followed, for one interval.
     strays: HashMap<ProcId, GroupKey>,
     domains: Vec<DomainSpec>,
-    coverage: Vec<Coverage>,
     top: Vec<usize>,
     sources: Vec<SourceInfo>,
-    idle_watts: IdleWatts,
-    known_idle_w: Vec<Option<f64>>,
-    rest_power: Vec<Option<RestPower>>,
-    busy_slope_w: Vec<Option<f64>>,
-    prior_slope_w_per_cpu: f64,
-    interval_ns: u64,
-    points: Vec<VecDeque<PowerPoint>>,
-    baselines: Vec<IdleBaseline>,
-    intervals_since_fit: u32,
+    /// Attributes each interval with the idle baselines fitted so far.
+    attributor: Attributor,
     intervals: u64,
     books: Vec<DomainBooks>,
     groups: HashMap<String, Group>,
@@ -320,24 +304,15 @@ impl Exporter {
     pub fn with_grouper(start: &LiveStart<'_>, options: ServeOptions, grouper: Grouper) -> Self {
         let header = start.header;
         let domains = header.domains.clone();
-        let mut exporter = Exporter {
+        Exporter {
             options,
             grouper,
             strays: HashMap::new(),
-            coverage: domains.iter().map(|d| d.coverage.clone()).collect(),
             top: (0..domains.len())
                 .filter(|&d| domains[d].parent.is_none())
                 .collect(),
             sources: header.sources.clone(),
-            idle_watts: header.idle_watts.clone(),
-            known_idle_w: header.known_idle_w.clone(),
-            rest_power: header.rest_power.clone(),
-            busy_slope_w: header.busy_slope_w.clone(),
-            prior_slope_w_per_cpu: header.prior_slope_w_per_cpu,
-            interval_ns: header.interval.as_nanos() as u64,
-            points: vec![VecDeque::new(); domains.len()],
-            baselines: Vec::new(),
-            intervals_since_fit: 0,
+            attributor: Attributor::new(header.baseline_inputs(), start.calibration),
             intervals: 0,
             books: vec![DomainBooks::default(); domains.len()],
             groups: HashMap::new(),
@@ -351,34 +326,7 @@ impl Exporter {
             read_errors_count: 0,
             lost_events: 0,
             domains,
-        };
-        exporter.fit();
-        exporter
-    }
-
-    fn inputs(&self) -> BaselineInputs<'_> {
-        BaselineInputs {
-            domains: &self.domains,
-            idle_watts: &self.idle_watts,
-            known_idle_w: &self.known_idle_w,
-            rest_power: &self.rest_power,
-            busy_slope_w: &self.busy_slope_w,
-            interval: std::time::Duration::from_nanos(self.interval_ns),
-            prior_slope_w_per_cpu: self.prior_slope_w_per_cpu,
         }
-    }
-
-    fn fit(&mut self) {
-        let inputs = self.inputs();
-        self.baselines = (0..self.domains.len())
-            .map(|d| {
-                inputs.fixed(d).unwrap_or_else(|| {
-                    let points: Vec<PowerPoint> = self.points[d].iter().copied().collect();
-                    inputs.estimate(d, &points)
-                })
-            })
-            .collect();
-        self.intervals_since_fit = 0;
     }
 
     /// Follows the processes that started, exec'd or ended (`changed`, indexes into
@@ -478,77 +426,82 @@ impl Exporter {
         self.strays.clear();
         self.follow(sample.processes, sample.changed, now_ns);
 
-        for d in 0..self.domains.len() {
-            if let Some(point) = self.inputs().power_point(interval, d) {
-                let points = &mut self.points[d];
-                points.push_back(point);
-                if points.len() > MAX_FIT_POINTS {
-                    points.pop_front();
-                }
-            }
-        }
         self.intervals += 1;
-        self.intervals_since_fit += 1;
-        if self.intervals < u64::from(REFIT_EVERY) || self.intervals_since_fit >= REFIT_EVERY {
-            self.fit();
-        }
-        let idle_w: Vec<f64> = self.baselines.iter().map(|b| b.power_w).collect();
-        let splits = split_interval(interval, &self.coverage, &idle_w);
-        let domains = self.domains.len();
+        let splits = self.attributor.attribute(interval);
         for (d, split) in splits.iter().enumerate() {
-            let measured_j = interval.energy_j.get(d).copied().unwrap_or(0.0);
-            if !measured_j.is_finite() || measured_j < 0.0 {
-                // The session hands over only known energy; anything else is unknown here.
-                let books = &mut self.books[d];
-                books.unknown_ns += interval.duration_ns;
-                books.last_unknown_ns = Some(now_ns);
-                books.last_power_w = 0.0;
-                continue;
-            }
-            let top_level = self.top.contains(&d);
-            let mut other_j = clean(split.other_j);
-            let idle_j = clean(split.idle_j);
-            let mut total_j = idle_j + other_j;
-            for &(id, joules) in &split.targets_j {
-                let joules = clean(joules);
-                total_j += joules;
-                let name = self.group_name(id, sample.processes, now_ns);
-                let group = self
-                    .groups
-                    .entry(name)
-                    .or_insert_with(|| Group::new(domains, now_ns));
-                // While there is room, a group is exported from its first joule.
-                if !group.exported && self.exported_count < self.options.top_groups {
-                    group.exported = true;
-                    self.exported_count += 1;
-                }
-                if group.exported {
-                    group.energy_j[d] += joules;
-                } else {
-                    other_j += joules;
-                }
-                if top_level {
-                    group.recent_j += joules;
-                }
-            }
-            let books = &mut self.books[d];
-            // The host's figure is the sum of the parts added, so that the series add up to it
-            // exactly (the split gives the remainder to other: they equal the measurement).
-            books.host_j += total_j;
-            books.idle_j += idle_j;
-            books.other_j += other_j;
-            let state = interval.energy_state(d);
-            books.unknown_ns += state.unknown_ns;
-            if state.unknown_ns > 0 || state.unknown_count > 0 {
-                books.last_unknown_ns = Some(now_ns);
-            }
-            let known_ns = state.known_ns(interval.duration_ns);
-            books.last_power_w = if known_ns > 0 {
-                measured_j / (known_ns as f64 / 1e9)
-            } else {
-                0.0
-            };
+            self.book_domain(d, split, sample, now_ns);
         }
+        self.book_cpu_time(sample, now_ns);
+        if now_ns.saturating_sub(self.last_select_ns) >= SELECT_EVERY_NS {
+            let dt_s = now_ns.saturating_sub(self.last_select_ns) as f64 / 1e9;
+            self.select(now_ns, dt_s);
+            self.last_select_ns = now_ns;
+        }
+    }
+
+    /// Adds domain `d`'s split of the interval to its groups and series (a group not
+    /// exported adds to other).
+    fn book_domain(&mut self, d: usize, split: &DomainSplit, sample: &LiveSample<'_>, now_ns: u64) {
+        let interval = sample.interval;
+        let measured_j = interval.energy_j.get(d).copied().unwrap_or(0.0);
+        if !measured_j.is_finite() || measured_j < 0.0 {
+            // The session hands over only known energy; anything else is unknown here.
+            let books = &mut self.books[d];
+            books.unknown_ns += interval.duration_ns;
+            books.last_unknown_ns = Some(now_ns);
+            books.last_power_w = 0.0;
+            return;
+        }
+        let (domains, top_level) = (self.domains.len(), self.top.contains(&d));
+        let mut other_j = clean(split.other_j);
+        let idle_j = clean(split.idle_j);
+        let mut total_j = idle_j + other_j;
+        for &(id, joules) in &split.targets_j {
+            let joules = clean(joules);
+            total_j += joules;
+            let name = self.group_name(id, sample.processes, now_ns);
+            let group = self
+                .groups
+                .entry(name)
+                .or_insert_with(|| Group::new(domains, now_ns));
+            // While there is room, a group is exported from its first joule.
+            if !group.exported && self.exported_count < self.options.top_groups {
+                group.exported = true;
+                self.exported_count += 1;
+            }
+            if group.exported {
+                group.energy_j[d] += joules;
+            } else {
+                other_j += joules;
+            }
+            if top_level {
+                group.recent_j += joules;
+            }
+        }
+        let books = &mut self.books[d];
+        // The host's figure is the sum of the parts added, so that the series add up to it
+        // exactly (the split gives the remainder to other: they equal the measurement).
+        books.host_j += total_j;
+        books.idle_j += idle_j;
+        books.other_j += other_j;
+        let state = interval.energy_state(d);
+        books.unknown_ns += state.unknown_ns;
+        if state.unknown_ns > 0 || state.unknown_count > 0 {
+            books.last_unknown_ns = Some(now_ns);
+        }
+        let known_ns = state.known_ns(interval.duration_ns);
+        books.last_power_w = if known_ns > 0 {
+            measured_j / (known_ns as f64 / 1e9)
+        } else {
+            0.0
+        };
+    }
+
+    /// Adds the interval's CPU time to its groups (a group not exported adds to other), to
+    /// other and to idle.
+    fn book_cpu_time(&mut self, sample: &LiveSample<'_>, now_ns: u64) {
+        let interval = sample.interval;
+        let domains = self.domains.len();
         for slice in &interval.slices {
             let name = self.group_name(slice.process, sample.processes, now_ns);
             let group = self
@@ -565,11 +518,6 @@ impl Exporter {
         for cpu in &interval.cpus {
             self.other_cpu_ns += cpu.other_ns;
             self.idle_cpu_ns += cpu.idle_ns.min(interval.duration_ns);
-        }
-        if now_ns.saturating_sub(self.last_select_ns) >= SELECT_EVERY_NS {
-            let dt_s = now_ns.saturating_sub(self.last_select_ns) as f64 / 1e9;
-            self.select(now_ns, dt_s);
-            self.last_select_ns = now_ns;
         }
     }
 
@@ -639,6 +587,7 @@ impl Exporter {
 
     /// The figures now.
     pub fn scrape(&self) -> Scrape {
+        let baselines = self.attributor.baselines();
         let mut names: Vec<(&String, &Group)> =
             self.groups.iter().filter(|(_, g)| g.exported).collect();
         names.sort_by(|a, b| a.0.cmp(b.0));
@@ -677,8 +626,8 @@ impl Exporter {
                     top_level: spec.parent.is_none(),
                     host_j: self.books[d].host_j,
                     power_w: self.books[d].last_power_w,
-                    idle_baseline_w: self.baselines.get(d).map_or(0.0, |b| b.power_w),
-                    idle_method: self.baselines.get(d).map_or("none", |b| b.method.name()),
+                    idle_baseline_w: baselines.get(d).map_or(0.0, |b| b.power_w),
+                    idle_method: baselines.get(d).map_or("none", |b| b.method.name()),
                     unknown_s: self.books[d].unknown_ns as f64 / 1e9,
                 })
                 .collect(),
@@ -723,10 +672,10 @@ mod tests {
 
     use super::*;
     use crate::{
-        attribution::{CpuTime, Interval, Slice, unknown::Glitch},
+        attribution::{Coverage, CpuTime, Interval, Slice, unknown::Glitch},
         host::HostInfo,
         probes::Losses,
-        session::{Mode, RunHeader},
+        session::{IdleWatts, Mode, RunHeader},
         sources::DomainKind,
     };
 

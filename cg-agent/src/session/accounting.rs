@@ -4,12 +4,24 @@
 //! default yet: on the development VM a task's final runtime (`sched_process_free`) now and
 //! then never reaches the agent, and a short process whose final runtime is lost comes out
 //! short (see docs/attribution.md).
+//!
+//! And the session's side of the accounting step ([`crate::accounting`]): which process a
+//! thread's time goes to ([`interval_of`]), and when an exited thread or process may be
+//! forgotten ([`settle_exits`]). The session's sampler and serve's churn benchmark both run
+//! these.
+
+use cg_common::ThreadKey;
 
 use crate::{
-    attribution::Coverage,
-    probes::Accounting,
+    attribution::{Coverage, Interval, ProcId},
+    probes::{
+        Accounting,
+        activity::{Activity, ActivityTracker, Snapshot},
+    },
     sources::{DomainKind, DomainSpec},
 };
+
+use super::processes::{Cleanup, ProcessTable};
 
 /// The accounting of a run and the reason for it (the report's `meta.accounting`).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -93,6 +105,59 @@ fn switch_need(needs: Needs<'_>) -> Option<String> {
          time each thread spent on each CPU",
         partial.name
     ))
+}
+
+/// The interval of `activity` ([`crate::accounting::interval_of`]): in the run (`run`), each
+/// thread's time goes to its process in `table` (the thread named as met); before it, all of
+/// it is other.
+pub fn interval_of(
+    table: &mut ProcessTable,
+    activity: &Activity,
+    run_start_ns: u64,
+    wall_start_ns: u64,
+    run: bool,
+) -> Interval {
+    let mut process_of = |thread: ThreadKey| {
+        let id = table.id_of_thread(thread, activity.start_ns);
+        table.name_thread(id, thread);
+        id
+    };
+    let process_of: Option<&mut dyn FnMut(ThreadKey) -> ProcId> = run.then_some(&mut process_of);
+    crate::accounting::interval_of(activity, run_start_ns, wall_start_ns, process_of)
+}
+
+/// Settles the cleanup owed since the previous snapshot (`done`): a thread that a CPU still
+/// runs (an exit can take a while) or caches time for keeps its entry until that time is
+/// final (deleting it now would count that time twice), and so does one whose time was read
+/// but is still carried to later intervals; a process stops being followed once its last time
+/// is read (the kernel stops treating its pid as a target itself, when the process is freed).
+/// Returns what still waits, and the threads to delete from the kernel's maps (the tracker
+/// has forgotten them).
+pub fn settle_exits(
+    mut done: Cleanup,
+    snapshot: &Snapshot,
+    tracker: &mut ActivityTracker,
+    table: &mut ProcessTable,
+) -> (Cleanup, Vec<ThreadKey>) {
+    let (wait_threads, delete): (Vec<ThreadKey>, Vec<ThreadKey>) = done
+        .threads
+        .drain(..)
+        .partition(|t| snapshot.holds(t.tgid, Some(t.tid)) || tracker.owes(t.tgid, Some(t.tid)));
+    tracker.forget_all(&delete);
+    let records = table.records();
+    let (wait_processes, retire): (Vec<ProcId>, Vec<ProcId>) =
+        done.processes.drain(..).partition(|&id| {
+            let pid = records[id as usize].pid;
+            snapshot.holds(pid, None) || tracker.owes(pid, None)
+        });
+    for id in retire {
+        table.retire(id);
+    }
+    let wait = Cleanup {
+        threads: wait_threads,
+        processes: wait_processes,
+    };
+    (wait, delete)
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 
 use std::{collections::BTreeMap, time::SystemTime};
 
-use super::processes::ProcessTable;
+use super::{processes::ProcessTable, recorder::Recorder};
 use crate::{
     attribution::{
         EnergyState, Glitch, Interval,
@@ -13,10 +13,67 @@ use crate::{
         idle::RestPower,
     },
     sources::{
-        DomainSpec, EnergySource, Reading, SourceError, SourceNote, WallSpan, gpu::GpuSummary,
-        human_duration, meter::MeterSummary,
+        DomainSpec, EnergySource, ReadContext, Reading, SourceError, SourceNote, WallSpan,
+        gpu::GpuSummary, human_duration, meter::MeterSummary,
     },
 };
+
+/// Reads every source over `ctx`: per domain, the interval's known joules and how much of
+/// them is known ([`Books`] may revise the intervals `recorder` stored so far). A failed read
+/// is counted in `errors` under its message; a source that gives the wrong number of
+/// readings makes its domains unknown.
+pub fn read_sources(
+    sources: &mut [Box<dyn EnergySource>],
+    books: &mut Books,
+    recorder: &mut Recorder,
+    errors: &mut BTreeMap<String, u64>,
+    ctx: &ReadContext<'_>,
+) -> (Vec<f64>, Vec<EnergyState>) {
+    let mut energy = Vec::new();
+    let mut states = Vec::new();
+    for source in sources {
+        for reading in readings_of(source.as_mut(), errors, ctx) {
+            let d = energy.len();
+            let (joules, state) = books.book(d, reading, ctx.duration_ns, recorder.all_mut().rev());
+            energy.push(joules);
+            states.push(state);
+        }
+    }
+    (energy, states)
+}
+
+/// One source's readings over `ctx`, one per domain whatever happens.
+fn readings_of(
+    source: &mut dyn EnergySource,
+    errors: &mut BTreeMap<String, u64>,
+    ctx: &ReadContext<'_>,
+) -> Vec<Reading> {
+    let width = source.domains().len();
+    match source.read(ctx) {
+        Ok(readings) if readings.len() == width => readings,
+        Ok(readings) => {
+            tracing::warn!(
+                "{}: {} readings for {width} domains",
+                source.name(),
+                readings.len()
+            );
+            vec![Reading::unknown(Glitch::Invalid); width]
+        }
+        Err(err) => {
+            *errors
+                .entry(format!("{}: {err}", source.name()))
+                .or_default() += 1;
+            // Cumulative counters keep their last good value, so the energy of this
+            // interval shows up in the next successful read, which is spread back.
+            let missed = if source.failed_read_carries_over() {
+                Reading::Pending
+            } else {
+                Reading::unknown(Glitch::ReadFailed)
+            };
+            vec![missed; width]
+        }
+    }
+}
 
 /// Reads and the time they cover.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

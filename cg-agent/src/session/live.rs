@@ -1,7 +1,7 @@
 //! The live feed of a run: what a session tells an observer (the terminal view) while it
 //! runs, and how the observer asks it to stop. The session only hands over what it measured
-//! (each interval, the processes that changed); attribution of the live figures happens in
-//! [`crate::report::live`], the report's live counterpart.
+//! (each interval, the processes that changed); the observers (the live view, `serve`)
+//! attribute them with the accounting core ([`crate::accounting`]).
 
 use std::{fmt, path::PathBuf, sync::Arc};
 

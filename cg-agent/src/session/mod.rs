@@ -13,7 +13,7 @@ pub mod recorder;
 pub mod targets;
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::BTreeMap,
     path::PathBuf,
     sync::atomic::{AtomicI32, Ordering},
     time::{Duration, Instant, SystemTime},
@@ -29,17 +29,19 @@ use self::{
     processes::{Cleanup, Ending, ProcessRecord, ProcessTable},
     recorder::Recorder,
 };
+pub use crate::accounting::IdleWatts;
 use crate::{
-    attribution::{EnergyState, Glitch, Interval, ProcId, idle::RestPower},
+    accounting::BaselineInputs,
+    attribution::{EnergyState, Glitch, Interval, idle::RestPower},
     host::HostInfo,
     privileges,
     probes::{
         FunctionProbeConfig, Losses, ProbeConfig, ProbeError, Probes,
-        activity::{Activity, ActivityTracker},
+        activity::{ActivityTracker, Snapshot},
         monotonic_ns,
     },
     sources::{
-        self, DomainKind, DomainSpec, EnergySource, Provenance, ReadContext, Reading, SourceChoice,
+        self, DomainKind, DomainSpec, EnergySource, Provenance, ReadContext, SourceChoice,
         SourceNote, SourceOptions, SourceProbe, gpu::GpuSummary, meter::MeterSummary,
     },
 };
@@ -63,17 +65,6 @@ impl Mode {
             Mode::System => "system",
         }
     }
-}
-
-/// Idle baselines given with `--idle-watts`.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub enum IdleWatts {
-    #[default]
-    Estimate,
-    /// One figure: for the only top-level domain.
-    Total(f64),
-    /// Per domain name.
-    PerDomain(BTreeMap<String, f64>),
 }
 
 /// Everything a run needs to know.
@@ -200,6 +191,19 @@ pub struct RunHeader {
 }
 
 impl RunHeader {
+    /// What decides the run's idle baselines (the report's, the live view's and serve's).
+    pub fn baseline_inputs(&self) -> BaselineInputs {
+        BaselineInputs {
+            domains: self.domains.clone(),
+            idle_watts: self.idle_watts.clone(),
+            known_idle_w: self.known_idle_w.clone(),
+            rest_power: self.rest_power.clone(),
+            busy_slope_w: self.busy_slope_w.clone(),
+            interval: self.interval,
+            prior_slope_w_per_cpu: self.prior_slope_w_per_cpu,
+        }
+    }
+
     /// Takes the domains, descriptions and idle inputs of `sources`, chosen for `reason`.
     fn set_sources(&mut self, sources: &[Box<dyn EnergySource>], reason: String) {
         self.domains = sources.iter().flat_map(|s| s.domains().to_vec()).collect();
@@ -708,14 +712,7 @@ async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup
     // First of all, so that no stop signal of the start-up is lost.
     let mut signals = Signals::new(quit).map_err(RunError::Signals)?;
     privileges::check_can_trace().map_err(RunError::Privileges)?;
-    if let Mode::Attach { pids } = &mut config.mode {
-        let (checked, warnings) =
-            targets::check(&config.proc_root, pids).map_err(RunError::Usage)?;
-        for warning in warnings {
-            config.notices.tell(Notice::Targets(warning));
-        }
-        *pids = checked;
-    }
+    check_attach_targets(&mut config)?;
     let host = HostInfo::read();
     let selection = sources::select(&config.sources, &host)?;
     let domains: Vec<DomainSpec> = selection
@@ -732,71 +729,14 @@ async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup
     )
     .map_err(|err| RunError::Usage(err.to_string()))?;
     let function_probes = !probed.functions.is_empty() || !probed.pending.is_empty();
-    let accounting_choice = accounting::choose(
-        config.accounting,
-        accounting::Needs {
-            domains: &domains,
-            cpu_count: host.cpu_count(),
-            function_probes,
-            noop_switch: config.noop_probes,
-        },
-    )
-    .map_err(RunError::Usage)?;
-    tracing::info!(
-        "accounting: {} ({})",
-        accounting_choice.method,
-        accounting_choice.reason
-    );
-    for source in &selection.sources {
-        tracing::info!("energy source: {}", source.describe());
-    }
-    let mut header = RunHeader {
-        mode: config.mode.clone(),
-        interval: config.interval,
-        sources: Vec::new(),
-        selection_reason: String::new(),
-        known_idle_w: Vec::new(),
-        rest_power: Vec::new(),
-        busy_slope_w: Vec::new(),
-        idle_watts: config.idle_watts.clone(),
-        prior_slope_w_per_cpu: sources::model::ModelParams::defaults(
-            host.cpu_count(),
-            &host.cpu_model,
-        )
-        .watts_per_busy_cpu(host.cpu_count()),
-        host,
-        domains: Vec::new(),
-    };
-    header.set_sources(&selection.sources, selection.reason.clone());
-    config.notices.tell(header.sources_chosen(false));
-    for note in &selection.notes {
-        config
-            .notices
-            .tell(Notice::SourceWarning(note.text.clone()));
-    }
+    let accounting_choice = choose_accounting(&config, &domains, &host, function_probes)?;
+    let mut header = run_header(&config, host, &selection);
 
     signals.stop_here("choosing the sources and the functions to probe")?;
-    let probe_config = ProbeConfig {
-        accounting: accounting_choice.accounting(),
-        all_tasks: config.mode == Mode::System,
-        spawner_tgid: matches!(config.mode, Mode::Wrap { .. }).then(std::process::id),
-        targets: match &config.mode {
-            Mode::Attach { pids } => pids.clone(),
-            _ => Vec::new(),
-        },
-        noop_switch: config.noop_probes,
-        functions: FunctionProbeConfig {
-            uprobes: function_probes,
-            noop_uprobes: config.functions.bench_empty_probes,
-            sampling: config.functions.profile,
-            sample_hz: config.functions.sample_hz,
-            interval: config.interval,
-            copy_stacks: config.functions.stacks.copies_stacks(),
-        },
-    };
     if config.noop_probes {
         config.notices.tell(Notice::NoopProbes);
     }
+    let probe_config = probe_config(&config, &accounting_choice, function_probes);
     let mut stop = || signals.received().map(StopRequest::signal);
     let mut probes = Probes::load(&probe_config, &mut stop)?;
     let function_session = if config.functions.any() {
@@ -813,41 +753,14 @@ async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup
     };
     signals.stop_here("attaching the probes")?;
     let attach_ms = probes.attach_time.as_secs_f64() * 1e3;
-    let run_start_ns = monotonic_ns();
-    let mut sampler = Sampler {
-        wall: energy::WallClock::new(run_start_ns),
+    let mut sampler = Sampler::new(
+        &config,
         probes,
-        tracker: ActivityTracker::new(),
-        table: ProcessTable::new(config.mode == Mode::System, &config.proc_root),
-        sources: selection.sources,
-        recorder: if config.bounded_memory {
-            Recorder::windowed(recorder::BOUNDED_SLICE_BUDGET)
-        } else {
-            Recorder::new(recorder::DEFAULT_SLICE_BUDGET)
-        },
-        books: energy::Books::new(header.domains.len()),
-        pending: Cleanup::default(),
-        run_start_ns,
-        source_errors: BTreeMap::new(),
-        last_gc: Instant::now(),
-        events: Vec::new(),
+        selection.sources,
+        header.domains.len(),
         observer,
-        functions: function_session,
-    };
-    if config.bounded_memory {
-        sampler.table.forget_retired();
-    }
-    if sampler.observer.is_some() {
-        sampler.table.track_changes();
-        if let Some(functions) = sampler.functions.as_mut() {
-            functions.name_as_we_go();
-        }
-    }
-    if let Mode::Attach { pids } = &config.mode {
-        for &pid in pids {
-            sampler.table.add_root(pid, sampler.run_start_ns);
-        }
-    }
+        function_session,
+    );
     sampler.sample(Phase::Prime);
 
     let mut probes_seen = selection.probes;
@@ -875,6 +788,99 @@ async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup
         losses_before: Losses::default(),
         accounting: accounting_choice,
     })
+}
+
+/// Attach mode: keeps the pids that can be followed, and says why of the others.
+fn check_attach_targets(config: &mut RunConfig) -> Result<(), RunError> {
+    if let Mode::Attach { pids } = &mut config.mode {
+        let (checked, warnings) =
+            targets::check(&config.proc_root, pids).map_err(RunError::Usage)?;
+        for warning in warnings {
+            config.notices.tell(Notice::Targets(warning));
+        }
+        *pids = checked;
+    }
+    Ok(())
+}
+
+/// The run's accounting (`--accounting`, or chosen for its domains), logged with its reason.
+fn choose_accounting(
+    config: &RunConfig,
+    domains: &[DomainSpec],
+    host: &HostInfo,
+    function_probes: bool,
+) -> Result<accounting::AccountingChoice, RunError> {
+    let choice = accounting::choose(
+        config.accounting,
+        accounting::Needs {
+            domains,
+            cpu_count: host.cpu_count(),
+            function_probes,
+            noop_switch: config.noop_probes,
+        },
+    )
+    .map_err(RunError::Usage)?;
+    tracing::info!("accounting: {} ({})", choice.method, choice.reason);
+    Ok(choice)
+}
+
+/// The run's header for the sources `selection` chose; tells what was chosen and the
+/// selection's warnings.
+fn run_header(config: &RunConfig, host: HostInfo, selection: &sources::Selection) -> RunHeader {
+    for source in &selection.sources {
+        tracing::info!("energy source: {}", source.describe());
+    }
+    let mut header = RunHeader {
+        mode: config.mode.clone(),
+        interval: config.interval,
+        sources: Vec::new(),
+        selection_reason: String::new(),
+        known_idle_w: Vec::new(),
+        rest_power: Vec::new(),
+        busy_slope_w: Vec::new(),
+        idle_watts: config.idle_watts.clone(),
+        prior_slope_w_per_cpu: sources::model::ModelParams::defaults(
+            host.cpu_count(),
+            &host.cpu_model,
+        )
+        .watts_per_busy_cpu(host.cpu_count()),
+        host,
+        domains: Vec::new(),
+    };
+    header.set_sources(&selection.sources, selection.reason.clone());
+    config.notices.tell(header.sources_chosen(false));
+    for note in &selection.notes {
+        config
+            .notices
+            .tell(Notice::SourceWarning(note.text.clone()));
+    }
+    header
+}
+
+/// What the probes are loaded with.
+fn probe_config(
+    config: &RunConfig,
+    accounting: &accounting::AccountingChoice,
+    function_probes: bool,
+) -> ProbeConfig {
+    ProbeConfig {
+        accounting: accounting.accounting(),
+        all_tasks: config.mode == Mode::System,
+        spawner_tgid: matches!(config.mode, Mode::Wrap { .. }).then(std::process::id),
+        targets: match &config.mode {
+            Mode::Attach { pids } => pids.clone(),
+            _ => Vec::new(),
+        },
+        noop_switch: config.noop_probes,
+        functions: FunctionProbeConfig {
+            uprobes: function_probes,
+            noop_uprobes: config.functions.bench_empty_probes,
+            sampling: config.functions.profile,
+            sample_hz: config.functions.sample_hz,
+            interval: config.interval,
+            copy_stacks: config.functions.stacks.copies_stacks(),
+        },
+    }
 }
 
 /// The idle calibration (wrap mode): the machine without the command, to anchor the idle
@@ -973,32 +979,11 @@ fn replace_still_source(
 /// One measured run: starts the command (wrap mode), samples every interval until the
 /// mode's end or a stop request, and gives the time still carried its room.
 async fn measure(setup: &mut Setup) -> Result<Measured, RunError> {
-    let config = &setup.config;
-    let sampler = &mut setup.sampler;
-    let signals = &mut setup.signals;
     let started_at = SystemTime::now();
-    sampler.run_start_ns = monotonic_ns();
-    let mut child = None;
-    let mut child_pid = 0;
-    if let Mode::Wrap { command } = &config.mode
-        && setup.early_stop.is_none()
-    {
-        let output = match (&setup.command_output, config.command_stdout_to_stderr) {
-            (Some(path), _) => CommandOutput::File(path.clone()),
-            (None, true) => CommandOutput::StdoutToStderr,
-            (None, false) => CommandOutput::Inherit,
-        };
-        let spawned = command::spawn(command, &config.invoker, &output).map_err(|source| {
-            RunError::Spawn {
-                program: command[0].clone(),
-                source,
-            }
-        })?;
-        child_pid = spawned.id().unwrap_or(0);
-        sampler.table.add_root(child_pid, sampler.run_start_ns);
-        child = Some(spawned);
-    }
-
+    setup.sampler.run_start_ns = monotonic_ns();
+    let mut child = start_command(setup)?;
+    let child_pid = child.as_ref().and_then(|c| c.id()).unwrap_or(0);
+    let sampler = &mut setup.sampler;
     if let Some(observer) = sampler.observer.as_mut() {
         observer(LiveEvent::Started(LiveStart {
             header: &setup.header,
@@ -1006,7 +991,67 @@ async fn measure(setup: &mut Setup) -> Result<Measured, RunError> {
             calibration: sampler.recorder.calibration(),
         }));
     }
+    let (stop, requested) = match setup.early_stop {
+        Some(request) => (Stop::Requested(request), Some(request)),
+        None => {
+            let (config, signals) = (&setup.config, &mut setup.signals);
+            sample_until_stop(config, sampler, signals, child.as_mut(), child_pid).await
+        }
+    };
+    sampler.sample(Phase::Run);
+    drain_owed_time(sampler).await;
+    // What is still owed is a slice the kernel reported only when it ended (it missed the
+    // switch that started it, so no read showed it running): it ran during the run, while its
+    // CPU looked idle, and goes back there (see Recorder::place_late).
+    let late = place_late_time(sampler);
+    let still_running = still_running(&setup.config, sampler);
+    Ok(Measured {
+        stop,
+        requested,
+        spawned: child.is_some(),
+        child_pid,
+        started_at,
+        late,
+        still_running,
+        run_end_ns: monotonic_ns(),
+    })
+}
 
+/// Wrap mode, unless a stop came first: starts the command, followed from now on.
+fn start_command(setup: &mut Setup) -> Result<Option<tokio::process::Child>, RunError> {
+    let config = &setup.config;
+    let Mode::Wrap { command } = &config.mode else {
+        return Ok(None);
+    };
+    if setup.early_stop.is_some() {
+        return Ok(None);
+    }
+    let output = match (&setup.command_output, config.command_stdout_to_stderr) {
+        (Some(path), _) => CommandOutput::File(path.clone()),
+        (None, true) => CommandOutput::StdoutToStderr,
+        (None, false) => CommandOutput::Inherit,
+    };
+    let spawned =
+        command::spawn(command, &config.invoker, &output).map_err(|source| RunError::Spawn {
+            program: command[0].clone(),
+            source,
+        })?;
+    let sampler = &mut setup.sampler;
+    sampler
+        .table
+        .add_root(spawned.id().unwrap_or(0), sampler.run_start_ns);
+    Ok(Some(spawned))
+}
+
+/// Samples every interval until the mode's end or a stop request; returns how it ended and
+/// the stop request that came, if one did (even if the command then exited by itself).
+async fn sample_until_stop(
+    config: &RunConfig,
+    sampler: &mut Sampler,
+    signals: &mut Signals,
+    mut child: Option<&mut tokio::process::Child>,
+    child_pid: u32,
+) -> (Stop, Option<StopRequest>) {
     let deadline = config.duration.map(|d| Instant::now() + d);
     let mut tick = tokio::time::interval(config.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -1018,59 +1063,59 @@ async fn measure(setup: &mut Setup) -> Result<Measured, RunError> {
     let mut drain_tick = tokio::time::interval(EVENT_DRAIN_PERIOD);
     drain_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     drain_tick.tick().await;
-    let mut requested = setup.early_stop;
-    let stop = if let Some(request) = setup.early_stop {
-        Stop::Requested(request)
-    } else {
-        loop {
-            let until_deadline = deadline.map_or(Duration::from_secs(86_400 * 365), |d| {
-                d.saturating_duration_since(Instant::now())
-            });
-            tokio::select! {
-                _ = drain_tick.tick(), if drain_between => sampler.drain_events(),
-                _ = tick.tick() => {
-                    sampler.sample(Phase::Run);
-                    if matches!(config.mode, Mode::Attach { .. }) && sampler.table.live_targets() == 0 {
-                        break Stop::TargetsExited;
-                    }
+    let mut requested = None;
+    let stop = loop {
+        let until_deadline = deadline.map_or(Duration::from_secs(86_400 * 365), |d| {
+            d.saturating_duration_since(Instant::now())
+        });
+        tokio::select! {
+            _ = drain_tick.tick(), if drain_between => sampler.drain_events(),
+            _ = tick.tick() => {
+                sampler.sample(Phase::Run);
+                if matches!(config.mode, Mode::Attach { .. }) && sampler.table.live_targets() == 0 {
+                    break Stop::TargetsExited;
                 }
-                _ = tokio::time::sleep(until_deadline) => {
-                    break match child.as_mut() {
-                        Some(c) => wind_down(c, child_pid, libc::SIGTERM, sampler, signals, config.interval)
+            }
+            _ = tokio::time::sleep(until_deadline) => {
+                break match child.as_deref_mut() {
+                    Some(c) => wind_down(c, child_pid, libc::SIGTERM, sampler, signals, config.interval)
+                        .await
+                        .map_or(Stop::Duration, Stop::CommandExited),
+                    None => Stop::Duration,
+                };
+            }
+            status = wait_child(child.as_deref_mut()) => {
+                break Stop::CommandExited(status);
+            }
+            request = signals.recv() => {
+                requested = Some(request);
+                break match child.as_deref_mut() {
+                    Some(c) => {
+                        // A Ctrl-C typed in the terminal already reached the command (it is
+                        // in our foreground process group); anything else is forwarded. Under
+                        // the live view the terminal is in raw mode and sends no signals, and
+                        // a quit is the Ctrl-C that never reached the command.
+                        let forward = signals.quit.is_some()
+                            || !(request == StopRequest::Interrupt && shares_foreground_terminal());
+                        let forward_sig = if forward { request.signal() } else { 0 };
+                        wind_down(c, child_pid, forward_sig, sampler, signals, config.interval)
                             .await
-                            .map_or(Stop::Duration, Stop::CommandExited),
-                        None => Stop::Duration,
-                    };
-                }
-                status = wait_child(child.as_mut()) => {
-                    break Stop::CommandExited(status);
-                }
-                request = signals.recv() => {
-                    requested = Some(request);
-                    break match child.as_mut() {
-                        Some(c) => {
-                            // A Ctrl-C typed in the terminal already reached the command (it is
-                            // in our foreground process group); anything else is forwarded. Under
-                            // the live view the terminal is in raw mode and sends no signals, and
-                            // a quit is the Ctrl-C that never reached the command.
-                            let forward = signals.quit.is_some()
-                                || !(request == StopRequest::Interrupt && shares_foreground_terminal());
-                            let forward_sig = if forward { request.signal() } else { 0 };
-                            wind_down(c, child_pid, forward_sig, sampler, signals, config.interval)
-                                .await
-                                .map_or(Stop::Requested(request), Stop::CommandExited)
-                        }
-                        None => Stop::Requested(request),
-                    };
-                }
+                            .map_or(Stop::Requested(request), Stop::CommandExited)
+                    }
+                    None => Stop::Requested(request),
+                };
             }
         }
     };
-    sampler.sample(Phase::Run);
-    // Targets' time read beyond what the last intervals could hold (see ActivityTracker) is
-    // still owed: a few short intervals more give it room, so that nothing measured is lost.
-    // In iterator accounting, so do threads whose final runtime is still to come (the kernel
-    // frees a task a moment after it was reaped; iterator::FINAL_WAIT_NS bounds the wait).
+    (stop, requested)
+}
+
+/// Gives the time still owed its room: targets' time read beyond what the last intervals
+/// could hold (see ActivityTracker) takes a few short intervals more, so that nothing measured
+/// is lost; in iterator accounting, so do threads whose final runtime is still to come (the
+/// kernel frees a task a moment after it was reaped; iterator::FINAL_WAIT_NS bounds the
+/// wait).
+async fn drain_owed_time(sampler: &mut Sampler) {
     let mut drains = 0;
     while drains < DRAIN_INTERVALS_MAX
         && ((drains < DRAIN_INTERVALS && sampler.tracker.carried_target_ns() > 0)
@@ -1080,42 +1125,31 @@ async fn measure(setup: &mut Setup) -> Result<Measured, RunError> {
         tokio::time::sleep(DRAIN_INTERVAL).await;
         sampler.sample(Phase::Run);
     }
-    // What is still owed is a slice the kernel reported only when it ended (it missed the
-    // switch that started it, so no read showed it running): it ran during the run, while its
-    // CPU looked idle, and goes back there (see Recorder::place_late).
-    let late = place_late_time(sampler);
-    // A wrapped command that outlived the run (it ignored the stop signal) or a daemon it
-    // started: the user should know that what cg-trace started is still running.
-    let still_running: Vec<RunningProcess> = if matches!(config.mode, Mode::Wrap { .. }) {
-        sampler
-            .table
-            .still_running()
-            .into_iter()
-            .map(|r| RunningProcess {
-                pid: r.pid,
-                command: if r.cmdline.is_empty() {
-                    vec![r.comm.clone()]
-                } else {
-                    r.cmdline.clone()
-                },
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
+}
+
+/// Wrap mode: what cg-trace started that outlived the run (a command that ignored the stop
+/// signal, or a daemon it started), told as a notice: the user should know.
+fn still_running(config: &RunConfig, sampler: &mut Sampler) -> Vec<RunningProcess> {
+    if !matches!(config.mode, Mode::Wrap { .. }) {
+        return Vec::new();
+    }
+    let still_running: Vec<RunningProcess> = sampler
+        .table
+        .still_running()
+        .into_iter()
+        .map(|r| RunningProcess {
+            pid: r.pid,
+            command: if r.cmdline.is_empty() {
+                vec![r.comm.clone()]
+            } else {
+                r.cmdline.clone()
+            },
+        })
+        .collect();
     for process in &still_running {
         config.notices.tell(Notice::StillRunning(process.clone()));
     }
-    Ok(Measured {
-        stop,
-        requested,
-        spawned: child.is_some(),
-        child_pid,
-        started_at,
-        late,
-        still_running,
-        run_end_ns: monotonic_ns(),
-    })
+    still_running
 }
 
 /// What the end of a run did with time read too late for its intervals.
@@ -1180,8 +1214,6 @@ fn place_late_time(sampler: &mut Sampler) -> LateTime {
 /// The end of a measured run: its exit code, the sources' last word (a power log settles),
 /// and the [`Recording`]. The sampler is left ready for another run.
 fn conclude(setup: &mut Setup, measured: Measured) -> Outcome {
-    let config = &setup.config;
-    let sampler = &mut setup.sampler;
     let Measured {
         stop,
         requested: _,
@@ -1192,62 +1224,15 @@ fn conclude(setup: &mut Setup, measured: Measured) -> Outcome {
         still_running,
         run_end_ns,
     } = measured;
-    // A wrapped command stopped by a signal, or never started because the signal came during
-    // the idle calibration, exits as if interrupted (not 0: the command did not succeed).
-    let wrap = matches!(config.mode, Mode::Wrap { .. });
-    let never_started = match (wrap && !spawned, setup.calibration_s > 0.0) {
-        (false, _) => "",
-        (true, true) => " during the idle calibration: the command was never started",
-        (true, false) => " before the command started: it was never started",
-    };
-    let (stop_reason, exit_code, command_ending) = match stop {
-        Stop::CommandExited(ending) => {
-            sampler.table.set_ending(child_pid, ending, run_end_ns);
-            (
-                "command exited".to_string(),
-                ending.shell_code(),
-                Some(ending),
-            )
-        }
-        Stop::TargetsExited => ("every target exited".to_string(), 0, None),
-        Stop::Duration => (
-            "--duration reached".to_string(),
-            if spawned { 124 } else { 0 },
-            None,
-        ),
-        Stop::Requested(request) => (
-            match request {
-                StopRequest::Quit if TERMINAL_HUNG_UP.load(std::sync::atomic::Ordering::SeqCst) => {
-                    "the live view's terminal hung up".to_string()
-                }
-                StopRequest::Quit => "quit from the live view".to_string(),
-                _ => format!("interrupted by {}", request.name()),
-            } + never_started,
-            if wrap { 128 + request.signal() } else { 0 },
-            None,
-        ),
-    };
-    if !never_started.is_empty() {
-        config
-            .notices
-            .tell(Notice::NeverStarted(stop_reason.clone()));
-    }
+    let (stop_reason, exit_code, command_ending) =
+        how_it_stopped(setup, stop, spawned, child_pid, run_end_ns);
+    let config = &setup.config;
+    let sampler = &mut setup.sampler;
     let losses_so_far = sampler.probes.losses().unwrap_or_default();
     let losses = losses_since(losses_so_far, setup.losses_before);
     setup.losses_before = losses_so_far;
-    // Reads that failed and were never made good are unknown; sources that lag behind the run
-    // (a power meter's log) revise their figures now.
-    sampler.books.finish(sampler.recorder.all_mut());
-    let mut source_notes = setup.selection_notes.clone();
-    let (settle_notes, settle_error) = energy::settle(
-        &mut sampler.sources,
-        sampler.recorder.all_mut(),
-        &mut sampler.books,
-    );
-    source_notes.extend(settle_notes);
-    let reports = energy::collect(&sampler.sources);
-    source_notes.extend(reports.notes);
-    source_notes.extend(sampler.books.notes(&setup.header.domains));
+    let (source_notes, reports, settle_error) =
+        settle_energy(sampler, &setup.selection_notes, &setup.header.domains);
     let exit_code = match settle_error {
         // A source that measured nothing of the run (a power log without a sample in it):
         // bad input. The report still says what was measured.
@@ -1307,6 +1292,89 @@ fn conclude(setup: &mut Setup, measured: Measured) -> Outcome {
             functions: function_recording,
         },
     }
+}
+
+/// Why the run stopped, in words, the exit code that goes with it, and how the wrapped
+/// command ended (recorded in the process table). A wrapped command stopped by a signal, or
+/// never started because the signal came during the idle calibration, exits as if
+/// interrupted (not 0: the command did not succeed).
+fn how_it_stopped(
+    setup: &mut Setup,
+    stop: Stop,
+    spawned: bool,
+    child_pid: u32,
+    run_end_ns: u64,
+) -> (String, i32, Option<Ending>) {
+    let config = &setup.config;
+    let wrap = matches!(config.mode, Mode::Wrap { .. });
+    let never_started = match (wrap && !spawned, setup.calibration_s > 0.0) {
+        (false, _) => "",
+        (true, true) => " during the idle calibration: the command was never started",
+        (true, false) => " before the command started: it was never started",
+    };
+    let (stop_reason, exit_code, command_ending) = match stop {
+        Stop::CommandExited(ending) => {
+            setup
+                .sampler
+                .table
+                .set_ending(child_pid, ending, run_end_ns);
+            (
+                "command exited".to_string(),
+                ending.shell_code(),
+                Some(ending),
+            )
+        }
+        Stop::TargetsExited => ("every target exited".to_string(), 0, None),
+        Stop::Duration => (
+            "--duration reached".to_string(),
+            if spawned { 124 } else { 0 },
+            None,
+        ),
+        Stop::Requested(request) => (
+            match request {
+                StopRequest::Quit if TERMINAL_HUNG_UP.load(std::sync::atomic::Ordering::SeqCst) => {
+                    "the live view's terminal hung up".to_string()
+                }
+                StopRequest::Quit => "quit from the live view".to_string(),
+                _ => format!("interrupted by {}", request.name()),
+            } + never_started,
+            if wrap { 128 + request.signal() } else { 0 },
+            None,
+        ),
+    };
+    if !never_started.is_empty() {
+        config
+            .notices
+            .tell(Notice::NeverStarted(stop_reason.clone()));
+    }
+    (stop_reason, exit_code, command_ending)
+}
+
+/// The run's energy made final: reads that failed and were never made good are unknown, and
+/// sources that lag behind the run (a power meter's log) revise their figures now. Returns
+/// the source notes (`selection`'s first), the sources' end-of-run reports, and the error of
+/// a source that measured nothing of the run.
+fn settle_energy(
+    sampler: &mut Sampler,
+    selection: &[SourceNote],
+    domains: &[DomainSpec],
+) -> (
+    Vec<SourceNote>,
+    energy::Reports,
+    Option<sources::SourceError>,
+) {
+    sampler.books.finish(sampler.recorder.all_mut());
+    let mut source_notes = selection.to_vec();
+    let (settle_notes, settle_error) = energy::settle(
+        &mut sampler.sources,
+        sampler.recorder.all_mut(),
+        &mut sampler.books,
+    );
+    source_notes.extend(settle_notes);
+    let mut reports = energy::collect(&sampler.sources);
+    source_notes.append(&mut reports.notes);
+    source_notes.extend(sampler.books.notes(domains));
+    (source_notes, reports, settle_error)
 }
 
 /// What the kernel side lost since `before` (its counters only grow).
@@ -1544,15 +1612,21 @@ fn own_cost() -> ProfilerCost {
 /// be read. Not `ru_maxrss`, which keeps the peak of the address space exec replaced: started
 /// by vfork (Python's subprocess), that is the launching parent's.
 fn own_peak_rss_bytes() -> u64 {
+    own_status_bytes("VmHWM:")
+}
+
+/// Field `field` (`VmHWM:`, `VmRSS:`) of this process's `/proc/self/status`, in bytes; 0 when
+/// it cannot be read.
+fn own_status_bytes(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|status| vm_hwm_bytes(&status))
+        .and_then(|status| status_bytes(&status, field))
         .unwrap_or(0)
 }
 
-/// The `VmHWM:   1234 kB` line of a `/proc/PID/status`, in bytes.
-fn vm_hwm_bytes(status: &str) -> Option<u64> {
-    let value = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?;
+/// A `VmHWM:   1234 kB` line (field `field`) of a `/proc/PID/status`, in bytes.
+fn status_bytes(status: &str, field: &str) -> Option<u64> {
+    let value = status.lines().find_map(|l| l.strip_prefix(field))?;
     let kib: u64 = value.trim().strip_suffix("kB")?.trim_end().parse().ok()?;
     kib.checked_mul(1024)
 }
@@ -1725,6 +1799,55 @@ const EVENT_DRAIN_PERIOD: Duration = Duration::from_millis(100);
 const GC_PERIOD: Duration = Duration::from_secs(10);
 
 impl Sampler {
+    /// A sampler whose run starts now: books empty, the process table set for the run
+    /// (forgetting retired processes under bounded memory, noting changes for an observer,
+    /// following attach mode's pids).
+    fn new(
+        config: &RunConfig,
+        probes: Probes,
+        sources: Vec<Box<dyn EnergySource>>,
+        domain_count: usize,
+        observer: Option<live::Observer>,
+        functions: Option<functions::FunctionSession>,
+    ) -> Self {
+        let run_start_ns = monotonic_ns();
+        let mut sampler = Sampler {
+            wall: energy::WallClock::new(run_start_ns),
+            probes,
+            tracker: ActivityTracker::new(),
+            table: ProcessTable::new(config.mode == Mode::System, &config.proc_root),
+            sources,
+            recorder: if config.bounded_memory {
+                Recorder::windowed(recorder::BOUNDED_SLICE_BUDGET)
+            } else {
+                Recorder::new(recorder::DEFAULT_SLICE_BUDGET)
+            },
+            books: energy::Books::new(domain_count),
+            pending: Cleanup::default(),
+            run_start_ns,
+            source_errors: BTreeMap::new(),
+            last_gc: Instant::now(),
+            events: Vec::new(),
+            observer,
+            functions,
+        };
+        if config.bounded_memory {
+            sampler.table.forget_retired();
+        }
+        if sampler.observer.is_some() {
+            sampler.table.track_changes();
+            if let Some(functions) = sampler.functions.as_mut() {
+                functions.name_as_we_go();
+            }
+        }
+        if let Mode::Attach { pids } = &config.mode {
+            for &pid in pids {
+                sampler.table.add_root(pid, sampler.run_start_ns);
+            }
+        }
+        sampler
+    }
+
     /// Hands over the run's intervals and starts the next run's books: its recorder holds the
     /// same calibration, its energy accounts start empty.
     fn next_run(&mut self) -> Recorder {
@@ -1754,6 +1877,50 @@ impl Sampler {
     /// from the kernel maps one interval after their exit was seen, once their last slice
     /// (the switch-out after the exit event) has been read.
     fn sample(&mut self, phase: Phase) {
+        let Some((events, cleanup, snapshot)) = self.events_and_snapshot() else {
+            return;
+        };
+        let table = &self.table;
+        let activity = self
+            .tracker
+            .advance(&snapshot, |thread| table.is_target_thread(thread));
+        let run = phase == Phase::Run;
+        let interval = activity.as_ref().map(|a| {
+            let wall_start_ns = self.wall.wall_ns(a.start_ns);
+            accounting::interval_of(&mut self.table, a, self.run_start_ns, wall_start_ns, run)
+        });
+        if let (Some(f), Some(a)) = (self.functions.as_mut(), activity.as_ref()) {
+            let (probes, table) = (&mut self.probes, &mut self.table);
+            f.sample(probes, a, table, self.run_start_ns, run, &events);
+        }
+        self.settle_exits(cleanup, &snapshot);
+        let Some(mut interval) = interval else {
+            // Prime: start every source's counters here too.
+            let now = self.wall.wall_ns(monotonic_ns());
+            self.read_sources(&ReadContext {
+                duration_ns: 0,
+                busy_ns_per_cpu: &[],
+                wall_start_ns: now,
+                wall_end_ns: now,
+            });
+            return;
+        };
+        self.measure_energy(&mut interval, run);
+        if run {
+            self.tell_observer(&interval);
+        }
+        match phase {
+            Phase::Calibration => self.recorder.push_calibration(interval),
+            Phase::Gap => {}
+            Phase::Prime | Phase::Run => self.recorder.push(interval),
+        }
+    }
+
+    /// The lifecycle events since the previous interval applied, what they ask to clean up,
+    /// and the probes' snapshot; `None` when the snapshot failed (counted; the cleanup waits).
+    fn events_and_snapshot(
+        &mut self,
+    ) -> Option<(Vec<crate::probes::Lifecycle>, Cleanup, Snapshot)> {
         let mut events = std::mem::take(&mut self.events);
         events.extend(self.probes.drain_events());
         let mut cleanup = self.table.apply(&events);
@@ -1766,7 +1933,7 @@ impl Sampler {
                     .or_default() += 1;
                 self.pending.threads.extend(cleanup.threads);
                 self.pending.processes.extend(cleanup.processes);
-                return;
+                return None;
             }
         };
         // Processes forked while the events above were applied may have run already and
@@ -1780,65 +1947,29 @@ impl Sampler {
             cleanup.processes.extend(late_cleanup.processes);
             events.extend(late);
         }
-        let table = &self.table;
-        let activity = self
-            .tracker
-            .advance(&snapshot, |thread| table.is_target_thread(thread));
-        let interval = activity.as_ref().map(|a| self.interval_of(a, phase));
-        if let (Some(f), Some(a)) = (self.functions.as_mut(), activity.as_ref()) {
-            let record = phase == Phase::Run;
-            f.sample(
-                &mut self.probes,
-                a,
-                &mut self.table,
-                self.run_start_ns,
-                record,
-                &events,
-            );
-        }
+        Some((events, cleanup, snapshot))
+    }
 
-        let mut done = std::mem::replace(&mut self.pending, cleanup);
-        // A thread that a CPU still runs (an exit can take a while) or caches time for keeps
-        // its entry until that time is final: deleting it now would count that time twice.
-        // So does one whose time was read but is still carried to later intervals.
-        let tracker = &self.tracker;
-        let (wait, delete): (Vec<ThreadKey>, Vec<ThreadKey>) =
-            done.threads.drain(..).partition(|t| {
-                snapshot.holds(t.tgid, Some(t.tid)) || tracker.owes(t.tgid, Some(t.tid))
-            });
-        self.pending.threads.extend(wait);
+    /// Settles the cleanup owed since the previous snapshot ([`accounting::settle_exits`]),
+    /// deleting the threads it lets go from the kernel's maps; `cleanup` waits for the next.
+    fn settle_exits(&mut self, cleanup: Cleanup, snapshot: &Snapshot) {
+        let done = std::mem::replace(&mut self.pending, cleanup);
+        let (wait, delete) =
+            accounting::settle_exits(done, snapshot, &mut self.tracker, &mut self.table);
+        self.pending.threads.extend(wait.threads);
+        self.pending.processes.extend(wait.processes);
         for &thread in &delete {
             self.probes.delete_thread(thread);
-        }
-        self.tracker.forget_all(&delete);
-        // A process stops being followed once its last time is read. (The kernel stops
-        // treating its pid as a target itself, when the process is freed.)
-        let records = self.table.records();
-        let (wait, retire): (Vec<ProcId>, Vec<ProcId>) =
-            done.processes.drain(..).partition(|&id| {
-                let pid = records[id as usize].pid;
-                snapshot.holds(pid, None) || self.tracker.owes(pid, None)
-            });
-        self.pending.processes.extend(wait);
-        for id in retire {
-            self.table.retire(id);
         }
         if self.last_gc.elapsed() >= GC_PERIOD {
             self.last_gc = Instant::now();
             self.collect_lost_threads(&snapshot.threads);
         }
+    }
 
-        let Some(mut interval) = interval else {
-            // Prime: start every source's counters here too.
-            let now = self.wall.wall_ns(monotonic_ns());
-            self.read_sources(&ReadContext {
-                duration_ns: 0,
-                busy_ns_per_cpu: &[],
-                wall_start_ns: now,
-                wall_end_ns: now,
-            });
-            return;
-        };
+    /// The interval's energy from every source, and its GPU use (before the run, GPU use
+    /// counts as other, like the CPU time of targets).
+    fn measure_energy(&mut self, interval: &mut Interval, run: bool) {
         let busy = interval.busy_ns_per_cpu();
         (interval.energy_j, interval.energy_state) = self.read_sources(&ReadContext {
             duration_ns: interval.duration_ns,
@@ -1847,109 +1978,42 @@ impl Sampler {
             wall_end_ns: interval.wall_start_ns + interval.duration_ns,
         });
         let now_ns = self.run_start_ns + interval.start_ns + interval.duration_ns;
-        interval.gpus = if phase == Phase::Run {
+        interval.gpus = if run {
             energy::gpu_usage(&self.sources, &mut self.table, now_ns)
         } else {
-            // Before the run, GPU use counts as other, like the CPU time of targets.
             energy::gpu_usage(
                 &self.sources,
                 &mut ProcessTable::new(false, "/proc"),
                 now_ns,
             )
         };
-        if phase == Phase::Run
-            && let Some(observer) = self.observer.as_mut()
-        {
-            let changed = self.table.take_changed();
-            observer(LiveEvent::Sample(LiveSample {
-                interval: &interval,
-                processes: self.table.records(),
-                changed: &changed,
-                losses: self.probes.losses().unwrap_or_default(),
-                read_errors_count: self.source_errors.values().sum(),
-                functions: self.functions.as_ref().and_then(|f| f.live()),
-            }));
-        }
-        match phase {
-            Phase::Calibration => self.recorder.push_calibration(interval),
-            Phase::Gap => {}
-            Phase::Prime | Phase::Run => self.recorder.push(interval),
-        }
     }
 
-    fn interval_of(&mut self, activity: &Activity, phase: Phase) -> Interval {
-        let mut slices: HashMap<(u32, u32, u32), u64> = HashMap::new();
-        if phase == Phase::Run {
-            for s in &activity.threads {
-                let id = self.table.id_of_thread(s.thread, activity.start_ns);
-                self.table.name_thread(id, s.thread);
-                *slices.entry((id, s.thread.tid, s.cpu)).or_default() += s.on_cpu_ns;
-            }
-        }
-        let mut cpus = activity.cpus.clone();
-        if phase != Phase::Run {
-            // Before the run, targets are "other" activity like any task.
-            for s in &activity.threads {
-                if let Some(c) = cpus.get_mut(s.cpu as usize) {
-                    c.other_ns += s.on_cpu_ns;
-                }
-            }
-        }
-        let slices = crate::attribution::sorted_slices(slices);
-        Interval {
-            start_ns: activity.start_ns.saturating_sub(self.run_start_ns),
-            duration_ns: activity.duration_ns,
-            cpus,
-            slices,
-            energy_j: Vec::new(),
-            energy_state: Vec::new(),
-            wall_start_ns: self.wall.wall_ns(activity.start_ns),
-            gpus: Vec::new(),
-        }
+    /// Hands the run's interval to the live view's observer, if one watches.
+    fn tell_observer(&mut self, interval: &Interval) {
+        let Some(observer) = self.observer.as_mut() else {
+            return;
+        };
+        let changed = self.table.take_changed();
+        observer(LiveEvent::Sample(LiveSample {
+            interval,
+            processes: self.table.records(),
+            changed: &changed,
+            losses: self.probes.losses().unwrap_or_default(),
+            read_errors_count: self.source_errors.values().sum(),
+            functions: self.functions.as_ref().and_then(|f| f.live()),
+        }));
     }
 
-    /// Reads every source over `ctx`: per domain, the interval's known joules and how much of
-    /// them is known ([`energy::Books`] may revise the intervals stored so far).
+    /// Reads every source over `ctx` ([`energy::read_sources`]).
     fn read_sources(&mut self, ctx: &ReadContext<'_>) -> (Vec<f64>, Vec<EnergyState>) {
-        let mut energy = Vec::new();
-        let mut states = Vec::new();
-        for source in &mut self.sources {
-            let width = source.domains().len();
-            let readings = match source.read(ctx) {
-                Ok(readings) if readings.len() == width => readings,
-                Ok(readings) => {
-                    tracing::warn!(
-                        "{}: {} readings for {width} domains",
-                        source.name(),
-                        readings.len()
-                    );
-                    vec![Reading::unknown(Glitch::Invalid); width]
-                }
-                Err(err) => {
-                    *self
-                        .source_errors
-                        .entry(format!("{}: {err}", source.name()))
-                        .or_default() += 1;
-                    // Cumulative counters keep their last good value, so the energy of this
-                    // interval shows up in the next successful read, which is spread back.
-                    let missed = if source.failed_read_carries_over() {
-                        Reading::Pending
-                    } else {
-                        Reading::unknown(Glitch::ReadFailed)
-                    };
-                    vec![missed; width]
-                }
-            };
-            for reading in readings {
-                let d = energy.len();
-                let (joules, state) =
-                    self.books
-                        .book(d, reading, ctx.duration_ns, self.recorder.all_mut().rev());
-                energy.push(joules);
-                states.push(state);
-            }
-        }
-        (energy, states)
+        energy::read_sources(
+            &mut self.sources,
+            &mut self.books,
+            &mut self.recorder,
+            &mut self.source_errors,
+            ctx,
+        )
     }
 
     /// Deletes kernel entries of threads that no longer exist (their exit event was lost).
@@ -2094,7 +2158,7 @@ mod tests {
     fn the_peak_memory_includes_what_was_used_after_the_run() {
         let mut cost = own_cost();
         // What is resident now (the peak so far may be higher: other tests run beside).
-        let before = crate::serve::metrics::OwnCost::now().rss_bytes;
+        let before = own_status_bytes("VmRSS:");
         // 256 MiB touched after the run's figures were taken (as building a report can).
         let big = vec![1u8; 256 << 20];
         std::hint::black_box(&big);
@@ -2110,9 +2174,10 @@ mod tests {
     #[test]
     fn the_peak_memory_is_read_from_vm_hwm() {
         let status = "Name:\tcg-trace\nVmPeak:\t  900000 kB\nVmHWM:\t   54272 kB\nVmRSS:\t 1 kB\n";
-        assert_eq!(vm_hwm_bytes(status), Some(54272 * 1024));
-        assert_eq!(vm_hwm_bytes("VmRSS:\t 1 kB\n"), None);
-        assert_eq!(vm_hwm_bytes("VmHWM:\t lots kB\n"), None);
+        assert_eq!(status_bytes(status, "VmHWM:"), Some(54272 * 1024));
+        assert_eq!(status_bytes(status, "VmRSS:"), Some(1024));
+        assert_eq!(status_bytes("VmRSS:\t 1 kB\n", "VmHWM:"), None);
+        assert_eq!(status_bytes("VmHWM:\t lots kB\n", "VmHWM:"), None);
         assert!(own_peak_rss_bytes() > 0);
     }
 
