@@ -50,6 +50,7 @@ mod deb;
 mod dist;
 mod fuzz;
 mod gpu_check;
+mod rounds;
 
 use std::{
     env,
