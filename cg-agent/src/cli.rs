@@ -303,7 +303,7 @@ pub struct SourcesArgs {
 /// The options that choose and configure the energy sources: those of a tracing run, `top`,
 /// `sources` and `serve` (not of `diff`, `report`, ...). They may also come before the
 /// subcommand (`cg-trace --source model top`): [`SourceArgs::after`] joins the two places.
-/// No defaults here, so that "not given" is seen; `app::source_options` applies them.
+/// No defaults here, so that "not given" is seen; `run_config::source_options` applies them.
 #[derive(Clone, Debug, Default, Args)]
 #[command(next_help_heading = "Energy sources")]
 pub struct SourceArgs {

@@ -13,7 +13,8 @@
 //!   NVML, a power meter's log) or estimates them (model); [`inventory`] lists them
 //!   (`cg-trace sources`).
 //! - [`attribution`] is pure: it splits each domain's energy into idle, targets and other.
-//! - [`session`] runs a mode (wrap, attach, system) and records every interval.
+//! - [`session`] runs a mode (wrap, attach, system) and records every interval; [`run_config`]
+//!   turns the command line into its configuration, [`app`] runs it and writes the outputs.
 //! - [`report`] builds the report model; [`export`] writes it; [`compare`] compares two
 //!   written reports (`cg-trace diff`).
 //! - [`serve`] is the long-running exporter (`cg-trace serve`): Prometheus metrics over HTTP.
@@ -47,6 +48,7 @@ pub mod printable;
 pub mod privileges;
 pub mod probes;
 pub mod report;
+pub mod run_config;
 pub mod serve;
 pub mod session;
 pub mod small_map;

@@ -4,10 +4,10 @@
 //! two reports go through `diff` (A as the base, B as the new), table, test and gate alike.
 
 use crate::{
-    app,
     cli::{CompareArgs, RunArgs},
     privileges::Invoker,
     report::{self, Report, repeat},
+    run_config::run_config,
     session,
 };
 
@@ -52,7 +52,7 @@ pub fn main(args: &CompareArgs, mut run: RunArgs, invoker: &Invoker) -> i32 {
         return EXIT_BAD_INPUT;
     }
     run.command = shell(&args.command_a);
-    let config = match app::run_config(&run, invoker) {
+    let config = match run_config(&run, invoker) {
         Ok(config) => config,
         Err(message) => {
             crate::console::write_line(format_args!("{WHO}: {message}"));

@@ -19,7 +19,7 @@ use crate::{
         StackWalking,
         elf::FirstInstruction,
         returns::EntryOnly,
-        symbolize::{Frame, file_name, function_stacks},
+        symbolize::{Frame, UNSAMPLED, file_name, function_stacks},
     },
     session::{Recording, functions::SamplerSummary},
     sources::Provenance,
@@ -198,9 +198,6 @@ pub struct StackEnergy {
     pub cpu_ns: f64,
     pub samples: u64,
 }
-
-/// Label of the remainder of a process's energy that no sample carried.
-pub const UNSAMPLED: &str = "[unsampled]";
 
 /// One function over all the processes that ran it: the sum of its per-process entries
 /// (`function_totals[]`).
