@@ -10,6 +10,7 @@ use std::{
 use crate::{
     cli::{Cli, Command, ReportFormat, RunArgs},
     export::{csv, flamegraph, folded, html, json, pprof, speedscope, summary},
+    grouping::GroupBy,
     inventory, output,
     output::OutputError,
     printable::printable,
@@ -174,11 +175,7 @@ fn serve(args: crate::cli::ServeArgs, run: &RunArgs, invoker: &Invoker) -> i32 {
         options: crate::serve::model::ServeOptions {
             top_groups: args.top as usize,
             grace_ns: (args.grace * 1e9) as u64,
-            group_by: match args.group_by {
-                crate::cli::GroupByArg::Comm => crate::serve::model::GroupBy::Comm,
-                crate::cli::GroupByArg::Cgroup => crate::serve::model::GroupBy::Cgroup,
-                crate::cli::GroupByArg::Unit => crate::serve::model::GroupBy::Unit,
-            },
+            group_by: args.group_by,
         },
         kube_pods_url: args.kube_pods_url,
         kube_credentials: args.kube_credentials,
@@ -277,7 +274,7 @@ fn run_in_view(
             refresh: Duration::from_millis(args.view.refresh),
             command_output: command_output.clone(),
             exit_on_end: args.view.exit_on_end,
-            group_by_cgroup: args.group_by == crate::export::summary::GroupBy::Cgroup,
+            group_by_cgroup: args.group_by == GroupBy::Cgroup,
             frame_stats: args.view.bench_frame_stats.clone(),
         },
     );
@@ -559,10 +556,7 @@ fn option_before_top(run: &RunArgs) -> Option<&'static str> {
         (run.timeseries, "--timeseries"),
         (run.quiet, "-q"),
         (run.threads, "--threads"),
-        (
-            run.group_by != crate::export::summary::GroupBy::None,
-            "--group-by",
-        ),
+        (run.group_by != GroupBy::None, "--group-by"),
         (run.view.tui, "--tui"),
         (run.view.refresh != 1000, "--refresh"),
         (run.view.command_output.is_some(), "--command-output"),

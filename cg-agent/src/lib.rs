@@ -22,7 +22,8 @@
 //!   [`report::live`], the report's counterpart while a run goes on.
 //! - [`functions`] is function-level profiling's user-space half (SPECs, ELF symbols,
 //!   CPython, symbolization); its kernel half is in [`probes`].
-//! - [`cgroup`] reads a process's cgroup and what its path says (container, pod, unit).
+//! - [`cgroup`] reads a process's cgroup and what its path says (container, pod, unit);
+//!   [`grouping`] lists the ways processes are grouped (`--group-by`).
 //! - [`console`] is what cg-trace says on stderr besides the summary (`-q`, the log).
 //! - [`printable`] shows text from outside (names, command lines, paths) with its control
 //!   characters escaped, in every text output.
@@ -40,6 +41,7 @@ pub mod compare;
 pub mod console;
 pub mod export;
 pub mod functions;
+pub mod grouping;
 pub mod host;
 pub mod inventory;
 pub mod manual;

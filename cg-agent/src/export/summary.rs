@@ -6,6 +6,7 @@
 use std::{collections::BTreeMap, fmt::Write as _};
 
 use crate::{
+    grouping::GroupBy,
     printable::{fit, printable},
     report::{ProcessEntry, Report},
     sources::human_duration,
@@ -13,21 +14,6 @@ use crate::{
 
 /// How many processes the summary lists (the report has them all).
 const MAX_ROWS: usize = 15;
-
-/// How the summary lists processes (`--group-by`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum GroupBy {
-    /// One row per program name (the basename of argv[0], else the kernel's name).
-    Comm,
-    /// One row per process subtree: each child of the wrapped command (or of an attached
-    /// pid, or a process whose parent is not traced) with all its descendants.
-    Tree,
-    /// One row per cgroup: its container, Kubernetes pod or systemd unit, else its path.
-    Cgroup,
-    /// One row per process.
-    #[default]
-    None,
-}
 
 /// What the summary shows beyond the defaults.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -329,7 +315,8 @@ fn cgroup_of(process: &ProcessEntry) -> String {
 /// The processes in rows, by energy (see [`GroupBy`]).
 fn group(processes: &[ProcessEntry], by: GroupBy) -> Vec<Row<'_>> {
     let mut rows: Vec<Row<'_>> = match by {
-        GroupBy::None => processes
+        // `unit` is no way of the summary's rows ([`GroupBy::ROWS`]): one row per process.
+        GroupBy::None | GroupBy::Unit => processes
             .iter()
             .map(|p| Row { processes: vec![p] })
             .collect(),
