@@ -297,3 +297,57 @@ fn function_options(args: &FunctionArgs, invoker: &Invoker) -> Result<FunctionOp
 pub fn check_output(path: &Path, what: &str, invoker: &Invoker) -> Result<(), String> {
     output::check(path, invoker).map_err(|err| format!("{what}: {err}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+    use crate::cli::Cli;
+
+    /// The run options of `cg-trace ARGS...`.
+    fn run(args: &[&str]) -> RunArgs {
+        Cli::try_parse_from(std::iter::once("cg-trace").chain(args.iter().copied()))
+            .unwrap_or_else(|err| panic!("{args:?}: {err}"))
+            .run
+    }
+
+    #[test]
+    fn the_report_format_is_the_options_else_the_files_extension() {
+        let format = |path: &str, given| report_format(Path::new(path), given);
+        assert_eq!(format("r.json", None), Some(ReportFormat::Json));
+        assert_eq!(format("r.html", None), Some(ReportFormat::Html));
+        assert_eq!(format("r.txt", None), None);
+        assert_eq!(
+            format("r.txt", Some(ReportFormat::Csv)),
+            Some(ReportFormat::Csv)
+        );
+        // `-o -`: JSON on stdout unless told otherwise.
+        assert_eq!(format("-", None), Some(ReportFormat::Json));
+        assert_eq!(
+            format("-", Some(ReportFormat::Csv)),
+            Some(ReportFormat::Csv)
+        );
+    }
+
+    #[test]
+    fn a_run_says_what_to_trace_and_gives_each_output_its_own_file() {
+        let me = Invoker::ourselves();
+        let err = run_config(&run(&[]), &me).unwrap_err();
+        assert!(err.starts_with("say what to trace"), "{err}");
+        let dir = std::env::temp_dir().join(format!("cg-run-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("same.svg").display().to_string();
+        let args = ["--folded", &file, "--flamegraph", &file, "--", "true"];
+        let err = run_config(&run(&args), &me).unwrap_err();
+        assert!(
+            err.starts_with("--folded and --flamegraph name the same file"),
+            "{err}"
+        );
+        let err = run_config(&run(&["-o", "r.txt", "--", "true"]), &me).unwrap_err();
+        assert!(err.contains("unknown report format"), "{err}");
+        let config = run_config(&run(&["-o", "-", "--", "true"]), &me).unwrap();
+        assert!(config.command_stdout_to_stderr, "the report has stdout");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

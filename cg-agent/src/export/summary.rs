@@ -747,4 +747,28 @@ mod tests {
         );
         assert!((rows[1].2 - 9.0).abs() < 1e-9);
     }
+
+    #[test]
+    fn a_figure_that_is_not_finite_is_never_printed() {
+        use crate::{
+            report::tests::{interval, recording},
+            session::IdleWatts,
+        };
+        let mut intervals: Vec<_> = (0..3).map(|i| interval(i, 100)).collect();
+        intervals[1].energy_j[0] = f64::INFINITY;
+        let summary = render(&crate::report::build(&recording(
+            intervals,
+            IdleWatts::Total(10.0),
+        )));
+        // The quality notes ("- ...") name the figure; no table line prints it.
+        for word in ["inf", "NaN"] {
+            assert!(
+                !summary
+                    .lines()
+                    .filter(|l| !l.trim_start().starts_with("- "))
+                    .any(|l| l.contains(word)),
+                "{summary}"
+            );
+        }
+    }
 }
