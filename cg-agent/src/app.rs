@@ -1,5 +1,6 @@
-//! From parsed arguments to a finished run: picks the mode (and whether the live view shows
-//! it), runs the session, builds the report, prints the summary and writes the outputs;
+//! From parsed arguments to a finished run: hands each subcommand to its module, decides
+//! whether the live view shows a run, runs the session with the configuration
+//! [`crate::run_config`] builds, builds the report, writes the outputs and prints the summary;
 //! returns the process exit code.
 
 use std::{
@@ -612,6 +613,7 @@ fn view_command_output(
     Ok(Some(path))
 }
 
+/// A writer of one output file: the report (JSON, CSV, HTML) or a function profile.
 type WriteFn = fn(&report::Report, &Path, &Invoker) -> Result<(), OutputError>;
 
 #[cfg(test)]
