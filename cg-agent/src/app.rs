@@ -56,12 +56,12 @@ pub fn main_with(cli: Cli) -> i32 {
         Some(command) => subcommand(command, cli.run, &invoker),
         None => {
             let view = view_of(&cli.run);
-            Next::Record(cli.run, view)
+            Next::Record(Box::new(cli.run), view)
         }
     };
     match next {
         Next::Exit(code) => code,
-        Next::Record(args, view) => record(args, view, &invoker),
+        Next::Record(args, view) => record(*args, view, &invoker),
     }
 }
 
@@ -70,7 +70,7 @@ enum Next {
     /// Done: the exit code.
     Exit(i32),
     /// A run to record, headless or in the live view.
-    Record(RunArgs, View),
+    Record(Box<RunArgs>, View),
 }
 
 /// Bad usage found after parsing: `cg-trace: {message}` on stderr (even with `-q`); the exit
@@ -114,7 +114,7 @@ fn subcommand(command: Command, run: RunArgs, invoker: &Invoker) -> Next {
             return match args.sources.after(&run.sources) {
                 Ok(sources) => {
                     args.sources = sources;
-                    Next::Record(*args, View::Top)
+                    Next::Record(args, View::Top)
                 }
                 Err(message) => Next::Exit(usage_error(message)),
             };
