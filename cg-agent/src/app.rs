@@ -100,9 +100,9 @@ fn subcommand(command: Command, run: RunArgs, invoker: &Invoker) -> Next {
         return Next::Exit(usage_error(message));
     }
     let code = match command {
-        Command::Diff(args) => crate::compare::main(&args, invoker),
+        Command::Diff(args) => crate::diff::main(&args, invoker),
         Command::Compare(args) => crate::compare::interleaved::main(&args, run, invoker),
-        Command::Report(args) => html::main(&args, invoker),
+        Command::Report(args) => html::main(&args.input, &args.html_output, invoker),
         Command::Sources(args) => match args.sources.after(&run.sources) {
             Ok(sources) => inventory::main(&source_options(&sources), args.json),
             Err(message) => usage_error(message),

@@ -15,8 +15,9 @@
 //! - [`attribution`] is pure: it splits each domain's energy into idle, targets and other.
 //! - [`session`] runs a mode (wrap, attach, system) and records every interval; [`run_config`]
 //!   turns the command line into its configuration, [`app`] runs it and writes the outputs.
-//! - [`report`] builds the report model; [`export`] writes it; [`compare`] compares two
-//!   written reports (`cg-trace diff`).
+//! - [`report`] builds the report model (and [`report::read`] reads a written one back);
+//!   [`export`] writes it; [`compare`] compares two read reports, and [`diff`] is the
+//!   subcommand that writes the comparison through the renderer asked for.
 //! - [`serve`] is the long-running exporter (`cg-trace serve`): Prometheus metrics over HTTP.
 //! - [`ui`] is the live terminal view (`cg-trace top`, `--tui`); it reads
 //!   [`report::live`], the report's counterpart while a run goes on.
@@ -39,6 +40,7 @@ pub mod cgroup;
 pub mod cli;
 pub mod compare;
 pub mod console;
+pub mod diff;
 pub mod export;
 pub mod functions;
 pub mod grouping;

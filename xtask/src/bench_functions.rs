@@ -58,6 +58,9 @@ pub fn run(args: &[String]) -> Result<()> {
     if args.iter().any(|a| a == "--unwind") {
         return crate::bench_unwind::run(&cg_trace, if quick { 1 } else { 3 });
     }
+    if args.iter().any(|a| a == "--against-perf") {
+        return crate::bench_perf::run(&cg_trace);
+    }
     let funcs = release.join("cg-funcs");
     let spin = release.join("cg-spin");
     let out = std::env::temp_dir().join(format!("cg-trace-bench-functions-{}", std::process::id()));

@@ -21,7 +21,9 @@
 //!   `--sources`, `--tui`, `--functions`: only those; `--functions --sampler`: only the
 //!   sampler's loss and kernel time; `--functions --globs`: only the cost of matching `--func`
 //!   globs; `--functions --unwind`: only unwinding without frame pointers against frame
-//!   pointers, kernel and agent time per sample); `--diff`: only the time `cg-trace diff` takes on two 20-run reports; `--report`:
+//!   pointers, kernel and agent time per sample; `--functions --against-perf`: only stacks
+//!   and self shares against `perf record --call-graph dwarf` on Debian's stripped xz and
+//!   gzip, not in the full run: it needs perf and libc6-dbg); `--diff`: only the time `cg-trace diff` takes on two 20-run reports; `--report`:
 //!   only the time and page size of `cg-trace report` on a one-hour run and of `diff --format
 //!   html`; `--repeat`: only what each run of a `--repeat` set costs; `--proc`: only the
 //!   hand-written `/proc` readers against the procfs crate; `--serve`: a simulated week of
@@ -44,6 +46,7 @@ mod bench_report;
 mod bench_serve;
 mod bench_signals;
 mod bench_sources;
+mod bench_perf;
 mod bench_unwind;
 mod bench_view;
 mod deb;
@@ -60,7 +63,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup [--build] | build [--release] | run -- CG-TRACE-ARGS... | test | fuzz [TARGET] [SECONDS] | bench [--quick] [--overhead | --sources | --proc | --tui | --functions [--sampler | --globs | --unwind] | --diff | --report | --repeat | --serve | --signals | --memory] | dist [--profile release|debug] [--no-build] [--out DIR] | deb | gpu-check [-- CMD ARGS...]>";
+const USAGE: &str = "usage: cargo xtask <setup [--build] | build [--release] | run -- CG-TRACE-ARGS... | test | fuzz [TARGET] [SECONDS] | bench [--quick] [--overhead | --sources | --proc | --tui | --functions [--sampler | --globs | --unwind | --against-perf] | --diff | --report | --repeat | --serve | --signals | --memory] | dist [--profile release|debug] [--no-build] [--out DIR] | deb | gpu-check [-- CMD ARGS...]>";
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();

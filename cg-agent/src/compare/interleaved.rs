@@ -108,7 +108,7 @@ pub fn main(args: &CompareArgs, mut run: RunArgs, invoker: &Invoker) -> i32 {
         args.gate.max_increase,
         &args.gate.gate,
     );
-    super::emit(WHO, &comparison, &args.output, invoker)
+    crate::diff::emit(WHO, &comparison, &args.output, invoker)
 }
 
 /// One command's runs as a `--repeat` report.

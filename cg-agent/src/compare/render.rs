@@ -323,3 +323,180 @@ pub fn json(c: &Comparison) -> String {
     text.push('\n');
     crate::printable::json_text(&text).into_owned()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compare::{Gate, SideInfo, TestResult};
+
+    fn side_info(path: &str, runs_count: usize) -> SideInfo {
+        SideInfo {
+            path: path.into(),
+            run_id: "run".into(),
+            schema_version: "1.6".into(),
+            hostname: "host".into(),
+            cpu_model: "cpu".into(),
+            provenance: "measured",
+            sources: vec!["rapl".into()],
+            runs_count,
+        }
+    }
+
+    /// A row of `kind` from `base_j` to `new_j` joules, gated, without CPU time or test.
+    fn row(kind: RowKind, name: &str, base_j: f64, new_j: f64) -> Row {
+        Row {
+            kind,
+            name: name.into(),
+            top_level: None,
+            gated: true,
+            base_energy_j: base_j,
+            new_energy_j: new_j,
+            change_energy_j: new_j - base_j,
+            change_energy_pct: (base_j != 0.0).then(|| (new_j - base_j) / base_j * 100.0),
+            base_cpu_time_s: None,
+            new_cpu_time_s: None,
+            change_cpu_time_s: None,
+            change_cpu_time_pct: None,
+            significance: None,
+            regression: false,
+        }
+    }
+
+    fn comparison(rows: Vec<Row>) -> Comparison {
+        Comparison {
+            base: side_info("base.json", 1),
+            new: side_info("new.json", 1),
+            tested: false,
+            alpha: 0.05,
+            max_increase_pct: Some(5.0),
+            gates: vec![Gate::Targets],
+            warnings: Vec::new(),
+            regression: rows.iter().any(|r| r.regression),
+            rows,
+        }
+    }
+
+    #[test]
+    fn tables_show_every_total_and_the_first_groups_and_say_how_many_more() {
+        let mut rows = vec![row(RowKind::Total, "energy", 10.0, 11.0)];
+        for i in 0..TABLE_ROWS_PER_KIND + 3 {
+            rows.push(row(RowKind::ProcessGroup, &format!("p{i}"), 1.0, 2.0));
+        }
+        let c = comparison(rows);
+        let (shown_rows, hidden) = shown(&c);
+        assert_eq!(shown_rows.len(), 1 + TABLE_ROWS_PER_KIND);
+        assert_eq!(hidden, vec![(RowKind::ProcessGroup, 3)]);
+        assert!(text(&c).contains("... 3 more group rows (--format json has them all)\n"));
+        assert!(markdown(&c).contains("_3 more group rows not shown._"));
+    }
+
+    #[test]
+    fn changes_say_new_and_nothing_apart_from_figures() {
+        // Base 0 -> new 2: new; 0 -> 0: nothing to compare; 10 -> 11: +10 %.
+        assert_eq!(energy_pct(&row(RowKind::Function, "f", 0.0, 2.0)), "new");
+        assert_eq!(energy_pct(&row(RowKind::Function, "f", 0.0, 0.0)), "-");
+        assert_eq!(
+            energy_pct(&row(RowKind::Function, "f", 10.0, 11.0)),
+            "+10.0 %"
+        );
+        let mut r = row(RowKind::Targets, "energy", 1.0, 1.0);
+        assert_eq!(cpu(&r), ["-", "-", "-"]);
+        (r.base_cpu_time_s, r.new_cpu_time_s) = (Some(0.0), Some(0.0));
+        assert_eq!(cpu(&r), ["0.000", "0.000", "-"]);
+        (r.new_cpu_time_s, r.change_cpu_time_pct) = (Some(1.5), Some(-25.0));
+        assert_eq!(cpu(&r)[2], "-25.0 %");
+    }
+
+    #[test]
+    fn verdicts_carry_the_p_value_and_shout_a_regression() {
+        let mut r = row(RowKind::Targets, "energy", 10.0, 12.0);
+        assert_eq!(verdict(&r), "");
+        r.regression = true;
+        assert_eq!(verdict(&r), "REGRESSION");
+        r.significance = Some(TestResult {
+            test: "mann-whitney-u",
+            method: "exact",
+            u: 25.0,
+            p_value: 0.0004,
+            verdict: "significant increase",
+        });
+        assert_eq!(verdict(&r), "REGRESSION significant increase (p < 0.001)");
+        r.significance.as_mut().unwrap().p_value = 0.03;
+        r.regression = false;
+        assert_eq!(verdict(&r), "significant increase (p = 0.030)");
+    }
+
+    #[test]
+    fn names_say_nested_domains_and_escape_control_characters() {
+        let mut r = row(RowKind::Domain, "core-0", 1.0, 1.0);
+        r.top_level = Some(false);
+        assert_eq!(name(&r), "core-0 (nested)");
+        r.top_level = Some(true);
+        assert_eq!(name(&r), "core-0");
+        let evil = row(RowKind::ProcessGroup, "a\x1b[2Jb", 1.0, 1.0);
+        assert_eq!(name(&evil), "a\\x1b[2Jb");
+    }
+
+    #[test]
+    fn the_text_table_aligns_columns_and_cuts_long_names() {
+        let long = "x".repeat(60);
+        let c = comparison(vec![
+            row(RowKind::Targets, "energy", 10.0, 11.0),
+            row(RowKind::ProcessGroup, &long, 1.0, 100.0),
+        ]);
+        let out = text(&c);
+        let lines: Vec<&str> = out.lines().collect();
+        let header = lines.iter().position(|l| l.starts_with("KIND")).unwrap();
+        // Figures are right-aligned: each ends where its header ends, on every line.
+        let chars = |line: &str| line.chars().collect::<Vec<char>>();
+        let head = chars(lines[header]);
+        let end = lines[header].find("NEW J").unwrap() + "NEW J".len();
+        for line in &lines[header + 1..header + 3] {
+            let line = chars(line);
+            assert!(
+                line[end - 1].is_ascii_digit() && line[end] == ' ',
+                "{line:?}"
+            );
+        }
+        assert_eq!(head[end - 1], 'J');
+        assert!(lines[header + 2].contains(&format!("{}…", "x".repeat(47))));
+        assert!(!out.contains(&"x".repeat(48)));
+        assert!(out.ends_with("result: no regression\n"));
+    }
+
+    #[test]
+    fn the_gate_is_said_in_words_for_each_case() {
+        let mut c = comparison(vec![row(RowKind::Targets, "energy", 1.0, 1.0)]);
+        assert!(gate(&c).starts_with("gate: an increase beyond 5 % of the targets' energy"));
+        assert!(gate(&c).contains("(untested for significance)"));
+        c.tested = true;
+        assert!(gate(&c).starts_with("gate: a significant increase beyond 5 %"));
+        c.max_increase_pct = None;
+        assert!(gate(&c).starts_with("gate: none (--max-increase PCT sets one, on the targets'"));
+    }
+
+    #[test]
+    fn the_regression_line_names_only_the_failing_rows() {
+        let mut failing = row(RowKind::ProcessGroup, "app", 2.0, 3.0);
+        failing.regression = true;
+        let c = comparison(vec![row(RowKind::Targets, "energy", 10.0, 10.5), failing]);
+        assert_eq!(
+            regression_line(&c),
+            "energy regression beyond --max-increase 5 %: group app 2.000 J -> 3.000 J (+50.0 %)"
+        );
+        assert!(text(&c).ends_with("result: REGRESSION\n"));
+        assert!(markdown(&c).starts_with("### cg-trace energy diff: **regression**\n"));
+    }
+
+    #[test]
+    fn json_escapes_what_a_terminal_would_obey() {
+        let c = comparison(vec![row(RowKind::Function, "f\u{7f}\u{202e}", 1.0, 1.0)]);
+        let out = json(&c);
+        assert!(
+            !out.contains('\u{7f}') && !out.contains('\u{202e}'),
+            "{out}"
+        );
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["rows"][0]["name"], "f\u{7f}\u{202e}");
+    }
+}

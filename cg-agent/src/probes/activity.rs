@@ -154,50 +154,40 @@ impl ActivityTracker {
         snapshot: &Snapshot,
         is_target: impl Fn(&ThreadKey) -> bool,
     ) -> Option<Activity> {
-        // Time not in the map yet: cached per CPU, or in the slice running now.
-        let mut running_target: HashMap<(ThreadKey, u32), u64> = HashMap::new();
-        let mut other_totals = Vec::with_capacity(snapshot.cpus.len());
-        for (cpu, state) in snapshot.cpus.iter().enumerate() {
-            for &(key, pending_ns) in &state.cached {
-                *running_target.entry((key, cpu as u32)).or_default() += pending_ns;
+        let (seen, other_totals) = totals(snapshot, is_target);
+        let owing = self.see(seen, &other_totals);
+        let Some(start_ns) = self.last_taken_ns.replace(snapshot.taken_ns) else {
+            // The first snapshot only sets the starting point.
+            for mark in self.threads.values_mut().chain(self.cpus.iter_mut()) {
+                mark.charged_ns = mark.seen_ns;
             }
-            let mut other = state.other_ns + state.unstored_ns;
-            if let Some(run) = state.running.filter(|r| r.tid != 0) {
-                let in_progress = run.in_progress_ns.unwrap_or(0);
-                let key = ThreadKey {
-                    tgid: run.tgid,
-                    tid: run.tid,
-                    start_ns: run.start_ns,
-                };
-                if is_target(&key) {
-                    *running_target.entry((key, cpu as u32)).or_default() += in_progress;
-                } else {
-                    other += in_progress;
-                }
-            }
-            other_totals.push(other);
-        }
+            return None;
+        };
+        let duration_ns = snapshot.taken_ns.saturating_sub(start_ns);
+        let (mut threads, busy) = self.charge_targets(owing, duration_ns);
+        let cpus = self.charge_others(&busy, duration_ns);
+        threads.sort_by_key(|s| (s.thread, s.cpu));
+        Some(Activity {
+            start_ns,
+            duration_ns,
+            cpus,
+            threads,
+        })
+    }
 
-        let mut seen: HashMap<(ThreadKey, u32), u64> = HashMap::new();
-        for (key, per_cpu) in &snapshot.threads {
-            for (cpu, &ns) in per_cpu.iter().enumerate() {
-                let id = (*key, cpu as u32);
-                let total = ns + running_target.remove(&id).unwrap_or(0);
-                if total > 0 {
-                    seen.insert(id, total);
-                }
-            }
-        }
-        // A thread with nothing in the map yet: only cached or running time.
-        seen.extend(running_target.into_iter().filter(|(_, ns)| *ns > 0));
-
+    /// Raises the marks to the totals read now; returns the counters that may be owed time:
+    /// those that grew and those still carrying, each once, in order.
+    fn see(
+        &mut self,
+        seen: HashMap<(ThreadKey, u32), u64>,
+        other_totals: &[u64],
+    ) -> Vec<(ThreadKey, u32)> {
         if self.cpus.len() < other_totals.len() {
             self.cpus.resize(other_totals.len(), Mark::default());
         }
-        for (mark, &total) in self.cpus.iter_mut().zip(&other_totals) {
+        for (mark, &total) in self.cpus.iter_mut().zip(other_totals) {
             mark.see(total);
         }
-        // The counters that may be owed time: those read now and those still carrying.
         let mut owing: Vec<(ThreadKey, u32)> = std::mem::take(&mut self.carrying);
         for (id, total) in seen {
             let mark = self.threads.entry(id).or_default();
@@ -208,18 +198,18 @@ impl ActivityTracker {
         }
         owing.sort_unstable();
         owing.dedup();
+        owing
+    }
 
-        let Some(start_ns) = self.last_taken_ns.replace(snapshot.taken_ns) else {
-            // The first snapshot only sets the starting point.
-            for mark in self.threads.values_mut().chain(self.cpus.iter_mut()) {
-                mark.charged_ns = mark.seen_ns;
-            }
-            return None;
-        };
-        let duration_ns = snapshot.taken_ns.saturating_sub(start_ns);
-
-        // Per CPU: what targets are owed, and the share of it this interval can hold. Targets
-        // come first; other tasks get the room that is left.
+    /// Charges the targets' counters in `owing` what an interval of `duration_ns` can hold
+    /// (targets come first: all of what they are owed when it fits on their CPU, else the
+    /// same share for each); what is left stays owed. Returns the slices and the busy time
+    /// per CPU.
+    fn charge_targets(
+        &mut self,
+        owing: Vec<(ThreadKey, u32)>,
+        duration_ns: u64,
+    ) -> (Vec<ThreadSlice>, Vec<u64>) {
         let cpu_count = self.cpus.len();
         let mut owed_per_cpu = vec![0u64; cpu_count];
         for id in &owing {
@@ -228,15 +218,6 @@ impl ActivityTracker {
                 *o += owed;
             }
         }
-        // Part of `owed` that fits when the CPU's targets are owed `total` in the interval.
-        let grant = |owed: u64, total: u64| -> u64 {
-            if total <= duration_ns {
-                owed
-            } else {
-                (u128::from(owed) * u128::from(duration_ns) / u128::from(total)) as u64
-            }
-        };
-
         let mut threads = Vec::new();
         let mut busy = vec![0u64; cpu_count];
         for id in owing {
@@ -245,7 +226,7 @@ impl ActivityTracker {
             };
             let owed = mark.owed_ns();
             let total = owed_per_cpu.get(id.1 as usize).copied().unwrap_or(owed);
-            let given = grant(owed, total);
+            let given = granted_ns(owed, total, duration_ns);
             mark.charged_ns += given;
             if mark.owed_ns() > 0 {
                 self.carrying.push(id);
@@ -261,7 +242,13 @@ impl ActivityTracker {
                 });
             }
         }
-        let mut cpus = Vec::with_capacity(cpu_count);
+        (threads, busy)
+    }
+
+    /// Charges other tasks' time the room the targets left on each CPU; the rest of the
+    /// room is idle.
+    fn charge_others(&mut self, busy: &[u64], duration_ns: u64) -> Vec<CpuTime> {
+        let mut cpus = Vec::with_capacity(self.cpus.len());
         for (cpu, mark) in self.cpus.iter_mut().enumerate() {
             let room = duration_ns.saturating_sub(busy[cpu]);
             let given = mark.owed_ns().min(room);
@@ -271,13 +258,7 @@ impl ActivityTracker {
                 other_ns: given,
             });
         }
-        threads.sort_by_key(|s| (s.thread, s.cpu));
-        Some(Activity {
-            start_ns,
-            duration_ns,
-            cpus,
-            threads,
-        })
+        cpus
     }
 
     /// Whether time of `tid` of process `tgid` (any of its threads when `tid` is `None`) was
@@ -359,6 +340,61 @@ impl ActivityTracker {
     /// Number of (thread, CPU) totals remembered.
     pub fn tracked(&self) -> usize {
         self.threads.len()
+    }
+}
+
+/// The totals a snapshot shows: per (target thread, CPU), the map's time plus what the CPU
+/// still caches and the slice running now; per CPU, other tasks' time (with target time the
+/// kernel could not store, and a non-target's slice running now).
+fn totals(
+    snapshot: &Snapshot,
+    is_target: impl Fn(&ThreadKey) -> bool,
+) -> (HashMap<(ThreadKey, u32), u64>, Vec<u64>) {
+    // Time not in the map yet: cached per CPU, or in the slice running now.
+    let mut running_target: HashMap<(ThreadKey, u32), u64> = HashMap::new();
+    let mut other_totals = Vec::with_capacity(snapshot.cpus.len());
+    for (cpu, state) in snapshot.cpus.iter().enumerate() {
+        for &(key, pending_ns) in &state.cached {
+            *running_target.entry((key, cpu as u32)).or_default() += pending_ns;
+        }
+        let mut other = state.other_ns + state.unstored_ns;
+        if let Some(run) = state.running.filter(|r| r.tid != 0) {
+            let in_progress = run.in_progress_ns.unwrap_or(0);
+            let key = ThreadKey {
+                tgid: run.tgid,
+                tid: run.tid,
+                start_ns: run.start_ns,
+            };
+            if is_target(&key) {
+                *running_target.entry((key, cpu as u32)).or_default() += in_progress;
+            } else {
+                other += in_progress;
+            }
+        }
+        other_totals.push(other);
+    }
+    let mut seen: HashMap<(ThreadKey, u32), u64> = HashMap::new();
+    for (key, per_cpu) in &snapshot.threads {
+        for (cpu, &ns) in per_cpu.iter().enumerate() {
+            let id = (*key, cpu as u32);
+            let total = ns + running_target.remove(&id).unwrap_or(0);
+            if total > 0 {
+                seen.insert(id, total);
+            }
+        }
+    }
+    // A thread with nothing in the map yet: only cached or running time.
+    seen.extend(running_target.into_iter().filter(|(_, ns)| *ns > 0));
+    (seen, other_totals)
+}
+
+/// The part of `owed_ns` an interval of `duration_ns` holds when the CPU's targets are owed
+/// `total_ns` in it: all of it when the total fits, else the same share for each.
+fn granted_ns(owed_ns: u64, total_ns: u64, duration_ns: u64) -> u64 {
+    if total_ns <= duration_ns {
+        owed_ns
+    } else {
+        (u128::from(owed_ns) * u128::from(duration_ns) / u128::from(total_ns)) as u64
     }
 }
 
@@ -739,5 +775,19 @@ mod tests {
         }
         assert_eq!(slices_of(&a1, key(2, 2)), 10 * MS + 3 * MS);
         assert_eq!(total, 133 * MS);
+    }
+
+    /// ```text
+    /// interval      |<---- 100 ns ---->|
+    /// target a owes  60 ns              } 60 + 90 = 150 ns owed: more than fits,
+    /// target b owes  90 ns              } so each gets 100/150 of what it is owed
+    /// ```
+    #[test]
+    fn targets_owed_more_than_the_interval_get_the_same_share_each() {
+        assert_eq!(granted_ns(60, 150, 100), 40);
+        assert_eq!(granted_ns(90, 150, 100), 60);
+        // It fits: all of it.
+        assert_eq!(granted_ns(60, 100, 100), 60);
+        assert_eq!(granted_ns(0, 0, 0), 0);
     }
 }

@@ -348,6 +348,226 @@ fn load_program(
     }
 }
 
+/// Where the kernel keeps what the programs read (offsets into `task_struct` and
+/// `linux_binprm`, from the kernel's BTF: the object has no CO-RE relocations), and whether
+/// its exit tracepoint says when a whole thread group died.
+struct KernelLayout {
+    pid: u32,
+    tgid: u32,
+    runtime: u32,
+    exit_code: u32,
+    start_time: u32,
+    group_leader: u32,
+    filename: u32,
+    cpu: u32,
+    exit_has_group_dead: u32,
+}
+
+impl KernelLayout {
+    /// Reads the kernel's BTF; its copy is freed on return, before aya parses its own (aya's
+    /// loader always does).
+    fn read() -> Result<Self, ProbeError> {
+        let btf = btf::Btf::from_sys_fs()?;
+        let task = |member| btf.member_offset("task_struct", member);
+        Ok(KernelLayout {
+            pid: task("pid")?,
+            tgid: task("tgid")?,
+            runtime: btf.member_path_offset("task_struct", &["se", "sum_exec_runtime"])?,
+            exit_code: task("exit_code")?,
+            start_time: task("start_time")?,
+            group_leader: task("group_leader")?,
+            filename: btf.member_offset("linux_binprm", "filename")?,
+            cpu: task("cpu")
+                .or_else(|_| btf.member_path_offset("task_struct", &["thread_info", "cpu"]))?,
+            exit_has_group_dead: u32::from(
+                btf.tracepoint_args("sched_process_exit").unwrap_or(1) >= 2,
+            ),
+        })
+    }
+}
+
+/// The values the programs' globals take in this run.
+struct Globals {
+    layout: KernelLayout,
+    all_tasks: u32,
+    noop_switch: u32,
+    spawner: u32,
+    /// Tasks created after this moment are watched from their first nanosecond.
+    trace_start_ns: u64,
+    iterator_mode: u32,
+    func_clock: u32,
+    noop_func: u32,
+    stack_copy: u32,
+}
+
+impl Globals {
+    fn new(config: &ProbeConfig, layout: KernelLayout, trace_start_ns: u64) -> Self {
+        let functions = &config.functions;
+        Globals {
+            layout,
+            all_tasks: u32::from(config.all_tasks),
+            noop_switch: u32::from(config.noop_switch),
+            spawner: config.spawner_tgid.unwrap_or(0),
+            trace_start_ns,
+            iterator_mode: u32::from(config.accounting == Accounting::Iterator),
+            func_clock: u32::from(functions.uprobes),
+            noop_func: u32::from(functions.noop_uprobes),
+            stack_copy: u32::from(functions.sampling && functions.copy_stacks),
+        }
+    }
+}
+
+/// The loader of this run's object: maps it does not use shrunk to nothing, the sample ring
+/// sized for the sampler, every global set.
+fn loader<'a>(config: &ProbeConfig, globals: &'a Globals) -> EbpfLoader<'a> {
+    // The object has no CO-RE relocations, so the loader needs no kernel BTF.
+    let mut loader = EbpfLoader::new();
+    // Maps of function-level probes that this run does not use take no kernel memory.
+    let unused: &[&str] = match (config.functions.uprobes, config.functions.sampling) {
+        (false, false) => &UPROBE_MAPS_AND_SAMPLER_MAPS,
+        (false, true) => &UPROBE_MAPS,
+        (true, false) => &SAMPLER_MAPS,
+        (true, true) => &[],
+    };
+    for name in unused {
+        loader.map_max_entries(name, 1);
+    }
+    let ring_bytes = if config.functions.sampling {
+        let cpus = aya::util::nr_cpus().unwrap_or(1);
+        sampler::ring_bytes(
+            config.functions.sample_hz,
+            cpus,
+            config.functions.interval,
+            sampler::record_bytes(config.functions.copy_stacks),
+        )
+    } else {
+        page_size()
+    };
+    loader.map_max_entries(profiling::names::SAMPLE_RING, ring_bytes);
+    let layout = &globals.layout;
+    // Every global is a u32 but the clock at the start (u64).
+    let u32_globals = [
+        (globals::ALL_TASKS, &globals.all_tasks),
+        (globals::NOOP_SWITCH, &globals.noop_switch),
+        (globals::SPAWNER_TGID, &globals.spawner),
+        (globals::TASK_PID_OFFSET, &layout.pid),
+        (globals::TASK_TGID_OFFSET, &layout.tgid),
+        (globals::TASK_RUNTIME_OFFSET, &layout.runtime),
+        (globals::TASK_EXIT_CODE_OFFSET, &layout.exit_code),
+        (globals::TASK_START_TIME_OFFSET, &layout.start_time),
+        (globals::TASK_GROUP_LEADER_OFFSET, &layout.group_leader),
+        (globals::BINPRM_FILENAME_OFFSET, &layout.filename),
+        (globals::EXIT_HAS_GROUP_DEAD, &layout.exit_has_group_dead),
+        (globals::ITERATOR_MODE, &globals.iterator_mode),
+        (globals::TASK_CPU_OFFSET, &layout.cpu),
+        (profiling::globals::FUNC_CLOCK, &globals.func_clock),
+        (profiling::globals::NOOP_FUNC, &globals.noop_func),
+        (profiling::globals::STACK_COPY, &globals.stack_copy),
+    ];
+    loader
+        .btf(None)
+        // THREAD_MARKS is task storage, which only the programs use (aya 0.14 has no
+        // user-space type for it).
+        .allow_unsupported_maps()
+        .override_global(globals::TRACE_START_NS, &globals.trace_start_ns, true);
+    for (name, value) in u32_globals {
+        loader.override_global(name, value, true);
+    }
+    loader
+}
+
+/// Loads the object into the kernel.
+fn load_object(
+    loader: &mut EbpfLoader<'_>,
+    stop: &mut dyn FnMut() -> Option<i32>,
+) -> Result<Ebpf, ProbeError> {
+    // aya probes the kernel's features once per process, inside this load, by loading tiny
+    // programs it does not retry: a signal then reads as a missing feature, and the load
+    // fails on what the features decided (seen: "section not found" for the globals).
+    // Signals wait while it runs (noted after it, like any other); a stop signal that came
+    // all the same (SIGSTOP cannot be held) makes the failure an interruption.
+    let loaded = {
+        let _held = retry::HeldSignals::hold();
+        loader.load(EBPF_OBJECT)
+    };
+    loaded.map_err(|err| match stop() {
+        Some(signal) => ProbeError::LoadInterrupted { signal },
+        None => ProbeError::Load(err),
+    })
+}
+
+/// The maps of CPU-time accounting and process lifecycle, taken from the loaded object.
+struct AccountingMaps {
+    on_cpu: PerCpuHashMap<MapData, ThreadKey, ThreadTime>,
+    cpu_state: PerCpuArray<MapData, CpuState>,
+    targets: HashMap<MapData, u32, u64>,
+    events: RingBuf<MapData>,
+    losses: PerCpuArray<MapData, LossCounters>,
+    other_runtime: PerCpuArray<MapData, u64>,
+}
+
+impl AccountingMaps {
+    /// Takes the maps, and marks `targets` (the processes that are targets from the start).
+    fn take(ebpf: &mut Ebpf, targets: &[u32]) -> Result<Self, ProbeError> {
+        let mut take = |name: &'static str| ebpf.take_map(name).ok_or(ProbeError::MissingMap(name));
+        let map_err = |name| move |source| ProbeError::Map { name, source };
+        let mut maps = AccountingMaps {
+            on_cpu: PerCpuHashMap::try_from(take(names::ON_CPU)?)
+                .map_err(map_err(names::ON_CPU))?,
+            cpu_state: PerCpuArray::try_from(take(names::CPU_STATE)?)
+                .map_err(map_err(names::CPU_STATE))?,
+            targets: HashMap::try_from(take(names::TARGETS)?).map_err(map_err(names::TARGETS))?,
+            events: RingBuf::try_from(take(names::EVENTS)?).map_err(map_err(names::EVENTS))?,
+            losses: PerCpuArray::try_from(take(names::LOSSES)?).map_err(map_err(names::LOSSES))?,
+            other_runtime: PerCpuArray::try_from(take(names::OTHER_RUNTIME)?)
+                .map_err(map_err(names::OTHER_RUNTIME))?,
+        };
+        // 0: whichever process holds the pid now (the kernel records its start time at its
+        // first switch).
+        for &pid in targets {
+            maps.targets
+                .insert(pid, 0, 0)
+                .map_err(map_err(names::TARGETS))?;
+        }
+        Ok(maps)
+    }
+}
+
+/// Loads and attaches the lifecycle programs, then sched_switch (switch accounting), and
+/// loads the task iterator (iterator accounting).
+fn attach_accounting(
+    ebpf: &mut Ebpf,
+    accounting: Accounting,
+    stop: &mut dyn FnMut() -> Option<i32>,
+) -> Result<(), ProbeError> {
+    // BTF tracepoints are checked against the kernel's BTF at load time. aya parses all of
+    // it (tens of MB while it lasts), so do it once, here, and give the memory back after.
+    let aya_btf = aya::Btf::from_sys_fs()?;
+    let switch: &[(&str, &str)] = match accounting {
+        Accounting::Iterator => &[],
+        Accounting::Switch => &SWITCH,
+    };
+    for (program, tracepoint) in LIFECYCLE.iter().chain(switch) {
+        let prog: &mut BtfTracePoint = ebpf
+            .program_mut(program)
+            .ok_or(ProbeError::MissingProgram(program))?
+            .try_into()
+            .map_err(|source| ProbeError::Attach { program, source })?;
+        load_program(program, stop, || prog.load(tracepoint, &aya_btf))?;
+        prog.attach()
+            .map_err(|source| ProbeError::Attach { program, source })?;
+    }
+    if accounting == Accounting::Iterator {
+        let program = names::TASK_RUNTIMES;
+        let prog = task_iterator(ebpf)?;
+        load_program(program, stop, || prog.load("task", &aya_btf))?;
+    }
+    drop(aya_btf);
+    // SAFETY: malloc_trim only returns free heap pages to the kernel.
+    unsafe { libc::malloc_trim(0) };
+    Ok(())
+}
+
 impl Probes {
     /// Loads the programs, marks the initial targets, and attaches. `stop()` says whether a
     /// stop signal came (its number): asked between steps and when a signal interrupts one,
@@ -360,104 +580,9 @@ impl Probes {
             return Err(ProbeError::NoObject);
         }
         let started = Instant::now();
-        let kernel_btf = btf::Btf::from_sys_fs()?;
-        let pid_offset = kernel_btf.member_offset("task_struct", "pid")?;
-        let tgid_offset = kernel_btf.member_offset("task_struct", "tgid")?;
-        let runtime_offset =
-            kernel_btf.member_path_offset("task_struct", &["se", "sum_exec_runtime"])?;
-        let exit_code_offset = kernel_btf.member_offset("task_struct", "exit_code")?;
-        let start_time_offset = kernel_btf.member_offset("task_struct", "start_time")?;
-        let group_leader_offset = kernel_btf.member_offset("task_struct", "group_leader")?;
-        let filename_offset = kernel_btf.member_offset("linux_binprm", "filename")?;
-        let cpu_offset = kernel_btf
-            .member_offset("task_struct", "cpu")
-            .or_else(|_| kernel_btf.member_path_offset("task_struct", &["thread_info", "cpu"]))?;
-        let iterator_mode = u32::from(config.accounting == Accounting::Iterator);
-        let exit_has_group_dead = u32::from(
-            kernel_btf
-                .tracepoint_args("sched_process_exit")
-                .unwrap_or(1)
-                >= 2,
-        );
-        // Free the BTF copy before aya parses its own (aya's loader always does).
-        drop(kernel_btf);
-        let all_tasks = u32::from(config.all_tasks);
-        let noop_switch = u32::from(config.noop_switch);
-        let spawner = config.spawner_tgid.unwrap_or(0);
-        let func_clock = u32::from(config.functions.uprobes);
-        // Tasks created after this moment are watched from their first nanosecond.
-        let trace_start_ns = monotonic_ns();
-        let noop_func = u32::from(config.functions.noop_uprobes);
-        let stack_copy = u32::from(config.functions.sampling && config.functions.copy_stacks);
-
-        // The object has no CO-RE relocations, so the loader needs no kernel BTF.
-        let mut loader = EbpfLoader::new();
-        // Maps of function-level probes that this run does not use take no kernel memory.
-        let unused: &[&str] = match (config.functions.uprobes, config.functions.sampling) {
-            (false, false) => &UPROBE_MAPS_AND_SAMPLER_MAPS,
-            (false, true) => &UPROBE_MAPS,
-            (true, false) => &SAMPLER_MAPS,
-            (true, true) => &[],
-        };
-        for name in unused {
-            loader.map_max_entries(name, 1);
-        }
-        let ring_bytes = if config.functions.sampling {
-            let cpus = aya::util::nr_cpus().unwrap_or(1);
-            sampler::ring_bytes(
-                config.functions.sample_hz,
-                cpus,
-                config.functions.interval,
-                sampler::record_bytes(config.functions.copy_stacks),
-            )
-        } else {
-            page_size()
-        };
-        loader.map_max_entries(profiling::names::SAMPLE_RING, ring_bytes);
-        loader
-            .btf(None)
-            // THREAD_MARKS is task storage, which only the programs use (aya 0.14 has no
-            // user-space type for it).
-            .allow_unsupported_maps()
-            .override_global(globals::ALL_TASKS, &all_tasks, true)
-            .override_global(globals::NOOP_SWITCH, &noop_switch, true)
-            .override_global(globals::SPAWNER_TGID, &spawner, true)
-            .override_global(globals::TASK_PID_OFFSET, &pid_offset, true)
-            .override_global(globals::TASK_TGID_OFFSET, &tgid_offset, true)
-            .override_global(globals::TASK_RUNTIME_OFFSET, &runtime_offset, true)
-            .override_global(globals::TASK_EXIT_CODE_OFFSET, &exit_code_offset, true)
-            .override_global(globals::TASK_START_TIME_OFFSET, &start_time_offset, true)
-            .override_global(
-                globals::TASK_GROUP_LEADER_OFFSET,
-                &group_leader_offset,
-                true,
-            )
-            .override_global(globals::TRACE_START_NS, &trace_start_ns, true)
-            .override_global(globals::BINPRM_FILENAME_OFFSET, &filename_offset, true)
-            .override_global(globals::EXIT_HAS_GROUP_DEAD, &exit_has_group_dead, true)
-            .override_global(globals::ITERATOR_MODE, &iterator_mode, true)
-            .override_global(globals::TASK_CPU_OFFSET, &cpu_offset, true)
-            .override_global(profiling::globals::FUNC_CLOCK, &func_clock, true)
-            .override_global(profiling::globals::NOOP_FUNC, &noop_func, true)
-            .override_global(profiling::globals::STACK_COPY, &stack_copy, true);
-        // aya probes the kernel's features once per process, inside this load, by loading tiny
-        // programs it does not retry: a signal then reads as a missing feature, and the load
-        // fails on what the features decided (seen: "section not found" for the globals).
-        // Signals wait while it runs (noted after it, like any other); a stop signal that came
-        // all the same (SIGSTOP cannot be held) makes the failure an interruption.
-        let loaded = {
-            let _held = retry::HeldSignals::hold();
-            loader.load(EBPF_OBJECT)
-        };
-        let mut ebpf = match loaded {
-            Ok(ebpf) => ebpf,
-            Err(err) => {
-                return Err(match stop() {
-                    Some(signal) => ProbeError::LoadInterrupted { signal },
-                    None => ProbeError::Load(err),
-                });
-            }
-        };
+        let layout = KernelLayout::read()?;
+        let globals = Globals::new(config, layout, monotonic_ns());
+        let mut ebpf = load_object(&mut loader(config, &globals), stop)?;
 
         // (Before any map is taken: these programs share every map.)
         stop_here(stop)?;
@@ -466,23 +591,7 @@ impl Probes {
         } else {
             None
         };
-        let mut take = |name: &'static str| ebpf.take_map(name).ok_or(ProbeError::MissingMap(name));
-        let map_err = |name| move |source| ProbeError::Map { name, source };
-        let on_cpu =
-            PerCpuHashMap::try_from(take(names::ON_CPU)?).map_err(map_err(names::ON_CPU))?;
-        let cpu_state =
-            PerCpuArray::try_from(take(names::CPU_STATE)?).map_err(map_err(names::CPU_STATE))?;
-        let mut targets =
-            HashMap::try_from(take(names::TARGETS)?).map_err(map_err(names::TARGETS))?;
-        let events = RingBuf::try_from(take(names::EVENTS)?).map_err(map_err(names::EVENTS))?;
-        let losses = PerCpuArray::try_from(take(names::LOSSES)?).map_err(map_err(names::LOSSES))?;
-        let other_runtime = PerCpuArray::try_from(take(names::OTHER_RUNTIME)?)
-            .map_err(map_err(names::OTHER_RUNTIME))?;
-        // 0: whichever process holds the pid now (the kernel records its start time at its
-        // first switch).
-        for &pid in &config.targets {
-            targets.insert(pid, 0, 0).map_err(map_err(names::TARGETS))?;
-        }
+        let maps = AccountingMaps::take(&mut ebpf, &config.targets)?;
         let functions = config
             .functions
             .uprobes
@@ -493,32 +602,7 @@ impl Probes {
             .sampling
             .then(|| sampler::SamplerMaps::take(&mut ebpf))
             .transpose()?;
-
-        // BTF tracepoints are checked against the kernel's BTF at load time. aya parses all of
-        // it (tens of MB while it lasts), so do it once, here, and give the memory back after.
-        let aya_btf = aya::Btf::from_sys_fs()?;
-        let switch: &[(&str, &str)] = match config.accounting {
-            Accounting::Iterator => &[],
-            Accounting::Switch => &SWITCH,
-        };
-        for (program, tracepoint) in LIFECYCLE.iter().chain(switch) {
-            let prog: &mut BtfTracePoint = ebpf
-                .program_mut(program)
-                .ok_or(ProbeError::MissingProgram(program))?
-                .try_into()
-                .map_err(|source| ProbeError::Attach { program, source })?;
-            load_program(program, stop, || prog.load(tracepoint, &aya_btf))?;
-            prog.attach()
-                .map_err(|source| ProbeError::Attach { program, source })?;
-        }
-        if config.accounting == Accounting::Iterator {
-            let program = names::TASK_RUNTIMES;
-            let prog = task_iterator(&mut ebpf)?;
-            load_program(program, stop, || prog.load("task", &aya_btf))?;
-        }
-        drop(aya_btf);
-        // SAFETY: malloc_trim only returns free heap pages to the kernel.
-        unsafe { libc::malloc_trim(0) };
+        attach_accounting(&mut ebpf, config.accounting, stop)?;
 
         let cpu_count = aya::util::nr_cpus().map_err(|(_, source)| ProbeError::Read {
             name: "/sys/devices/system/cpu/possible",
@@ -531,19 +615,19 @@ impl Probes {
         }
         let iterator = (config.accounting == Accounting::Iterator).then(|| {
             (
-                iterator::IteratorBooks::new(trace_start_ns, cpu_count),
-                other_runtime,
+                iterator::IteratorBooks::new(globals.trace_start_ns, cpu_count),
+                maps.other_runtime,
             )
         });
         Ok(Probes {
             iterator,
             _ebpf: ebpf,
             batch: batch::BatchReader::new(cpu_count),
-            on_cpu,
-            cpu_state,
-            targets,
-            events,
-            losses,
+            on_cpu: maps.on_cpu,
+            cpu_state: maps.cpu_state,
+            targets: maps.targets,
+            events: maps.events,
+            losses: maps.losses,
             functions,
             sampler,
             attach_time: started.elapsed(),
@@ -941,6 +1025,62 @@ pub fn monotonic_ns() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn layout() -> KernelLayout {
+        KernelLayout {
+            pid: 1,
+            tgid: 2,
+            runtime: 3,
+            exit_code: 4,
+            start_time: 5,
+            group_leader: 6,
+            filename: 7,
+            cpu: 8,
+            exit_has_group_dead: 1,
+        }
+    }
+
+    #[test]
+    fn the_programs_globals_say_what_the_run_asked_for() {
+        let config = ProbeConfig {
+            accounting: Accounting::Iterator,
+            all_tasks: true,
+            spawner_tgid: Some(77),
+            functions: FunctionProbeConfig {
+                // Stacks are copied only for the sampler.
+                copy_stacks: true,
+                ..FunctionProbeConfig::default()
+            },
+            ..ProbeConfig::default()
+        };
+        let g = Globals::new(&config, layout(), 99);
+        assert_eq!(
+            (g.all_tasks, g.noop_switch, g.spawner, g.iterator_mode),
+            (1, 0, 77, 1)
+        );
+        assert_eq!((g.func_clock, g.noop_func, g.stack_copy), (0, 0, 0));
+        assert_eq!((g.trace_start_ns, g.layout.cpu), (99, 8));
+        let config = ProbeConfig {
+            functions: FunctionProbeConfig {
+                uprobes: true,
+                sampling: true,
+                copy_stacks: true,
+                ..FunctionProbeConfig::default()
+            },
+            ..ProbeConfig::default()
+        };
+        let g = Globals::new(&config, layout(), 0);
+        assert_eq!(
+            (
+                g.all_tasks,
+                g.spawner,
+                g.iterator_mode,
+                g.func_clock,
+                g.stack_copy
+            ),
+            (0, 0, 0, 1, 1)
+        );
+    }
 
     #[test]
     fn knows_where_a_task_runs_from_its_stat() {

@@ -186,27 +186,13 @@ fn attach_multi(
 ) -> Result<Option<Attached>, ProbeError> {
     let total = functions.len();
     let mut done = 0usize;
-    let mut modules: Vec<(&Path, Vec<&ResolvedFunction>)> = Vec::new();
-    for function in functions {
-        match modules
-            .iter_mut()
-            .find(|(m, _)| *m == function.module.as_path())
-        {
-            Some((_, list)) => list.push(function),
-            None => modules.push((function.module.as_path(), vec![function])),
-        }
-    }
-    for (module, list) in &modules {
+    for (module, list) in &by_module(functions) {
         for chunk in list.chunks(FUNCTIONS_PER_LINK) {
             if !keep_going(done, total) {
                 return Ok(Some(Attached::Stopped { functions: done }));
             }
             for (program, return_probe) in [(ENTRY, false), (RETURN, true)] {
-                let probed: Vec<&ResolvedFunction> = chunk
-                    .iter()
-                    .copied()
-                    .filter(|f| !return_probe || f.entry_only.is_none())
-                    .collect();
+                let probed = probed_by(chunk, return_probe);
                 if probed.is_empty() {
                     continue;
                 }
@@ -235,6 +221,32 @@ fn attach_multi(
     }
     keep_going(done, total);
     Ok(Some(Attached::All(AttachPath::Multi)))
+}
+
+/// The functions grouped by the file they are in (one link covers one file), files in the
+/// order they first come, functions in their order.
+fn by_module(functions: &[ResolvedFunction]) -> Vec<(&Path, Vec<&ResolvedFunction>)> {
+    let mut modules: Vec<(&Path, Vec<&ResolvedFunction>)> = Vec::new();
+    for function in functions {
+        match modules
+            .iter_mut()
+            .find(|(m, _)| *m == function.module.as_path())
+        {
+            Some((_, list)) => list.push(function),
+            None => modules.push((function.module.as_path(), vec![function])),
+        }
+    }
+    modules
+}
+
+/// The functions of `chunk` that get the entry probe (all), or the return probe (those not
+/// probed at entry only).
+fn probed_by<'a>(chunk: &[&'a ResolvedFunction], return_probe: bool) -> Vec<&'a ResolvedFunction> {
+    chunk
+        .iter()
+        .copied()
+        .filter(|f| !return_probe || f.entry_only.is_none())
+        .collect()
 }
 
 /// A probe's BPF cookie: the function's id, and whether its calls are counted at entry
@@ -272,7 +284,23 @@ fn culprit(
             Err(Retried::Stopped(_)) => None,
         }
     };
-    let mut suspects = functions;
+    let (suspects, source) = narrow_down(functions, err, fails);
+    let function = match suspects.first() {
+        Some(f) => format!("{} in {}", f.name, f.module.display()),
+        None => module.display().to_string(),
+    };
+    ProbeError::AttachLink {
+        program,
+        function,
+        source: explained(source),
+    }
+}
+
+/// The one item of `items` that `fails` (which a set of them together fails with `err`),
+/// found by halving: the left half when it fails, else the right one; then the error of that
+/// item alone when it fails alone (else the last error seen). An empty set stays empty.
+fn narrow_down<T, E>(items: &[T], err: E, fails: impl Fn(&[T]) -> Option<E>) -> (&[T], E) {
+    let mut suspects = items;
     let mut source = err;
     while suspects.len() > 1 {
         let (left, right) = suspects.split_at(suspects.len() / 2);
@@ -284,26 +312,24 @@ fn culprit(
             None => suspects = right,
         }
     }
-    let function = match suspects.first() {
-        Some(f) => {
-            if let Some(e) = fails(suspects) {
-                source = e;
-            }
-            format!("{} in {}", f.name, f.module.display())
-        }
-        None => module.display().to_string(),
-    };
+    if !suspects.is_empty()
+        && let Some(e) = fails(suspects)
+    {
+        source = e;
+    }
+    (suspects, source)
+}
+
+/// ENOTSUPP (524) from a uprobe link: the kernel's uprobes refuse the function's first
+/// instruction, said so with what to do. Other errors stay as they are.
+fn explained(source: std::io::Error) -> std::io::Error {
     if source.raw_os_error() == Some(524) {
-        // ENOTSUPP: the kernel's uprobes refuse the function's first instruction.
-        source = std::io::Error::other(
+        std::io::Error::other(
             "the kernel cannot put a uprobe on this function's first instruction \
              (ENOTSUPP); leave it out of the --func glob",
-        );
-    }
-    ProbeError::AttachLink {
-        program,
-        function,
-        source,
+        )
+    } else {
+        source
     }
 }
 
@@ -405,18 +431,7 @@ impl Probes {
             .counters
             .get(&0, 0)
             .map_err(map_error(names::FUNC_COUNTERS))?;
-        Ok(values
-            .iter()
-            .fold(FuncCounters::default(), |a, c| FuncCounters {
-                entries: a.entries + c.entries,
-                returns: a.returns + c.returns,
-                overflows: a.overflows + c.overflows,
-                unmatched_returns: a.unmatched_returns + c.unmatched_returns,
-                abandoned_frames: a.abandoned_frames + c.abandoned_frames,
-                map_full: a.map_full + c.map_full,
-                clock_fallbacks: a.clock_fallbacks + c.clock_fallbacks,
-                _reserved: 0,
-            }))
+        Ok(summed(values.iter()))
     }
 
     /// Deletes an exited thread's entry stack and totals (after their last read).
@@ -427,5 +442,136 @@ impl Probes {
                 let _ = maps.stats.remove(key);
             }
         }
+    }
+}
+
+/// The probes' counters of every CPU, summed (saturating: a counter cannot wrap here).
+fn summed<'a>(per_cpu: impl Iterator<Item = &'a FuncCounters>) -> FuncCounters {
+    per_cpu.fold(FuncCounters::default(), |a, c| FuncCounters {
+        entries: a.entries.saturating_add(c.entries),
+        returns: a.returns.saturating_add(c.returns),
+        overflows: a.overflows.saturating_add(c.overflows),
+        unmatched_returns: a.unmatched_returns.saturating_add(c.unmatched_returns),
+        abandoned_frames: a.abandoned_frames.saturating_add(c.abandoned_frames),
+        map_full: a.map_full.saturating_add(c.map_full),
+        clock_fallbacks: a.clock_fallbacks.saturating_add(c.clock_fallbacks),
+        _reserved: 0,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::functions::{elf::FirstInstruction, returns::EntryOnly};
+
+    fn function(id: u32, module: &str, entry_only: Option<EntryOnly>) -> ResolvedFunction {
+        ResolvedFunction {
+            id,
+            name: format!("f{id}"),
+            raw: format!("f{id}"),
+            module: module.into(),
+            address: 0x1000 + u64::from(id) * 0x10,
+            offset: u64::from(id) * 0x10,
+            first_instruction: FirstInstruction::Emulated,
+            entry_only,
+            spec: "f*".into(),
+        }
+    }
+
+    #[test]
+    fn a_cookie_is_the_function_id_flagged_when_calls_are_counted_at_entry_only() {
+        assert_eq!(cookie(&function(7, "/bin/a", None)), 7);
+        // setjmp: counted at entry, no time.
+        let setjmp = function(7, "/bin/a", Some(EntryOnly::UsesReturnAddress));
+        assert_eq!(cookie(&setjmp), 7 | COOKIE_ENTRY_ONLY);
+        // The entry point: pushed at entry and timed while it runs, so no flag.
+        let start = function(7, "/bin/a", Some(EntryOnly::EntryPoint));
+        assert_eq!(cookie(&start), 7);
+    }
+
+    #[test]
+    fn functions_are_grouped_by_file_in_the_order_files_first_come() {
+        let functions = [
+            function(0, "/lib/b.so", None),
+            function(1, "/bin/a", None),
+            function(2, "/lib/b.so", None),
+        ];
+        let groups: Vec<(&Path, Vec<u32>)> = by_module(&functions)
+            .into_iter()
+            .map(|(m, list)| (m, list.iter().map(|f| f.id).collect()))
+            .collect();
+        assert_eq!(
+            groups,
+            vec![
+                (Path::new("/lib/b.so"), vec![0, 2]),
+                (Path::new("/bin/a"), vec![1])
+            ]
+        );
+    }
+
+    #[test]
+    fn a_function_probed_at_entry_only_gets_no_return_probe() {
+        let functions = [
+            function(0, "/bin/a", None),
+            function(1, "/bin/a", Some(EntryOnly::NoReturn)),
+        ];
+        let chunk: Vec<&ResolvedFunction> = functions.iter().collect();
+        let ids = |list: Vec<&ResolvedFunction>| list.iter().map(|f| f.id).collect::<Vec<_>>();
+        assert_eq!(ids(probed_by(&chunk, false)), vec![0, 1]);
+        assert_eq!(ids(probed_by(&chunk, true)), vec![0]);
+    }
+
+    #[test]
+    fn halving_finds_the_one_function_the_kernel_refuses_and_its_own_error() {
+        let items: Vec<u32> = (0..9).collect();
+        for bad in 0..9 {
+            let fails = |set: &[u32]| set.contains(&bad).then(|| format!("refused {bad}"));
+            let (suspects, err) = narrow_down(&items, "the whole set".to_string(), fails);
+            assert_eq!(suspects, &[bad]);
+            assert_eq!(err, format!("refused {bad}"));
+        }
+        // Nothing fails alone (the kernel refused the set only): the last error seen stays.
+        let (suspects, err) = narrow_down(&items, "the whole set", |_: &[u32]| None);
+        assert_eq!((suspects, err), (&[8][..], "the whole set"));
+        let (suspects, _) = narrow_down(&[] as &[u32], "none", |_: &[u32]| Some("no"));
+        assert!(suspects.is_empty());
+    }
+
+    #[test]
+    fn enotsupp_says_what_to_do_and_other_errors_stay() {
+        let text = explained(std::io::Error::from_raw_os_error(524)).to_string();
+        assert!(
+            text.contains("first instruction") && text.contains("--func"),
+            "{text}"
+        );
+        let other = explained(std::io::Error::from_raw_os_error(libc::EPERM));
+        assert_eq!(other.raw_os_error(), Some(libc::EPERM));
+    }
+
+    #[test]
+    fn the_counters_of_every_cpu_add_up() {
+        let cpu = |n: u64| FuncCounters {
+            entries: n,
+            returns: n,
+            overflows: 1,
+            unmatched_returns: 0,
+            abandoned_frames: 2,
+            map_full: 0,
+            clock_fallbacks: 3,
+            _reserved: 9,
+        };
+        let sum = summed([cpu(10), cpu(5), cpu(u64::MAX)].iter());
+        assert_eq!(sum.entries, u64::MAX);
+        let sum = summed([cpu(10), cpu(5)].iter());
+        assert_eq!(
+            (
+                sum.entries,
+                sum.returns,
+                sum.overflows,
+                sum.abandoned_frames
+            ),
+            (15, 15, 2, 4)
+        );
+        assert_eq!((sum.clock_fallbacks, sum._reserved), (6, 0));
     }
 }

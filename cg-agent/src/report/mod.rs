@@ -11,6 +11,7 @@ pub mod budget;
 pub mod finite;
 pub mod functions;
 pub mod names;
+pub mod read;
 pub mod repeat;
 pub mod series;
 pub mod threads;

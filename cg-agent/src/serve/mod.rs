@@ -152,23 +152,72 @@ pub fn main(
         eprintln!("cg-trace: {message}");
         return 2;
     }
-    // Bound before anything is traced, so that a taken port is a clear error (exit 2).
-    let listener = match std::net::TcpListener::bind(config.listen) {
+    let (listener, address) = match listen(config.listen) {
+        Ok(bound) => bound,
+        Err(code) => return code,
+    };
+    let kube = kube_names(config);
+    let shared = Arc::new(Mutex::new(Shared {
+        pods: kube.as_ref().map(|(_, cache)| cache.clone()),
+        ..Shared::default()
+    }));
+    let stop_server = Arc::new(tokio::sync::Notify::new());
+    let server = Server {
+        listener,
+        address,
+        shared: shared.clone(),
+        kube,
+        // Pods no longer listed keep their names while their groups keep series, and a while.
+        retain: Duration::from_nanos(config.options.grace_ns) + 2 * kube::REFRESH,
+        stop: stop_server.clone(),
+        interval: config.interval,
+    };
+    let server = match server.spawn() {
+        Ok(s) => s,
+        Err(err) => {
+            eprintln!("cg-trace: cannot start the HTTP server: {err}");
+            return 1;
+        }
+    };
+    eprintln!("cg-trace: serving metrics on http://{address}/metrics (Ctrl-C or SIGTERM stops)");
+    let hooks = exporter_hooks(shared, config.options);
+    let outcome = session::run_live(run_config(config, sources, invoker, notices), hooks);
+    stop_server.notify_one();
+    let _ = server.join();
+    match outcome {
+        Ok(outcome) => {
+            eprintln!(
+                "cg-trace: stopped ({}) after {:.1} s",
+                outcome.recording.stop_reason,
+                outcome.recording.duration_ns as f64 / 1e9
+            );
+            0
+        }
+        Err(err) => {
+            eprintln!("cg-trace: {err}");
+            err.exit_code()
+        }
+    }
+}
+
+/// Binds the address before anything is traced, so that a taken port is a clear error:
+/// the listener (non-blocking) and the address it got, or the exit code (2).
+fn listen(wanted: SocketAddr) -> Result<(std::net::TcpListener, SocketAddr), i32> {
+    let listener = match std::net::TcpListener::bind(wanted) {
         Ok(l) => l,
         Err(err) => {
             eprintln!(
-                "cg-trace: cannot listen on {}: {err}; choose another address with --listen",
-                config.listen
+                "cg-trace: cannot listen on {wanted}: {err}; choose another address with --listen"
             );
-            return 2;
+            return Err(2);
         }
     };
-    let address = listener.local_addr().unwrap_or(config.listen);
+    let address = listener.local_addr().unwrap_or(wanted);
     // Room for a full connection budget beside the probes' and sources' descriptors.
     session::functions::raise_open_files_limit(http::MAX_CONNECTIONS + 512);
     if let Err(err) = listener.set_nonblocking(true) {
         eprintln!("cg-trace: cannot listen on {address}: {err}");
-        return 2;
+        return Err(2);
     }
     if !address.ip().is_loopback() {
         eprintln!(
@@ -176,7 +225,17 @@ pub fn main(
              reach it can read this machine's per-process energy"
         );
     }
-    let run_config = RunConfig {
+    Ok((listener, address))
+}
+
+/// The session `serve` runs: the whole machine, interval after interval, in bounded memory.
+fn run_config(
+    config: &ServeConfig,
+    sources: SourceOptions,
+    invoker: &Invoker,
+    notices: Notices,
+) -> RunConfig {
+    RunConfig {
         mode: Mode::System,
         interval: config.interval,
         duration: config.duration,
@@ -192,20 +251,24 @@ pub fn main(
         command_stdout_to_stderr: false,
         notices,
         bounded_memory: true,
-    };
+    }
+}
 
-    let kube = kube_names(config);
-    let shared = Arc::new(Mutex::new(Shared {
-        pods: kube.as_ref().map(|(_, cache)| cache.clone()),
-        ..Shared::default()
-    }));
-    // Pods no longer listed keep their names while their groups keep series, and a while.
-    let retain = Duration::from_nanos(config.options.grace_ns) + 2 * kube::REFRESH;
-    let stop_server = Arc::new(tokio::sync::Notify::new());
-    let server = {
-        let shared = shared.clone();
-        let stop = stop_server.clone();
-        let interval = config.interval;
+/// What the HTTP server's thread needs: it answers from `shared` until `stop` is notified.
+struct Server {
+    listener: std::net::TcpListener,
+    address: SocketAddr,
+    shared: Arc<Mutex<Shared>>,
+    kube: Option<(kube::KubeConfig, Arc<kube::PodCache>)>,
+    /// How long pods no longer listed keep their names.
+    retain: Duration,
+    stop: Arc<tokio::sync::Notify>,
+    interval: Duration,
+}
+
+impl Server {
+    /// Starts the server on a thread of its own (hyper on a current-thread tokio runtime).
+    fn spawn(self) -> std::io::Result<std::thread::JoinHandle<()>> {
         std::thread::Builder::new()
             .name("cg-trace-http".into())
             .spawn(move || {
@@ -219,36 +282,42 @@ pub fn main(
                         return;
                     }
                 };
-                runtime.block_on(async move {
-                    let listener = match tokio::net::TcpListener::from_std(listener) {
-                        Ok(l) => l,
-                        Err(err) => {
-                            eprintln!("cg-trace: cannot serve on {address}: {err}");
-                            return;
-                        }
-                    };
-                    if let Some((kube, cache)) = kube {
-                        tokio::spawn(kube::keep_fresh(kube, cache, retain));
-                    }
-                    let handler: http::Handler =
-                        Arc::new(move |request: &Request| respond(request, &shared, interval));
-                    http::serve(listener, handler, stop).await;
-                });
+                runtime.block_on(self.serve());
             })
-    };
-    let server = match server {
-        Ok(s) => s,
-        Err(err) => {
-            eprintln!("cg-trace: cannot start the HTTP server: {err}");
-            return 1;
-        }
-    };
+    }
 
-    let options = config.options;
-    let observer_state = shared.clone();
-    let hooks = LiveHooks {
+    async fn serve(self) {
+        let Server {
+            listener,
+            address,
+            shared,
+            kube,
+            retain,
+            stop,
+            interval,
+        } = self;
+        let listener = match tokio::net::TcpListener::from_std(listener) {
+            Ok(l) => l,
+            Err(err) => {
+                eprintln!("cg-trace: cannot serve on {address}: {err}");
+                return;
+            }
+        };
+        if let Some((kube, cache)) = kube {
+            tokio::spawn(kube::keep_fresh(kube, cache, retain));
+        }
+        let handler: http::Handler =
+            Arc::new(move |request: &Request| respond(request, &shared, interval));
+        http::serve(listener, handler, stop).await;
+    }
+}
+
+/// The session's hooks: each interval measured goes to the shared exporter (made when the
+/// session starts), and marks the time of the last sample for `/healthz`.
+fn exporter_hooks(shared: Arc<Mutex<Shared>>, options: ServeOptions) -> LiveHooks {
+    LiveHooks {
         observer: Box::new(move |event| {
-            let Ok(mut state) = observer_state.lock() else {
+            let Ok(mut state) = shared.lock() else {
                 return;
             };
             match event {
@@ -269,24 +338,6 @@ pub fn main(
         }),
         stop: Arc::new(tokio::sync::Notify::new()),
         command_output: None,
-    };
-    eprintln!("cg-trace: serving metrics on http://{address}/metrics (Ctrl-C or SIGTERM stops)");
-    let outcome = session::run_live(run_config, hooks);
-    stop_server.notify_one();
-    let _ = server.join();
-    match outcome {
-        Ok(outcome) => {
-            eprintln!(
-                "cg-trace: stopped ({}) after {:.1} s",
-                outcome.recording.stop_reason,
-                outcome.recording.duration_ns as f64 / 1e9
-            );
-            0
-        }
-        Err(err) => {
-            eprintln!("cg-trace: {err}");
-            err.exit_code()
-        }
     }
 }
 

@@ -22,7 +22,9 @@ use std::{
     time::Instant,
 };
 
-use cg_common::profiling::{FRAME_OUTERMOST, FuncCounters, FuncKey, FuncStats};
+use cg_common::profiling::{
+    FRAME_OUTERMOST, FuncCounters, FuncFrame, FuncKey, FuncStats, FuncThread, SamplerCounters,
+};
 
 use super::{Mode, Notice, Notices, processes::ProcessTable};
 use crate::{
@@ -170,7 +172,34 @@ pub fn resolve_specs(
     if options.specs.is_empty() {
         return Ok(Resolution::default());
     }
-    let scope = match mode {
+    let scope = lookup_scope(mode, proc_root);
+    if let (Mode::Wrap { command }, Some(exe)) = (mode, &scope.executable)
+        && std::fs::read(exe)
+            .map(|b| b.get(..2) == Some(b"#!"))
+            .unwrap_or(false)
+        && options.specs.iter().any(|s| s.object.is_none())
+    {
+        return Err(FunctionError::Usage(format!(
+            "--func: {} is a script ({}), not a binary with symbols; name the binary, e.g. \
+             --func /path/to/binary:{}",
+            command[0],
+            exe.display(),
+            options.specs[0].pattern
+        )));
+    }
+    let resolution = resolve::resolve(&options.specs, &scope, options.func_limit)?;
+    for note in &resolution.notes {
+        notices.tell(Notice::Functions(note.clone()));
+    }
+    warn_about_exceptions(&resolution.functions, notices);
+    Ok(resolution)
+}
+
+/// Where a mode's SPECs look for their files: the traced program (the command found on
+/// `PATH`, or the first pid's executable), the pids, and whether a library found nowhere yet
+/// may wait for a traced process to load it.
+fn lookup_scope(mode: &Mode, proc_root: &Path) -> LookupScope {
+    match mode {
         Mode::Wrap { command } => LookupScope {
             executable: command.first().and_then(|c| resolve::which(c)),
             pids: Vec::new(),
@@ -192,27 +221,7 @@ pub fn resolve_specs(
             proc_root: proc_root.to_path_buf(),
             defer_unloaded: false,
         },
-    };
-    if let (Mode::Wrap { command }, Some(exe)) = (mode, &scope.executable)
-        && std::fs::read(exe)
-            .map(|b| b.get(..2) == Some(b"#!"))
-            .unwrap_or(false)
-        && options.specs.iter().any(|s| s.object.is_none())
-    {
-        return Err(FunctionError::Usage(format!(
-            "--func: {} is a script ({}), not a binary with symbols; name the binary, e.g. \
-             --func /path/to/binary:{}",
-            command[0],
-            exe.display(),
-            options.specs[0].pattern
-        )));
     }
-    let resolution = resolve::resolve(&options.specs, &scope, options.func_limit)?;
-    for note in &resolution.notes {
-        notices.tell(Notice::Functions(note.clone()));
-    }
-    warn_about_exceptions(&resolution.functions, notices);
-    Ok(resolution)
 }
 
 /// Says on stderr which probed files unwind their stacks (C++ exceptions, Rust panics): an
@@ -291,6 +300,44 @@ struct PendingSpecs {
     notes: Vec<String>,
     /// Where the next look at the targets' maps starts (they are looked at in turns).
     next: usize,
+}
+
+impl PendingSpecs {
+    /// What to say of each SPEC whose library no traced process mapped.
+    fn unmatched_notes(&self) -> Vec<String> {
+        self.specs
+            .iter()
+            .zip(&self.matched)
+            .filter(|(_, matched)| !**matched)
+            .map(|(spec, _)| {
+                format!(
+                    "--func {:?}: no traced process mapped a library named {:?}: nothing was \
+                     probed for it (name the file by its path to probe it from the start)",
+                    spec.text,
+                    spec.object.as_deref().unwrap_or_default()
+                )
+            })
+            .collect()
+    }
+}
+
+/// Functions found for pending SPECs in one look at the targets' maps, and the files they
+/// are in (each with a pid that maps it).
+#[derive(Debug, Default)]
+struct Found {
+    functions: Vec<ResolvedFunction>,
+    files: Vec<(PathBuf, u32)>,
+}
+
+impl Found {
+    /// The files, for a message.
+    fn file_list(&self) -> String {
+        self.files
+            .iter()
+            .map(|(p, _)| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 }
 
 /// Processes whose maps are looked at per interval for pending SPECs: a read of
@@ -523,6 +570,42 @@ impl FunctionSession {
         record: bool,
         events: &[Lifecycle],
     ) {
+        self.note_lifecycle(probes, events);
+        if !self.pending.specs.is_empty() {
+            let now_ns = activity.start_ns + activity.duration_ns;
+            self.attach_pending(probes, table, now_ns.saturating_sub(run_start_ns));
+        }
+        let duration_s = activity.duration_ns as f64 / 1e9;
+        let calls = if self.functions.is_empty() {
+            Vec::new()
+        } else {
+            self.read_calls(probes, table, activity.start_ns, duration_s)
+        };
+        let samples = if self.options.profile {
+            self.read_samples(probes, table, activity.start_ns)
+        } else {
+            Vec::new()
+        };
+        if let Some(live) = self.live.as_mut() {
+            live.last = None;
+        }
+        if !record {
+            return;
+        }
+        let interval = FunctionInterval {
+            start_ns: activity.start_ns.saturating_sub(run_start_ns),
+            duration_ns: activity.duration_ns,
+            threads: thread_times(activity, table, &calls, &samples),
+            samples,
+            calls,
+        };
+        self.name_for_live(&interval);
+        self.store(interval);
+    }
+
+    /// Follows execs (a new program image: a new generation of the pid, its Python frames
+    /// forgotten) and exits (threads to forget once read for the last time).
+    fn note_lifecycle(&mut self, probes: &mut Probes, events: &[Lifecycle]) {
         for pid in self.gone_python.drain(..) {
             probes.forget_python(pid);
         }
@@ -546,56 +629,11 @@ impl FunctionSession {
                 Lifecycle::Fork { .. } => {}
             }
         }
-        if !self.pending.specs.is_empty() {
-            let now_ns = activity.start_ns + activity.duration_ns;
-            self.attach_pending(probes, table, now_ns.saturating_sub(run_start_ns));
-        }
-        let duration_s = activity.duration_ns as f64 / 1e9;
-        let calls = if self.functions.is_empty() {
-            Vec::new()
-        } else {
-            self.read_calls(probes, table, activity.start_ns, duration_s)
-        };
-        let samples = if self.options.profile {
-            self.read_samples(probes, table, activity.start_ns)
-        } else {
-            Vec::new()
-        };
-        if let Some(live) = self.live.as_mut() {
-            live.last = None;
-        }
-        if !record {
-            return;
-        }
-        let involved: BTreeSet<ProcId> = calls
-            .iter()
-            .map(|c| c.process)
-            .chain(samples.iter().map(|s| s.process))
-            .collect();
-        let mut threads: BTreeMap<(ProcId, u32), u64> = BTreeMap::new();
-        for slice in &activity.threads {
-            if !table.is_target(slice.thread.tgid) {
-                continue;
-            }
-            let process = table.id_of(slice.thread.tgid, activity.start_ns);
-            if involved.contains(&process) {
-                *threads.entry((process, slice.thread.tid)).or_default() += slice.on_cpu_ns;
-            }
-        }
-        let interval = FunctionInterval {
-            start_ns: activity.start_ns.saturating_sub(run_start_ns),
-            duration_ns: activity.duration_ns,
-            threads: threads
-                .into_iter()
-                .map(|((process, tid), on_cpu_ns)| ThreadTime {
-                    process,
-                    tid,
-                    on_cpu_ns,
-                })
-                .collect(),
-            samples,
-            calls,
-        };
+    }
+
+    /// Names the stacks first sampled in this interval and keeps the interval, for the live
+    /// view (after [`Self::name_as_we_go`]).
+    fn name_for_live(&mut self, interval: &FunctionInterval) {
         if let Some(mut live) = self.live.take() {
             for raw in &self.raw[live.stacks.len()..] {
                 let (ids, _) = self.name_stack(&mut live.symbolizer, raw);
@@ -604,17 +642,15 @@ impl FunctionSession {
             live.last = Some(interval.clone());
             self.live = Some(live);
         }
+    }
+
+    /// Keeps an interval; past [`ENTRY_BUDGET`] stored entries, the intervals kept are
+    /// merged in pairs.
+    fn store(&mut self, interval: FunctionInterval) {
         self.stored += interval.len() + 1;
         self.intervals.push(interval);
         if self.stored > ENTRY_BUDGET && self.intervals.len() >= 2 {
-            let old = std::mem::take(&mut self.intervals);
-            let mut iter = old.into_iter();
-            while let Some(a) = iter.next() {
-                self.intervals.push(match iter.next() {
-                    Some(b) => a.merge(&b),
-                    None => a,
-                });
-            }
+            self.intervals = merged_in_pairs(std::mem::take(&mut self.intervals));
             self.stored = self.intervals.iter().map(|i| i.len() + 1).sum();
             self.merges += 1;
         }
@@ -631,114 +667,103 @@ impl FunctionSession {
             .collect();
         pids.sort_unstable();
         pids.dedup();
-        if pids.is_empty() {
-            return;
-        }
-        let start = self.pending.next % pids.len();
-        let turn: Vec<u32> = pids
-            .iter()
-            .cycle()
-            .skip(start)
-            .take(pids.len().min(PENDING_SCANS_PER_INTERVAL))
-            .copied()
-            .collect();
-        self.pending.next = start + turn.len();
-        let mut found: Vec<ResolvedFunction> = Vec::new();
-        let mut files: Vec<(PathBuf, u32)> = Vec::new();
+        let (turn, next) = turn_of(&pids, self.pending.next, PENDING_SCANS_PER_INTERVAL);
+        self.pending.next = next;
+        let mut found = Found::default();
         for pid in turn {
             let Ok(maps) = ProcMaps::read(&self.proc_root, pid) else {
                 continue;
             };
             for file in maps.files() {
-                if !self.pending.seen.insert(file.as_ref().clone()) {
-                    continue;
-                }
-                let name = file_name(&file);
-                for (i, spec) in self.pending.specs.iter().enumerate() {
-                    let Some(object) = spec.object.as_deref() else {
-                        continue;
-                    };
-                    if !resolve::object_matches(object, &name) {
-                        continue;
-                    }
-                    self.pending.matched[i] = true;
-                    // The path as the process sees it, from this mount namespace if need be.
-                    let path = if file.is_file() {
-                        file.as_ref().clone()
-                    } else {
-                        self.proc_root
-                            .join(pid.to_string())
-                            .join("root")
-                            .join(file.strip_prefix("/").unwrap_or(&file))
-                    };
-                    let first_id = (self.functions.len() + found.len()) as u32;
-                    match resolve::resolve_in_file(spec, &path, first_id, &mut self.pending.probed)
-                    {
-                        Ok(more) if !more.is_empty() => {
-                            files.push((path.clone(), pid));
-                            found.extend(more);
-                        }
-                        Ok(_) => self.pending.notes.push(format!(
-                            "--func {:?}: {} (mapped by pid {pid}) has no function matching {:?}",
-                            spec.text,
-                            path.display(),
-                            spec.pattern
-                        )),
-                        Err(err) => self
-                            .pending
-                            .notes
-                            .push(format!("--func {:?}: {err}", spec.text)),
-                    }
+                if self.pending.seen.insert(file.as_ref().clone()) {
+                    self.match_pending(pid, &file, &mut found);
                 }
             }
         }
-        if found.is_empty() {
-            return;
+        if !found.functions.is_empty() {
+            self.probe_found(probes, found, since_start_ns);
         }
-        let total = self.functions.len() + found.len();
+    }
+
+    /// Resolves the pending SPECs whose library `file` (mapped by `pid`, newly seen) is,
+    /// into `found`; a SPEC that matches it is matched for good, and what fails is noted.
+    fn match_pending(&mut self, pid: u32, file: &Path, found: &mut Found) {
+        let name = file_name(file);
+        for (i, spec) in self.pending.specs.iter().enumerate() {
+            let Some(object) = spec.object.as_deref() else {
+                continue;
+            };
+            if !resolve::object_matches(object, &name) {
+                continue;
+            }
+            self.pending.matched[i] = true;
+            // The path as the process sees it, from this mount namespace if need be.
+            let path = if file.is_file() {
+                file.to_path_buf()
+            } else {
+                self.proc_root
+                    .join(pid.to_string())
+                    .join("root")
+                    .join(file.strip_prefix("/").unwrap_or(file))
+            };
+            let first_id = (self.functions.len() + found.functions.len()) as u32;
+            match resolve::resolve_in_file(spec, &path, first_id, &mut self.pending.probed) {
+                Ok(more) if !more.is_empty() => {
+                    found.files.push((path.clone(), pid));
+                    found.functions.extend(more);
+                }
+                Ok(_) => self.pending.notes.push(format!(
+                    "--func {:?}: {} (mapped by pid {pid}) has no function matching {:?}",
+                    spec.text,
+                    path.display(),
+                    spec.pattern
+                )),
+                Err(err) => self
+                    .pending
+                    .notes
+                    .push(format!("--func {:?}: {err}", spec.text)),
+            }
+        }
+    }
+
+    /// Probes the functions found for pending SPECs (`since_start_ns` into the run), unless
+    /// they would take the run over `--func-limit`; notes what was done or refused.
+    fn probe_found(&mut self, probes: &mut Probes, found: Found, since_start_ns: u64) {
+        let total = self.functions.len() + found.functions.len();
         if total > self.options.func_limit {
             self.pending.notes.push(format!(
                 "{} function(s) of {} were not probed: with them {total} functions would be \
                  probed, over --func-limit {}",
-                found.len(),
-                files
-                    .iter()
-                    .map(|(p, _)| p.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                found.functions.len(),
+                found.file_list(),
                 self.options.func_limit
             ));
             return;
         }
         raise_open_files_limit(total * 2 + 256);
-        let attached = probes.attach_functions(&found, &mut |_, _| true);
-        let when_s = since_start_ns as f64 / 1e9;
-        match attached {
+        match probes.attach_functions(&found.functions, &mut |_, _| true) {
             Ok(Attached::All(path)) => {
                 self.attach_path.get_or_insert(path);
-                for (file, pid) in &files {
-                    let count = found.iter().filter(|f| &f.module == file).count();
+                for (file, pid) in &found.files {
+                    let count = found.functions.iter().filter(|f| &f.module == file).count();
                     let text = format!(
-                        "{count} function(s) of {} probed from {when_s:.2} s into the run, when \
+                        "{count} function(s) of {} probed from {:.2} s into the run, when \
                          pid {pid} had mapped it (library loaded after the start): their calls \
                          before that are not counted",
-                        file.display()
+                        file.display(),
+                        since_start_ns as f64 / 1e9
                     );
                     tracing::info!("{text}");
                     self.pending.notes.push(text);
                 }
                 self.max_rate.resize(total, 0.0);
-                self.functions.extend(found);
+                self.functions.extend(found.functions);
             }
             Ok(Attached::Stopped { .. }) => {}
             Err(err) => {
                 let text = format!(
                     "the functions of {} could not be probed: {err}",
-                    files
-                        .iter()
-                        .map(|(p, _)| p.display().to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    found.file_list()
                 );
                 self.notices
                     .tell(Notice::Functions(format!("warning: {text}")));
@@ -747,6 +772,8 @@ impl FunctionSession {
         }
     }
 
+    /// What the probed functions did in the interval that ends now (`now_ns`, lasting
+    /// `duration_s`): calls completed and on-CPU time, the calls still running included.
     fn read_calls(
         &mut self,
         probes: &mut Probes,
@@ -764,6 +791,22 @@ impl FunctionSession {
             }
         };
         let threads = probes.function_threads().unwrap_or_default();
+        let calls = self.add_completed(stats, table, now_ns);
+        let running = self.running_calls(threads, table, now_ns);
+        let out = call_deltas(&self.completed, &running, &calls, &mut self.high_water);
+        self.note_rates(&calls, duration_s);
+        self.forget_exited(probes);
+        out
+    }
+
+    /// Adds the growth of the kernel's totals of completed calls to each (process,
+    /// function)'s; returns the calls completed since the last read.
+    fn add_completed(
+        &mut self,
+        stats: Vec<(FuncKey, FuncStats)>,
+        table: &mut ProcessTable,
+        now_ns: u64,
+    ) -> BTreeMap<(ProcId, u32), u64> {
         let mut calls: BTreeMap<(ProcId, u32), u64> = BTreeMap::new();
         for (key, now) in stats {
             let before = self.previous.insert(key, now).unwrap_or_default();
@@ -776,12 +819,25 @@ impl FunctionSession {
                 *calls.entry((process, key.func)).or_default() += n;
             }
         }
+        calls
+    }
+
+    /// The calls in progress: (inclusive, self) on-CPU ns so far per (process, function),
+    /// from the threads' entry stacks and CPU clocks. Notes which functions threads are
+    /// inside (partial), and for good those of threads that exited inside them.
+    fn running_calls(
+        &mut self,
+        threads: Vec<(u32, FuncThread)>,
+        table: &mut ProcessTable,
+        now_ns: u64,
+    ) -> HashMap<(ProcId, u32), (u64, u64)> {
         let mut running: HashMap<(ProcId, u32), (u64, u64)> = HashMap::new();
         self.active.clear();
         for (tid, thread) in threads {
             let process = table.id_of(thread.tgid, now_ns);
             let depth = (thread.depth as usize).min(thread.frames.len());
-            let inside = thread.frames[..depth].iter().map(|f| (process, f.func));
+            let frames = &thread.frames[..depth];
+            let inside = frames.iter().map(|f| (process, f.func));
             // Read for the last time before it is forgotten (below): it exited inside these.
             if self.exited_pending.iter().any(|&(_, t)| t == tid) {
                 self.ended_inside.extend(inside.clone());
@@ -791,78 +847,50 @@ impl FunctionSession {
             let Some(clock_ns) = thread_cpu_ns(&self.proc_root, thread.tgid, tid) else {
                 continue;
             };
-            for (i, frame) in thread.frames[..depth].iter().enumerate() {
-                let end = thread.frames[..depth]
-                    .get(i + 1)
-                    .map_or(clock_ns, |inner| inner.entry_ns);
-                let incl = clock_ns.saturating_sub(frame.entry_ns);
-                let own = end
-                    .saturating_sub(frame.entry_ns)
-                    .saturating_sub(frame.child_ns);
-                let r = running.entry((process, frame.func)).or_default();
-                if frame.flags & FRAME_OUTERMOST != 0 {
-                    r.0 += incl;
-                }
+            for (func, incl, own) in running_times(frames, clock_ns) {
+                let r = running.entry((process, func)).or_default();
+                r.0 += incl;
                 r.1 += own;
             }
         }
-        let keys: BTreeSet<(ProcId, u32)> = self
-            .completed
-            .keys()
-            .chain(running.keys())
-            .copied()
-            .collect();
-        let mut out = Vec::new();
-        for key in keys {
-            let done = self.completed.get(&key).copied().unwrap_or_default();
-            let now = running.get(&key).copied().unwrap_or_default();
-            let total = (done.0 + now.0, done.1 + now.1);
-            let mark = self.high_water.entry(key).or_default();
-            let delta = (
-                total.0.saturating_sub(mark.0),
-                total.1.saturating_sub(mark.1),
-            );
-            *mark = (mark.0.max(total.0), mark.1.max(total.1));
-            let n = calls.get(&key).copied().unwrap_or(0);
-            if n == 0 && delta == (0, 0) {
-                continue;
-            }
-            out.push(CallDelta {
-                process: key.0,
-                func: key.1,
-                calls: n,
-                incl_ns: delta.0,
-                self_ns: delta.1,
-            });
+        running
+    }
+
+    /// Keeps each function's highest rate of calls, and warns (once per function) of one
+    /// called so often that its probes distort what they measure.
+    fn note_rates(&mut self, calls: &BTreeMap<(ProcId, u32), u64>, duration_s: f64) {
+        if duration_s <= 0.05 {
+            return;
         }
-        // Rates, and the warning when probes distort what they measure.
         let mut per_function: BTreeMap<u32, u64> = BTreeMap::new();
-        for ((_, func), n) in &calls {
+        for ((_, func), n) in calls {
             *per_function.entry(*func).or_default() += n;
         }
-        if duration_s > 0.05 {
-            for (func, n) in per_function {
-                let rate = n as f64 / duration_s;
-                if let Some(max) = self.max_rate.get_mut(func as usize) {
-                    *max = max.max(rate);
-                }
-                if rate > CALLS_PER_S_WARNING
-                    && self.warned.insert(func)
-                    && let Some(f) = self.functions.get(func as usize)
-                {
-                    self.notices.tell(Notice::Functions(format!(
-                        "warning: {} is called {:.0} times/s (measured); its probes cost about \
-                         {:.0} µs per call (estimated, {} first instruction), which inflates its \
-                         time and the program's: probe less frequent functions",
-                        f.name,
-                        rate,
-                        f.first_instruction.estimated_pair_cost_us(),
-                        f.first_instruction.describe()
-                    )));
-                }
+        for (func, n) in per_function {
+            let rate = n as f64 / duration_s;
+            if let Some(max) = self.max_rate.get_mut(func as usize) {
+                *max = max.max(rate);
+            }
+            if rate > CALLS_PER_S_WARNING
+                && self.warned.insert(func)
+                && let Some(f) = self.functions.get(func as usize)
+            {
+                self.notices.tell(Notice::Functions(format!(
+                    "warning: {} is called {:.0} times/s (measured); its probes cost about \
+                     {:.0} µs per call (estimated, {} first instruction), which inflates its \
+                     time and the program's: probe less frequent functions",
+                    f.name,
+                    rate,
+                    f.first_instruction.estimated_pair_cost_us(),
+                    f.first_instruction.describe()
+                )));
             }
         }
-        // Threads that exited an interval ago: their last totals are read; forget them.
+    }
+
+    /// Forgets the threads that exited an interval ago (their last totals are read now), in
+    /// the kernel too; those that exited since wait for the next read.
+    fn forget_exited(&mut self, probes: &mut Probes) {
         for (tgid, tid) in std::mem::take(&mut self.exited_pending) {
             let keys: Vec<FuncKey> = self
                 .previous
@@ -876,7 +904,6 @@ impl FunctionSession {
             probes.forget_function_thread(tid, &keys);
         }
         self.exited_pending = std::mem::take(&mut self.exited);
-        out
     }
 
     fn read_samples(
@@ -1111,137 +1138,26 @@ impl FunctionSession {
             .then(|| probes.function_counters().ok())
             .flatten()
             .map(|now| match before.uprobes {
-                Some(then) => cg_common::profiling::FuncCounters {
-                    entries: now.entries.saturating_sub(then.entries),
-                    returns: now.returns.saturating_sub(then.returns),
-                    overflows: now.overflows.saturating_sub(then.overflows),
-                    unmatched_returns: now.unmatched_returns.saturating_sub(then.unmatched_returns),
-                    abandoned_frames: now.abandoned_frames.saturating_sub(then.abandoned_frames),
-                    map_full: now.map_full.saturating_sub(then.map_full),
-                    clock_fallbacks: now.clock_fallbacks.saturating_sub(then.clock_fallbacks),
-                    _reserved: 0,
-                },
+                Some(then) => func_counters_since(now, then),
                 None => now,
             });
-        let started = Instant::now();
-        let mut symbolizer = Symbolizer::with_debug_dirs(self.options.debug_dirs.clone())
-            .with_lines(self.options.lines);
-        let mut stacks: Vec<Vec<FrameId>> = Vec::new();
-        let mut stack_ids: HashMap<Vec<FrameId>, u32> = HashMap::new();
-        let mut remap: Vec<u32> = Vec::with_capacity(self.raw.len());
-        let mut incomplete: BTreeMap<u32, (bool, Walk)> = BTreeMap::new();
-        for (index, raw) in self.raw.iter().enumerate() {
-            let (ids, complete) = self.name_stack(&mut symbolizer, raw);
-            if raw.python == 0 && raw.user >= 0 {
-                incomplete.insert(index as u32, (!complete, raw.walk));
-            }
-            let id = match stack_ids.get(&ids) {
-                Some(&id) => id,
-                None => {
-                    let id = stacks.len() as u32;
-                    stack_ids.insert(ids.clone(), id);
-                    stacks.push(ids);
-                    id
-                }
-            };
-            remap.push(id);
-        }
-        let jit_notes = symbolizer.notes();
-        let frames = symbolizer.into_frames();
-        let mut walks = WalkCounts::default();
-        for interval in &mut self.intervals {
-            for sample in &mut interval.samples {
-                if let Some(&(truncated, walk)) = incomplete.get(&sample.stack) {
-                    walks.add(walk, truncated, sample.count);
-                }
-                sample.stack = remap.get(sample.stack as usize).copied().unwrap_or(0);
-            }
-        }
-        let symbolize_ms = started.elapsed().as_secs_f64() * 1e3;
-        let sampler = self.options.profile.then(|| {
-            let now = probes.sampler_counters().unwrap_or_default();
-            let then = before.sampler;
-            let counters = cg_common::profiling::SamplerCounters {
-                samples: now.samples.saturating_sub(then.samples),
-                lost_samples: now.lost_samples.saturating_sub(then.lost_samples),
-                lost_kernel_stacks: now
-                    .lost_kernel_stacks
-                    .saturating_sub(then.lost_kernel_stacks),
-                lost_user_stacks: now.lost_user_stacks.saturating_sub(then.lost_user_stacks),
-            };
-            let run_time = match (probes.sampler_run_time(), before.sampler_runs) {
-                (Some((t, n)), Some((t0, n0))) if n > n0 => Some((t.saturating_sub(t0), n - n0)),
-                (Some(_), Some(_)) => None,
-                (now, _) => now,
-            };
-            let mut python: Vec<PythonSeen> = self
-                .python
-                .iter()
-                .filter_map(|((pid, _), state)| match &state.detection {
-                    Detection::Python(p) => Some(PythonSeen {
-                        pid: *pid,
-                        version: format!("{}.{}", p.version.0, p.version.1),
-                        frames: true,
-                    }),
-                    Detection::Unsupported { version, .. } => Some(PythonSeen {
-                        pid: *pid,
-                        version: format!("{}.{}", version.0, version.1),
-                        frames: false,
-                    }),
-                    Detection::NotPython => None,
-                })
-                .collect();
-            python.sort_by_key(|p| p.pid);
-            SamplerSummary {
-                sample_hz: self.options.sample_hz,
-                samples: counters.samples,
-                lost_samples: counters.lost_samples,
-                lost_kernel_stacks: counters.lost_kernel_stacks,
-                lost_user_stacks: counters.lost_user_stacks,
-                run_ns_per_run: run_time.map(|(t, n)| t.as_nanos() as f64 / n as f64),
-                runs: run_time.map(|(_, n)| n),
-                python,
-                incomplete_stacks_pct: walks.truncated_pct(),
-                stacks: self.options.stacks,
-                walks,
-                symbolize_ms,
-                stacks_count: stacks.len(),
-                notes: jit_notes,
-            }
-        });
+        let (frames, stacks, naming) = self.name_all_stacks();
+        let sampler = self
+            .options
+            .profile
+            .then(|| self.sampler_summary(probes, naming));
         let mut notes = std::mem::take(&mut self.pending.notes);
-        for (spec, matched) in self.pending.specs.iter().zip(&self.pending.matched) {
-            if !matched {
-                let text = format!(
-                    "--func {:?}: no traced process mapped a library named {:?}: nothing was \
-                     probed for it (name the file by its path to probe it from the start)",
-                    spec.text,
-                    spec.object.as_deref().unwrap_or_default()
-                );
-                self.notices
-                    .tell(Notice::Functions(format!("warning: {text}")));
-                notes.push(text);
-            }
+        for text in self.pending.unmatched_notes() {
+            self.notices
+                .tell(Notice::Functions(format!("warning: {text}")));
+            notes.push(text);
         }
         FunctionRecording {
             notes,
+            probed: self.probed_functions(),
             intervals: self.intervals,
             frames,
             stacks,
-            probed: self
-                .functions
-                .iter()
-                .zip(&self.max_rate)
-                .map(|(f, &max_calls_per_s)| ProbedFunction {
-                    name: f.name.clone(),
-                    module: f.module.clone(),
-                    offset: f.offset,
-                    first_instruction: f.first_instruction,
-                    entry_only: f.entry_only,
-                    spec: f.spec.clone(),
-                    max_calls_per_s,
-                })
-                .collect(),
             partial: self.active.union(&self.ended_inside).copied().collect(),
             uprobe_counters,
             attach_path: self.attach_path,
@@ -1249,6 +1165,78 @@ impl FunctionSession {
             merges: self.merges,
             top: self.options.top,
         }
+    }
+
+    /// Names every stack sampled, each distinct named stack once, and renumbers the samples
+    /// of the intervals kept to the named stacks: the frames, the stacks, and what the
+    /// naming found.
+    fn name_all_stacks(&mut self) -> (Vec<Frame>, Vec<Vec<FrameId>>, Naming) {
+        let started = Instant::now();
+        let mut symbolizer = Symbolizer::with_debug_dirs(self.options.debug_dirs.clone())
+            .with_lines(self.options.lines);
+        let mut named = StackTable::default();
+        let mut remap: Vec<u32> = Vec::with_capacity(self.raw.len());
+        let mut native_only: BTreeMap<u32, (bool, Walk)> = BTreeMap::new();
+        for (index, raw) in self.raw.iter().enumerate() {
+            let (ids, complete) = self.name_stack(&mut symbolizer, raw);
+            if raw.python == 0 && raw.user >= 0 {
+                native_only.insert(index as u32, (!complete, raw.walk));
+            }
+            remap.push(named.id(ids));
+        }
+        let notes = symbolizer.notes();
+        let frames = symbolizer.into_frames();
+        let walks = renumber_samples(&mut self.intervals, &remap, &native_only);
+        let naming = Naming {
+            walks,
+            symbolize_ms: started.elapsed().as_secs_f64() * 1e3,
+            stacks_count: named.stacks.len(),
+            notes,
+        };
+        (frames, named.stacks, naming)
+    }
+
+    /// What the sampler did in this run (its counters since the run started).
+    fn sampler_summary(&self, probes: &Probes, naming: Naming) -> SamplerSummary {
+        let before = self.counted_before;
+        let counters = sampler_counters_since(
+            probes.sampler_counters().unwrap_or_default(),
+            before.sampler,
+        );
+        let run_time = runs_since(probes.sampler_run_time(), before.sampler_runs);
+        SamplerSummary {
+            sample_hz: self.options.sample_hz,
+            samples: counters.samples,
+            lost_samples: counters.lost_samples,
+            lost_kernel_stacks: counters.lost_kernel_stacks,
+            lost_user_stacks: counters.lost_user_stacks,
+            run_ns_per_run: run_time.map(|(t, n)| t.as_nanos() as f64 / n as f64),
+            runs: run_time.map(|(_, n)| n),
+            python: python_seen(&self.python),
+            incomplete_stacks_pct: naming.walks.truncated_pct(),
+            stacks: self.options.stacks,
+            walks: naming.walks,
+            symbolize_ms: naming.symbolize_ms,
+            stacks_count: naming.stacks_count,
+            notes: naming.notes,
+        }
+    }
+
+    /// The probed functions as the report describes them.
+    fn probed_functions(&self) -> Vec<ProbedFunction> {
+        self.functions
+            .iter()
+            .zip(&self.max_rate)
+            .map(|(f, &max_calls_per_s)| ProbedFunction {
+                name: f.name.clone(),
+                module: f.module.clone(),
+                offset: f.offset,
+                first_instruction: f.first_instruction,
+                entry_only: f.entry_only,
+                spec: f.spec.clone(),
+                max_calls_per_s,
+            })
+            .collect()
     }
 
     /// A stack's frames, outermost first, and whether its native part reached the
@@ -1426,6 +1414,240 @@ pub(crate) fn raise_open_files_limit(needed: usize) {
     }
 }
 
+/// The pids whose maps this interval looks at, in turns of at most `per_turn` (`next`:
+/// where the last turn ended), and where the next turn starts.
+fn turn_of(pids: &[u32], next: usize, per_turn: usize) -> (Vec<u32>, usize) {
+    if pids.is_empty() {
+        return (Vec::new(), next);
+    }
+    let start = next % pids.len();
+    let turn: Vec<u32> = pids
+        .iter()
+        .cycle()
+        .skip(start)
+        .take(pids.len().min(per_turn))
+        .copied()
+        .collect();
+    let next = start + turn.len();
+    (turn, next)
+}
+
+/// On-CPU ns per (target process, thread) in `activity`, for the processes that have calls
+/// or samples in the interval.
+fn thread_times(
+    activity: &Activity,
+    table: &mut ProcessTable,
+    calls: &[CallDelta],
+    samples: &[SampleCount],
+) -> Vec<ThreadTime> {
+    let involved: BTreeSet<ProcId> = calls
+        .iter()
+        .map(|c| c.process)
+        .chain(samples.iter().map(|s| s.process))
+        .collect();
+    let mut threads: BTreeMap<(ProcId, u32), u64> = BTreeMap::new();
+    for slice in &activity.threads {
+        if !table.is_target(slice.thread.tgid) {
+            continue;
+        }
+        let process = table.id_of(slice.thread.tgid, activity.start_ns);
+        if involved.contains(&process) {
+            *threads.entry((process, slice.thread.tid)).or_default() += slice.on_cpu_ns;
+        }
+    }
+    threads
+        .into_iter()
+        .map(|((process, tid), on_cpu_ns)| ThreadTime {
+            process,
+            tid,
+            on_cpu_ns,
+        })
+        .collect()
+}
+
+/// The intervals, adjacent ones merged in pairs (an odd last one stays as it is).
+fn merged_in_pairs(intervals: Vec<FunctionInterval>) -> Vec<FunctionInterval> {
+    let mut merged = Vec::with_capacity(intervals.len().div_ceil(2));
+    let mut iter = intervals.into_iter();
+    while let Some(a) = iter.next() {
+        merged.push(match iter.next() {
+            Some(b) => a.merge(&b),
+            None => a,
+        });
+    }
+    merged
+}
+
+/// The calls in progress of one thread whose CPU clock reads `clock_ns`, from its entry
+/// stack (outermost first): per frame, (function, inclusive ns, self ns). Inclusive time
+/// counts for the outermost call of a function only (a recursion is not counted twice); a
+/// frame's self time ends where its callee's began, less its completed callees' time.
+fn running_times(frames: &[FuncFrame], clock_ns: u64) -> Vec<(u32, u64, u64)> {
+    frames
+        .iter()
+        .enumerate()
+        .map(|(i, frame)| {
+            let end = frames.get(i + 1).map_or(clock_ns, |inner| inner.entry_ns);
+            let incl = if frame.flags & FRAME_OUTERMOST != 0 {
+                clock_ns.saturating_sub(frame.entry_ns)
+            } else {
+                0
+            };
+            let own = end
+                .saturating_sub(frame.entry_ns)
+                .saturating_sub(frame.child_ns);
+            (frame.func, incl, own)
+        })
+        .collect()
+}
+
+/// Per (process, function): the calls completed in the interval (`calls`), and the growth
+/// of its (inclusive, self) time, completed calls (`completed`, cumulative) and calls in
+/// progress (`running`, so far) together, above its high-water mark, which then rises: a
+/// function's time never goes back when a call in progress is read short. Pairs with no
+/// calls and no growth are left out.
+fn call_deltas(
+    completed: &HashMap<(ProcId, u32), (u64, u64)>,
+    running: &HashMap<(ProcId, u32), (u64, u64)>,
+    calls: &BTreeMap<(ProcId, u32), u64>,
+    high_water: &mut HashMap<(ProcId, u32), (u64, u64)>,
+) -> Vec<CallDelta> {
+    let keys: BTreeSet<(ProcId, u32)> = completed.keys().chain(running.keys()).copied().collect();
+    let mut out = Vec::new();
+    for key in keys {
+        let done = completed.get(&key).copied().unwrap_or_default();
+        let now = running.get(&key).copied().unwrap_or_default();
+        let total = (done.0 + now.0, done.1 + now.1);
+        let mark = high_water.entry(key).or_default();
+        let delta = (
+            total.0.saturating_sub(mark.0),
+            total.1.saturating_sub(mark.1),
+        );
+        *mark = (mark.0.max(total.0), mark.1.max(total.1));
+        let n = calls.get(&key).copied().unwrap_or(0);
+        if n == 0 && delta == (0, 0) {
+            continue;
+        }
+        out.push(CallDelta {
+            process: key.0,
+            func: key.1,
+            calls: n,
+            incl_ns: delta.0,
+            self_ns: delta.1,
+        });
+    }
+    out
+}
+
+/// Distinct named stacks, each with its id (its index).
+#[derive(Debug, Default)]
+struct StackTable {
+    stacks: Vec<Vec<FrameId>>,
+    ids: HashMap<Vec<FrameId>, u32>,
+}
+
+impl StackTable {
+    /// The id of `stack`, a new one the first time it is seen.
+    fn id(&mut self, stack: Vec<FrameId>) -> u32 {
+        if let Some(&id) = self.ids.get(&stack) {
+            return id;
+        }
+        let id = self.stacks.len() as u32;
+        self.ids.insert(stack.clone(), id);
+        self.stacks.push(stack);
+        id
+    }
+}
+
+/// What naming the stacks at the end found and cost.
+#[derive(Debug)]
+struct Naming {
+    walks: WalkCounts,
+    symbolize_ms: f64,
+    stacks_count: usize,
+    notes: Vec<String>,
+}
+
+/// Renumbers the samples of `intervals` from raw stack indices to named stack ids
+/// (`remap`, by raw index; 0 for one past it), and counts the native-only samples by how
+/// their stack was walked and whether it was truncated (`native_only`, by raw index).
+fn renumber_samples(
+    intervals: &mut [FunctionInterval],
+    remap: &[u32],
+    native_only: &BTreeMap<u32, (bool, Walk)>,
+) -> WalkCounts {
+    let mut walks = WalkCounts::default();
+    for interval in intervals {
+        for sample in &mut interval.samples {
+            if let Some(&(truncated, walk)) = native_only.get(&sample.stack) {
+                walks.add(walk, truncated, sample.count);
+            }
+            sample.stack = remap.get(sample.stack as usize).copied().unwrap_or(0);
+        }
+    }
+    walks
+}
+
+/// The function probes' counters of this run: `now` less what they were at its start.
+fn func_counters_since(now: FuncCounters, then: FuncCounters) -> FuncCounters {
+    FuncCounters {
+        entries: now.entries.saturating_sub(then.entries),
+        returns: now.returns.saturating_sub(then.returns),
+        overflows: now.overflows.saturating_sub(then.overflows),
+        unmatched_returns: now.unmatched_returns.saturating_sub(then.unmatched_returns),
+        abandoned_frames: now.abandoned_frames.saturating_sub(then.abandoned_frames),
+        map_full: now.map_full.saturating_sub(then.map_full),
+        clock_fallbacks: now.clock_fallbacks.saturating_sub(then.clock_fallbacks),
+        _reserved: 0,
+    }
+}
+
+/// The sampler's counters of this run: `now` less what they were at its start.
+fn sampler_counters_since(now: SamplerCounters, then: SamplerCounters) -> SamplerCounters {
+    SamplerCounters {
+        samples: now.samples.saturating_sub(then.samples),
+        lost_samples: now.lost_samples.saturating_sub(then.lost_samples),
+        lost_kernel_stacks: now
+            .lost_kernel_stacks
+            .saturating_sub(then.lost_kernel_stacks),
+        lost_user_stacks: now.lost_user_stacks.saturating_sub(then.lost_user_stacks),
+    }
+}
+
+/// The sampling program's (run time, runs) in this run, from the kernel's totals now and at
+/// the run's start: `None` when it did not run since (or the statistics were off).
+fn runs_since(
+    now: Option<(std::time::Duration, u64)>,
+    then: Option<(std::time::Duration, u64)>,
+) -> Option<(std::time::Duration, u64)> {
+    match (now, then) {
+        (Some((t, n)), Some((t0, n0))) if n > n0 => Some((t.saturating_sub(t0), n - n0)),
+        (Some(_), Some(_)) => None,
+        (now, _) => now,
+    }
+}
+
+/// The CPython processes the sampler met, by pid, and whether their frames were walked.
+fn python_seen(python: &HashMap<(u32, u32), PythonState>) -> Vec<PythonSeen> {
+    let mut seen: Vec<PythonSeen> = python
+        .iter()
+        .filter_map(|((pid, _), state)| {
+            let (version, frames) = match &state.detection {
+                Detection::Python(p) => (p.version, true),
+                Detection::Unsupported { version, .. } => (*version, false),
+                Detection::NotPython => return None,
+            };
+            Some(PythonSeen {
+                pid: *pid,
+                version: format!("{}.{}", version.0, version.1),
+                frames,
+            })
+        })
+        .collect();
+    seen.sort_by_key(|p| p.pid);
+    seen
+}
+
 /// Where a code object just read at address `code` is kept, given the newest key of that
 /// address and the function it holds: `(key, whether read is to be kept under it)`. The key
 /// is the address with, in its top 16 bits (above any user address), how many times it was
@@ -1485,5 +1707,310 @@ mod code_key_tests {
             (second, false)
         );
         assert_eq!(next_code_key(0x7f00, None, None), (0x7f00, false));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(func: u32, outermost: bool, entry_ns: u64, child_ns: u64) -> FuncFrame {
+        FuncFrame {
+            func,
+            flags: if outermost { FRAME_OUTERMOST } else { 0 },
+            entry_ns,
+            child_ns,
+        }
+    }
+
+    /// ```text
+    /// thread clock   100      200   250           400 (now)
+    /// f (0)           [========================...
+    /// g (1)                    [==========...
+    /// f (0) again                    [=====...          (recursion: not outermost)
+    /// g's completed callees: 10 ns
+    /// ```
+    #[test]
+    fn calls_in_progress_are_timed_up_to_the_thread_clock() {
+        let frames = [
+            frame(0, true, 100, 0),
+            frame(1, true, 200, 10),
+            frame(0, false, 250, 0),
+        ];
+        assert_eq!(
+            running_times(&frames, 400),
+            vec![
+                // f: 300 ns inclusive, its own part until g began.
+                (0, 300, 100),
+                // g: 200 inclusive; its own 50 until f began, less 10 in callees.
+                (1, 200, 40),
+                // The inner f: its own 150 ns, no inclusive time (the outer f has it).
+                (0, 0, 150),
+            ]
+        );
+        // A clock read behind an entry (a thread gone mid-read) gives nothing, not a wrap.
+        assert_eq!(
+            running_times(&[frame(2, true, 500, 0)], 400),
+            vec![(2, 0, 0)]
+        );
+    }
+
+    /// ```text
+    /// read      1                 2                3
+    /// f         completed 50 ns   completed 50 ns  completed 50 ns
+    ///           + running 30 ns   + running 10 ns  (call ended, counted above)
+    /// total     80                90 (not 100-30)   150
+    /// reported  80                10                60
+    /// ```
+    #[test]
+    fn a_function_time_never_goes_back_when_a_running_call_reads_short() {
+        let key = (1, 0);
+        let mut high_water = HashMap::new();
+        let mut read = |done: u64, running_ns: u64, calls: u64| {
+            let completed = HashMap::from([(key, (done, done))]);
+            let running = HashMap::from([(key, (running_ns, running_ns))]);
+            let calls = BTreeMap::from([(key, calls)]);
+            call_deltas(&completed, &running, &calls, &mut high_water)
+        };
+        let first = read(50, 30, 1);
+        assert_eq!(
+            (first[0].calls, first[0].incl_ns, first[0].self_ns),
+            (1, 80, 80)
+        );
+        let second = read(80, 10, 0);
+        assert_eq!((second[0].calls, second[0].incl_ns), (0, 10));
+        let third = read(150, 0, 1);
+        assert_eq!((third[0].calls, third[0].incl_ns), (1, 60));
+        // Nothing new: left out.
+        assert!(read(150, 0, 0).is_empty());
+    }
+
+    #[test]
+    fn pending_maps_are_looked_at_in_turns() {
+        let pids = [10, 20, 30, 40, 50];
+        let (turn, next) = turn_of(&pids, 0, 2);
+        assert_eq!((turn, next), (vec![10, 20], 2));
+        let (turn, next) = turn_of(&pids, 4, 2);
+        assert_eq!((turn, next), (vec![50, 10], 6));
+        // The turn wraps round the (changed) list, never taking a pid twice.
+        let (turn, _) = turn_of(&pids[..2], 6, 8);
+        assert_eq!(turn, vec![10, 20]);
+        assert_eq!(turn_of(&[], 3, 8), (Vec::new(), 3));
+    }
+
+    #[test]
+    fn intervals_merge_in_pairs_and_an_odd_last_one_stays() {
+        let interval = |start_ns: u64| FunctionInterval {
+            start_ns,
+            duration_ns: 100,
+            calls: vec![CallDelta {
+                process: 1,
+                func: 0,
+                calls: 2,
+                incl_ns: 10,
+                self_ns: 5,
+            }],
+            ..FunctionInterval::default()
+        };
+        let merged = merged_in_pairs(vec![interval(0), interval(100), interval(200)]);
+        assert_eq!(merged.len(), 2);
+        assert_eq!((merged[0].start_ns, merged[0].duration_ns), (0, 200));
+        assert_eq!(merged[0].calls[0].calls, 4);
+        assert_eq!(merged[1], interval(200));
+        assert!(merged_in_pairs(Vec::new()).is_empty());
+    }
+
+    #[test]
+    fn samples_are_renumbered_to_distinct_named_stacks_and_walks_counted() {
+        // Raw stacks 0 and 2 name the same frames; raw 1 is Python (not counted in walks).
+        let mut table = StackTable::default();
+        let remap: Vec<u32> = [vec![1, 2], vec![3], vec![1, 2]]
+            .into_iter()
+            .map(|stack| table.id(stack))
+            .collect();
+        assert_eq!(remap, vec![0, 1, 0]);
+        assert_eq!(table.stacks, vec![vec![1, 2], vec![3]]);
+        let native_only =
+            BTreeMap::from([(0, (false, Walk::FramePointer)), (2, (true, Walk::Dwarf))]);
+        let sample = |stack: u32, count: u64| SampleCount {
+            process: 1,
+            tid: 1,
+            stack,
+            count,
+        };
+        let mut intervals = vec![FunctionInterval {
+            samples: vec![sample(0, 3), sample(1, 5), sample(2, 1), sample(9, 1)],
+            ..FunctionInterval::default()
+        }];
+        let walks = renumber_samples(&mut intervals, &remap, &native_only);
+        let stacks: Vec<u32> = intervals[0].samples.iter().map(|s| s.stack).collect();
+        assert_eq!(stacks, vec![0, 1, 0, 0]);
+        assert_eq!(
+            walks,
+            WalkCounts {
+                frame_pointer: 3,
+                frame_pointer_truncated: 0,
+                dwarf: 1,
+                dwarf_truncated: 1,
+            }
+        );
+        assert_eq!(walks.truncated_pct(), Some(25.0));
+        assert_eq!(WalkCounts::default().truncated_pct(), None);
+    }
+
+    #[test]
+    fn a_run_counts_from_where_the_kernel_counters_stood_at_its_start() {
+        let counters = |n: u64| FuncCounters {
+            entries: n,
+            returns: n,
+            overflows: n,
+            unmatched_returns: n,
+            abandoned_frames: n,
+            map_full: n,
+            clock_fallbacks: n,
+            _reserved: 0,
+        };
+        assert_eq!(func_counters_since(counters(10), counters(4)), counters(6));
+        assert_eq!(func_counters_since(counters(4), counters(10)), counters(0));
+        let sampler = |n: u64| SamplerCounters {
+            samples: n,
+            lost_samples: n,
+            lost_kernel_stacks: n,
+            lost_user_stacks: n,
+        };
+        assert_eq!(sampler_counters_since(sampler(9), sampler(2)), sampler(7));
+        let ms = std::time::Duration::from_millis;
+        assert_eq!(
+            runs_since(Some((ms(30), 8)), Some((ms(10), 3))),
+            Some((ms(20), 5))
+        );
+        // No run since the start: no figure; no start figure: all of it.
+        assert_eq!(runs_since(Some((ms(30), 8)), Some((ms(30), 8))), None);
+        assert_eq!(runs_since(Some((ms(30), 8)), None), Some((ms(30), 8)));
+        assert_eq!(runs_since(None, Some((ms(30), 8))), None);
+    }
+
+    #[test]
+    fn python_processes_are_listed_by_pid_and_say_whether_frames_were_walked() {
+        let unsupported = |minor: u32| PythonState {
+            detection: Detection::Unsupported {
+                version: (3, minor),
+                interpreter: "/usr/bin/python3".into(),
+            },
+            attempts: 1,
+        };
+        let python = HashMap::from([
+            ((30, 0), unsupported(6)),
+            ((10, 1), unsupported(99)),
+            (
+                (20, 0),
+                PythonState {
+                    detection: Detection::NotPython,
+                    attempts: 1,
+                },
+            ),
+        ]);
+        assert_eq!(
+            python_seen(&python),
+            vec![
+                PythonSeen {
+                    pid: 10,
+                    version: "3.99".into(),
+                    frames: false
+                },
+                PythonSeen {
+                    pid: 30,
+                    version: "3.6".into(),
+                    frames: false
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_pending_spec_no_process_mapped_says_to_name_the_file_by_its_path() {
+        let spec = |text: &str| FuncSpec::parse(text).expect("a valid SPEC");
+        let pending = PendingSpecs {
+            specs: vec![spec("libplugin.so:work*"), spec("libother.so:run")],
+            matched: vec![true, false],
+            ..PendingSpecs::default()
+        };
+        let notes = pending.unmatched_notes();
+        assert_eq!(notes.len(), 1);
+        assert!(
+            notes[0].contains("\"libother.so\"") && notes[0].contains("by its path"),
+            "{}",
+            notes[0]
+        );
+        let found = Found {
+            functions: Vec::new(),
+            files: vec![("/a/liba.so".into(), 1), ("/b/libb.so".into(), 2)],
+        };
+        assert_eq!(found.file_list(), "/a/liba.so, /b/libb.so");
+    }
+
+    #[test]
+    fn specs_look_in_the_traced_program_and_only_the_machine_wide_mode_does_not_wait() {
+        let proc_root = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir_all(proc_root.path().join("42")).expect("pid dir");
+        std::os::unix::fs::symlink("/usr/bin/app", proc_root.path().join("42/exe")).expect("link");
+        let attach = lookup_scope(&Mode::Attach { pids: vec![42, 7] }, proc_root.path());
+        assert_eq!(attach.executable, Some(PathBuf::from("/usr/bin/app")));
+        assert_eq!((attach.pids, attach.defer_unloaded), (vec![42, 7], true));
+        let system = lookup_scope(&Mode::System, proc_root.path());
+        assert_eq!((system.executable, system.defer_unloaded), (None, false));
+        let missing = proc_root.path().join("no-such-program");
+        let wrap = Mode::Wrap {
+            command: vec![missing.display().to_string()],
+        };
+        let wrap = lookup_scope(&wrap, proc_root.path());
+        assert_eq!((wrap.executable, wrap.defer_unloaded), (None, true));
+    }
+
+    #[test]
+    fn a_spec_without_a_file_refuses_a_script_and_names_the_way_out() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let script = dir.path().join("run.sh");
+        std::fs::write(&script, "#!/bin/sh\nexec ./app\n").expect("script");
+        let options = FunctionOptions {
+            specs: vec![FuncSpec::parse("work*").expect("a valid SPEC")],
+            ..FunctionOptions::default()
+        };
+        let mode = Mode::Wrap {
+            command: vec![script.display().to_string()],
+        };
+        let err = resolve_specs(&options, &mode, dir.path(), &Notices::silent())
+            .expect_err("a script has no symbols");
+        let text = err.to_string();
+        assert!(
+            text.contains("is a script") && text.contains("--func /path/to/binary:work*"),
+            "{text}"
+        );
+        // No SPEC: nothing to resolve, whatever the command.
+        let none = resolve_specs(
+            &FunctionOptions::default(),
+            &mode,
+            dir.path(),
+            &Notices::silent(),
+        );
+        assert_eq!(none.expect("nothing to resolve"), Resolution::default());
+    }
+
+    #[test]
+    fn a_thread_clock_is_the_first_figure_of_its_schedstat() {
+        let proc_root = tempfile::tempdir().expect("temp dir");
+        let task = proc_root.path().join("5/task/6");
+        std::fs::create_dir_all(&task).expect("task dir");
+        std::fs::write(task.join("schedstat"), "123456 789 10\n").expect("schedstat");
+        assert_eq!(thread_cpu_ns(proc_root.path(), 5, 6), Some(123_456));
+        // Gone, or garbage: no clock.
+        assert_eq!(thread_cpu_ns(proc_root.path(), 5, 7), None);
+        std::fs::write(task.join("schedstat"), "-1 x\n").expect("schedstat");
+        assert_eq!(thread_cpu_ns(proc_root.path(), 5, 6), None);
+        std::fs::create_dir_all(proc_root.path().join("8")).expect("pid dir");
+        std::os::unix::fs::symlink("/usr/bin/python3.11", proc_root.path().join("8/exe"))
+            .expect("link");
+        assert!(exe_looks_like_python(proc_root.path(), 8));
+        assert!(!exe_looks_like_python(proc_root.path(), 5));
     }
 }

@@ -434,149 +434,15 @@ impl<B: GpuBackend> GpuSource<B> {
             .backend
             .poll(device.index, processes, device.last_seen_us);
         device.polls += 1;
-        let count_error = |what: &str, err: &GpuError, device: &mut Device| {
-            if *err == GpuError::Lost {
-                device.lost = true;
-            }
-            *device.errors.entry(format!("{what}: {err}")).or_default() += 1;
-        };
-        let max_power_w = counter::max_power_w(DomainKind::Gpu);
-        let power_w = match &poll.power_mw {
-            Ok(mw) if f64::from(*mw) / 1e3 > max_power_w => {
-                let err = GpuError::Other(format!(
-                    "power reading of {} W is above the {max_power_w:.0} W a GPU can draw",
-                    f64::from(*mw) / 1e3
-                ));
-                count_error("power", &err, device);
-                None
-            }
-            Ok(mw) => Some(f64::from(*mw) / 1e3),
-            Err(GpuError::NotSupported) => None,
-            Err(err) => {
-                count_error("power", err, device);
-                None
-            }
-        };
-        if let Some(w) = power_w {
-            device.power_w_s += w * dt_s;
-            device.power_s += dt_s;
-            device.max_power_w = Some(device.max_power_w.map_or(w, |m: f64| m.max(w)));
-        }
-        device.since_energy_s += dt_s;
-        let energy = match (&mut device.energy, &poll.energy_mj) {
-            (EnergyMethod::Counter(counter), Ok(mj)) => {
-                let since_ns = (device.since_energy_s * 1e9) as u64;
-                device.since_energy_s = 0.0;
-                // A zero-length poll (the session's first read) only moves the origin.
-                match counter.advance(*mj, since_ns) {
-                    Ok(j) => Reading::Joules(j),
-                    Err((glitch, _)) => {
-                        *device.glitches.entry(glitch.describe()).or_default() += 1;
-                        Reading::unknown(glitch)
-                    }
-                }
-            }
-            (EnergyMethod::Counter(_), Err(GpuError::NotSupported)) => {
-                device.switched_to_power = true;
-                device.energy = EnergyMethod::Power(power_w);
-                device.since_energy_s = 0.0;
-                Reading::Joules(power_w.unwrap_or(0.0) * dt_s)
-            }
-            (EnergyMethod::Counter(_), Err(err)) => {
-                // The counter keeps its last value: this energy shows up in the next good read.
-                let err = err.clone();
-                count_error("energy", &err, device);
-                Reading::Pending
-            }
-            (EnergyMethod::Power(last), _) => {
-                device.since_energy_s = 0.0;
-                let joules = match (*last, power_w) {
-                    (Some(a), Some(b)) => (a + b) / 2.0 * dt_s,
-                    (Some(a), None) | (None, Some(a)) => a * dt_s,
-                    (None, None) => 0.0,
-                };
-                if power_w.is_some() {
-                    *last = power_w;
-                }
-                Reading::Joules(joules)
-            }
-        };
-        match &poll.temperature_c {
-            Ok(c) => {
-                device.max_temperature_c = Some(device.max_temperature_c.map_or(*c, |m| m.max(*c)))
-            }
-            Err(GpuError::NotSupported) => {}
-            Err(err) => count_error("temperature", err, device),
-        }
-        match &poll.memory_used_bytes {
-            Ok(b) => {
-                device.max_memory_used_bytes =
-                    Some(device.max_memory_used_bytes.map_or(*b, |m| m.max(*b)))
-            }
-            Err(GpuError::NotSupported) => {}
-            Err(err) => count_error("memory", err, device),
-        }
-        match &poll.utilization_pct {
-            Ok(pct) => {
-                device.busy_fraction = f64::from((*pct).min(100)) / 100.0;
-                device.utilization_pct_s += f64::from(*pct) * dt_s;
-                device.utilization_s += dt_s;
-            }
-            Err(GpuError::NotSupported) => {}
-            Err(err) => count_error("utilisation", err, device),
-        }
+        let power_w = device.read_power(&poll.power_mw, dt_s);
+        let energy = device.read_energy(&poll.energy_mj, power_w, dt_s);
+        device.read_figures(&poll, dt_s);
         device.telemetry = telemetry(&poll, power_w, device.identity.memory_total_bytes);
+        let util_pct = poll.utilization_pct.as_ref().ok().copied();
         if processes {
-            let samples = match poll.samples {
-                Some(Ok(samples)) => samples,
-                Some(Err(GpuError::NotFound | GpuError::NotSupported)) | None => Vec::new(),
-                Some(Err(err)) => {
-                    count_error("process utilisation", &err, device);
-                    Vec::new()
-                }
-            };
-            let mut fresh: Vec<ProcessSample> = samples
-                .into_iter()
-                .filter(|s| s.timestamp_us > device.last_seen_us)
-                .collect();
-            fresh.sort_by_key(|s| s.timestamp_us);
-            if let Some(max) = fresh.last().map(|s| s.timestamp_us) {
-                device.last_seen_us = max;
-            }
-            let new_samples = !fresh.is_empty();
-            device.window.extend(fresh);
-            let oldest_us = device.last_seen_us.saturating_sub(SHARE_WINDOW_US);
-            while device
-                .window
-                .front()
-                .is_some_and(|s| s.timestamp_us <= oldest_us)
-                || device.window.len() > MAX_WINDOW_SAMPLES
-            {
-                device.window.pop_front();
-            }
-            let running = match poll.running_pids {
-                Some(Ok(pids)) => Some(pids),
-                Some(Err(GpuError::NotSupported)) | None => None,
-                Some(Err(err)) => {
-                    count_error("process list", &err, device);
-                    None
-                }
-            };
-            let (shares, basis) = shares(
-                device.window.make_contiguous(),
-                new_samples,
-                &device.shares,
-                running.as_deref(),
-                device.busy_fraction,
-            );
-            if basis == ShareBasis::RunningList {
-                device.even_split_polls += 1;
-            }
-            device.shares = shares;
-            device.running_count = running.as_ref().map(Vec::len);
+            device.read_processes(poll.samples, poll.running_pids);
         }
         device.clock_s += dt_s;
-        let util_pct = poll.utilization_pct.as_ref().ok().copied();
         device
             .rest
             .observe(device.clock_s, power_w, util_pct, device.running_count);
@@ -587,6 +453,186 @@ impl<B: GpuBackend> GpuSource<B> {
             return Reading::unknown(Glitch::Unavailable);
         }
         energy
+    }
+}
+
+impl Device {
+    /// Counts a failed read of `what` (a lost GPU is polled no more).
+    fn count_error(&mut self, what: &str, err: &GpuError) {
+        if *err == GpuError::Lost {
+            self.lost = true;
+        }
+        *self.errors.entry(format!("{what}: {err}")).or_default() += 1;
+    }
+
+    /// The poll's power in watts, when read and plausible, added to the run's mean and
+    /// maximum (`dt_s`: since the previous poll).
+    fn read_power(&mut self, power_mw: &Result<u32, GpuError>, dt_s: f64) -> Option<f64> {
+        let max_power_w = counter::max_power_w(DomainKind::Gpu);
+        let power_w = match power_mw {
+            Ok(mw) if f64::from(*mw) / 1e3 > max_power_w => {
+                let err = GpuError::Other(format!(
+                    "power reading of {} W is above the {max_power_w:.0} W a GPU can draw",
+                    f64::from(*mw) / 1e3
+                ));
+                self.count_error("power", &err);
+                None
+            }
+            Ok(mw) => Some(f64::from(*mw) / 1e3),
+            Err(GpuError::NotSupported) => None,
+            Err(err) => {
+                self.count_error("power", err);
+                None
+            }
+        };
+        if let Some(w) = power_w {
+            self.power_w_s += w * dt_s;
+            self.power_s += dt_s;
+            self.max_power_w = Some(self.max_power_w.map_or(w, |m: f64| m.max(w)));
+        }
+        power_w
+    }
+
+    /// The energy since the previous poll (`dt_s` ago): from the energy counter, or from
+    /// the power readings (the mean of the last two) on a GPU without one; a counter the GPU
+    /// stops supporting gives way to the power readings for good.
+    fn read_energy(
+        &mut self,
+        energy_mj: &Result<u64, GpuError>,
+        power_w: Option<f64>,
+        dt_s: f64,
+    ) -> Reading {
+        self.since_energy_s += dt_s;
+        match (&mut self.energy, energy_mj) {
+            (EnergyMethod::Counter(counter), Ok(mj)) => {
+                let since_ns = (self.since_energy_s * 1e9) as u64;
+                self.since_energy_s = 0.0;
+                // A zero-length poll (the session's first read) only moves the origin.
+                match counter.advance(*mj, since_ns) {
+                    Ok(j) => Reading::Joules(j),
+                    Err((glitch, _)) => {
+                        *self.glitches.entry(glitch.describe()).or_default() += 1;
+                        Reading::unknown(glitch)
+                    }
+                }
+            }
+            (EnergyMethod::Counter(_), Err(GpuError::NotSupported)) => {
+                self.switched_to_power = true;
+                self.energy = EnergyMethod::Power(power_w);
+                self.since_energy_s = 0.0;
+                Reading::Joules(power_w.unwrap_or(0.0) * dt_s)
+            }
+            (EnergyMethod::Counter(_), Err(err)) => {
+                // The counter keeps its last value: this energy shows up in the next good read.
+                self.count_error("energy", err);
+                Reading::Pending
+            }
+            (EnergyMethod::Power(last), _) => {
+                self.since_energy_s = 0.0;
+                let joules = match (*last, power_w) {
+                    (Some(a), Some(b)) => (a + b) / 2.0 * dt_s,
+                    (Some(a), None) | (None, Some(a)) => a * dt_s,
+                    (None, None) => 0.0,
+                };
+                if power_w.is_some() {
+                    *last = power_w;
+                }
+                Reading::Joules(joules)
+            }
+        }
+    }
+
+    /// The poll's temperature, memory and utilisation, added to the run's maxima and means
+    /// (`dt_s`: since the previous poll); the utilisation is the GPU's busy fraction now.
+    fn read_figures(&mut self, poll: &GpuPoll, dt_s: f64) {
+        match &poll.temperature_c {
+            Ok(c) => {
+                self.max_temperature_c = Some(self.max_temperature_c.map_or(*c, |m| m.max(*c)))
+            }
+            Err(GpuError::NotSupported) => {}
+            Err(err) => self.count_error("temperature", err),
+        }
+        match &poll.memory_used_bytes {
+            Ok(b) => {
+                self.max_memory_used_bytes =
+                    Some(self.max_memory_used_bytes.map_or(*b, |m| m.max(*b)))
+            }
+            Err(GpuError::NotSupported) => {}
+            Err(err) => self.count_error("memory", err),
+        }
+        match &poll.utilization_pct {
+            Ok(pct) => {
+                self.busy_fraction = f64::from((*pct).min(100)) / 100.0;
+                self.utilization_pct_s += f64::from(*pct) * dt_s;
+                self.utilization_s += dt_s;
+            }
+            Err(GpuError::NotSupported) => {}
+            Err(err) => self.count_error("utilisation", err),
+        }
+    }
+
+    /// The per-process samples and the list of processes on the GPU, when asked for: the
+    /// samples newer than those seen join the window of the last [`SHARE_WINDOW_US`], and
+    /// the processes' shares of the GPU are worked out again from it.
+    fn read_processes(
+        &mut self,
+        samples: Option<Result<Vec<ProcessSample>, GpuError>>,
+        running_pids: Option<Result<Vec<u32>, GpuError>>,
+    ) {
+        let samples = match samples {
+            Some(Ok(samples)) => samples,
+            Some(Err(GpuError::NotFound | GpuError::NotSupported)) | None => Vec::new(),
+            Some(Err(err)) => {
+                self.count_error("process utilisation", &err);
+                Vec::new()
+            }
+        };
+        let new_samples = self.add_to_window(samples);
+        let running = match running_pids {
+            Some(Ok(pids)) => Some(pids),
+            Some(Err(GpuError::NotSupported)) | None => None,
+            Some(Err(err)) => {
+                self.count_error("process list", &err);
+                None
+            }
+        };
+        let (shares, basis) = shares(
+            self.window.make_contiguous(),
+            new_samples,
+            &self.shares,
+            running.as_deref(),
+            self.busy_fraction,
+        );
+        if basis == ShareBasis::RunningList {
+            self.even_split_polls += 1;
+        }
+        self.shares = shares;
+        self.running_count = running.as_ref().map(Vec::len);
+    }
+
+    /// Adds the samples newer than the last seen to the window, and drops those older than
+    /// [`SHARE_WINDOW_US`] (or past [`MAX_WINDOW_SAMPLES`]); returns whether any was new.
+    fn add_to_window(&mut self, samples: Vec<ProcessSample>) -> bool {
+        let mut fresh: Vec<ProcessSample> = samples
+            .into_iter()
+            .filter(|s| s.timestamp_us > self.last_seen_us)
+            .collect();
+        fresh.sort_by_key(|s| s.timestamp_us);
+        if let Some(max) = fresh.last().map(|s| s.timestamp_us) {
+            self.last_seen_us = max;
+        }
+        let new_samples = !fresh.is_empty();
+        self.window.extend(fresh);
+        let oldest_us = self.last_seen_us.saturating_sub(SHARE_WINDOW_US);
+        while self
+            .window
+            .front()
+            .is_some_and(|s| s.timestamp_us <= oldest_us)
+            || self.window.len() > MAX_WINDOW_SAMPLES
+        {
+            self.window.pop_front();
+        }
+        new_samples
     }
 }
 

@@ -11,6 +11,7 @@
 //! notes) is HTML-escaped, its control characters shown escaped ([`printable`]); the chart data travels as JSON in a `<script type=
 //! "application/json">` block with `<`, `>`, `&`, U+2028 and U+2029 escaped.
 
+pub mod diff;
 mod gpus;
 
 use std::{
@@ -25,12 +26,10 @@ use serde::{Deserialize, Deserializer, de};
 use serde_json::{Value, json};
 
 use crate::{
-    cli::ReportArgs,
-    compare::{Comparison, RowKind},
     output::{self, OutputError},
     printable::{fit, printable},
     privileges::Invoker,
-    report::Report,
+    report::{Report, read},
 };
 
 /// The version of the inlined chart library (`cg-agent/vendor/uplot`).
@@ -81,18 +80,19 @@ pub fn write_to_path(report: &Report, path: &Path, who: &Invoker) -> Result<(), 
     output::write_file_or_stdout(path, who, |out| out.write_all(page.as_bytes()))
 }
 
-/// `cg-trace report RUN.json -o FILE.html`: returns the exit status (2 on a report it
-/// cannot read or a page it may not create, 1 when writing the page fails).
-pub fn main(args: &ReportArgs, who: &Invoker) -> i32 {
-    if args.html_output != Path::new("-")
-        && let Err(err) = output::check(&args.html_output, who)
+/// `cg-trace report RUN.json -o FILE.html`: reads `input` (through [`read::load_bytes`]'s
+/// checks) and writes its page to `html_output` (`-` for stdout); returns the exit status (2
+/// on a report it cannot read or a page it may not create, 1 when writing the page fails).
+pub fn main(input: &Path, html_output: &Path, who: &Invoker) -> i32 {
+    if html_output != Path::new("-")
+        && let Err(err) = output::check(html_output, who)
     {
         crate::console::write_line(format_args!("cg-trace report: -o: {err}"));
-        return crate::compare::EXIT_BAD_INPUT;
+        return read::EXIT_BAD_INPUT;
     }
-    let parsed = crate::compare::load_bytes(&args.input).and_then(|bytes| {
-        parse(&bytes).map_err(|source| crate::compare::LoadError::NotJson {
-            path: args.input.display().to_string(),
+    let parsed = read::load_bytes(input).and_then(|bytes| {
+        parse(&bytes).map_err(|source| read::LoadError::NotJson {
+            path: input.display().to_string(),
             source,
         })
     });
@@ -103,12 +103,11 @@ pub fn main(args: &ReportArgs, who: &Invoker) -> i32 {
                 "cg-trace report: {}",
                 crate::printable::printable(&err.to_string())
             ));
-            return crate::compare::EXIT_BAD_INPUT;
+            return read::EXIT_BAD_INPUT;
         }
     };
     let page = render_parts(&parsed.report, &parsed.processes, &parsed.points, None);
-    match output::write_file_or_stdout(&args.html_output, who, |out| out.write_all(page.as_bytes()))
-    {
+    match output::write_file_or_stdout(html_output, who, |out| out.write_all(page.as_bytes())) {
         Ok(()) => 0,
         Err(err) => {
             crate::console::write_line(format_args!(
@@ -645,7 +644,7 @@ pub struct Parsed {
     pub points: Vec<Point>,
 }
 
-/// Reads a report's bytes (already checked by [`crate::compare::load_bytes`]) into what
+/// Reads a report's bytes (already checked by [`read::load_bytes`]) into what
 /// [`render_parts`] takes: the typed fast path, or, when the time series has another
 /// shape, again with the series read point by point. Either way its peak memory is a small
 /// multiple of the file's size (`cargo xtask bench --memory`).
@@ -1065,6 +1064,8 @@ const STATS_HEAD: &str = "<th class=\"n\">median</th><th class=\"n\">mean</th>\
     <th class=\"n\">std dev</th><th class=\"n\">CV</th><th class=\"n\">min</th>\
     <th class=\"n\">max</th><th class=\"n\">Q1</th><th class=\"n\">Q3</th><th>outlier runs</th>";
 
+/// The `--repeat` section: the set and its noise, the runs' chart, the statistics over the
+/// runs, and every run.
 fn repeat(
     body: &mut String,
     data: &mut serde_json::Map<String, Value>,
@@ -1074,9 +1075,21 @@ fn repeat(
     let Some(r) = report.get("repeat").filter(|r| r.is_object()) else {
         return;
     };
-    let verdict = text(r, &["noise_verdict"]);
     let stats = get(r, &["statistics"]).unwrap_or(&Value::Null);
     let runs = array(r, &["runs"]);
+    repeat_heading(body, r, stats, runs.len());
+    if !runs.is_empty() {
+        runs_chart(data, runs, stats, prov);
+        body.push_str("<div class=\"chart\" id=\"chart-runs\"></div>\n");
+    }
+    repeat_statistics(body, stats, prov);
+    repeat_lists(body, stats);
+    every_run(body, runs);
+}
+
+/// How many runs, how noisy, which run the other sections show.
+fn repeat_heading(body: &mut String, r: &Value, stats: &Value, runs: usize) {
+    let verdict = text(r, &["noise_verdict"]);
     // Reports before schema 1.6 judged the noise on the whole machine's energy.
     let noise_of = r
         .get("noise_of")
@@ -1089,7 +1102,7 @@ fn repeat(
          <span class=\"badge {}\">{}</span> (the {} energy's CV is {}: excellent &lt; 2 %, \
          good &lt; 5 %, moderate &lt; 10 %). The sections below show run {} (the one closest \
          to the median).</p>",
-        runs.len(),
+        runs,
         esc(&scalar(
             r.get("runs_requested_count").unwrap_or(&Value::Null)
         )),
@@ -1118,31 +1131,41 @@ fn repeat(
     if let Some(reason) = r.get("stopped_early").and_then(Value::as_str) {
         let _ = writeln!(body, "<p>Stopped early: {}</p>", esc(reason));
     }
-    if !runs.is_empty() {
-        let median = num(stats, &["energy_j", "median"]);
-        let index: Vec<Value> = runs
-            .iter()
-            .map(|run| run.get("index").cloned().unwrap_or(Value::Null))
-            .collect();
-        let energy = |outliers: bool| -> Vec<Value> {
-            runs.iter()
-                .map(|run| {
-                    let outlier = run.get("outlier").and_then(Value::as_bool).unwrap_or(false);
-                    match num(run, &["energy_j"]) {
-                        Some(j) if outlier == outliers => round3(j),
-                        _ => Value::Null,
-                    }
-                })
-                .collect()
-        };
-        data.insert(
-            "runs".into(),
-            json!({"index": index, "energy_j": energy(false), "outlier_energy_j": energy(true),
-                   "median_j": runs.iter().map(|_| median.map(round3).unwrap_or(Value::Null)).collect::<Vec<_>>(),
-                   "y_label": format!("energy (J, {prov})")}),
-        );
-        body.push_str("<div class=\"chart\" id=\"chart-runs\"></div>\n");
-    }
+}
+
+/// The chart data of the runs' energies: the outliers apart, the median as a line.
+fn runs_chart(
+    data: &mut serde_json::Map<String, Value>,
+    runs: &[Value],
+    stats: &Value,
+    prov: &str,
+) {
+    let median = num(stats, &["energy_j", "median"]);
+    let index: Vec<Value> = runs
+        .iter()
+        .map(|run| run.get("index").cloned().unwrap_or(Value::Null))
+        .collect();
+    let energy = |outliers: bool| -> Vec<Value> {
+        runs.iter()
+            .map(|run| {
+                let outlier = run.get("outlier").and_then(Value::as_bool).unwrap_or(false);
+                match num(run, &["energy_j"]) {
+                    Some(j) if outlier == outliers => round3(j),
+                    _ => Value::Null,
+                }
+            })
+            .collect()
+    };
+    data.insert(
+        "runs".into(),
+        json!({"index": index, "energy_j": energy(false), "outlier_energy_j": energy(true),
+               "median_j": runs.iter().map(|_| median.map(round3).unwrap_or(Value::Null)).collect::<Vec<_>>(),
+               "y_label": format!("energy (J, {prov})")}),
+    );
+}
+
+/// The statistics of the set's energy, duration and power, and of each domain's energy.
+fn repeat_statistics(body: &mut String, stats: &Value, prov: &str) {
     let _ = writeln!(
         body,
         "<h3>Statistics over the runs</h3>\n<table>\n<tr><th></th>{STATS_HEAD}</tr>"
@@ -1174,6 +1197,10 @@ fn repeat(
         }
     }
     body.push_str("</table>\n");
+}
+
+/// The statistics of each process group's and function's energy over the runs.
+fn repeat_lists(body: &mut String, stats: &Value) {
     for (key, title, name_key) in [
         (
             "process_groups",
@@ -1212,6 +1239,10 @@ fn repeat(
         }
         body.push_str("</table>\n");
     }
+}
+
+/// One line per run: when, how long, its energy and power, its exit status, outlier or not.
+fn every_run(body: &mut String, runs: &[Value]) {
     body.push_str(
         "<h3>Every run</h3>\n<table>\n<tr><th class=\"n\">run</th><th>started</th>\
          <th class=\"n\">duration</th><th class=\"n\">energy</th><th class=\"n\">average power</th>\
@@ -1550,154 +1581,6 @@ fn sources(body: &mut String, report: &Value) {
             body.push_str("</dl>\n");
         }
     }
-}
-
-// ---------------------------------------------------------------------------------------
-// The diff page
-
-/// The page of a comparison (`cg-trace diff ... --format html`).
-pub fn diff(c: &Comparison) -> String {
-    let mut body = String::new();
-    let _ = writeln!(
-        body,
-        "<h1>Energy diff: {} → {}</h1>\n<p>{}</p>",
-        esc_short(&c.base.path),
-        esc_short(&c.new.path),
-        if c.regression {
-            format!(
-                "<span class=\"badge bad\">regression</span> {}",
-                esc(&crate::compare::render::regression_line(c))
-            )
-        } else if let Some(max) = c.max_increase_pct {
-            format!(
-                "<span class=\"badge ok\">pass</span> no gated figure rose by more than {}",
-                fig(Some(max), "%")
-            )
-        } else {
-            "No gate (<code>--max-increase</code>) given.".into()
-        }
-    );
-    body.push_str(
-        "<table>\n<tr><th></th><th>report</th><th>run</th><th>machine</th><th>energy</th>\
-         <th>sources</th><th class=\"n\">runs</th></tr>\n",
-    );
-    for (label, side) in [("base", &c.base), ("new", &c.new)] {
-        let _ = writeln!(
-            body,
-            "<tr><td>{label}</td><td class=\"cmd\">{}</td><td>{}</td><td>{} / {}</td>\
-             <td><span class=\"badge {p}\">{p}</span></td><td>{}</td><td class=\"n\">{}</td></tr>",
-            esc_short(&side.path),
-            esc(&side.run_id),
-            esc(&side.hostname),
-            esc(&side.cpu_model),
-            esc(&side.sources.join(", ")),
-            side.runs_count,
-            p = side.provenance,
-        );
-    }
-    body.push_str("</table>\n");
-    for w in &c.warnings {
-        let _ = writeln!(
-            body,
-            "<p><span class=\"badge bad\">warning</span> {}</p>",
-            esc(w)
-        );
-    }
-    let _ = writeln!(
-        body,
-        "<p class=\"note\">Energies are medians over the runs when a side has several. {}</p>",
-        if c.tested {
-            format!(
-                "Both sides have --repeat runs: each row's per-run energies are compared with a \
-                 Mann-Whitney U test (significant below p = {}).",
-                c.alpha
-            )
-        } else {
-            "Not both sides have --repeat runs: no significance test.".into()
-        }
-    );
-    let _ = writeln!(
-        body,
-        "<p class=\"note\">{}</p>",
-        esc(&crate::compare::render::gate(c))
-    );
-    let max_pct = c
-        .rows
-        .iter()
-        .filter_map(|r| r.change_energy_pct)
-        .filter(|p| p.is_finite())
-        .map(f64::abs)
-        .fold(0.0, f64::max);
-    for kind in RowKind::ALL {
-        let rows: Vec<_> = c.rows.iter().filter(|r| r.kind == kind).collect();
-        if rows.is_empty() {
-            continue;
-        }
-        let _ = writeln!(
-            body,
-            "<h2>{}{}</h2>\n<table>\n<tr><th>name</th><th class=\"n\">base energy</th>\
-             <th class=\"n\">new energy</th><th class=\"n\">change (J)</th>\
-             <th class=\"n\">change (%)</th>\
-             <th></th><th class=\"n\">base CPU</th><th class=\"n\">new CPU</th>\
-             <th class=\"n\">p</th><th>verdict</th></tr>",
-            match kind {
-                RowKind::Targets => "Targets (the traced command and its descendants)",
-                RowKind::TargetDomain => "Targets per domain",
-                RowKind::Total => "Total (the whole machine)",
-                RowKind::Domain => "Per domain (the whole machine)",
-                RowKind::ProcessGroup => "Per process group",
-                RowKind::Function => "Per function",
-            },
-            if rows.iter().any(|r| r.gated) {
-                " (gated)"
-            } else {
-                " (context, not gated)"
-            }
-        );
-        for r in rows {
-            let pct = r.change_energy_pct;
-            let (class, fraction) = match pct {
-                Some(p) if max_pct > 0.0 => {
-                    (if p > 0.0 { "up" } else { "down" }, p.abs() / max_pct)
-                }
-                _ => ("", 0.0),
-            };
-            let verdict = match (&r.significance, r.regression) {
-                (_, true) => "<span class=\"badge bad\">regression</span>".to_string(),
-                (Some(t), false) => esc(t.verdict),
-                (None, false) => String::new(),
-            };
-            let _ = writeln!(
-                body,
-                "<tr><td class=\"cmd\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
-                 <td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td><td class=\"n\">{}</td>\
-                 <td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
-                esc_short(&r.name),
-                fig(Some(r.base_energy_j), "J"),
-                fig(Some(r.new_energy_j), "J"),
-                signed(r.change_energy_j, "J"),
-                pct.map(|p| signed(p, "%")).unwrap_or_else(|| "new".into()),
-                bar(fraction, class),
-                fig(r.base_cpu_time_s, "s"),
-                fig(r.new_cpu_time_s, "s"),
-                r.significance
-                    .as_ref()
-                    .map(|t| fig(Some(t.p_value), ""))
-                    .unwrap_or_else(|| "—".into()),
-                verdict,
-            );
-        }
-        body.push_str("</table>\n");
-    }
-    page(
-        &format!(
-            "cg-trace diff: {} → {}",
-            fit(&c.base.path, 60),
-            fit(&c.new.path, 60)
-        ),
-        &body,
-        &json!({}),
-    )
 }
 
 #[cfg(test)]
