@@ -101,7 +101,7 @@ fn subcommand(command: Command, run: RunArgs, invoker: &Invoker) -> Next {
     }
     let code = match command {
         Command::Diff(args) => crate::diff::main(&args, invoker),
-        Command::Compare(args) => crate::compare::interleaved::main(&args, run, invoker),
+        Command::Compare(args) => crate::interleaved::main(&args, run, invoker),
         Command::Report(args) => html::main(&args.input, &args.html_output, invoker),
         Command::Sources(args) => match args.sources.after(&run.sources) {
             Ok(sources) => inventory::main(&source_options(&sources), args.json),

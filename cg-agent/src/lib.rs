@@ -17,7 +17,8 @@
 //!   turns the command line into its configuration, [`app`] runs it and writes the outputs.
 //! - [`report`] builds the report model (and [`report::read`] reads a written one back);
 //!   [`export`] writes it; [`compare`] compares two read reports, and [`diff`] is the
-//!   subcommand that writes the comparison through the renderer asked for.
+//!   subcommand that writes the comparison through the renderer asked for; [`interleaved`]
+//!   is `cg-trace compare` (two commands measured head to head, then compared).
 //! - [`serve`] is the long-running exporter (`cg-trace serve`): Prometheus metrics over HTTP.
 //! - [`ui`] is the live terminal view (`cg-trace top`, `--tui`); it reads
 //!   [`report::live`], the report's counterpart while a run goes on.
@@ -45,6 +46,7 @@ pub mod export;
 pub mod functions;
 pub mod grouping;
 pub mod host;
+pub mod interleaved;
 pub mod inventory;
 pub mod manual;
 pub mod output;
