@@ -1,5 +1,6 @@
-//! From parsed arguments to a finished run: picks the mode (and whether the live view shows
-//! it), runs the session, builds the report, prints the summary and writes the outputs;
+//! From parsed arguments to a finished run: hands each subcommand to its module, decides
+//! whether the live view shows a run, runs the session with the configuration
+//! [`crate::run_config`] builds, builds the report, writes the outputs and prints the summary;
 //! returns the process exit code.
 
 use std::{
@@ -8,16 +9,16 @@ use std::{
 };
 
 use crate::{
-    cli::{Cli, Command, FunctionArgs, ReportFormat, RunArgs, SourceArgs},
+    cli::{Cli, Command, ReportFormat, RunArgs},
     export::{csv, flamegraph, folded, html, json, pprof, speedscope, summary},
-    functions::{FunctionOptions, spec::FuncSpec},
+    grouping::GroupBy,
     inventory, output,
     output::OutputError,
     printable::printable,
     privileges::Invoker,
     report,
-    session::{self, IdleWatts, Mode, RunConfig},
-    sources::{SourceChoice, SourceOptions},
+    run_config::{check_output, print_notice, report_format, run_config, source_options},
+    session::{self, Mode},
     ui,
 };
 
@@ -46,216 +47,191 @@ pub fn main_with(cli: Cli) -> i32 {
     // First of all: a setuid install is refused whatever it was asked to do.
     let invoker = match Invoker::detect() {
         Ok(invoker) => invoker,
-        Err(message) => {
-            crate::console::write_line(format_args!("cg-trace: {message}"));
-            return EXIT_USAGE;
-        }
+        Err(message) => return usage_error(message),
     };
     if let Some(samples) = cli.run.functions.bench_symbolize {
-        return match crate::functions::symbolize::bench(samples) {
-            Ok(line) => {
-                println!("{line}");
-                0
-            }
+        return bench_symbolize(samples);
+    }
+    let next = match cli.subcommand {
+        Some(command) => subcommand(command, cli.run, &invoker),
+        None => {
+            let view = view_of(&cli.run);
+            Next::Record(Box::new(cli.run), view)
+        }
+    };
+    match next {
+        Next::Exit(code) => code,
+        Next::Record(args, view) => record(*args, view, &invoker),
+    }
+}
+
+/// What the command line asks for once a subcommand that ends the program has run.
+enum Next {
+    /// Done: the exit code.
+    Exit(i32),
+    /// A run to record, headless or in the live view.
+    Record(Box<RunArgs>, View),
+}
+
+/// Bad usage found after parsing: `cg-trace: {message}` on stderr (even with `-q`); the exit
+/// code.
+fn usage_error(message: impl std::fmt::Display) -> i32 {
+    crate::console::error(message);
+    EXIT_USAGE
+}
+
+/// `--bench-symbolize N` (benchmarks): the symbolizer's speed on N samples, on stdout.
+fn bench_symbolize(samples: usize) -> i32 {
+    match crate::functions::symbolize::bench(samples) {
+        Ok(line) => {
+            println!("{line}");
+            0
+        }
+        Err(err) => {
+            crate::console::error(format_args!("--bench-symbolize: {err}"));
+            1
+        }
+    }
+}
+
+/// Runs a subcommand, or, for `top`, says what to record.
+fn subcommand(command: Command, run: RunArgs, invoker: &Invoker) -> Next {
+    if let Some(message) = misplaced_option(&command, &run) {
+        return Next::Exit(usage_error(message));
+    }
+    let code = match command {
+        Command::Diff(args) => crate::diff::main(&args, invoker),
+        Command::Compare(args) => crate::interleaved::main(&args, run, invoker),
+        Command::Report(args) => html::main(&args.input, &args.html_output, invoker),
+        Command::Sources(args) => match args.sources.after(&run.sources) {
+            Ok(sources) => inventory::main(&source_options(&sources), args.json),
+            Err(message) => usage_error(message),
+        },
+        Command::Completions(args) => crate::manual::print_completions(args.shell),
+        Command::ManPage(args) => crate::manual::print_man_page(&args),
+        Command::Serve(args) => serve(args, &run, invoker),
+        Command::Top(mut args) => {
+            return match args.sources.after(&run.sources) {
+                Ok(sources) => {
+                    args.sources = sources;
+                    Next::Record(args, View::Top)
+                }
+                Err(message) => Next::Exit(usage_error(message)),
+            };
+        }
+    };
+    Next::Exit(code)
+}
+
+/// A run's option given before a subcommand that would not see it: what to say instead.
+fn misplaced_option(command: &Command, run: &RunArgs) -> Option<String> {
+    let (option, instead) = match command {
+        Command::Diff(_) => (
+            option_before_subcommand(run)?,
+            "is a run option, not one of `diff`: `cg-trace diff BASE.json NEW.json \
+             [--max-increase PCT] [--gate WHAT] [--format text|markdown|json|html] [-o FILE]`",
+        ),
+        Command::Compare(_) => (
+            option_before_top(run)?,
+            "is an option of a single run, not one of `compare`: `cg-trace [SOURCE OPTIONS] \
+             compare -n N [--prepare CMD] 'CMD_A' 'CMD_B'`",
+        ),
+        Command::Report(_) => (
+            option_before_subcommand(run)?,
+            "is a run option, not one of `report`: `cg-trace report RUN.json -o report.html`",
+        ),
+        Command::Top(_) => (
+            option_before_top(run)?,
+            "goes after `top`: `cg-trace top [OPTIONS]`",
+        ),
+        Command::Sources(_) | Command::Completions(_) | Command::ManPage(_) | Command::Serve(_) => {
+            return None;
+        }
+    };
+    Some(format!("{option} {instead}"))
+}
+
+/// `cg-trace serve` (or its churn benchmark).
+fn serve(args: crate::cli::ServeArgs, run: &RunArgs, invoker: &Invoker) -> i32 {
+    if let Some(days) = args.bench_churn {
+        if let Err(message) = check_churn_days(days) {
+            return usage_error(message);
+        }
+        return match crate::serve::churn::run(days) {
+            Ok(()) => 0,
             Err(err) => {
-                crate::console::write_line(format_args!("cg-trace: --bench-symbolize: {err}"));
+                crate::console::error(format_args!("--bench-churn: {err}"));
                 1
             }
         };
     }
-    let (mut args, view) = match cli.subcommand {
-        Some(Command::Diff(diff_args)) => {
-            if let Some(option) = option_before_subcommand(&cli.run) {
-                crate::console::write_line(format_args!(
-                    "cg-trace: {option} is a run option, not one of `diff`: `cg-trace diff \
-                     BASE.json NEW.json [--max-increase PCT] [--gate WHAT] [--format \
-                     text|markdown|json|html] [-o FILE]`"
-                ));
-                return EXIT_USAGE;
-            }
-            return crate::diff::main(&diff_args, &invoker);
-        }
-        Some(Command::Compare(compare_args)) => {
-            if let Some(option) = option_before_top(&cli.run) {
-                crate::console::write_line(format_args!(
-                    "cg-trace: {option} is an option of a single run, not one of `compare`: \
-                     `cg-trace [SOURCE OPTIONS] compare -n N [--prepare CMD] 'CMD_A' 'CMD_B'`"
-                ));
-                return EXIT_USAGE;
-            }
-            return crate::compare::interleaved::main(&compare_args, cli.run, &invoker);
-        }
-        Some(Command::Report(report_args)) => {
-            if let Some(option) = option_before_subcommand(&cli.run) {
-                crate::console::write_line(format_args!(
-                    "cg-trace: {option} is a run option, not one of `report`: `cg-trace report \
-                     RUN.json -o report.html`"
-                ));
-                return EXIT_USAGE;
-            }
-            return html::main(&report_args.input, &report_args.html_output, &invoker);
-        }
-        Some(Command::Sources(sources_args)) => {
-            let sources = match sources_args.sources.after(&cli.run.sources) {
-                Ok(sources) => sources,
-                Err(message) => return usage_error(&message),
-            };
-            return inventory::main(&source_options(&sources), sources_args.json);
-        }
-        Some(Command::Completions(args)) => return crate::manual::print_completions(args.shell),
-        Some(Command::Serve(serve_args)) => {
-            if let Some(days) = serve_args.bench_churn {
-                if !(days.is_finite() && days > 0.0 && days <= 366.0) {
-                    crate::console::write_line(format_args!(
-                        "cg-trace: --bench-churn: days from 0 to 366"
-                    ));
-                    return EXIT_USAGE;
-                }
-                return match crate::serve::churn::run(days) {
-                    Ok(()) => 0,
-                    Err(err) => {
-                        crate::console::write_line(format_args!("cg-trace: --bench-churn: {err}"));
-                        1
-                    }
-                };
-            }
-            let sources = match serve_args.sources.after(&cli.run.sources) {
-                Ok(sources) => sources,
-                Err(message) => return usage_error(&message),
-            };
-            let config = crate::serve::ServeConfig {
-                listen: serve_args.listen,
-                interval: Duration::from_millis(serve_args.interval),
-                duration: serve_args.duration,
-                options: crate::serve::model::ServeOptions {
-                    top_groups: serve_args.top as usize,
-                    grace_ns: (serve_args.grace * 1e9) as u64,
-                    group_by: match serve_args.group_by {
-                        crate::cli::GroupByArg::Comm => crate::serve::model::GroupBy::Comm,
-                        crate::cli::GroupByArg::Cgroup => crate::serve::model::GroupBy::Cgroup,
-                        crate::cli::GroupByArg::Unit => crate::serve::model::GroupBy::Unit,
-                    },
-                },
-                kube_pods_url: serve_args.kube_pods_url.clone(),
-                kube_credentials: serve_args.kube_credentials.clone(),
-            };
-            return crate::serve::main(
-                &config,
-                source_options(&sources),
-                &invoker,
-                session::Notices::new(print_notice),
-            );
-        }
-        Some(Command::ManPage(args)) => return crate::manual::print_man_page(&args),
-        Some(Command::Top(mut args)) => {
-            if let Some(option) = option_before_top(&cli.run) {
-                crate::console::write_line(format_args!(
-                    "cg-trace: {option} goes after `top`: `cg-trace top [OPTIONS]`"
-                ));
-                return EXIT_USAGE;
-            }
-            args.sources = match args.sources.after(&cli.run.sources) {
-                Ok(sources) => sources,
-                Err(message) => return usage_error(&message),
-            };
-            (*args, View::Top)
-        }
-        None if cli.run.view.tui => (cli.run, View::Asked),
-        None if !names_targets(&cli.run) => (cli.run, View::Default),
-        None => (cli.run, View::Off),
+    let sources = match args.sources.after(&run.sources) {
+        Ok(sources) => sources,
+        Err(message) => return usage_error(message),
     };
-    if view != View::Off && !ui::stdout_is_terminal() {
-        if view == View::Default {
-            crate::console::write_line(format_args!(
-                "cg-trace: say what to trace: `cg-trace [OPTIONS] -- CMD [ARGS...]`, `--pid \
-                 PID[,PID...]` or `--all`, with `-o FILE` for the report; `cg-trace top` (the \
-                 default on a terminal) needs stdout to be a terminal (see --help)"
-            ));
-        } else {
-            crate::console::write_line(format_args!(
-                "cg-trace: the live view needs a terminal, and stdout is not one; to record \
-                 without it, name the report with `-o FILE` (e.g. `cg-trace --all -o \
-                 report.json`)"
-            ));
-        }
-        return EXIT_USAGE;
+    let config = crate::serve::ServeConfig {
+        listen: args.listen,
+        interval: Duration::from_millis(args.interval),
+        duration: args.duration,
+        options: crate::serve::model::ServeOptions {
+            top_groups: args.top as usize,
+            grace_ns: (args.grace * 1e9) as u64,
+            group_by: args.group_by,
+        },
+        kube_pods_url: args.kube_pods_url,
+        kube_credentials: args.kube_credentials,
+    };
+    crate::serve::main(
+        &config,
+        source_options(&sources),
+        invoker,
+        session::Notices::new(print_notice),
+    )
+}
+
+/// `--bench-churn DAYS`: a simulated span from 0 to a year.
+fn check_churn_days(days: f64) -> Result<(), &'static str> {
+    if days.is_finite() && days > 0.0 && days <= 366.0 {
+        Ok(())
+    } else {
+        Err("--bench-churn: days from 0 to 366")
     }
-    if view == View::Off && args.view.command_output.is_some() {
-        crate::console::write_line(format_args!(
-            "cg-trace: --command-output is for the live view: add --tui"
-        ));
-        return EXIT_USAGE;
+}
+
+/// Whether a run without a subcommand shows the live view.
+fn view_of(run: &RunArgs) -> View {
+    if run.view.tui {
+        View::Asked
+    } else if !names_targets(run) {
+        View::Default
+    } else {
+        View::Off
+    }
+}
+
+/// Records a run (once, or `--repeat` times), then writes and summarizes its report.
+fn record(mut args: RunArgs, view: View, invoker: &Invoker) -> i32 {
+    if let Err(message) = check_view(&args, view, ui::stdout_is_terminal()) {
+        return usage_error(message);
     }
     if view != View::Off && !names_targets(&args) {
         args.all = true;
     }
-    let config = match run_config(&args, &invoker) {
+    let config = match run_config(&args, invoker) {
         Ok(config) => config,
-        Err(message) => {
-            crate::console::error(message);
-            return EXIT_USAGE;
-        }
+        Err(message) => return usage_error(message),
     };
     if let Some(runs) = args.repeat.repeat {
-        if let Err(message) = check_repeat(&args, view) {
-            crate::console::write_line(format_args!("cg-trace: {message}"));
-            return EXIT_USAGE;
-        }
-        let plan = session::RepeatPlan {
-            runs,
-            warmup: args.repeat.warmup,
-            cooldown: Duration::from_secs_f64(args.repeat.cooldown),
-            commands: Vec::new(),
-            prepare: None,
-        };
-        let outcome = match session::run_repeat(config, plan) {
-            Ok(outcome) => outcome,
-            Err(err) => {
-                crate::console::error(&err);
-                return err.exit_code();
-            }
-        };
-        let reports = outcome.runs.iter().map(report::build).collect();
-        let info = report::repeat::SetInfo {
-            runs_requested_count: runs,
-            warmup_runs_count: args.repeat.warmup,
-            cooldown_s: args.repeat.cooldown,
-            stopped_early: outcome.stopped_early,
-        };
-        let Some(report) = report::repeat::combine(reports, info) else {
-            crate::console::write_line(format_args!("cg-trace: no run was measured"));
-            return outcome.exit_code.max(1);
-        };
-        return write_and_summarize(&args, &invoker, report, outcome.exit_code);
+        return record_repeat(&args, view, invoker, config, runs);
     }
     let outcome = if view == View::Off {
         session::run(config).map_err(ui::ViewError::from)
     } else {
-        let command_output = match view_command_output(&args, &config.mode, &invoker) {
+        let command_output = match view_command_output(&args, &config.mode, invoker) {
             Ok(path) => path,
-            Err(message) => {
-                crate::console::write_line(format_args!("cg-trace: {message}"));
-                return EXIT_USAGE;
-            }
+            Err(message) => return usage_error(message),
         };
-        let result = ui::run(
-            config,
-            ui::ViewOptions {
-                refresh: Duration::from_millis(args.view.refresh),
-                command_output: command_output.clone(),
-                exit_on_end: args.view.exit_on_end,
-                group_by_cgroup: args.group_by == crate::export::summary::GroupBy::Cgroup,
-                frame_stats: args.view.bench_frame_stats.clone(),
-            },
-        );
-        if let Some(path) = command_output.filter(|p| p.exists()) {
-            // Said even with -q: the command's output would be lost otherwise.
-            crate::console::error(format_args!(
-                "the command's output is in {}",
-                printable(&path.display().to_string())
-            ));
-        }
-        result
+        run_in_view(&args, config, command_output)
     };
     let outcome = match outcome {
         Ok(outcome) => outcome,
@@ -265,7 +241,91 @@ pub fn main_with(cli: Cli) -> i32 {
         }
     };
     let report = report::build(&outcome.recording);
-    write_and_summarize(&args, &invoker, report, outcome.exit_code)
+    write_and_summarize(&args, invoker, report, outcome.exit_code)
+}
+
+/// The live view needs a terminal on stdout; `--command-output` needs the live view.
+fn check_view(args: &RunArgs, view: View, stdout_is_terminal: bool) -> Result<(), &'static str> {
+    match view {
+        View::Default if !stdout_is_terminal => Err(
+            "say what to trace: `cg-trace [OPTIONS] -- CMD [ARGS...]`, `--pid PID[,PID...]` or \
+             `--all`, with `-o FILE` for the report; `cg-trace top` (the default on a terminal) \
+             needs stdout to be a terminal (see --help)",
+        ),
+        View::Top | View::Asked if !stdout_is_terminal => Err(
+            "the live view needs a terminal, and stdout is not one; to record without it, name \
+             the report with `-o FILE` (e.g. `cg-trace --all -o report.json`)",
+        ),
+        View::Off if args.view.command_output.is_some() => {
+            Err("--command-output is for the live view: add --tui")
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Records a run in the live view; says afterwards where the command's output went.
+fn run_in_view(
+    args: &RunArgs,
+    config: session::RunConfig,
+    command_output: Option<PathBuf>,
+) -> Result<session::Outcome, ui::ViewError> {
+    let result = ui::run(
+        config,
+        ui::ViewOptions {
+            refresh: Duration::from_millis(args.view.refresh),
+            command_output: command_output.clone(),
+            exit_on_end: args.view.exit_on_end,
+            group_by_cgroup: args.group_by == GroupBy::Cgroup,
+            frame_stats: args.view.bench_frame_stats.clone(),
+        },
+    );
+    if let Some(path) = command_output.filter(|p| p.exists()) {
+        // Said even with -q: the command's output would be lost otherwise.
+        crate::console::error(format_args!(
+            "the command's output is in {}",
+            printable(&path.display().to_string())
+        ));
+    }
+    result
+}
+
+/// `--repeat N`: records the runs, and writes and summarizes the report that combines them.
+fn record_repeat(
+    args: &RunArgs,
+    view: View,
+    invoker: &Invoker,
+    config: session::RunConfig,
+    runs: u32,
+) -> i32 {
+    if let Err(message) = check_repeat(args, view) {
+        return usage_error(message);
+    }
+    let plan = session::RepeatPlan {
+        runs,
+        warmup: args.repeat.warmup,
+        cooldown: Duration::from_secs_f64(args.repeat.cooldown),
+        commands: Vec::new(),
+        prepare: None,
+    };
+    let outcome = match session::run_repeat(config, plan) {
+        Ok(outcome) => outcome,
+        Err(err) => {
+            crate::console::error(&err);
+            return err.exit_code();
+        }
+    };
+    let reports = outcome.runs.iter().map(report::build).collect();
+    let info = report::repeat::SetInfo {
+        runs_requested_count: runs,
+        warmup_runs_count: args.repeat.warmup,
+        cooldown_s: args.repeat.cooldown,
+        stopped_early: outcome.stopped_early,
+    };
+    let Some(report) = report::repeat::combine(reports, info) else {
+        crate::console::error("no run was measured");
+        return outcome.exit_code.max(1);
+    };
+    write_and_summarize(args, invoker, report, outcome.exit_code)
 }
 
 /// `--repeat` runs a command, headless.
@@ -280,7 +340,7 @@ fn check_repeat(args: &RunArgs, view: View) -> Result<(), String> {
 }
 
 /// Writes the report and the function outputs, then prints the summary; returns the exit
-/// code (1 when an output could not be written).
+/// code (1 when an output could not be written, [`EXIT_BUDGET`] over a budget).
 fn write_and_summarize(
     args: &RunArgs,
     invoker: &Invoker,
@@ -293,59 +353,80 @@ fn write_and_summarize(
     let over_budget = report.budgets.iter().any(|b| b.exceeded);
     // The files first: a summary that cannot be printed (the terminal hung up) must not
     // cost the report.
-    let mut messages = Vec::new();
-    let mut exit_code = exit_code;
-    if let Some(path) = &args.output {
-        let write = match report_format(path, args.format) {
-            Some(ReportFormat::Csv) => csv::write_to_path,
-            Some(ReportFormat::Html) => html::write_to_path,
-            _ => json::write_to_path,
-        };
-        match write(&report, path, invoker) {
-            Ok(()) if path != Path::new("-") && !args.quiet => {
-                messages.push(format!(
-                    "cg-trace: report written to {}",
-                    printable(&path.display().to_string())
-                ));
-            }
-            Ok(()) => {}
-            Err(err) => {
-                messages.push(format!("cg-trace: the report (-o): {err}"));
-                exit_code = 1;
-            }
+    let written = write_outputs(args, invoker, &report);
+    let mut text = summary_text(args, &report);
+    for message in &written.messages {
+        text.push_str(message);
+        text.push('\n');
+    }
+    for budget in &report.budgets {
+        if let Some(line) = report::budget::message(budget) {
+            text.push_str(&line);
+            text.push('\n');
         }
     }
-    if let Some(path) = &args.csv {
-        match csv::write_to_path(&report, path, invoker) {
-            Ok(()) if path != Path::new("-") && !args.quiet => {
-                messages.push(format!(
-                    "cg-trace: CSV report written to {}",
-                    path.display()
-                ));
-            }
-            Ok(()) => {}
-            Err(err) => {
-                messages.push(format!("cg-trace: the CSV report (--csv): {err}"));
-                exit_code = 1;
-            }
-        }
+    crate::console::write_stderr(&text);
+    final_exit_code(exit_code, written.failed, over_budget)
+}
+
+/// The exit code of a run: 1 when an output could not be written, else the command's (or the
+/// session's), else [`EXIT_BUDGET`] over a budget.
+fn final_exit_code(exit_code: i32, write_failed: bool, over_budget: bool) -> i32 {
+    if write_failed {
+        1
+    } else if exit_code == 0 && over_budget {
+        EXIT_BUDGET
+    } else {
+        exit_code
     }
-    if let Some(path) = &args.html {
-        match html::write_to_path(&report, path, invoker) {
-            Ok(()) if path != Path::new("-") && !args.quiet => {
-                messages.push(format!(
-                    "cg-trace: HTML report written to {}",
-                    path.display()
-                ));
-            }
-            Ok(()) => {}
-            Err(err) => {
-                messages.push(format!("cg-trace: the HTML report (--html): {err}"));
-                exit_code = 1;
-            }
-        }
-    }
-    let function_outputs: [(&Option<PathBuf>, &str, WriteFn); 4] = [
+}
+
+/// What writing the outputs had to say: a line each, and whether one could not be written.
+#[derive(Debug, Default)]
+struct Written {
+    messages: Vec<String>,
+    failed: bool,
+}
+
+/// One output file of a run.
+struct OutputFile<'a> {
+    path: &'a Path,
+    /// What it is, in "{what} written to PATH".
+    what: &'static str,
+    /// What it is, in "{failed}: ERROR".
+    failed: String,
+    write: WriteFn,
+    /// `-` means standard output (nothing to say where it went).
+    dash_is_stdout: bool,
+}
+
+/// The outputs the arguments name, the report first.
+fn output_files(args: &RunArgs) -> Vec<OutputFile<'_>> {
+    let report_writer: WriteFn = match args
+        .output
+        .as_deref()
+        .map(|p| report_format(p, args.format))
+    {
+        Some(Some(ReportFormat::Csv)) => csv::write_to_path,
+        Some(Some(ReportFormat::Html)) => html::write_to_path,
+        _ => json::write_to_path,
+    };
+    let reports: [(&Option<PathBuf>, &str, &str, WriteFn); 3] = [
+        (&args.output, "report", "the report (-o)", report_writer),
+        (
+            &args.csv,
+            "CSV report",
+            "the CSV report (--csv)",
+            csv::write_to_path,
+        ),
+        (
+            &args.html,
+            "HTML report",
+            "the HTML report (--html)",
+            html::write_to_path,
+        ),
+    ];
+    let functions: [(&Option<PathBuf>, &str, WriteFn); 4] = [
         (
             &args.functions.folded,
             "folded stacks",
@@ -363,35 +444,67 @@ fn write_and_summarize(
         ),
         (&args.functions.pprof, "pprof profile", pprof::write_to_path),
     ];
-    for (path, what, write) in function_outputs {
-        if let Some(path) = path {
-            match write(&report, path, invoker) {
-                Ok(()) if args.quiet => {}
-                Ok(()) => messages.push(format!("cg-trace: {what} written to {}", path.display())),
-                Err(err) => {
-                    messages.push(format!("cg-trace: the {what}: {err}"));
-                    exit_code = 1;
-                }
+    let reports = reports
+        .into_iter()
+        .filter_map(|(path, what, failed, write)| {
+            Some(OutputFile {
+                path: path.as_deref()?,
+                what,
+                failed: failed.to_string(),
+                write,
+                dash_is_stdout: true,
+            })
+        });
+    let functions = functions.into_iter().filter_map(|(path, what, write)| {
+        Some(OutputFile {
+            path: path.as_deref()?,
+            what,
+            failed: format!("the {what}"),
+            write,
+            dash_is_stdout: false,
+        })
+    });
+    reports.chain(functions).collect()
+}
+
+/// Writes every output the arguments name; says where each went (unless `-q`) or why not.
+fn write_outputs(args: &RunArgs, invoker: &Invoker, report: &report::Report) -> Written {
+    let mut written = Written::default();
+    for output in output_files(args) {
+        match (output.write)(report, output.path, invoker) {
+            Ok(()) if args.quiet || (output.dash_is_stdout && output.path == Path::new("-")) => {}
+            Ok(()) => written.messages.push(format!(
+                "cg-trace: {} written to {}",
+                output.what,
+                printable(&output.path.display().to_string())
+            )),
+            Err(err) => {
+                written
+                    .messages
+                    .push(format!("cg-trace: {}: {err}", output.failed));
+                written.failed = true;
             }
         }
     }
-    let mut text = if args.quiet {
-        String::new()
-    } else {
-        summary::render_with(
-            &report,
-            summary::SummaryOptions {
-                threads: args.threads,
-                group_by: args.group_by,
-            },
-        )
-    };
+    written
+}
+
+/// The summary, and a `--repeat` set's statistics and noise warning (nothing with `-q`).
+fn summary_text(args: &RunArgs, report: &report::Report) -> String {
+    if args.quiet {
+        return String::new();
+    }
+    let mut text = summary::render_with(
+        report,
+        summary::SummaryOptions {
+            threads: args.threads,
+            group_by: args.group_by,
+        },
+    );
     if let Some(repeat) = &report.repeat {
-        if !args.quiet {
-            let estimated = report.meta.measurement_quality.grade == "estimated";
-            text.push_str(&report::repeat::render(repeat, estimated));
-        }
-        if repeat.noise_verdict.worrying() && !args.quiet {
+        let estimated = report.meta.measurement_quality.grade == "estimated";
+        text.push_str(&report::repeat::render(repeat, estimated));
+        if repeat.noise_verdict.worrying() {
             text.push_str(&format!(
                 "cg-trace: warning: the runs are noisy ({}: the targets' energy varies by \
                  {:.1}% (CV) from run to run); quiet the machine, add --warmup or more --repeat \
@@ -401,22 +514,7 @@ fn write_and_summarize(
             ));
         }
     }
-    for message in messages {
-        text.push_str(&message);
-        text.push('\n');
-    }
-    for budget in &report.budgets {
-        if let Some(line) = report::budget::message(budget) {
-            text.push_str(&line);
-            text.push('\n');
-        }
-    }
-    crate::console::write_stderr(&text);
-    if over_budget && exit_code == 0 {
-        EXIT_BUDGET
-    } else {
-        exit_code
-    }
+    text
 }
 
 /// `--max-energy` and `--max-power`, as the report checks them.
@@ -435,12 +533,6 @@ fn budget_limits(args: &RunArgs) -> Vec<report::budget::Limit> {
     let mut all = limits(Kind::Energy, &args.repeat.max_energy);
     all.extend(limits(Kind::Power, &args.repeat.max_power));
     all
-}
-
-/// Bad usage found after parsing: said on stderr; the exit code.
-fn usage_error(message: &str) -> i32 {
-    eprintln!("cg-trace: {message}");
-    EXIT_USAGE
 }
 
 /// An option of a run given before a subcommand that takes none of them (`diff`, `report`).
@@ -465,10 +557,7 @@ fn option_before_top(run: &RunArgs) -> Option<&'static str> {
         (run.timeseries, "--timeseries"),
         (run.quiet, "-q"),
         (run.threads, "--threads"),
-        (
-            run.group_by != crate::export::summary::GroupBy::None,
-            "--group-by",
-        ),
+        (run.group_by != GroupBy::None, "--group-by"),
         (run.view.tui, "--tui"),
         (run.view.refresh != 1000, "--refresh"),
         (run.view.command_output.is_some(), "--command-output"),
@@ -524,283 +613,143 @@ fn view_command_output(
     Ok(Some(path))
 }
 
-/// Checks the arguments that clap cannot check alone, and that every output can be written
-/// for `invoker`, and builds the run's configuration.
-pub fn run_config(args: &RunArgs, invoker: &Invoker) -> Result<RunConfig, String> {
-    let mode = if !args.command.is_empty() {
-        Mode::Wrap {
-            command: args.command.clone(),
-        }
-    } else if !args.pid.is_empty() {
-        Mode::Attach {
-            pids: args.pid.clone(),
-        }
-    } else if args.all {
-        Mode::System
-    } else {
-        return Err(
-            "say what to trace: `cg-trace [OPTIONS] -- CMD [ARGS...]`, `--pid PID[,PID...]` or \
-             `--all` (see --help)"
-                .into(),
-        );
-    };
-    if let Some(path) = &args.output {
-        check_report_path(path, args.format, invoker)?;
-    }
-    if let Some(path) = args.csv.as_deref().filter(|p| *p != Path::new("-")) {
-        check_output(path, "--csv", invoker)?;
-    }
-    if let Some(path) = args.html.as_deref().filter(|p| *p != Path::new("-")) {
-        check_output(path, "--html", invoker)?;
-    }
-    let outputs = [
-        (&args.output, "-o"),
-        (&args.csv, "--csv"),
-        (&args.html, "--html"),
-        (&args.functions.folded, "--folded"),
-        (&args.functions.flamegraph, "--flamegraph"),
-        (&args.functions.speedscope, "--speedscope"),
-        (&args.functions.pprof, "--pprof"),
-        (&args.view.command_output, "--command-output"),
-    ];
-    for (i, (a, a_name)) in outputs.iter().enumerate() {
-        for (b, b_name) in &outputs[i + 1..] {
-            if let (Some(a), Some(b)) = (a, b)
-                && a == b
-                && (a != Path::new("-") || matches!(*b_name, "--csv" | "--html"))
-            {
-                return Err(format!(
-                    "{a_name} and {b_name} name the same file {}: give each its own",
-                    a.display()
-                ));
-            }
-        }
-    }
-    let functions = function_options(&args.functions, invoker)?;
-    if let Some(path) = &args.view.bench_frame_stats {
-        check_output(path, "--bench-frame-stats", invoker)?;
-    }
-    Ok(RunConfig {
-        command_stdout_to_stderr: matches!(mode, Mode::Wrap { .. })
-            && (args.output.as_deref() == Some(Path::new("-"))
-                || args.csv.as_deref() == Some(Path::new("-"))
-                || args.html.as_deref() == Some(Path::new("-"))),
-        invoker: invoker.clone(),
-        mode,
-        interval: Duration::from_millis(args.interval),
-        duration: args.duration,
-        sources: source_options(&args.sources),
-        idle_watts: args.idle_watts.clone().unwrap_or(IdleWatts::Estimate),
-        calibration: Duration::from_millis(args.calibrate_ms),
-        timeseries: args.timeseries,
-        proc_root: "/proc".into(),
-        noop_probes: args.bench_noop_probes,
-        accounting: args.accounting.map(Into::into),
-        functions,
-        notices: session::Notices::new(print_notice),
-        bounded_memory: false,
-    })
-}
-
-/// Words and prints a session's remark on stderr (see [`session::Notice`]).
-fn print_notice(notice: &session::Notice) {
-    use session::Notice;
-    let line = match notice {
-        Notice::Targets(text) => format!("cg-trace: {text}"),
-        Notice::SourcesChosen {
-            names,
-            provenance,
-            reason,
-            replaced,
-        } => {
-            let from = if *replaced {
-                " after the calibration"
-            } else {
-                ""
-            };
-            let names = names.join(", ");
-            let names = printable(&names);
-            match provenance {
-                crate::sources::Provenance::Measured => {
-                    format!("cg-trace: energy source{from}: {names} (measured): {reason}")
-                }
-                // Why is said once, in the quality notes at the end, with the figures.
-                crate::sources::Provenance::Estimated => format!(
-                    "cg-trace: energy source{from}: {names} (ESTIMATED; why: see the quality \
-                     notes at the end)"
-                ),
-            }
-        }
-        Notice::SourceWarning(text) => format!("cg-trace: warning: {text}"),
-        Notice::NoopProbes => "cg-trace: --bench-noop-probes: sched_switch accounts nothing; \
-                               figures are meaningless"
-            .to_string(),
-        Notice::StillRunning(process) => format!(
-            "cg-trace: warning: pid {} ({}) that the command started is still running; \
-             cg-trace stopped tracing it",
-            process.pid,
-            printable(&process.command.join(" "))
-        ),
-        Notice::NeverStarted(reason) => format!("cg-trace: {reason}"),
-        Notice::MeasuredNothing(err) => {
-            format!("cg-trace: error: {err}; its energy is unknown for the whole run")
-        }
-        Notice::Functions(text) => format!("cg-trace: {text}"),
-        Notice::RunDone {
-            command,
-            warmup,
-            number,
-            of,
-            duration_s,
-        } => format!(
-            "cg-trace: {}run {number}/{of}{} done ({duration_s:.3} s)",
-            if *warmup { "warm-up " } else { "" },
-            match command {
-                Some(0) => " of A",
-                Some(_) => " of B",
-                None => "",
-            }
-        ),
-    };
-    // With -q only errors, and why the exit status is not the command's, are said.
-    let always = matches!(notice, Notice::NeverStarted(_) | Notice::MeasuredNothing(_));
-    if always || !crate::console::is_quiet() {
-        crate::console::write_stderr(&format!("{line}\n"));
-    }
-}
-
-/// The options that choose and configure the energy sources, defaults applied.
-pub fn source_options(args: &SourceArgs) -> SourceOptions {
-    SourceOptions {
-        choice: args.source.unwrap_or(SourceChoice::Auto),
-        powercap_root: args
-            .powercap_root
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(crate::sources::powercap::DEFAULT_ROOT)),
-        perf_root: args
-            .perf_root
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(crate::sources::perf::DEFAULT_ROOT)),
-        perf_counters_from: args.perf_counters_from.clone(),
-        model_watts: args.model_watts.map(|m| (m.idle_w, m.max_w)),
-        nvml_lib: (!args.no_gpu).then(|| {
-            args.nvml_lib
-                .clone()
-                .unwrap_or_else(|| PathBuf::from(crate::sources::nvml::DEFAULT_LIB))
-        }),
-        nvml_required: args.nvml_lib.is_some(),
-        power_log: args.power_log.clone(),
-        state_dir: args
-            .state_dir
-            .clone()
-            .or_else(crate::sources::gpu_rest::default_state_dir),
-    }
-}
-
-/// The report's format follows `--format`, else the file's extension (`-`: JSON on stdout);
-/// the file must be possible to write before we measure.
-fn check_report_path(
-    path: &Path,
-    format: Option<ReportFormat>,
-    invoker: &Invoker,
-) -> Result<(), String> {
-    if path == Path::new("-") {
-        return Ok(());
-    }
-    match report_format(path, format) {
-        Some(ReportFormat::Json | ReportFormat::Csv | ReportFormat::Html) => {}
-        None => {
-            return Err(format!(
-                "-o {}: unknown report format: name the file *.json, *.csv or *.html, add \
-                 `--format json` (csv, html), or use `-o -` for JSON on stdout",
-                path.display()
-            ));
-        }
-    }
-    output::check(path, invoker).map_err(|err| {
-        let hint = match err {
-            // `-o /dev/stdout` and the like.
-            OutputError::NotRegular { .. } => " (`-o -` writes the report to standard output)",
-            _ => "",
-        };
-        format!("-o: {err}{hint}")
-    })
-}
-
-/// `--format`, else the format the file's extension names; JSON on stdout (`-o -`).
-fn report_format(path: &Path, format: Option<ReportFormat>) -> Option<ReportFormat> {
-    if path == Path::new("-") {
-        return Some(format.unwrap_or(ReportFormat::Json));
-    }
-    let from_name = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .and_then(ReportFormat::from_extension);
-    format.or(from_name)
-}
-
+/// A writer of one output file: the report (JSON, CSV, HTML) or a function profile.
 type WriteFn = fn(&report::Report, &Path, &Invoker) -> Result<(), OutputError>;
 
-/// `--func`, `--profile` and their outputs.
-fn function_options(args: &FunctionArgs, invoker: &Invoker) -> Result<FunctionOptions, String> {
-    let mut specs = Vec::new();
-    for text in &args.func {
-        specs.extend(FuncSpec::parse_list(text)?);
-    }
-    for (path, what) in [
-        (&args.folded, "--folded"),
-        (&args.flamegraph, "--flamegraph"),
-        (&args.speedscope, "--speedscope"),
-        (&args.pprof, "--pprof"),
-    ] {
-        if let Some(path) = path {
-            check_output(path, what, invoker)?;
-        }
-    }
-    if let Some(path) = &args.flamegraph
-        && path.extension().and_then(|e| e.to_str()) != Some("svg")
-    {
-        return Err(format!(
-            "--flamegraph {}: the flamegraph is an SVG; name the file *.svg",
-            path.display()
-        ));
-    }
-    if args.func_limit == 0 {
-        return Err("--func-limit 0: nothing could be probed; give a limit of at least 1".into());
-    }
-    for dir in &args.debug_dir {
-        if !dir.is_absolute() || !dir.is_dir() {
-            return Err(format!(
-                "--debug-dir {}: not an existing directory given by its absolute path; \
-                 name the folder that holds the debug files (its .build-id/ tree)",
-                dir.display()
-            ));
-        }
-    }
-    Ok(FunctionOptions {
-        specs,
-        func_limit: args.func_limit,
-        profile: args.profile
-            || args.folded.is_some()
-            || args.flamegraph.is_some()
-            || args.speedscope.is_some()
-            || args.pprof.is_some(),
-        sample_hz: args.sample_hz,
-        stacks: args.stacks,
-        top: args.top_functions,
-        bench_empty_probes: args.bench_empty_func,
-        lines: !args.no_lines,
-        debug_dirs: if args.debug_dir.is_empty() {
-            crate::functions::debuginfo::DebugDirs::default()
-        } else {
-            crate::functions::debuginfo::DebugDirs(args.debug_dir.clone())
-        },
-    })
-}
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
 
-/// An output must be possible to write, for the user the run is for, before we measure:
-/// its directory opens, a fresh file can be created there (and is removed at once), and an
-/// existing file of that name is one cg-trace may replace (see [`crate::output`]).
-fn check_output(path: &Path, what: &str, invoker: &Invoker) -> Result<(), String> {
-    output::check(path, invoker).map_err(|err| format!("{what}: {err}"))
+    use super::*;
+
+    /// The command line `cg-trace ARGS...`, parsed.
+    fn cli(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("cg-trace").chain(args.iter().copied()))
+            .unwrap_or_else(|err| panic!("{args:?}: {err}"))
+    }
+
+    /// What `cg-trace ARGS...` says of a run option given before its subcommand.
+    fn misplaced(args: &[&str]) -> Option<String> {
+        let cli = cli(args);
+        misplaced_option(cli.subcommand.as_ref().expect("a subcommand"), &cli.run)
+    }
+
+    #[test]
+    fn a_run_option_before_a_subcommand_is_named_with_the_subcommands_usage() {
+        let diff = misplaced(&["--all", "diff", "a.json", "b.json"]).unwrap();
+        assert!(
+            diff.starts_with("--all is a run option, not one of `diff`: "),
+            "{diff}"
+        );
+        assert!(diff.contains("`cg-trace diff BASE.json NEW.json"), "{diff}");
+        let report = misplaced(&["-q", "report", "run.json", "-o", "r.html"]).unwrap();
+        assert!(
+            report.starts_with("-q is a run option, not one of `report`"),
+            "{report}"
+        );
+        let top = misplaced(&["--interval", "50", "top"]).unwrap();
+        assert_eq!(top, "--interval goes after `top`: `cg-trace top [OPTIONS]`");
+        let compare = misplaced(&["--pid", "1", "compare", "true", "false"]).unwrap();
+        assert!(compare.starts_with("--pid is an option of a single run, not one of `compare`"));
+    }
+
+    #[test]
+    fn source_options_may_come_before_top_and_compare_but_not_diff_or_report() {
+        fn with<'a>(tail: &[&'a str]) -> Vec<&'a str> {
+            [&["--model-watts", "5:50"][..], tail].concat()
+        }
+        assert_eq!(misplaced(&with(&["top"])), None);
+        assert_eq!(misplaced(&with(&["compare", "true", "false"])), None);
+        assert!(misplaced(&with(&["diff", "a.json", "b.json"])).is_some());
+        assert!(misplaced(&with(&["report", "run.json", "-o", "r.html"])).is_some());
+        // Subcommands that take every option they need, or none.
+        assert_eq!(misplaced(&["--all", "sources"]), None);
+        assert_eq!(misplaced(&["diff", "a.json", "b.json"]), None);
+    }
+
+    #[test]
+    fn the_live_view_shows_a_run_asked_for_it_or_without_targets() {
+        assert_eq!(view_of(&cli(&["--", "true"]).run), View::Off);
+        assert_eq!(view_of(&cli(&["--all", "-o", "r.json"]).run), View::Off);
+        assert_eq!(view_of(&cli(&["--tui", "--", "true"]).run), View::Asked);
+        assert_eq!(view_of(&cli(&[]).run), View::Default);
+    }
+
+    #[test]
+    fn the_live_view_needs_a_terminal_and_command_output_needs_the_view() {
+        let plain = cli(&["--", "true"]).run;
+        for view in [View::Off, View::Top, View::Asked, View::Default] {
+            assert_eq!(check_view(&plain, view, true), Ok(()), "{view:?}");
+        }
+        assert_eq!(check_view(&plain, View::Off, false), Ok(()));
+        let default = check_view(&plain, View::Default, false).unwrap_err();
+        assert!(default.starts_with("say what to trace"), "{default}");
+        for view in [View::Top, View::Asked] {
+            let err = check_view(&plain, view, false).unwrap_err();
+            assert!(err.starts_with("the live view needs a terminal"), "{err}");
+        }
+        let output = cli(&["--command-output", "out.txt", "--", "true"]).run;
+        assert_eq!(
+            check_view(&output, View::Off, true),
+            Err("--command-output is for the live view: add --tui")
+        );
+        assert_eq!(check_view(&output, View::Asked, true), Ok(()));
+    }
+
+    #[test]
+    fn repeat_runs_a_command_headless() {
+        let run = cli(&["--repeat", "3", "--", "true"]).run;
+        assert_eq!(check_repeat(&run, View::Off), Ok(()));
+        let err = check_repeat(&run, View::Asked).unwrap_err();
+        assert!(err.contains("drop --tui"), "{err}");
+        let err = check_repeat(&cli(&["--repeat", "3", "--all"]).run, View::Off).unwrap_err();
+        assert!(err.starts_with("--repeat runs a command"), "{err}");
+    }
+
+    #[test]
+    fn churn_days_are_from_zero_to_a_year() {
+        assert_eq!(check_churn_days(1.0), Ok(()));
+        assert_eq!(check_churn_days(366.0), Ok(()));
+        for days in [0.0, -1.0, 367.0, f64::NAN, f64::INFINITY] {
+            assert!(check_churn_days(days).is_err(), "{days}");
+        }
+    }
+
+    #[test]
+    fn a_failed_output_wins_over_the_commands_status_which_wins_over_a_budget() {
+        assert_eq!(final_exit_code(0, false, false), 0);
+        assert_eq!(final_exit_code(0, false, true), EXIT_BUDGET);
+        assert_eq!(final_exit_code(7, false, true), 7);
+        assert_eq!(final_exit_code(7, true, false), 1);
+        assert_eq!(final_exit_code(0, true, true), 1);
+    }
+
+    #[test]
+    fn outputs_are_written_report_first_each_named_as_its_option_says() {
+        let run = cli(&[
+            "--pprof", "p.pb", "--csv", "r.csv", "-o", "r.html", "--folded", "f.txt", "--", "true",
+        ])
+        .run;
+        let files = output_files(&run);
+        let named: Vec<(&str, &str, bool)> = files
+            .iter()
+            .map(|f| {
+                (
+                    f.path.to_str().unwrap(),
+                    f.failed.as_str(),
+                    f.dash_is_stdout,
+                )
+            })
+            .collect();
+        assert_eq!(
+            named,
+            [
+                ("r.html", "the report (-o)", true),
+                ("r.csv", "the CSV report (--csv)", true),
+                ("f.txt", "the folded stacks", false),
+                ("p.pb", "the pprof profile", false),
+            ]
+        );
+        assert!(output_files(&cli(&["--", "true"]).run).is_empty());
+    }
 }

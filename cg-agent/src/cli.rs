@@ -5,7 +5,7 @@ use std::{collections::BTreeMap, ffi::OsString, path::PathBuf, time::Duration};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::{session::IdleWatts, sources::SourceChoice};
+use crate::{grouping::GroupBy, session::IdleWatts, sources::SourceChoice};
 
 pub(crate) const EXAMPLES: &str = "\
 Examples:
@@ -115,8 +115,9 @@ pub struct ServeArgs {
     /// What makes a process group: the command name, the cgroup (container, Kubernetes pod,
     /// systemd unit or path; series labelled container_id, pod_uid, systemd_unit) or the
     /// systemd unit
-    #[arg(long, value_enum, value_name = "BY", default_value_t = GroupByArg::Comm)]
-    pub group_by: GroupByArg,
+    #[arg(long, value_name = "BY", default_value = "comm",
+          value_parser = GroupBy::parser(GroupBy::SERIES, false))]
+    pub group_by: GroupBy,
 
     /// Seconds a group without live processes keeps its series before its energy moves to
     /// `exited`
@@ -162,14 +163,6 @@ impl From<AccountingArg> for crate::probes::Accounting {
             AccountingArg::Switch => crate::probes::Accounting::Switch,
         }
     }
-}
-
-/// `cg-trace serve --group-by`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum GroupByArg {
-    Comm,
-    Cgroup,
-    Unit,
 }
 
 fn parse_grace(s: &str) -> Result<f64, String> {
@@ -303,7 +296,7 @@ pub struct SourcesArgs {
 /// The options that choose and configure the energy sources: those of a tracing run, `top`,
 /// `sources` and `serve` (not of `diff`, `report`, ...). They may also come before the
 /// subcommand (`cg-trace --source model top`): [`SourceArgs::after`] joins the two places.
-/// No defaults here, so that "not given" is seen; `app::source_options` applies them.
+/// No defaults here, so that "not given" is seen; `run_config::source_options` applies them.
 #[derive(Clone, Debug, Default, Args)]
 #[command(next_help_heading = "Energy sources")]
 pub struct SourceArgs {
@@ -474,8 +467,9 @@ pub struct RunArgs {
     /// command with its descendants), per cgroup (container, Kubernetes pod, systemd unit,
     /// else the path; also the live view's grouping, where `C` switches it), or per process
     /// (none)
-    #[arg(long, value_enum, value_name = "HOW", default_value_t = crate::export::summary::GroupBy::None)]
-    pub group_by: crate::export::summary::GroupBy,
+    #[arg(long, value_name = "HOW", default_value = "none",
+          value_parser = GroupBy::parser(GroupBy::ROWS, true))]
+    pub group_by: GroupBy,
 
     #[command(flatten)]
     pub view: ViewArgs,

@@ -15,16 +15,19 @@
 //! - [`attribution`] is pure: it splits each domain's energy into idle, targets and other.
 //! - [`accounting`] is pure: the per-interval step (a snapshot's activity to an attributed
 //!   interval) and the running idle fit that the report, the live view and [`serve`] share.
-//! - [`session`] runs a mode (wrap, attach, system) and records every interval.
+//! - [`session`] runs a mode (wrap, attach, system) and records every interval; [`run_config`]
+//!   turns the command line into its configuration, [`app`] runs it and writes the outputs.
 //! - [`report`] builds the report model (and [`report::read`] reads a written one back);
 //!   [`export`] writes it; [`compare`] compares two read reports, and [`diff`] is the
-//!   subcommand that writes the comparison through the renderer asked for.
+//!   subcommand that writes the comparison through the renderer asked for; [`interleaved`]
+//!   is `cg-trace compare` (two commands measured head to head, then compared).
 //! - [`serve`] is the long-running exporter (`cg-trace serve`): Prometheus metrics over HTTP.
 //! - [`ui`] is the live terminal view (`cg-trace top`, `--tui`); it reads
 //!   [`report::live`], the report's counterpart while a run goes on.
 //! - [`functions`] is function-level profiling's user-space half (SPECs, ELF symbols,
 //!   CPython, symbolization); its kernel half is in [`probes`].
-//! - [`cgroup`] reads a process's cgroup and what its path says (container, pod, unit).
+//! - [`cgroup`] reads a process's cgroup and what its path says (container, pod, unit);
+//!   [`grouping`] lists the ways processes are grouped (`--group-by`).
 //! - [`console`] is what cg-trace says on stderr besides the summary (`-q`, the log).
 //! - [`printable`] shows text from outside (names, command lines, paths) with its control
 //!   characters escaped, in every text output.
@@ -44,7 +47,9 @@ pub mod console;
 pub mod diff;
 pub mod export;
 pub mod functions;
+pub mod grouping;
 pub mod host;
+pub mod interleaved;
 pub mod inventory;
 pub mod manual;
 pub mod output;
@@ -52,6 +57,7 @@ pub mod printable;
 pub mod privileges;
 pub mod probes;
 pub mod report;
+pub mod run_config;
 pub mod serve;
 pub mod session;
 pub mod small_map;

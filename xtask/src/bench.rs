@@ -13,7 +13,7 @@ use std::{
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
-use crate::{cargo, root, status};
+use crate::{cargo, root, rounds::median, status};
 
 struct Config {
     rounds: usize,
@@ -485,11 +485,6 @@ fn perf_pipe_ops(loops: &str) -> Result<f64> {
 fn read_report(path: &Path) -> Result<Value> {
     let text = fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     Ok(serde_json::from_str(&text)?)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn vm_kb(pid: u32, field: &str) -> Option<u64> {

@@ -37,7 +37,11 @@ use std::{
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
-use crate::{cargo, root, status};
+use crate::{
+    cargo, root,
+    rounds::{median, read_json},
+    status,
+};
 
 pub fn run(args: &[String]) -> Result<()> {
     let quick = args.iter().any(|a| a == "--quick");
@@ -506,15 +510,4 @@ fn keyed(cmd: &mut Command, key: &str) -> Result<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix(key).and_then(|v| v.trim().parse().ok()))
         .with_context(|| format!("{cmd:?} printed no {key}: {text}"))
-}
-
-pub(crate) fn read_json(path: &Path) -> Result<Value> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(serde_json::from_str(&text)?)
-}
-
-pub(crate) fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }

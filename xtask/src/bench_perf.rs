@@ -76,13 +76,21 @@ fn compare(
 ) -> Result<()> {
     let perf_data = out.join(format!("{program}.perf"));
     let mut perf = Command::new("perf");
-    perf.args(["record", "-q", "-F", "999", "--call-graph", "dwarf,16384", "-o"])
-        .arg(&perf_data)
-        .arg("--")
-        .arg(program)
-        .args(args)
-        .arg(data)
-        .stdout(Stdio::null());
+    perf.args([
+        "record",
+        "-q",
+        "-F",
+        "999",
+        "--call-graph",
+        "dwarf,16384",
+        "-o",
+    ])
+    .arg(&perf_data)
+    .arg("--")
+    .arg(program)
+    .args(args)
+    .arg(data)
+    .stdout(Stdio::null());
     status(&mut perf)?;
     let script = Command::new("perf")
         .args(["script", "-F", "ip,sym,dso", "-i"])
@@ -263,8 +271,25 @@ fn base_name(path: &str) -> &str {
 /// xorshift, a line of noise now and then), the same on every machine.
 fn input(len: usize) -> Vec<u8> {
     const WORDS: &[&str] = &[
-        "energy", "joule", "watt", "sample", "stack", "frame", "kernel", "thread", "process",
-        "counter", "interval", "measured", "estimated", "the", "of", "and", "a", "to", "in",
+        "energy",
+        "joule",
+        "watt",
+        "sample",
+        "stack",
+        "frame",
+        "kernel",
+        "thread",
+        "process",
+        "counter",
+        "interval",
+        "measured",
+        "estimated",
+        "the",
+        "of",
+        "and",
+        "a",
+        "to",
+        "in",
     ];
     let mut out = Vec::with_capacity(len + 64);
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;

@@ -11,7 +11,7 @@ use std::{path::Path, process::Command, time::Instant};
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
-use crate::{cargo, root, status};
+use crate::{cargo, root, rounds::median, status};
 
 const RUNS_PER_SET: usize = 5;
 const ROUNDS: usize = 3;
@@ -30,11 +30,6 @@ fn wall_s(command: &mut Command) -> Result<f64> {
         );
     }
     Ok(elapsed)
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
 }
 
 /// cg-trace's own CPU seconds, from the report it wrote.

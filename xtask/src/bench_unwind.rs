@@ -27,8 +27,9 @@ use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
 use crate::{
-    bench_functions::{median, read_json},
-    root, status,
+    root,
+    rounds::{median, read_json},
+    status,
 };
 
 /// Rounds of the program: about 6 s of CPU here.

@@ -41,18 +41,19 @@ mod bench;
 mod bench_diff;
 mod bench_functions;
 mod bench_memory;
+mod bench_perf;
 mod bench_repeat;
 mod bench_report;
 mod bench_serve;
 mod bench_signals;
 mod bench_sources;
-mod bench_perf;
 mod bench_unwind;
 mod bench_view;
 mod deb;
 mod dist;
 mod fuzz;
 mod gpu_check;
+mod rounds;
 
 use std::{
     env,

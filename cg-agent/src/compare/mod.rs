@@ -11,14 +11,13 @@
 
 mod figures;
 pub mod gate;
-pub mod interleaved;
 pub mod render;
 pub mod stats;
 
 use serde::Serialize;
 
 use crate::report::read::chars;
-// What `compare` (interleaved.rs) reads its two reports with.
+// What `compare` (crate::interleaved) reads its two reports with.
 pub use crate::report::read::{EXIT_BAD_INPUT, LoadError, ReportView, parse};
 use figures::{Figures, Samples, figures};
 pub use gate::Gate;

@@ -6,6 +6,7 @@
 use std::{collections::BTreeMap, fmt::Write as _};
 
 use crate::{
+    grouping::GroupBy,
     printable::{fit, printable},
     report::{DomainTotals, Meta, ProcessEntry, Report, Totals},
     sources::human_duration,
@@ -13,21 +14,6 @@ use crate::{
 
 /// How many processes the summary lists (the report has them all).
 const MAX_ROWS: usize = 15;
-
-/// How the summary lists processes (`--group-by`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum GroupBy {
-    /// One row per program name (the basename of argv[0], else the kernel's name).
-    Comm,
-    /// One row per process subtree: each child of the wrapped command (or of an attached
-    /// pid, or a process whose parent is not traced) with all its descendants.
-    Tree,
-    /// One row per cgroup: its container, Kubernetes pod or systemd unit, else its path.
-    Cgroup,
-    /// One row per process.
-    #[default]
-    None,
-}
 
 /// What the summary shows beyond the defaults.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -348,7 +334,8 @@ fn cgroup_of(process: &ProcessEntry) -> String {
 /// The processes in rows, by energy (see [`GroupBy`]).
 fn group(processes: &[ProcessEntry], by: GroupBy) -> Vec<Row<'_>> {
     let mut rows: Vec<Row<'_>> = match by {
-        GroupBy::None => processes
+        // `unit` is no way of the summary's rows ([`GroupBy::ROWS`]): one row per process.
+        GroupBy::None | GroupBy::Unit => processes
             .iter()
             .map(|p| Row { processes: vec![p] })
             .collect(),
@@ -778,5 +765,29 @@ mod tests {
             "{text}"
         );
         assert!((rows[1].2 - 9.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_figure_that_is_not_finite_is_never_printed() {
+        use crate::{
+            report::tests::{interval, recording},
+            session::IdleWatts,
+        };
+        let mut intervals: Vec<_> = (0..3).map(|i| interval(i, 100)).collect();
+        intervals[1].energy_j[0] = f64::INFINITY;
+        let summary = render(&crate::report::build(&recording(
+            intervals,
+            IdleWatts::Total(10.0),
+        )));
+        // The quality notes ("- ...") name the figure; no table line prints it.
+        for word in ["inf", "NaN"] {
+            assert!(
+                !summary
+                    .lines()
+                    .filter(|l| !l.trim_start().starts_with("- "))
+                    .any(|l| l.contains(word)),
+                "{summary}"
+            );
+        }
     }
 }

@@ -46,6 +46,10 @@ pub enum FrameKind {
     Unknown,
 }
 
+/// The name of the remainder of a process's energy that no sample carried (a frame of its
+/// own, and an entry of the report's function lists).
+pub const UNSAMPLED: &str = "[unsampled]";
+
 /// A named stack frame.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Frame {
@@ -81,14 +85,8 @@ impl Frame {
     }
 
     /// The frame of a process's energy that no sample carried ([`UNSAMPLED`]).
-    ///
-    /// [`UNSAMPLED`]: crate::report::functions::UNSAMPLED
     pub fn unsampled() -> Self {
-        Frame::named(
-            crate::report::functions::UNSAMPLED.into(),
-            String::new(),
-            FrameKind::Unknown,
-        )
+        Frame::named(UNSAMPLED.into(), String::new(), FrameKind::Unknown)
     }
 
     /// A frame in file `module` that no symbol covers, at `address` (the address in the

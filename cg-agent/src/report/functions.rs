@@ -21,7 +21,7 @@ use crate::{
         StackWalking,
         elf::FirstInstruction,
         returns::EntryOnly,
-        symbolize::{Frame, file_name, function_stacks},
+        symbolize::{Frame, UNSAMPLED, file_name, function_stacks},
     },
     probes::uprobes::AttachPath,
     session::{
@@ -205,9 +205,6 @@ pub struct StackEnergy {
     pub cpu_ns: f64,
     pub samples: u64,
 }
-
-/// Label of the remainder of a process's energy that no sample carried.
-pub const UNSAMPLED: &str = "[unsampled]";
 
 /// Energy and on-CPU time of one function, either in one process ([`FunctionEntry`], the
 /// report's `functions[]`) or summed over every process that ran it ([`FunctionTotal`],

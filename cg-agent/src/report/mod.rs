@@ -829,7 +829,7 @@ pub fn rfc3339(t: SystemTime) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::{collections::BTreeMap, time::Duration};
 
     use super::*;
@@ -855,7 +855,7 @@ mod tests {
 
     /// A measured run of 100 ms intervals over two CPUs on which process 0 runs `busy_ms[i]`
     /// of CPU 0 and, past 100 ms, the rest on CPU 1.
-    fn recording(intervals: Vec<Interval>, idle_watts: IdleWatts) -> Recording {
+    pub(crate) fn recording(intervals: Vec<Interval>, idle_watts: IdleWatts) -> Recording {
         let mut recorder = Recorder::new(1_000_000);
         let duration_ns = intervals.iter().map(|i| i.duration_ns).sum();
         for interval in intervals {
@@ -931,7 +931,7 @@ mod tests {
     }
 
     /// Interval `i`: process 0 busy `busy_ms` over two CPUs (its thread 10 on CPU 0, 11 on 1), at 10 W + 5 W per busy CPU.
-    fn interval(i: u64, busy_ms: u64) -> Interval {
+    pub(crate) fn interval(i: u64, busy_ms: u64) -> Interval {
         let on_cpu0 = busy_ms.min(100);
         let on_cpu1 = busy_ms - on_cpu0;
         let mut slices = vec![Slice {
@@ -1054,7 +1054,7 @@ mod tests {
     }
 
     #[test]
-    fn a_figure_that_is_not_finite_is_named_and_never_printed() {
+    fn a_figure_that_is_not_finite_is_named() {
         let mut intervals: Vec<Interval> = (0..3).map(|i| interval(i, 100)).collect();
         intervals[1].energy_j[0] = f64::INFINITY;
         let report = build(&recording(intervals, IdleWatts::Total(10.0)));
@@ -1072,16 +1072,7 @@ mod tests {
             "{:#?}",
             quality.notes
         );
-        let summary = crate::export::summary::render(&report);
-        for word in ["inf", "NaN"] {
-            assert!(
-                !summary
-                    .lines()
-                    .filter(|l| !l.trim_start().starts_with("- "))
-                    .any(|l| l.contains(word)),
-                "{summary}"
-            );
-        }
+        // That the summary prints no such figure is export::summary's test.
         // A report of finite figures has no such note.
         let fine = build(&recording(
             (0..3).map(|i| interval(i, 100)).collect(),

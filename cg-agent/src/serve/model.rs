@@ -18,6 +18,8 @@
 
 use std::collections::HashMap;
 
+/// The ways of grouping; serve offers [`GroupBy::SERIES`].
+pub use crate::grouping::GroupBy;
 use crate::{
     accounting::Attributor,
     attribution::{DomainSplit, ProcId},
@@ -56,19 +58,6 @@ pub struct ServeOptions {
     pub group_by: GroupBy,
 }
 
-/// What processes are grouped by (`--group-by`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum GroupBy {
-    /// The command name.
-    #[default]
-    Comm,
-    /// The cgroup: the container (docker, containerd, CRI-O, podman), else the Kubernetes
-    /// pod, else the systemd unit, else the cgroup path.
-    Cgroup,
-    /// The systemd unit of the cgroup (`[no unit]` outside one).
-    Unit,
-}
-
 /// A group's name and the labels its series carry besides it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GroupKey {
@@ -95,7 +84,8 @@ pub type Grouper = Box<dyn FnMut(&ProcessRecord) -> GroupKey + Send>;
 /// The grouper of `group_by`, reading cgroups under `proc_root`.
 pub fn grouper(group_by: GroupBy, proc_root: std::path::PathBuf) -> Grouper {
     match group_by {
-        GroupBy::Comm => Box::new(|r| GroupKey::named(group_of(r))),
+        // `tree` and `none` are no ways of serve's series ([`GroupBy::SERIES`]): by name.
+        GroupBy::Comm | GroupBy::Tree | GroupBy::None => Box::new(|r| GroupKey::named(group_of(r))),
         GroupBy::Cgroup | GroupBy::Unit => Box::new(move |r| {
             // The process table's reading (at discovery and at each exec, so a container's
             // payload is in its own cgroup) when it has one.

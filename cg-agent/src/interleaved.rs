@@ -2,16 +2,16 @@
 //! head. The runs alternate (A B A B ...) in one `--repeat` session, so that a machine whose
 //! load drifts weighs on both alike; each command's runs become a `--repeat` report, and the
 //! two reports go through `diff` (A as the base, B as the new), table, test and gate alike.
+//! A subcommand, like [`crate::diff`]: it stands above the comparison it runs.
 
 use crate::{
-    app,
     cli::{CompareArgs, RunArgs},
+    compare::{self, EXIT_BAD_INPUT, LoadError, ReportView},
     privileges::Invoker,
     report::{self, Report, repeat},
+    run_config::run_config,
     session,
 };
-
-use super::{EXIT_BAD_INPUT, ReportView};
 
 const WHO: &str = "cg-trace compare";
 
@@ -28,7 +28,7 @@ fn side_name(letter: char, command: &str) -> String {
 /// `cg-trace compare`: returns the exit status (0, 3 on a regression, 2 on bad usage, the
 /// failing command's status when a run fails).
 pub fn main(args: &CompareArgs, mut run: RunArgs, invoker: &Invoker) -> i32 {
-    if let Err(message) = super::check_max_increase(args.gate.max_increase) {
+    if let Err(message) = compare::check_max_increase(args.gate.max_increase) {
         crate::console::write_line(format_args!("{WHO}: {message}"));
         return EXIT_BAD_INPUT;
     }
@@ -52,7 +52,7 @@ pub fn main(args: &CompareArgs, mut run: RunArgs, invoker: &Invoker) -> i32 {
         return EXIT_BAD_INPUT;
     }
     run.command = shell(&args.command_a);
-    let config = match app::run_config(&run, invoker) {
+    let config = match run_config(&run, invoker) {
         Ok(config) => config,
         Err(message) => {
             crate::console::write_line(format_args!("{WHO}: {message}"));
@@ -102,7 +102,7 @@ pub fn main(args: &CompareArgs, mut run: RunArgs, invoker: &Invoker) -> i32 {
         ));
         return 1;
     };
-    let comparison = super::compare(
+    let comparison = compare::compare(
         (&names[0], &base),
         (&names[1], &new),
         args.gate.max_increase,
@@ -126,12 +126,12 @@ fn side_report(reports: Vec<Report>, args: &CompareArgs) -> Option<Report> {
 
 /// A report as `diff` reads it: written as JSON and read back, the very path a report file
 /// takes.
-fn view(name: &str, report: &Report) -> Result<ReportView, super::LoadError> {
-    let bytes = serde_json::to_vec(report).map_err(|source| super::LoadError::Shape {
+fn view(name: &str, report: &Report) -> Result<ReportView, LoadError> {
+    let bytes = serde_json::to_vec(report).map_err(|source| LoadError::Shape {
         path: name.to_string(),
         source,
     })?;
-    super::parse(name, &bytes)
+    compare::parse(name, &bytes)
 }
 
 #[cfg(test)]
