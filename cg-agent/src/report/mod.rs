@@ -36,7 +36,9 @@ use crate::{
     probes::Losses,
     session::{Mode, ProfilerCost, Recording, RunningProcess, processes::Ending},
     small_map::SmallMap,
-    sources::{DomainKind, DomainSpec, Provenance, SourceProbe, gpu::GpuSummary, meter::MeterSummary},
+    sources::{
+        DomainKind, DomainSpec, Provenance, SourceProbe, gpu::GpuSummary, meter::MeterSummary,
+    },
 };
 
 /// Version of the report schema; the minor part is bumped when fields are added, the major
