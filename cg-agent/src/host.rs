@@ -15,6 +15,17 @@ pub struct HostInfo {
 }
 
 impl HostInfo {
+    /// The two-CPU, one-package host the unit tests' runs are made on.
+    #[cfg(test)]
+    pub(crate) fn two_cpu_test_host() -> Self {
+        Self {
+            hostname: "test".into(),
+            kernel: "6.18".into(),
+            cpu_model: "test cpu".into(),
+            cpu_packages: vec![0, 0],
+        }
+    }
+
     /// Reads the running machine.
     pub fn read() -> Self {
         Self::read_from(Path::new("/proc"), Path::new("/sys/devices/system/cpu"))

@@ -690,12 +690,7 @@ mod tests {
     const MS: u64 = 1_000_000;
 
     fn host() -> HostInfo {
-        HostInfo {
-            hostname: "test".into(),
-            kernel: "6.18".into(),
-            cpu_model: "test cpu".into(),
-            cpu_packages: vec![0, 0],
-        }
+        HostInfo::two_cpu_test_host()
     }
 
     fn model_domain() -> DomainSpec {

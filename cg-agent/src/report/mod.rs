@@ -868,12 +868,7 @@ pub(crate) mod tests {
                 mode: Mode::Wrap {
                     command: vec!["work".into()],
                 },
-                host: HostInfo {
-                    hostname: "test".into(),
-                    kernel: "6.18".into(),
-                    cpu_model: "test cpu".into(),
-                    cpu_packages: vec![0, 0],
-                },
+                host: HostInfo::two_cpu_test_host(),
                 interval: Duration::from_millis(100),
                 domains: vec![package()],
                 sources: vec![SourceInfo {

@@ -685,12 +685,7 @@ mod tests {
     fn header(idle_w: f64) -> RunHeader {
         RunHeader {
             mode: Mode::System,
-            host: HostInfo {
-                hostname: "test".into(),
-                kernel: "6.18".into(),
-                cpu_model: "test cpu".into(),
-                cpu_packages: vec![0, 0],
-            },
+            host: HostInfo::two_cpu_test_host(),
             interval: Duration::from_millis(100),
             domains: vec![
                 domain("package-0", DomainKind::Package, None),

@@ -458,12 +458,7 @@ fn make_header() -> RunHeader {
         mode: Mode::Wrap {
             command: vec!["make".into(), "-j2".into()],
         },
-        host: HostInfo {
-            hostname: "test".into(),
-            kernel: "6.18".into(),
-            cpu_model: "test cpu".into(),
-            cpu_packages: vec![0, 0],
-        },
+        host: HostInfo::two_cpu_test_host(),
         interval: Duration::from_millis(100),
         domains: vec![crate::sources::model::model_domain()],
         sources: vec![SourceInfo {
