@@ -2,10 +2,9 @@
 //! its first argument, its kernel name (comm) when it has no command line. One home, so the
 //! summary, the HTML page, `diff`, `--repeat` and the budgets group processes alike.
 
-/// The file name of a path (`/usr/bin/python3` -> `python3`; a bare name stays as it is).
-pub fn file_name(path: &str) -> &str {
-    path.rsplit('/').next().unwrap_or(path)
-}
+/// The file name of a path (`/usr/bin/python3` -> `python3`; a bare name stays as it is):
+/// the same rule that names source files in frames.
+pub use crate::functions::symbolize::base_name as file_name;
 
 /// The program a process ran: the file name of `argv[0]`, `comm` when there is none (or
 /// it is empty).

@@ -905,7 +905,7 @@ fn render_function_pane(
             .map_or_else(|| "-".into(), |n| n.to_string());
         // A Python function's module is its source file: its name and the line read best.
         let module = match f.line {
-            Some(line) => format!("{}:{line}", f.module.rsplit('/').next().unwrap_or(f.module)),
+            Some(line) => format!("{}:{line}", crate::report::names::file_name(f.module)),
             None => f.module.to_string(),
         };
         let mut cells = vec![Cell::from(f.symbol.to_string()), Cell::from(module)];
