@@ -29,7 +29,7 @@ use crate::{
         energy::{self, Books},
         live::{LiveSample, LiveStart},
         processes::{Cleanup, ProcessTable},
-        recorder::{BOUNDED_SLICE_BUDGET, Recorder},
+        recorder::Recorder,
     },
     sources::{EnergySource, Provenance, ReadContext, model::ModelSource},
 };
@@ -181,7 +181,8 @@ impl Churn {
             exporter: exporter(&header(), 20),
             table,
             tracker: ActivityTracker::new(),
-            recorder: Recorder::new(BOUNDED_SLICE_BUDGET),
+            // serve's record (a session with bounded memory).
+            recorder: Recorder::for_run(true),
             sources: vec![model_source()?],
             books: Books::new(1),
             source_errors: BTreeMap::new(),

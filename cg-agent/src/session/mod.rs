@@ -1817,11 +1817,7 @@ impl Sampler {
             tracker: ActivityTracker::new(),
             table: ProcessTable::new(config.mode == Mode::System, &config.proc_root),
             sources,
-            recorder: if config.bounded_memory {
-                Recorder::windowed(recorder::BOUNDED_SLICE_BUDGET)
-            } else {
-                Recorder::new(recorder::DEFAULT_SLICE_BUDGET)
-            },
+            recorder: Recorder::for_run(config.bounded_memory),
             books: energy::Books::new(domain_count),
             pending: Cleanup::default(),
             run_start_ns,

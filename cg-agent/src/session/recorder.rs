@@ -40,6 +40,17 @@ impl Recorder {
         }
     }
 
+    /// The record of a run: windowed within [`BOUNDED_SLICE_BUDGET`] when its memory must
+    /// stay small (`serve`, and the churn benchmark that stands for it), else merged within
+    /// [`DEFAULT_SLICE_BUDGET`] for the report.
+    pub fn for_run(bounded_memory: bool) -> Self {
+        if bounded_memory {
+            Recorder::windowed(BOUNDED_SLICE_BUDGET)
+        } else {
+            Recorder::new(DEFAULT_SLICE_BUDGET)
+        }
+    }
+
     /// A record for a run that writes no report (`serve`): within `budget` slices whatever
     /// the churn, as older intervals keep their targets' time only as the CPUs' other time
     /// (per CPU, every interval still adds up; who ran then is forgotten).
