@@ -483,7 +483,15 @@ fn switch_storms_never_produce_more_busy_cpus_than_exist() {
     let report = run.report();
     assert_adds_up(report);
     let series = report["timeseries"].as_array().unwrap();
-    assert!(series.len() > 40);
+    // Enough intervals to judge (60 of 50 ms on a quiet machine; fewer, longer ones when the
+    // machine is loaded enough that the reads come late: how many is the machine's, not a
+    // figure of cg-trace to hold it to).
+    assert!(
+        series.len() >= 10,
+        "{} intervals in {} s",
+        series.len(),
+        num(report, "/meta/duration_s")
+    );
     // Each CPU's busy time is clamped to its interval (the rest is carried to the next), so
     // no interval, however short, draws more than the model's maximum.
     for point in series {
