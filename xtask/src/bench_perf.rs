@@ -207,11 +207,12 @@ fn folded_stacks(text: &str, fdes: &Fdes) -> Stacks {
         if leaf.starts_with('[') {
             continue;
         }
-        let leaf = match leaf.rsplit_once("+0x") {
-            Some((file, offset)) if u64::from_str_radix(offset, 16).is_ok() => {
-                fdes.function(file, u64::from_str_radix(offset, 16).unwrap_or(0))
-            }
-            _ => leaf.split(" (").next().unwrap_or(leaf).to_string(),
+        let unnamed = leaf
+            .rsplit_once("+0x")
+            .and_then(|(file, offset)| Some((file, u64::from_str_radix(offset, 16).ok()?)));
+        let leaf = match unnamed {
+            Some((file, offset)) => fdes.function(file, offset),
+            None => leaf.split(" (").next().unwrap_or(leaf).to_string(),
         };
         let reached = frames.iter().any(|f| f.split(" (").next() == Some(ENTRY));
         stacks.add(leaf, reached, uj);
