@@ -1847,7 +1847,7 @@ impl Sampler {
     /// Hands over the run's intervals and starts the next run's books: its recorder holds the
     /// same calibration, its energy accounts start empty.
     fn next_run(&mut self) -> Recorder {
-        let mut next = Recorder::new(recorder::DEFAULT_SLICE_BUDGET);
+        let mut next = Recorder::for_run(false);
         for interval in self.recorder.calibration() {
             next.push_calibration(interval.clone());
         }
