@@ -10,9 +10,13 @@
 //! between them, NVIDIA's accounting stats' split (when accounting mode is on:
 //! `nvidia-smi -am 1`), the 8:1 expected, and the idle baseline against the rest power.
 //! Not part of CI: it needs the GPU.
+//!
+//! `--binary PATH` checks that cg-trace binary instead of building one (a GPU machine without
+//! cargo: build here, copy the binary there, run the xtask binary there).
 
 use std::{
     io::{BufRead, BufReader},
+    path::{Path, PathBuf},
     process::{Command, Stdio},
     sync::{Arc, Mutex},
     time::Instant,
@@ -21,7 +25,7 @@ use std::{
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
-use crate::{build, release_cg_trace};
+use crate::{build, release_cg_trace, root};
 
 /// Busy for `argv[1]` ms of every 100 ms for 12 s (after CUDA starts).
 const DUTY_WORKLOAD: &str = "\
@@ -50,7 +54,27 @@ while time.time() < end:
 torch.cuda.synchronize()
 ";
 
+/// `--binary PATH` from the arguments before `--`, if given.
+pub fn given_binary(args: &[String]) -> Result<Option<PathBuf>> {
+    let before: &[String] = match args.iter().position(|a| a == "--") {
+        Some(i) => &args[..i],
+        None => args,
+    };
+    match before {
+        [] => Ok(None),
+        [flag, path] if flag == "--binary" => {
+            let path = PathBuf::from(path);
+            if !path.is_file() {
+                bail!("--binary {}: no such file", path.display());
+            }
+            Ok(Some(path))
+        }
+        _ => bail!("usage: cargo xtask gpu-check [--binary PATH] [-- CMD ARGS...]"),
+    }
+}
+
 pub fn run(args: &[String]) -> Result<()> {
+    let given = given_binary(args)?;
     let listed = Command::new("nvidia-smi").arg("-L").output();
     let gpus = match listed {
         Err(err) => bail!(
@@ -87,10 +111,16 @@ pub fn run(args: &[String]) -> Result<()> {
             vec!["python3".into(), "-c".into(), TORCH_WORKLOAD.into()]
         }
     };
-    build(true)?;
-    energy_check(&workload)?;
+    let binary = match given {
+        Some(path) => path,
+        None => {
+            build(true)?;
+            root().join("target/release/cg-trace")
+        }
+    };
+    energy_check(&binary, &workload)?;
     if torch {
-        split_check()?;
+        split_check(&binary)?;
     } else {
         println!("\n(no PyTorch with CUDA here: the 8:1 split check is skipped)");
     }
@@ -99,10 +129,10 @@ pub fn run(args: &[String]) -> Result<()> {
 
 /// cg-trace wrapping `workload` (as root, through sudo when needed) with `extra` arguments
 /// first; returns its report.
-fn cg_trace(workload: &[String], extra: &[&str]) -> Result<Value> {
+fn cg_trace(binary: &Path, workload: &[String], extra: &[&str]) -> Result<Value> {
     let report_path =
         std::env::temp_dir().join(format!("cg-gpu-check-{}.json", std::process::id()));
-    let mut cmd = release_cg_trace();
+    let mut cmd = release_cg_trace(binary);
     cmd.args(extra)
         .arg("-o")
         .arg(&report_path)
@@ -146,7 +176,7 @@ fn smi_power_w(seconds: u64) -> Result<f64> {
 
 /// Two processes busy 8:1 on GPU 0: cg-trace's split, the accounting stats' split, and the
 /// idle baseline against the rest power nvidia-smi sees with nothing on the GPU.
-fn split_check() -> Result<()> {
+fn split_check(binary: &Path) -> Result<()> {
     println!("\n8:1 split check: the GPU at rest first (10 s, nothing on it)...");
     std::thread::sleep(std::time::Duration::from_secs(5));
     let rest_w = smi_power_w(5)?;
@@ -155,7 +185,7 @@ fn split_check() -> Result<()> {
     // SAFETY: the xtask is single-threaded here; the variable is read by the shell.
     unsafe { std::env::set_var("CG_DUTY", DUTY_WORKLOAD) };
     let workload = vec!["sh".to_string(), "-c".to_string(), script];
-    let report = cg_trace(&workload, &["-q"])?;
+    let report = cg_trace(binary, &workload, &["-q"])?;
     let num = |v: &Value, p: &str| v.pointer(p).and_then(Value::as_f64).unwrap_or(f64::NAN);
     let busy_of = |p: &Value| {
         p["cmdline"].as_array().and_then(|args| {
@@ -235,7 +265,7 @@ fn split_check() -> Result<()> {
 }
 
 /// The workload under cg-trace, its GPU energy against nvidia-smi's power samples.
-fn energy_check(workload: &[String]) -> Result<()> {
+fn energy_check(binary: &Path, workload: &[String]) -> Result<()> {
     // nvidia-smi's power samples, stamped when they arrive.
     let mut smi = Command::new("nvidia-smi")
         .args([
@@ -264,7 +294,7 @@ fn energy_check(workload: &[String]) -> Result<()> {
     });
 
     let spawned = Instant::now();
-    let result = cg_trace(workload, &[]);
+    let result = cg_trace(binary, workload, &[]);
     let ended = Instant::now();
     let _ = smi.kill();
     let _ = smi.wait();

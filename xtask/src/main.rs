@@ -63,7 +63,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup [--build] | build [--release] | run -- CG-TRACE-ARGS... | test | fuzz [TARGET] [SECONDS] | bench [--quick] [--overhead | --sources | --proc | --tui | --functions [--sampler | --globs | --unwind | --against-perf] | --diff | --report | --repeat | --serve | --signals | --memory] | dist [--profile release|debug] [--no-build] [--out DIR] | deb | gpu-check [-- CMD ARGS...]>";
+const USAGE: &str = "usage: cargo xtask <setup [--build] | build [--release] | run -- CG-TRACE-ARGS... | test | fuzz [TARGET] [SECONDS] | bench [--quick] [--overhead | --sources | --proc | --tui | --functions [--sampler | --globs | --unwind | --against-perf] | --diff | --report | --repeat | --serve | --signals | --memory] | dist [--profile release|debug] [--no-build] [--out DIR] | deb | gpu-check [--binary PATH] [-- CMD ARGS...]>";
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -87,7 +87,10 @@ fn main() -> ExitCode {
         }
         Some("dist") => dist::run(&args[1..]),
         Some("deb") => setup(Needs::Build).and_then(|()| deb::run(&args[1..])),
-        Some("gpu-check") => setup(Needs::Build).and_then(|()| gpu_check::run(&args[1..])),
+        Some("gpu-check") => match gpu_check::given_binary(&args[1..]) {
+            Ok(Some(_)) => gpu_check::run(&args[1..]),
+            _ => setup(Needs::Build).and_then(|()| gpu_check::run(&args[1..])),
+        },
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);
@@ -338,16 +341,15 @@ fn build(release: bool) -> Result<()> {
     status(&mut cmd)
 }
 
-/// The release `cg-trace`, as root: directly when xtask is root, else through `sudo -E`
+/// A `cg-trace` binary (`binary`, e.g. the release one), as root: directly when xtask is root, else through `sudo -E`
 /// (-E keeps the caller's environment; sudo records SUDO_UID, so the command runs as the
 /// caller, not as root).
-fn release_cg_trace() -> Command {
-    let binary = root().join("target/release/cg-trace");
+fn release_cg_trace(binary: &Path) -> Command {
     if is_root() {
-        Command::new(&binary)
+        Command::new(binary)
     } else {
         let mut sudo = Command::new("sudo");
-        sudo.arg("-E").arg(&binary);
+        sudo.arg("-E").arg(binary);
         sudo
     }
 }
@@ -359,7 +361,7 @@ fn run(args: &[String]) -> Result<()> {
         Some("--") => &args[1..],
         _ => args,
     };
-    let mut cmd = release_cg_trace();
+    let mut cmd = release_cg_trace(&root().join("target/release/cg-trace"));
     cmd.args(args);
     let status = cmd.status().context("running cg-trace")?;
     match status.code() {
