@@ -1089,8 +1089,9 @@ pub struct ReplayScript {
     /// Recorded pid -> the test's pid. Recorded pids not named here become pids no process
     /// can have (above the kernel's largest, 2^22), as processes foreign to the test.
     pub pids: Vec<(u32, u32)>,
-    /// NVIDIA's accounting stats recorded after the run (`trace2-accounting.json`), served
-    /// with accounting mode on; `None`: accounting mode off.
+    /// NVIDIA's accounting stats recorded after the run (`trace2-accounting.json`; or as they
+    /// read while the processes still run, `trace2-accounting-running.json`), served with
+    /// accounting mode on; `None`: accounting mode off.
     pub accounting: Option<PathBuf>,
 }
 
@@ -1178,7 +1179,16 @@ impl NvmlReplay {
         if let Some(path) = &script.accounting {
             // Not a report: NVIDIA's accounting stats as pynvml recorded them.
             let stats: Value = serde_json::from_str(&fs::read_to_string(path).unwrap()).unwrap();
+            let now_us = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_micros() as u64;
             for p in stats["pids"].as_array().unwrap() {
+                // A process still running: its start this many seconds before the replay.
+                let start_us = p["start_age_s"].as_u64().map_or_else(
+                    || p["start_us"].as_u64().unwrap(),
+                    |age_s| now_us - age_s * 1_000_000,
+                );
                 out.push_str(&format!(
                     "accounting 0 pid={} util={} mem={} max_mem={} time_ms={} start_us={} \
                      running={}\n",
@@ -1187,7 +1197,7 @@ impl NvmlReplay {
                     p["mem_util_pct"],
                     p["max_mem_bytes"],
                     p["time_ms"],
-                    p["start_us"],
+                    start_us,
                     p["running"]
                 ));
             }

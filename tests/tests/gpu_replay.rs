@@ -268,6 +268,48 @@ fn no_interval_gives_the_light_process_the_gpu_and_the_split_follows_nvidias_acc
     assert!(note.contains(&format!("pid {} ", light.pid())), "{note}");
 }
 
+#[test]
+fn processes_still_running_are_checked_against_their_accounting_over_their_life_so_far() {
+    // A real H100 reports a running process's accounting `time` as 0 until it ends (seen
+    // attaching with `--all`): the check must use its life so far, not find no process.
+    require_root();
+    let state = tempfile::tempdir().unwrap();
+    let sleep = Path::new("/bin/sleep");
+    let heavy = Background::spawn(sleep, &["30"]);
+    let light = Background::spawn(sleep, &["30"]);
+    let nvml = replay_with(
+        HEAVY_AND_LIGHT,
+        H100,
+        vec![(494, heavy.pid()), (495, light.pid())],
+        Some(nvml_recording("trace2-accounting-running.json")),
+    );
+    let pids = format!("{},{}", heavy.pid(), light.pid());
+    let report = run(&nvml, state.path(), &["--pid", &pids, "--duration", "10"]);
+    let accounted = report["meta"]["gpus"][0]["accounting"].as_array().unwrap();
+    assert_eq!(accounted.len(), 2, "{accounted:#?}");
+    for entry in accounted {
+        assert_eq!(entry["running"], true, "{entry:#}");
+        // Started 12 s before the replay; read at the end of a 10 s run.
+        let life_s = num(entry, "/time_s");
+        assert!((12.0..120.0).contains(&life_s), "{entry:#}");
+    }
+    let notes = report["meta"]["measurement_quality"]["notes"]
+        .as_array()
+        .unwrap();
+    let note = notes
+        .iter()
+        .filter_map(|n| n.as_str())
+        .find(|n| n.contains("NVIDIA's accounting stats"))
+        .unwrap_or_else(|| panic!("{notes:#?}"));
+    assert!(
+        note.contains("still running: over its life so far"),
+        "{note}"
+    );
+    for pid in [heavy.pid(), light.pid()] {
+        assert!(note.contains(&format!("pid {pid} ")), "{note}");
+    }
+}
+
 /// The recorded polls of `stretch` (seconds from the recording's first poll): the range of
 /// `key` over them.
 fn recorded_range(stretch: (f64, f64), key: &str) -> (f64, f64) {

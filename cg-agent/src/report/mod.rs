@@ -43,7 +43,7 @@ use crate::{
 
 /// Version of the report schema; the minor part is bumped when fields are added, the major
 /// part when a field changes meaning or disappears.
-pub const SCHEMA_VERSION: &str = "1.7";
+pub const SCHEMA_VERSION: &str = "1.8";
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
@@ -452,6 +452,7 @@ fn accounting_notes(report: &mut Report) {
             .filter_map(|p| p.domains.get(&gpu.domain).map(|d| (p.pid, d.energy_j)))
             .collect();
         let theirs: Vec<(u32, f64)> = accounting.iter().map(|a| (a.pid, a.busy_s())).collect();
+        let running = |pid: u32| accounting.iter().any(|a| a.pid == pid && a.running);
         let checks = crate::attribution::gpu::against_accounting(&ours, &theirs);
         let note = if checks.is_empty() {
             format!(
@@ -468,8 +469,15 @@ fn accounting_notes(report: &mut Report) {
                 .iter()
                 .map(|c| {
                     format!(
-                        "pid {} {:.1} % (accounting {:.1} %)",
-                        c.pid, c.ours_pct, c.theirs_pct
+                        "pid {} {:.1} % (accounting {:.1} %{})",
+                        c.pid,
+                        c.ours_pct,
+                        c.theirs_pct,
+                        if running(c.pid) {
+                            ", still running: over its life so far"
+                        } else {
+                            ""
+                        }
                     )
                 })
                 .collect();
@@ -1003,7 +1011,7 @@ pub(crate) mod tests {
                 .get("glitches")
                 .is_none()
         );
-        assert_eq!(report.meta.schema_version, "1.7");
+        assert_eq!(report.meta.schema_version, "1.8");
     }
 
     #[test]

@@ -121,8 +121,22 @@ pub struct AccountedProcess {
     pub pid: u32,
     /// Percent of its life during which a kernel of it ran.
     pub gpu_utilization_pct: u32,
-    /// How long its context was on the GPU, seconds.
+    /// How long its context was on the GPU, seconds: for a process still running, its life
+    /// so far (NVML reports 0 until a process ends; [`life_so_far_s`]).
     pub time_s: f64,
+    /// Still running when the stats were read (seen on a real H100: most processes of an
+    /// attached or `--all` run are).
+    pub running: bool,
+}
+
+/// Seconds from a running process's `start_us` (NVML's CPU timestamp, µs since the epoch) to
+/// `now_us`; 0 when the stamp is in the future or more than a year old (not a reading).
+pub fn life_so_far_s(start_us: u64, now_us: u64) -> f64 {
+    const YEAR_US: u64 = 366 * 24 * 3600 * 1_000_000;
+    match now_us.checked_sub(start_us) {
+        Some(life_us) if life_us <= YEAR_US => life_us as f64 / 1e6,
+        _ => 0.0,
+    }
 }
 
 impl AccountedProcess {
@@ -870,6 +884,14 @@ mod tests {
     use std::{cell::RefCell, collections::VecDeque, path::Path, rc::Rc};
 
     use super::*;
+
+    #[test]
+    fn a_running_processs_life_so_far_is_read_from_its_start_stamp() {
+        assert_eq!(life_so_far_s(1_000_000, 13_500_000), 12.5);
+        // A stamp in the future or from more than a year ago is not a reading.
+        assert_eq!(life_so_far_s(13_500_000, 1_000_000), 0.0);
+        assert_eq!(life_so_far_s(0, 400 * 24 * 3600 * 1_000_000), 0.0);
+    }
 
     /// Scripted GPUs: each poll pops the next reading of that GPU (the last one repeats).
     #[derive(Clone, Default)]

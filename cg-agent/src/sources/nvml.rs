@@ -21,7 +21,7 @@ use super::{
     SourceError,
     gpu::{
         AccountedProcess, GpuBackend, GpuError, GpuIdentity, GpuPoll, GpuSource, MAX_ACCOUNTED,
-        ProcessSample,
+        ProcessSample, life_so_far_s,
     },
 };
 
@@ -89,6 +89,9 @@ impl GpuBackend for NvmlBackend {
             return Ok(None);
         }
         let pids = device.accounting_pids().map_err(gpu_error)?;
+        let now_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
         let processes = pids
             .into_iter()
             .take(MAX_ACCOUNTED)
@@ -97,7 +100,12 @@ impl GpuBackend for NvmlBackend {
                 Some(AccountedProcess {
                     pid,
                     gpu_utilization_pct: stats.gpu_utilization?.min(100),
-                    time_s: stats.time as f64 / 1e3,
+                    time_s: if stats.is_running {
+                        life_so_far_s(stats.start_time, now_us)
+                    } else {
+                        stats.time as f64 / 1e3
+                    },
+                    running: stats.is_running,
                 })
             })
             .collect();
