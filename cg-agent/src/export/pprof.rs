@@ -259,8 +259,7 @@ pub fn encode(stacks: &[StackEnergy], about: &About) -> Vec<u8> {
         match about.energy {
             Provenance::Measured => "energy: measured by the run's energy sources, in microjoules",
             Provenance::Estimated => {
-                "energy: ESTIMATED by the power model (no hardware counter measured this run), \
-                 in microjoules"
+                "energy: ESTIMATED by the power model (not a hardware counter), in microjoules"
             }
         },
         "cpu: on-CPU time, measured, in nanoseconds",

@@ -369,6 +369,29 @@ pub fn render_parts(
     page(&title, &body, &Value::Object(data))
 }
 
+/// Why an `estimated` run is estimated, naming the domains a hardware counter did measure
+/// (a GPU beside a modelled CPU, as on a cloud GPU machine without RAPL).
+fn estimated_because(report: &Value) -> String {
+    let domains = get(report, &["totals", "domains"])
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let measured: Vec<String> = domains
+        .iter()
+        .filter(|(_, d)| text(d, &["provenance"]) == "measured")
+        .map(|(name, _)| esc(name))
+        .collect();
+    if measured.is_empty() {
+        "a power model produced them: no hardware counter measured this run".into()
+    } else {
+        format!(
+            "partly: a power model produced the CPUs' figures; {} measured by hardware \
+             counters",
+            measured.join(", ")
+        )
+    }
+}
+
 fn header(body: &mut String, report: &Value) {
     let meta = get(report, &["meta"]).unwrap_or(&Value::Null);
     let command = array(meta, &["command"])
@@ -390,10 +413,12 @@ fn header(body: &mut String, report: &Value) {
         class = esc(grade),
         grade = esc(if grade.is_empty() { "unknown" } else { grade }),
         what = match grade {
-            "estimated" => "a power model produced them: no hardware counter measured this run",
-            "degraded" => "measured, but something was lost or approximated: see the quality notes",
-            "measured" => "hardware counters, nothing lost",
-            _ => "see the quality notes",
+            "estimated" => estimated_because(report),
+            "degraded" => {
+                "measured, but something was lost or approximated: see the quality notes".into()
+            }
+            "measured" => "hardware counters, nothing lost".into(),
+            _ => "see the quality notes".into(),
         },
         run = esc(text(meta, &["run_id"])),
         host = esc(text(meta, &["hostname"])),

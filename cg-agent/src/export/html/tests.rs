@@ -360,3 +360,24 @@ fn a_report_file_of_many_processes_renders_as_its_json_does() {
         assert!(page.contains("No process ran on a CPU."));
     }
 }
+
+#[test]
+fn an_estimated_run_names_the_domains_a_counter_did_measure() {
+    // A cloud GPU machine without RAPL: the CPUs modelled, the GPU measured (a real H100's
+    // page once said "no hardware counter measured this run").
+    let mut report = minimal("./train");
+    report["meta"]["measurement_quality"]["grade"] = json!("estimated");
+    report["totals"]["domains"] = json!({
+        "model": {"energy_j": 1.0, "top_level": true, "provenance": "estimated"},
+        "gpu0": {"energy_j": 2.0, "top_level": true, "provenance": "measured"}
+    });
+    let page = render(&report, None);
+    assert!(page.contains("gpu0 measured by hardware counters"), "{page}");
+    assert!(!page.contains("no hardware counter measured"));
+
+    report["totals"]["domains"] = json!({
+        "model": {"energy_j": 1.0, "top_level": true, "provenance": "estimated"}
+    });
+    let page = render(&report, None);
+    assert!(page.contains("no hardware counter measured this run"));
+}
