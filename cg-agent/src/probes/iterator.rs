@@ -2,9 +2,10 @@
 //! the task iterator, into the same cumulative [`Snapshot`] the switch program's maps give,
 //! so that [`super::activity::ActivityTracker`] and everything after it work unchanged.
 //!
-//! Each read hands back, per accounted thread, its `se.sum_exec_runtime` and the CPU it last
-//! ran on; a thread's CPU time in an interval is the growth of its runtime since the previous
-//! read. A thread that exits between two reads is closed by the kernel's FREE event, which
+//! Each read hands back, per accounted thread whose runtime changed since the kernel last
+//! wrote it, its `se.sum_exec_runtime` and the CPU it last ran on; a thread's CPU time in an
+//! interval is the growth of its runtime since the previous read, and a thread absent from a
+//! read has not run (its book stays as it was, and it is left out of the snapshot). A thread that exits between two reads is closed by the kernel's FREE event, which
 //! carries its final runtime ([`IteratorBooks::freed`]); until then it is unfinished and its
 //! entry stays. The kernel of this project's VM now and then emits no tracepoint for a task
 //! (as it skips some `sched_switch`es), so a FREE may never come: the EXIT event carries the
@@ -111,51 +112,70 @@ impl IteratorBooks {
         })
     }
 
-    /// One read of the iterator, taken at `taken_ns`: `records` and the kernel's cumulative
-    /// other time. Returns the cumulative snapshot.
+    /// One read of the iterator, taken at `taken_ns`: `records` (the threads whose runtime
+    /// changed since their last record; a thread absent has not run) and the kernel's
+    /// cumulative other time. Returns the snapshot: cumulative totals of the threads that
+    /// grew in this read only, so that what follows costs per thread that ran, not per
+    /// thread alive (the tracker keeps the others' totals as they were).
     pub fn read(&mut self, records: &[TaskRecord], other_total_ns: u64, taken_ns: u64) -> Snapshot {
-        for r in records {
-            let key = ThreadKey {
-                tgid: r.tgid,
-                tid: r.tid,
-                start_ns: r.start_ns,
-            };
-            let cpus = self.cpu_count;
-            let book = self.book(key);
-            book.see(r.runtime_ns);
-            book.last_cpu = r.cpu.min(cpus as u32 - 1);
-        }
+        self.take_records(records);
         let interval_ns = self
             .last_read_ns
             .replace(taken_ns)
             .map_or(0, |last| taken_ns.saturating_sub(last));
         let mut room = vec![interval_ns; self.cpu_count];
-        let mut owed: Vec<(&ThreadKey, &mut Book)> = self
-            .threads
-            .iter_mut()
-            .filter(|(_, b)| b.unplaced_ns > 0)
-            .collect();
-        owed.sort_unstable_by_key(|(key, _)| **key);
-        for (_, book) in owed {
-            let placed = place(
-                std::mem::take(&mut book.unplaced_ns),
-                book.last_cpu as usize,
-                &mut room,
-            );
-            for (total, add) in book.per_cpu_ns.iter_mut().zip(placed) {
-                *total += add;
-            }
-        }
+        let grown = self.place_growth(&mut room);
         let other_ns = other_total_ns.saturating_sub(self.other_read_ns);
         self.other_read_ns = self.other_read_ns.max(other_total_ns);
         let placed = place(other_ns, 0, &mut room);
         for (total, add) in self.other_per_cpu_ns.iter_mut().zip(placed) {
             *total += add;
         }
-        self.snapshot(taken_ns)
+        self.snapshot(taken_ns, &grown)
     }
 
-    fn snapshot(&self, taken_ns: u64) -> Snapshot {
+    /// Takes each record's runtime and last CPU into its thread's book; the growth is placed
+    /// (and shows in a snapshot) at the next [`Self::read`].
+    pub fn take_records(&mut self, records: &[TaskRecord]) {
+        let last_cpu = self.cpu_count as u32 - 1;
+        for r in records {
+            let key = ThreadKey {
+                tgid: r.tgid,
+                tid: r.tid,
+                start_ns: r.start_ns,
+            };
+            let book = self.book(key);
+            book.see(r.runtime_ns);
+            book.last_cpu = r.cpu.min(last_cpu);
+        }
+    }
+
+    /// Places every book's unplaced growth on CPUs (in thread order, so that the same reads
+    /// place the same way); returns the threads that grew, in that order.
+    fn place_growth(&mut self, room: &mut [u64]) -> Vec<ThreadKey> {
+        let mut owed: Vec<(&ThreadKey, &mut Book)> = self
+            .threads
+            .iter_mut()
+            .filter(|(_, b)| b.unplaced_ns > 0)
+            .collect();
+        owed.sort_unstable_by_key(|(key, _)| **key);
+        let mut grown = Vec::with_capacity(owed.len());
+        for (key, book) in owed {
+            let placed = place(
+                std::mem::take(&mut book.unplaced_ns),
+                book.last_cpu as usize,
+                room,
+            );
+            for (total, add) in book.per_cpu_ns.iter_mut().zip(placed) {
+                *total += add;
+            }
+            grown.push(*key);
+        }
+        grown
+    }
+
+    /// The snapshot of a read: every CPU's other time, the totals of the threads in `grown`.
+    fn snapshot(&self, taken_ns: u64, grown: &[ThreadKey]) -> Snapshot {
         Snapshot {
             taken_ns,
             cpus: self
@@ -166,10 +186,9 @@ impl IteratorBooks {
                     ..CpuSnapshot::default()
                 })
                 .collect(),
-            threads: self
-                .threads
+            threads: grown
                 .iter()
-                .map(|(key, book)| (*key, book.per_cpu_ns.clone()))
+                .filter_map(|key| Some((*key, self.threads.get(key)?.per_cpu_ns.clone())))
                 .collect(),
             unfinished: self
                 .threads
@@ -210,6 +229,11 @@ impl IteratorBooks {
     /// Whether some thread seen exiting still waits for its final runtime.
     pub fn awaits_final(&self) -> bool {
         self.threads.values().any(|b| self.awaits(b))
+    }
+
+    /// Every thread with a book (whether or not it ran lately).
+    pub fn threads(&self) -> impl Iterator<Item = ThreadKey> + '_ {
+        self.threads.keys().copied()
     }
 
     /// Forgets a thread whose last time has been read and charged.
@@ -366,7 +390,85 @@ mod tests {
         assert!(s.holds(4, None) && books.awaits_final());
         let s = books.read(&[], 0, 2_010 * MS);
         assert!(!s.holds(4, None) && !books.awaits_final());
-        assert_eq!(total_of(&s, thread), 18 * MS);
+        // Finished at 18 ms: it grew no more, so the snapshot leaves it out.
+        assert!(s.threads.iter().all(|(k, _)| *k != thread));
+    }
+
+    #[test]
+    fn a_thread_absent_from_a_read_has_not_run_and_is_left_out() {
+        // Threads A (1/1) and B (1/2), started before tracing; the kernel writes a thread's
+        // record only when its runtime changed since the last one:
+        //   read 1 (t=1000 ms): A 10 ms, B 50 ms   baselines
+        //   read 2 (t=1100 ms): A 30 ms            B did not run: no record
+        //   read 3 (t=1200 ms): B 70 ms            A did not run
+        // Each snapshot shows the threads that grew in it, with their cumulative totals.
+        let mut books = IteratorBooks::new(500, 1);
+        let (a, b) = (key(1, 1, 100), key(1, 2, 100));
+        let s = books.read(
+            &[record(1, 1, 100, 10 * MS, 0), record(1, 2, 100, 50 * MS, 0)],
+            0,
+            1_000 * MS,
+        );
+        assert!(s.threads.is_empty(), "baselines only: {s:?}");
+        let s = books.read(&[record(1, 1, 100, 30 * MS, 0)], 0, 1_100 * MS);
+        assert_eq!(s.threads, vec![(a, vec![20 * MS])]);
+        let s = books.read(&[record(1, 2, 100, 70 * MS, 0)], 0, 1_200 * MS);
+        assert_eq!(s.threads, vec![(b, vec![20 * MS])]);
+        // Both still have books (for the check of threads whose exit was lost).
+        let mut kept: Vec<ThreadKey> = books.threads().collect();
+        kept.sort_unstable();
+        assert_eq!(kept, vec![a, b]);
+    }
+
+    #[test]
+    fn records_taken_before_a_failed_read_show_in_the_next_snapshot() {
+        // The kernel wrote thread 2/2's record at 40 ms; the rest of that read failed, so
+        // no snapshot came of it. It does not write the record again (the runtime did not
+        // change), so the books must hold the growth until the next read places it.
+        let mut books = IteratorBooks::new(500, 1);
+        books.read(&[record(2, 2, 100, 10 * MS, 0)], 0, 1_000 * MS);
+        books.take_records(&[record(2, 2, 100, 40 * MS, 0)]);
+        let s = books.read(&[], 0, 1_200 * MS);
+        assert_eq!(total_of(&s, key(2, 2, 100)), 30 * MS);
+    }
+
+    #[test]
+    fn sparse_reads_give_the_tracker_each_intervals_time() {
+        // One CPU, 100 ms intervals; thread A (7/7) started before tracing. Records come
+        // only when A's runtime changed; other time is the kernel's running sum.
+        //   read      t=1000   t=1100      t=1200      t=1300
+        //   A         10 ms    40 ms       (none)      50 ms
+        //   other     0        20 ms       60 ms       60 ms
+        //   interval           A 30        A 0         A 10
+        //                      other 20    other 40    other 0
+        //                      idle 50     idle 60     idle 90
+        // In each, A + other + idle is the interval's 100 ms.
+        use crate::probes::activity::ActivityTracker;
+        let a = key(7, 7, 100);
+        let mut books = IteratorBooks::new(500, 1);
+        let mut tracker = ActivityTracker::new();
+        let reads: [(&[TaskRecord], u64); 4] = [
+            (&[record(7, 7, 100, 10 * MS, 0)], 0),
+            (&[record(7, 7, 100, 40 * MS, 0)], 20 * MS),
+            (&[], 60 * MS),
+            (&[record(7, 7, 100, 50 * MS, 0)], 60 * MS),
+        ];
+        let mut seen = Vec::new();
+        for (i, (records, other_ns)) in reads.into_iter().enumerate() {
+            let s = books.read(records, other_ns, (1_000 + 100 * i as u64) * MS);
+            if let Some(activity) = tracker.advance(&s, |_| true) {
+                let a_ns: u64 = activity
+                    .threads
+                    .iter()
+                    .filter(|t| t.thread == a)
+                    .map(|t| t.on_cpu_ns)
+                    .sum();
+                let cpu = activity.cpus[0];
+                assert_eq!(a_ns + cpu.other_ns + cpu.idle_ns, activity.duration_ns);
+                seen.push((a_ns / MS, cpu.other_ns / MS, cpu.idle_ns / MS));
+            }
+        }
+        assert_eq!(seen, vec![(30, 20, 50), (0, 40, 60), (10, 0, 90)]);
     }
 
     #[test]
@@ -418,6 +520,9 @@ mod tests {
         books.read(&[record(2, 2, 5, 10 * MS, 0)], 0, 0);
         books.read(&[record(2, 2, 5, 30 * MS, 0)], 0, 100 * MS);
         let s = books.read(&[record(2, 2, 5, 25 * MS, 0)], 0, 200 * MS);
-        assert_eq!(total_of(&s, thread), 30 * MS);
+        assert!(s.threads.is_empty(), "no growth: {s:?}");
+        // Growth counts from the highest runtime read: 30 ms, not 25.
+        let s = books.read(&[record(2, 2, 5, 35 * MS, 0)], 0, 300 * MS);
+        assert_eq!(total_of(&s, thread), 35 * MS);
     }
 }
