@@ -103,12 +103,8 @@ const _: () = assert!(size_of::<ThreadKey>() == 16);
 pub struct ThreadMark {
     /// [`ThreadMark::NEW`] until the thread is first charged.
     pub charged_runtime_ns: u64,
-    /// Iterator accounting: the runtime the task iterator last wrote for this target thread
-    /// ([`ThreadMark::NEW`] until it first does). The iterator writes a record only when the
-    /// runtime differs, so a thread that has not run since costs no record.
-    pub written_runtime_ns: u64,
 }
-const _: () = assert!(size_of::<ThreadMark>() == 16);
+const _: () = assert!(size_of::<ThreadMark>() == 8);
 
 impl ThreadMark {
     /// A mark not yet charged.

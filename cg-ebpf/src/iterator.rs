@@ -1,9 +1,7 @@
 //! Iterator accounting: nothing runs on context switches. User space reads the task iterator
 //! `task_runtimes` once per interval; it writes a [`TaskRecord`] (the kernel's own runtime
-//! count) for each thread of a target process, or for every thread with `--all`, whose
-//! runtime changed since its last record (an idle thread costs a task-storage lookup and no
-//! record; user space keeps what it last read), and charges the runtime growth of every
-//! other task since its last visit to `OTHER_RUNTIME`.
+//! count) for each thread of a target process, or for every thread with `--all`, and charges
+//! the runtime growth of every other task since its last visit to `OTHER_RUNTIME`.
 //! `sched_process_free` (in main) closes each task's books when it is gone for good: a
 //! target's final runtime goes to user space as a FREE event, another task's last growth to
 //! `OTHER_RUNTIME` ([`charge_freed`]).
@@ -46,12 +44,6 @@ pub fn task_runtimes(ctx: *mut core::ffi::c_void) -> i32 {
         charge_other(task, runtime_ns, true);
         return 0;
     }
-    let mark = target_mark(task);
-    // SAFETY: the task's own storage, read only when not null.
-    if !mark.is_null() && unsafe { (*mark).written_runtime_ns } == runtime_ns {
-        // It has not run since its last record: user space's books hold this runtime.
-        return 0;
-    }
     let record = TaskRecord {
         tgid,
         tid: field(task, global(&TASK_PID_OFFSET)),
@@ -63,35 +55,15 @@ pub fn task_runtimes(ctx: *mut core::ffi::c_void) -> i32 {
     // `meta->seq` is its first field.
     let seq: *mut seq_file = field(meta, 0);
     // SAFETY: the helper copies `size_of::<TaskRecord>()` bytes from the record on our
-    // stack. When the seq buffer is full it fails, and the kernel shows this task again in
-    // the next read: the mark then still holds the runtime written before.
-    let written = unsafe {
+    // stack. When the seq buffer is full, the kernel shows this task again in the next read.
+    unsafe {
         bpf_seq_write(
             seq,
             core::ptr::from_ref(&record).cast(),
             core::mem::size_of::<TaskRecord>() as u32,
-        )
-    } == 0;
-    if written && !mark.is_null() {
-        // SAFETY: as above.
-        unsafe { core::ptr::write_volatile(&mut (*mark).written_runtime_ns, runtime_ns) };
+        );
     }
     0
-}
-
-/// A target thread's mark, made when it has none (null when the kernel has no memory for
-/// it: counted, and the thread's record is then written at every read).
-#[inline(always)]
-fn target_mark(task: *const u8) -> *mut ThreadMark {
-    let mut init = ThreadMark {
-        charged_runtime_ns: ThreadMark::NEW,
-        written_runtime_ns: ThreadMark::NEW,
-    };
-    let mark = THREAD_MARKS.get_or_create(task, &mut init);
-    if mark.is_null() {
-        count_loss(|l| l.marks_failed += 1);
-    }
-    mark
 }
 
 /// Charges the growth of a non-target task's runtime since it was last charged to
@@ -103,7 +75,6 @@ fn charge_other(task: *const u8, runtime_ns: u64, create: bool) {
     let fresh = start_time(task) > global(&TRACE_START_NS);
     let mut init = ThreadMark {
         charged_runtime_ns: ThreadMark::NEW,
-        written_runtime_ns: ThreadMark::NEW,
     };
     let mark = if create {
         THREAD_MARKS.get_or_create(task, &mut init)
@@ -147,7 +118,6 @@ fn charge_other(task: *const u8, runtime_ns: u64, create: bool) {
 pub fn mark_exited_target(task: *const u8) {
     let mut init = ThreadMark {
         charged_runtime_ns: ThreadMark::EXITED_TARGET,
-        written_runtime_ns: ThreadMark::NEW,
     };
     let mark = THREAD_MARKS.get_or_create(task, &mut init);
     if mark.is_null() {

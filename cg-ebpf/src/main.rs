@@ -313,7 +313,6 @@ unsafe fn charge(
         // A target: the growth of its runtime since it was last charged, wherever that was.
         let mut init = ThreadMark {
             charged_runtime_ns: ThreadMark::NEW,
-            written_runtime_ns: ThreadMark::NEW,
         };
         let mark = THREAD_MARKS.get_or_create(task, &mut init);
         let since = if mark.is_null() {

@@ -2,10 +2,10 @@
 //! the task iterator, into the same cumulative [`Snapshot`] the switch program's maps give,
 //! so that [`super::activity::ActivityTracker`] and everything after it work unchanged.
 //!
-//! Each read hands back, per accounted thread whose runtime changed since the kernel last
-//! wrote it, its `se.sum_exec_runtime` and the CPU it last ran on; a thread's CPU time in an
-//! interval is the growth of its runtime since the previous read, and a thread absent from a
-//! read has not run (its book stays as it was, and it is left out of the snapshot). A thread that exits between two reads is closed by the kernel's FREE event, which
+//! Each read hands back, per accounted thread, its `se.sum_exec_runtime` and the CPU it last
+//! ran on; a thread's CPU time in an interval is the growth of its runtime since the previous
+//! read. A snapshot carries only the threads that grew (most threads alive sleep through most
+//! intervals), so that what follows it costs per thread that ran, not per thread alive. A thread that exits between two reads is closed by the kernel's FREE event, which
 //! carries its final runtime ([`IteratorBooks::freed`]); until then it is unfinished and its
 //! entry stays. The kernel of this project's VM now and then emits no tracepoint for a task
 //! (as it skips some `sched_switch`es), so a FREE may never come: the EXIT event carries the
@@ -112,11 +112,9 @@ impl IteratorBooks {
         })
     }
 
-    /// One read of the iterator, taken at `taken_ns`: `records` (the threads whose runtime
-    /// changed since their last record; a thread absent has not run) and the kernel's
-    /// cumulative other time. Returns the snapshot: cumulative totals of the threads that
-    /// grew in this read only, so that what follows costs per thread that ran, not per
-    /// thread alive (the tracker keeps the others' totals as they were).
+    /// One read of the iterator, taken at `taken_ns`: `records` and the kernel's cumulative
+    /// other time. Returns the snapshot: cumulative totals of the threads that grew in this
+    /// read only (the tracker keeps the others' totals as they were).
     pub fn read(&mut self, records: &[TaskRecord], other_total_ns: u64, taken_ns: u64) -> Snapshot {
         self.take_records(records);
         let interval_ns = self
@@ -134,9 +132,8 @@ impl IteratorBooks {
         self.snapshot(taken_ns, &grown)
     }
 
-    /// Takes each record's runtime and last CPU into its thread's book; the growth is placed
-    /// (and shows in a snapshot) at the next [`Self::read`].
-    pub fn take_records(&mut self, records: &[TaskRecord]) {
+    /// Takes each record's runtime and last CPU into its thread's book.
+    fn take_records(&mut self, records: &[TaskRecord]) {
         let last_cpu = self.cpu_count as u32 - 1;
         for r in records {
             let key = ThreadKey {
@@ -395,12 +392,11 @@ mod tests {
     }
 
     #[test]
-    fn a_thread_absent_from_a_read_has_not_run_and_is_left_out() {
-        // Threads A (1/1) and B (1/2), started before tracing; the kernel writes a thread's
-        // record only when its runtime changed since the last one:
+    fn a_thread_that_did_not_run_is_left_out_of_the_snapshot() {
+        // Threads A (1/1) and B (1/2), started before tracing:
         //   read 1 (t=1000 ms): A 10 ms, B 50 ms   baselines
-        //   read 2 (t=1100 ms): A 30 ms            B did not run: no record
-        //   read 3 (t=1200 ms): B 70 ms            A did not run
+        //   read 2 (t=1100 ms): A 30 ms, B 50 ms   B did not run
+        //   read 3 (t=1200 ms): A 30 ms, B 70 ms   A did not run
         // Each snapshot shows the threads that grew in it, with their cumulative totals.
         let mut books = IteratorBooks::new(500, 1);
         let (a, b) = (key(1, 1, 100), key(1, 2, 100));
@@ -410,9 +406,17 @@ mod tests {
             1_000 * MS,
         );
         assert!(s.threads.is_empty(), "baselines only: {s:?}");
-        let s = books.read(&[record(1, 1, 100, 30 * MS, 0)], 0, 1_100 * MS);
+        let s = books.read(
+            &[record(1, 1, 100, 30 * MS, 0), record(1, 2, 100, 50 * MS, 0)],
+            0,
+            1_100 * MS,
+        );
         assert_eq!(s.threads, vec![(a, vec![20 * MS])]);
-        let s = books.read(&[record(1, 2, 100, 70 * MS, 0)], 0, 1_200 * MS);
+        let s = books.read(
+            &[record(1, 1, 100, 30 * MS, 0), record(1, 2, 100, 70 * MS, 0)],
+            0,
+            1_200 * MS,
+        );
         assert_eq!(s.threads, vec![(b, vec![20 * MS])]);
         // Both still have books (for the check of threads whose exit was lost).
         let mut kept: Vec<ThreadKey> = books.threads().collect();
@@ -421,23 +425,11 @@ mod tests {
     }
 
     #[test]
-    fn records_taken_before_a_failed_read_show_in_the_next_snapshot() {
-        // The kernel wrote thread 2/2's record at 40 ms; the rest of that read failed, so
-        // no snapshot came of it. It does not write the record again (the runtime did not
-        // change), so the books must hold the growth until the next read places it.
-        let mut books = IteratorBooks::new(500, 1);
-        books.read(&[record(2, 2, 100, 10 * MS, 0)], 0, 1_000 * MS);
-        books.take_records(&[record(2, 2, 100, 40 * MS, 0)]);
-        let s = books.read(&[], 0, 1_200 * MS);
-        assert_eq!(total_of(&s, key(2, 2, 100)), 30 * MS);
-    }
-
-    #[test]
     fn sparse_reads_give_the_tracker_each_intervals_time() {
-        // One CPU, 100 ms intervals; thread A (7/7) started before tracing. Records come
-        // only when A's runtime changed; other time is the kernel's running sum.
+        // One CPU, 100 ms intervals; thread A (7/7) started before tracing, idle in the
+        // second interval; other time is the kernel's running sum.
         //   read      t=1000   t=1100      t=1200      t=1300
-        //   A         10 ms    40 ms       (none)      50 ms
+        //   A         10 ms    40 ms       40 ms       50 ms
         //   other     0        20 ms       60 ms       60 ms
         //   interval           A 30        A 0         A 10
         //                      other 20    other 40    other 0
@@ -450,7 +442,7 @@ mod tests {
         let reads: [(&[TaskRecord], u64); 4] = [
             (&[record(7, 7, 100, 10 * MS, 0)], 0),
             (&[record(7, 7, 100, 40 * MS, 0)], 20 * MS),
-            (&[], 60 * MS),
+            (&[record(7, 7, 100, 40 * MS, 0)], 60 * MS),
             (&[record(7, 7, 100, 50 * MS, 0)], 60 * MS),
         ];
         let mut seen = Vec::new();

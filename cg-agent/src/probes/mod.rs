@@ -705,9 +705,6 @@ impl Probes {
         let Some((books, other)) = self.iterator.as_mut() else {
             return Err(ProbeError::MissingProgram(names::TASK_RUNTIMES));
         };
-        // Taken first: the kernel writes a thread's record only once per change of its
-        // runtime, so these must reach the books even when the sum below cannot be read.
-        books.take_records(&records);
         let other_ns: u64 = other
             .get(&0, 0)
             .map_err(|source| ProbeError::Map {
@@ -716,7 +713,7 @@ impl Probes {
             })?
             .iter()
             .sum();
-        Ok(books.read(&[], other_ns, taken_ns))
+        Ok(books.read(&records, other_ns, taken_ns))
     }
 
     /// The threads whose kernel totals the books hold, to check now and then for threads
