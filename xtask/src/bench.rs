@@ -58,6 +58,10 @@ pub fn run(args: &[String]) -> Result<()> {
     if args.iter().any(|a| a == "--overhead") {
         return overhead(quick);
     }
+    if args.iter().any(|a| a == "--iterator") {
+        status(cargo().args(["build", "--release"]))?;
+        return iterator_costs(&Config::of(quick), &tempdir()?);
+    }
     overhead(quick)?;
     println!();
     crate::bench_sources::run(quick)?;
@@ -85,20 +89,26 @@ fn proc_readers(quick: bool) -> Result<()> {
     )
 }
 
+impl Config {
+    fn of(quick: bool) -> Config {
+        if quick {
+            Config {
+                rounds: 2,
+                workload_s: 2.0,
+                idle_s: 10.0,
+            }
+        } else {
+            Config {
+                rounds: 5,
+                workload_s: 3.0,
+                idle_s: 30.0,
+            }
+        }
+    }
+}
+
 fn overhead(quick: bool) -> Result<()> {
-    let config = if quick {
-        Config {
-            rounds: 2,
-            workload_s: 2.0,
-            idle_s: 10.0,
-        }
-    } else {
-        Config {
-            rounds: 5,
-            workload_s: 3.0,
-            idle_s: 30.0,
-        }
-    };
+    let config = Config::of(quick);
     status(cargo().args(["build", "--release"]))?;
     let bin = |name: &str| root().join("target/release").join(name);
     let out = tempdir()?;
@@ -185,8 +195,15 @@ fn overhead(quick: bool) -> Result<()> {
     figures.print("units/s", 1.0);
     println!();
 
+    iterator_costs(&config, &out)
+}
+
+/// The costs of iterator accounting that grow with what is alive (`cargo xtask bench
+/// --iterator`: only these): the agent on an idle machine, and one read with 10,000 threads.
+fn iterator_costs(config: &Config, out: &Path) -> Result<()> {
     // 3. The agent's own cost on an idle machine at the default interval.
-    idle_cost(&config, &out.join("idle.json"), &bin("cg-idle"))?;
+    let cg_idle = root().join("target/release/cg-idle");
+    idle_cost(config, &out.join("idle.json"), &cg_idle)?;
     println!();
 
     // 4. One read of the task iterator with 10,000 threads alive.
