@@ -88,6 +88,10 @@ pub struct IteratorBooks {
     /// Other time placed on each CPU so far.
     other_per_cpu_ns: Vec<u64>,
     last_read_ns: Option<u64>,
+    /// The previous read's records, in the kernel's walk order (the same from read to read
+    /// but for threads born or gone): a record equal to the one in the same place last time
+    /// is a thread that has not run, whose book needs no lookup.
+    last_records: Vec<TaskRecord>,
 }
 
 impl IteratorBooks {
@@ -99,6 +103,7 @@ impl IteratorBooks {
             other_read_ns: 0,
             other_per_cpu_ns: vec![0; cpu_count.max(1)],
             last_read_ns: None,
+            last_records: Vec::new(),
         }
     }
 
@@ -132,10 +137,15 @@ impl IteratorBooks {
         self.snapshot(taken_ns, &grown)
     }
 
-    /// Takes each record's runtime and last CPU into its thread's book.
+    /// Takes each record's runtime and last CPU into its thread's book (a record unchanged
+    /// since the last read: nothing to take).
     fn take_records(&mut self, records: &[TaskRecord]) {
         let last_cpu = self.cpu_count as u32 - 1;
-        for r in records {
+        let last_records = std::mem::take(&mut self.last_records);
+        for (i, r) in records.iter().enumerate() {
+            if last_records.get(i) == Some(r) {
+                continue;
+            }
             let key = ThreadKey {
                 tgid: r.tgid,
                 tid: r.tid,
@@ -145,6 +155,9 @@ impl IteratorBooks {
             book.see(r.runtime_ns);
             book.last_cpu = r.cpu.min(last_cpu);
         }
+        self.last_records = last_records;
+        self.last_records.clear();
+        self.last_records.extend_from_slice(records);
     }
 
     /// Places every book's unplaced growth on CPUs (in thread order, so that the same reads
@@ -422,6 +435,28 @@ mod tests {
         let mut kept: Vec<ThreadKey> = books.threads().collect();
         kept.sort_unstable();
         assert_eq!(kept, vec![a, b]);
+    }
+
+    #[test]
+    fn a_thread_born_between_reads_shifts_the_order_and_loses_no_growth() {
+        // Reads in the kernel's walk order. Thread C (1/3) is born between reads 1 and 2 and
+        // walks between A and B, so every record after it sits one place later than before:
+        //   read 1: A 10, B 20           (baselines; both started before tracing)
+        //   read 2: A 10, C 5, B 20      C born under watch: 5 ms; A and B did not run
+        //   read 3: A 10, C 5, B 26      B ran 6 ms, in the place C held before
+        let mut books = IteratorBooks::new(500, 1);
+        let (a, b, c) = (
+            record(1, 1, 100, 10 * MS, 0),
+            key(1, 2, 100),
+            key(1, 3, 600),
+        );
+        let b_at = |ms| record(1, 2, 100, ms * MS, 0);
+        let c_rec = record(1, 3, 600, 5 * MS, 0);
+        books.read(&[a, b_at(20)], 0, 1_000 * MS);
+        let s = books.read(&[a, c_rec, b_at(20)], 0, 1_100 * MS);
+        assert_eq!(s.threads, vec![(c, vec![5 * MS])]);
+        let s = books.read(&[a, c_rec, b_at(26)], 0, 1_200 * MS);
+        assert_eq!(s.threads, vec![(b, vec![6 * MS])]);
     }
 
     #[test]
