@@ -58,6 +58,10 @@ pub fn run(args: &[String]) -> Result<()> {
     if args.iter().any(|a| a == "--overhead") {
         return overhead(quick);
     }
+    if args.iter().any(|a| a == "--iterator") {
+        status(cargo().args(["build", "--release"]))?;
+        return iterator_costs(&Config::of(quick), &tempdir()?);
+    }
     overhead(quick)?;
     println!();
     crate::bench_sources::run(quick)?;
@@ -85,20 +89,26 @@ fn proc_readers(quick: bool) -> Result<()> {
     )
 }
 
+impl Config {
+    fn of(quick: bool) -> Config {
+        if quick {
+            Config {
+                rounds: 2,
+                workload_s: 2.0,
+                idle_s: 10.0,
+            }
+        } else {
+            Config {
+                rounds: 5,
+                workload_s: 3.0,
+                idle_s: 30.0,
+            }
+        }
+    }
+}
+
 fn overhead(quick: bool) -> Result<()> {
-    let config = if quick {
-        Config {
-            rounds: 2,
-            workload_s: 2.0,
-            idle_s: 10.0,
-        }
-    } else {
-        Config {
-            rounds: 5,
-            workload_s: 3.0,
-            idle_s: 30.0,
-        }
-    };
+    let config = Config::of(quick);
     status(cargo().args(["build", "--release"]))?;
     let bin = |name: &str| root().join("target/release").join(name);
     let out = tempdir()?;
@@ -185,35 +195,15 @@ fn overhead(quick: bool) -> Result<()> {
     figures.print("units/s", 1.0);
     println!();
 
+    iterator_costs(&config, &out)
+}
+
+/// The costs of iterator accounting that grow with what is alive (`cargo xtask bench
+/// --iterator`: only these): the agent on an idle machine, and one read with 10,000 threads.
+fn iterator_costs(config: &Config, out: &Path) -> Result<()> {
     // 3. The agent's own cost on an idle machine at the default interval.
-    let report_path = out.join("idle.json");
-    let mut tracer = start_tracer(&report_path, Some(config.idle_s), Variant::Iterator)?;
-    sleep(Duration::from_secs_f64(config.idle_s / 2.0));
-    let rss_mid_kb = vm_kb(tracer.id(), "VmRSS").unwrap_or(0);
-    let status = tracer.wait()?;
-    if !status.success() {
-        bail!("cg-trace --all failed on the idle machine ({status})");
-    }
-    let report = read_report(&report_path)?;
-    let cpu_s = figure(&report, "/meta/profiler/cpu_time_s");
-    let duration_s = figure(&report, "/meta/duration_s");
-    let peak = figure(&report, "/meta/profiler/max_rss_bytes");
-    let threads = report["processes"].as_array().map_or(0, Vec::len);
-    println!(
-        "cg-trace --all (iterator accounting) on an idle machine, default 100 ms interval, \
-         {duration_s:.1} s"
-    );
-    println!(
-        "  own CPU: {:.3} s = {:.3} % of one core   (target <= 1 %; includes loading the probes)",
-        cpu_s,
-        100.0 * cpu_s / duration_s
-    );
-    println!(
-        "  RSS: {:.1} MB steady (VmRSS mid-run), {:.1} MB peak (while loading)   (target <= 30 MB)",
-        rss_mid_kb as f64 / 1024.0,
-        peak / 1048576.0
-    );
-    println!("  processes seen: {threads}");
+    let cg_idle = root().join("target/release/cg-idle");
+    idle_cost(config, &out.join("idle.json"), &cg_idle)?;
     println!();
 
     // 4. One read of the task iterator with 10,000 threads alive.
@@ -224,6 +214,169 @@ fn overhead(quick: bool) -> Result<()> {
     Ok(())
 }
 
+/// Idle processes alive while the idle figure is taken (each wakes once a second): about
+/// what a desktop or a small server keeps.
+const IDLE_PROCESSES: usize = 1_000;
+
+/// `cg-trace --all` (iterator accounting) for `config.idle_s` at the default interval, with
+/// [`IDLE_PROCESSES`] idle processes (`cg-idle`) alive: its own CPU, steady (from /proc,
+/// after loading) and over the whole run (its report), and its memory.
+fn idle_cost(config: &Config, report_path: &Path, cg_idle: &Path) -> Result<()> {
+    let idle =
+        crate::bench_view::IdleProcesses::start(cg_idle, IDLE_PROCESSES, config.idle_s + 10.0)?;
+    // Let every one of them wake at least once.
+    sleep(Duration::from_millis(1500));
+    let alive = process_count();
+    let mut tracer = start_tracer(report_path, Some(config.idle_s), Variant::Iterator)?;
+    let watch = CpuWatch::start(tracer.id())?;
+    sleep(Duration::from_secs_f64(config.idle_s / 2.0));
+    let rss_mid_kb = vm_kb(tracer.id(), "VmRSS").unwrap_or(0);
+    sleep(Duration::from_secs_f64(
+        (config.idle_s / 2.0 - 2.5).max(0.5),
+    ));
+    let steady = watch.finish()?;
+    let status = tracer.wait()?;
+    let idle_count = idle.count;
+    drop(idle);
+    if !status.success() {
+        bail!("cg-trace --all failed on the idle machine ({status})");
+    }
+    let report = read_report(report_path)?;
+    let cpu_s = figure(&report, "/meta/profiler/cpu_time_s");
+    let duration_s = figure(&report, "/meta/duration_s");
+    let peak = figure(&report, "/meta/profiler/max_rss_bytes");
+    let seen = report["processes"].as_array().map_or(0, Vec::len);
+    println!(
+        "cg-trace --all (iterator accounting), default 100 ms interval, {duration_s:.1} s, \
+         {alive} processes alive ({idle_count} of them cg-idle, each waking once a second)"
+    );
+    println!(
+        "  own CPU, steady ({:.1} s after loading, from /proc): {:.3} % of one core (user \
+         {:.3} %, system {:.3} %)   (target <= 0.5 %)",
+        steady.wall_s,
+        steady.core_pct(),
+        steady.user_pct(),
+        steady.system_pct()
+    );
+    println!(
+        "  own CPU, whole run (report): {:.3} s = {:.3} % of one core   (includes loading the \
+         probes)",
+        cpu_s,
+        100.0 * cpu_s / duration_s
+    );
+    println!(
+        "  RSS: {:.1} MB steady (VmRSS mid-run), {:.1} MB peak (while loading)   (target <= 30 MB)",
+        rss_mid_kb as f64 / 1024.0,
+        peak / 1048576.0
+    );
+    println!("  processes seen: {seen}");
+    Ok(())
+}
+
+/// Processes alive now (the numeric entries of /proc).
+fn process_count() -> usize {
+    fs::read_dir("/proc").map_or(0, |dir| {
+        dir.filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+            .count()
+    })
+}
+
+/// A process's own CPU from a starting moment (measured, from /proc): the sum of its
+/// threads' `schedstat` run times (ns), and its user and system split (`stat`, clock ticks).
+struct CpuWatch {
+    pid: u32,
+    started: Instant,
+    first: ProcCpu,
+}
+
+/// What /proc says of a process's CPU at one moment.
+#[derive(Clone, Copy)]
+struct ProcCpu {
+    run_ns: u64,
+    user_ticks: u64,
+    system_ticks: u64,
+}
+
+/// [`CpuWatch::finish`]: CPU over `wall_s` seconds of wall time.
+struct CpuSpent {
+    wall_s: f64,
+    run_s: f64,
+    user_s: f64,
+    system_s: f64,
+}
+
+impl CpuWatch {
+    fn start(pid: u32) -> Result<Self> {
+        Ok(CpuWatch {
+            pid,
+            started: Instant::now(),
+            first: proc_cpu(pid)?,
+        })
+    }
+
+    fn finish(self) -> Result<CpuSpent> {
+        let last = proc_cpu(self.pid)?;
+        // SAFETY: sysconf has no preconditions.
+        let hz = (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as f64;
+        Ok(CpuSpent {
+            wall_s: self.started.elapsed().as_secs_f64(),
+            run_s: last.run_ns.saturating_sub(self.first.run_ns) as f64 / 1e9,
+            user_s: last.user_ticks.saturating_sub(self.first.user_ticks) as f64 / hz,
+            system_s: last.system_ticks.saturating_sub(self.first.system_ticks) as f64 / hz,
+        })
+    }
+}
+
+impl CpuSpent {
+    fn core_pct(&self) -> f64 {
+        100.0 * self.run_s / self.wall_s
+    }
+
+    fn user_pct(&self) -> f64 {
+        100.0 * self.user_s / self.wall_s
+    }
+
+    fn system_pct(&self) -> f64 {
+        100.0 * self.system_s / self.wall_s
+    }
+
+    /// Microseconds of CPU per 100 ms of wall time (one interval at the default).
+    fn us_per_interval(&self, seconds: f64) -> f64 {
+        seconds / (self.wall_s / 0.1) * 1e6
+    }
+}
+
+fn proc_cpu(pid: u32) -> Result<ProcCpu> {
+    let mut run_ns = 0;
+    for task in fs::read_dir(format!("/proc/{pid}/task"))? {
+        let text = fs::read_to_string(task?.path().join("schedstat")).unwrap_or_default();
+        run_ns += text
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // proc(5): utime and stime are fields 14 and 15, the 12th and 13th after the name.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .with_context(|| format!("/proc/{pid}/stat has no field {}", i + 3))
+    };
+    Ok(ProcCpu {
+        run_ns,
+        user_ticks: ticks(11)?,
+        system_ticks: ticks(12)?,
+    })
+}
+
 /// What one iterator read cost with many threads alive (`cg-trace --all`, iterator accounting).
 struct IteratorCost {
     threads: usize,
@@ -231,8 +384,10 @@ struct IteratorCost {
     /// Kernel BPF statistics: the iterator program's time per read (all tasks).
     bpf_us_per_read: f64,
     /// cg-trace's own CPU time (user + system: the read syscall, parsing, accounting, the
-    /// energy source) per interval.
+    /// energy source) per interval, over the whole run (loading included).
     agent_us_per_interval: f64,
+    /// The same, steady (after loading), with its user and system split.
+    steady: CpuSpent,
 }
 
 impl IteratorCost {
@@ -245,9 +400,18 @@ impl IteratorCost {
             "  iterator program (kernel BPF statistics): {:.0} µs per read",
             self.bpf_us_per_read
         );
+        let steady = &self.steady;
         println!(
-            "  cg-trace's whole CPU time per interval (read syscall, parsing, accounting): \
-             {:.0} µs   (target: one read <= 1 ms)",
+            "  cg-trace's CPU per 100 ms, steady ({:.1} s after loading, from /proc): {:.0} µs; \
+             system {:.0} µs (the read syscall with the program in it, and every other \
+             syscall), user {:.0} µs (parsing, books, accounting)   (target: one read <= 1 ms)",
+            steady.wall_s,
+            steady.us_per_interval(steady.run_s),
+            steady.us_per_interval(steady.system_s),
+            steady.us_per_interval(steady.user_s)
+        );
+        println!(
+            "  cg-trace's whole CPU time per interval, loading included (report): {:.0} µs",
             self.agent_us_per_interval
         );
     }
@@ -284,20 +448,22 @@ fn iterator_read_cost(count: usize, seconds: f64) -> Result<IteratorCost> {
     fs::write(SYSCTL, "1").context("enabling kernel.bpf_stats_enabled")?;
     let out = tempdir()?;
     let report_path = out.join("iterator.json");
-    let result = (|| -> Result<(u64, u64)> {
+    let result = (|| -> Result<((u64, u64), CpuSpent)> {
         let tracer = start_tracer(&report_path, Some(seconds), Variant::Iterator)?;
+        let watch = CpuWatch::start(tracer.id())?;
         sleep(Duration::from_secs_f64((seconds - 2.0).max(0.5)));
+        let steady = watch.finish()?;
         let stats = program_stats(tracer.id())?;
         let mut tracer = tracer;
         tracer.wait()?;
-        stats.context("the kernel gave no BPF statistics")
+        Ok((stats.context("the kernel gave no BPF statistics")?, steady))
     })();
     let _ = fs::write(SYSCTL, before.trim());
     drop(stop_tx);
     for sleeper in sleepers {
         let _ = sleeper.join();
     }
-    let (runs, ns) = result?;
+    let ((runs, ns), steady) = result?;
     let report = read_report(&report_path)?;
     let cpu_s = figure(&report, "/meta/profiler/cpu_time_s");
     let duration_s = figure(&report, "/meta/duration_s");
@@ -307,6 +473,7 @@ fn iterator_read_cost(count: usize, seconds: f64) -> Result<IteratorCost> {
         reads,
         bpf_us_per_read: ns as f64 / reads.max(1) as f64 / 1e3,
         agent_us_per_interval: cpu_s / (duration_s / 0.1) * 1e6,
+        steady,
     })
 }
 

@@ -30,7 +30,7 @@ pub fn run(rounds: usize, duration_s: f64, out: &Path) -> Result<()> {
         bail!("tmux is missing (`cargo xtask setup` installs it)");
     }
     let total_s = (rounds as f64 * 2.0 * (duration_s + 4.0) + 10.0).ceil();
-    let idle = IdleProcesses::start(&bin("cg-idle"), total_s)?;
+    let idle = IdleProcesses::start(&bin("cg-idle"), PROCESSES, total_s)?;
     println!(
         "live view: {} idle processes (each wakes once a second), {rounds} rounds of {duration_s} s, \
          headless and `top --refresh 1000` in a 160x48 tmux pane alternating",
@@ -142,17 +142,19 @@ fn read_report(path: &Path) -> Result<Value> {
     Ok(serde_json::from_str(&text)?)
 }
 
-/// `cg-idle`: the processes the view lists.
-struct IdleProcesses {
+/// `cg-idle`: idle processes (the ones the view lists), each waking once a second.
+pub struct IdleProcesses {
     child: Child,
-    count: usize,
+    /// How many it started.
+    pub count: usize,
 }
 
 impl IdleProcesses {
-    fn start(program: &Path, seconds: f64) -> Result<Self> {
+    /// Starts `count` of them for `seconds` (the `cg-idle` program at `program`).
+    pub fn start(program: &Path, count: usize, seconds: f64) -> Result<Self> {
         use std::os::unix::process::CommandExt;
         let mut child = Command::new(program)
-            .args([PROCESSES.to_string(), seconds.to_string()])
+            .args([count.to_string(), seconds.to_string()])
             .process_group(0)
             .stdout(Stdio::piped())
             .spawn()

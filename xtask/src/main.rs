@@ -18,6 +18,7 @@
 //! - `bench`: the whole setup, release build, then the overhead benchmarks, the cost of polling the energy
 //!   sources, the live view's cost and function-level profiling's cost (probes, sampling,
 //!   symbolization, stack loss and the sampler's kernel time); prints figures (`--overhead`,
+//!   `--iterator` (iterator accounting's idle cost and one read with 10,000 threads),
 //!   `--sources`, `--tui`, `--functions`: only those; `--functions --sampler`: only the
 //!   sampler's loss and kernel time; `--functions --globs`: only the cost of matching `--func`
 //!   globs; `--functions --unwind`: only unwinding without frame pointers against frame
@@ -63,7 +64,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-const USAGE: &str = "usage: cargo xtask <setup [--build] | build [--release] | run -- CG-TRACE-ARGS... | test | fuzz [TARGET] [SECONDS] | bench [--quick] [--overhead | --sources | --proc | --tui | --functions [--sampler | --globs | --unwind | --against-perf] | --diff | --report | --repeat | --serve | --signals | --memory] | dist [--profile release|debug] [--no-build] [--out DIR] | deb | gpu-check [--binary PATH] [-- CMD ARGS...]>";
+const USAGE: &str = "usage: cargo xtask <setup [--build] | build [--release] | run -- CG-TRACE-ARGS... | test | fuzz [TARGET] [SECONDS] | bench [--quick] [--overhead | --iterator | --sources | --proc | --tui | --functions [--sampler | --globs | --unwind | --against-perf] | --diff | --report | --repeat | --serve | --signals | --memory] | dist [--profile release|debug] [--no-build] [--out DIR] | deb | gpu-check [--binary PATH] [-- CMD ARGS...]>";
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();

@@ -50,7 +50,9 @@ pub struct Snapshot {
     pub taken_ns: u64,
     /// Indexed by CPU id.
     pub cpus: Vec<CpuSnapshot>,
-    /// Cumulative on-CPU ns of each accounted thread, indexed by CPU id.
+    /// Cumulative on-CPU ns of each accounted thread, indexed by CPU id. Iterator
+    /// accounting gives only the threads whose totals grew since the previous snapshot: a
+    /// thread left out keeps the totals it last showed.
     pub threads: Vec<(ThreadKey, Vec<u64>)>,
     /// Threads that exited and whose final time has not come in yet (iterator accounting:
     /// their FREE event is still to come).

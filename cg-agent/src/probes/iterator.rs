@@ -4,7 +4,8 @@
 //!
 //! Each read hands back, per accounted thread, its `se.sum_exec_runtime` and the CPU it last
 //! ran on; a thread's CPU time in an interval is the growth of its runtime since the previous
-//! read. A thread that exits between two reads is closed by the kernel's FREE event, which
+//! read. A snapshot carries only the threads that grew (most threads alive sleep through most
+//! intervals), so that what follows it costs per thread that ran, not per thread alive. A thread that exits between two reads is closed by the kernel's FREE event, which
 //! carries its final runtime ([`IteratorBooks::freed`]); until then it is unfinished and its
 //! entry stays. The kernel of this project's VM now and then emits no tracepoint for a task
 //! (as it skips some `sched_switch`es), so a FREE may never come: the EXIT event carries the
@@ -87,6 +88,10 @@ pub struct IteratorBooks {
     /// Other time placed on each CPU so far.
     other_per_cpu_ns: Vec<u64>,
     last_read_ns: Option<u64>,
+    /// The previous read's records, in the kernel's walk order (the same from read to read
+    /// but for threads born or gone): a record equal to the one in the same place last time
+    /// is a thread that has not run, whose book needs no lookup.
+    last_records: Vec<TaskRecord>,
 }
 
 impl IteratorBooks {
@@ -98,6 +103,7 @@ impl IteratorBooks {
             other_read_ns: 0,
             other_per_cpu_ns: vec![0; cpu_count.max(1)],
             last_read_ns: None,
+            last_records: Vec::new(),
         }
     }
 
@@ -112,50 +118,74 @@ impl IteratorBooks {
     }
 
     /// One read of the iterator, taken at `taken_ns`: `records` and the kernel's cumulative
-    /// other time. Returns the cumulative snapshot.
+    /// other time. Returns the snapshot: cumulative totals of the threads that grew in this
+    /// read only (the tracker keeps the others' totals as they were).
     pub fn read(&mut self, records: &[TaskRecord], other_total_ns: u64, taken_ns: u64) -> Snapshot {
-        for r in records {
-            let key = ThreadKey {
-                tgid: r.tgid,
-                tid: r.tid,
-                start_ns: r.start_ns,
-            };
-            let cpus = self.cpu_count;
-            let book = self.book(key);
-            book.see(r.runtime_ns);
-            book.last_cpu = r.cpu.min(cpus as u32 - 1);
-        }
+        self.take_records(records);
         let interval_ns = self
             .last_read_ns
             .replace(taken_ns)
             .map_or(0, |last| taken_ns.saturating_sub(last));
         let mut room = vec![interval_ns; self.cpu_count];
-        let mut owed: Vec<(&ThreadKey, &mut Book)> = self
-            .threads
-            .iter_mut()
-            .filter(|(_, b)| b.unplaced_ns > 0)
-            .collect();
-        owed.sort_unstable_by_key(|(key, _)| **key);
-        for (_, book) in owed {
-            let placed = place(
-                std::mem::take(&mut book.unplaced_ns),
-                book.last_cpu as usize,
-                &mut room,
-            );
-            for (total, add) in book.per_cpu_ns.iter_mut().zip(placed) {
-                *total += add;
-            }
-        }
+        let grown = self.place_growth(&mut room);
         let other_ns = other_total_ns.saturating_sub(self.other_read_ns);
         self.other_read_ns = self.other_read_ns.max(other_total_ns);
         let placed = place(other_ns, 0, &mut room);
         for (total, add) in self.other_per_cpu_ns.iter_mut().zip(placed) {
             *total += add;
         }
-        self.snapshot(taken_ns)
+        self.snapshot(taken_ns, &grown)
     }
 
-    fn snapshot(&self, taken_ns: u64) -> Snapshot {
+    /// Takes each record's runtime and last CPU into its thread's book (a record unchanged
+    /// since the last read: nothing to take).
+    fn take_records(&mut self, records: &[TaskRecord]) {
+        let last_cpu = self.cpu_count as u32 - 1;
+        let last_records = std::mem::take(&mut self.last_records);
+        for (i, r) in records.iter().enumerate() {
+            if last_records.get(i) == Some(r) {
+                continue;
+            }
+            let key = ThreadKey {
+                tgid: r.tgid,
+                tid: r.tid,
+                start_ns: r.start_ns,
+            };
+            let book = self.book(key);
+            book.see(r.runtime_ns);
+            book.last_cpu = r.cpu.min(last_cpu);
+        }
+        self.last_records = last_records;
+        self.last_records.clear();
+        self.last_records.extend_from_slice(records);
+    }
+
+    /// Places every book's unplaced growth on CPUs (in thread order, so that the same reads
+    /// place the same way); returns the threads that grew, in that order.
+    fn place_growth(&mut self, room: &mut [u64]) -> Vec<ThreadKey> {
+        let mut owed: Vec<(&ThreadKey, &mut Book)> = self
+            .threads
+            .iter_mut()
+            .filter(|(_, b)| b.unplaced_ns > 0)
+            .collect();
+        owed.sort_unstable_by_key(|(key, _)| **key);
+        let mut grown = Vec::with_capacity(owed.len());
+        for (key, book) in owed {
+            let placed = place(
+                std::mem::take(&mut book.unplaced_ns),
+                book.last_cpu as usize,
+                room,
+            );
+            for (total, add) in book.per_cpu_ns.iter_mut().zip(placed) {
+                *total += add;
+            }
+            grown.push(*key);
+        }
+        grown
+    }
+
+    /// The snapshot of a read: every CPU's other time, the totals of the threads in `grown`.
+    fn snapshot(&self, taken_ns: u64, grown: &[ThreadKey]) -> Snapshot {
         Snapshot {
             taken_ns,
             cpus: self
@@ -166,10 +196,9 @@ impl IteratorBooks {
                     ..CpuSnapshot::default()
                 })
                 .collect(),
-            threads: self
-                .threads
+            threads: grown
                 .iter()
-                .map(|(key, book)| (*key, book.per_cpu_ns.clone()))
+                .filter_map(|key| Some((*key, self.threads.get(key)?.per_cpu_ns.clone())))
                 .collect(),
             unfinished: self
                 .threads
@@ -210,6 +239,11 @@ impl IteratorBooks {
     /// Whether some thread seen exiting still waits for its final runtime.
     pub fn awaits_final(&self) -> bool {
         self.threads.values().any(|b| self.awaits(b))
+    }
+
+    /// Every thread with a book (whether or not it ran lately).
+    pub fn threads(&self) -> impl Iterator<Item = ThreadKey> + '_ {
+        self.threads.keys().copied()
     }
 
     /// Forgets a thread whose last time has been read and charged.
@@ -366,7 +400,102 @@ mod tests {
         assert!(s.holds(4, None) && books.awaits_final());
         let s = books.read(&[], 0, 2_010 * MS);
         assert!(!s.holds(4, None) && !books.awaits_final());
-        assert_eq!(total_of(&s, thread), 18 * MS);
+        // Finished at 18 ms: it grew no more, so the snapshot leaves it out.
+        assert!(s.threads.iter().all(|(k, _)| *k != thread));
+    }
+
+    #[test]
+    fn a_thread_that_did_not_run_is_left_out_of_the_snapshot() {
+        // Threads A (1/1) and B (1/2), started before tracing:
+        //   read 1 (t=1000 ms): A 10 ms, B 50 ms   baselines
+        //   read 2 (t=1100 ms): A 30 ms, B 50 ms   B did not run
+        //   read 3 (t=1200 ms): A 30 ms, B 70 ms   A did not run
+        // Each snapshot shows the threads that grew in it, with their cumulative totals.
+        let mut books = IteratorBooks::new(500, 1);
+        let (a, b) = (key(1, 1, 100), key(1, 2, 100));
+        let s = books.read(
+            &[record(1, 1, 100, 10 * MS, 0), record(1, 2, 100, 50 * MS, 0)],
+            0,
+            1_000 * MS,
+        );
+        assert!(s.threads.is_empty(), "baselines only: {s:?}");
+        let s = books.read(
+            &[record(1, 1, 100, 30 * MS, 0), record(1, 2, 100, 50 * MS, 0)],
+            0,
+            1_100 * MS,
+        );
+        assert_eq!(s.threads, vec![(a, vec![20 * MS])]);
+        let s = books.read(
+            &[record(1, 1, 100, 30 * MS, 0), record(1, 2, 100, 70 * MS, 0)],
+            0,
+            1_200 * MS,
+        );
+        assert_eq!(s.threads, vec![(b, vec![20 * MS])]);
+        // Both still have books (for the check of threads whose exit was lost).
+        let mut kept: Vec<ThreadKey> = books.threads().collect();
+        kept.sort_unstable();
+        assert_eq!(kept, vec![a, b]);
+    }
+
+    #[test]
+    fn a_thread_born_between_reads_shifts_the_order_and_loses_no_growth() {
+        // Reads in the kernel's walk order. Thread C (1/3) is born between reads 1 and 2 and
+        // walks between A and B, so every record after it sits one place later than before:
+        //   read 1: A 10, B 20           (baselines; both started before tracing)
+        //   read 2: A 10, C 5, B 20      C born under watch: 5 ms; A and B did not run
+        //   read 3: A 10, C 5, B 26      B ran 6 ms, in the place C held before
+        let mut books = IteratorBooks::new(500, 1);
+        let (a, b, c) = (
+            record(1, 1, 100, 10 * MS, 0),
+            key(1, 2, 100),
+            key(1, 3, 600),
+        );
+        let b_at = |ms| record(1, 2, 100, ms * MS, 0);
+        let c_rec = record(1, 3, 600, 5 * MS, 0);
+        books.read(&[a, b_at(20)], 0, 1_000 * MS);
+        let s = books.read(&[a, c_rec, b_at(20)], 0, 1_100 * MS);
+        assert_eq!(s.threads, vec![(c, vec![5 * MS])]);
+        let s = books.read(&[a, c_rec, b_at(26)], 0, 1_200 * MS);
+        assert_eq!(s.threads, vec![(b, vec![6 * MS])]);
+    }
+
+    #[test]
+    fn sparse_reads_give_the_tracker_each_intervals_time() {
+        // One CPU, 100 ms intervals; thread A (7/7) started before tracing, idle in the
+        // second interval; other time is the kernel's running sum.
+        //   read      t=1000   t=1100      t=1200      t=1300
+        //   A         10 ms    40 ms       40 ms       50 ms
+        //   other     0        20 ms       60 ms       60 ms
+        //   interval           A 30        A 0         A 10
+        //                      other 20    other 40    other 0
+        //                      idle 50     idle 60     idle 90
+        // In each, A + other + idle is the interval's 100 ms.
+        use crate::probes::activity::ActivityTracker;
+        let a = key(7, 7, 100);
+        let mut books = IteratorBooks::new(500, 1);
+        let mut tracker = ActivityTracker::new();
+        let reads: [(&[TaskRecord], u64); 4] = [
+            (&[record(7, 7, 100, 10 * MS, 0)], 0),
+            (&[record(7, 7, 100, 40 * MS, 0)], 20 * MS),
+            (&[record(7, 7, 100, 40 * MS, 0)], 60 * MS),
+            (&[record(7, 7, 100, 50 * MS, 0)], 60 * MS),
+        ];
+        let mut seen = Vec::new();
+        for (i, (records, other_ns)) in reads.into_iter().enumerate() {
+            let s = books.read(records, other_ns, (1_000 + 100 * i as u64) * MS);
+            if let Some(activity) = tracker.advance(&s, |_| true) {
+                let a_ns: u64 = activity
+                    .threads
+                    .iter()
+                    .filter(|t| t.thread == a)
+                    .map(|t| t.on_cpu_ns)
+                    .sum();
+                let cpu = activity.cpus[0];
+                assert_eq!(a_ns + cpu.other_ns + cpu.idle_ns, activity.duration_ns);
+                seen.push((a_ns / MS, cpu.other_ns / MS, cpu.idle_ns / MS));
+            }
+        }
+        assert_eq!(seen, vec![(30, 20, 50), (0, 40, 60), (10, 0, 90)]);
     }
 
     #[test]
@@ -418,6 +547,9 @@ mod tests {
         books.read(&[record(2, 2, 5, 10 * MS, 0)], 0, 0);
         books.read(&[record(2, 2, 5, 30 * MS, 0)], 0, 100 * MS);
         let s = books.read(&[record(2, 2, 5, 25 * MS, 0)], 0, 200 * MS);
-        assert_eq!(total_of(&s, thread), 30 * MS);
+        assert!(s.threads.is_empty(), "no growth: {s:?}");
+        // Growth counts from the highest runtime read: 30 ms, not 25.
+        let s = books.read(&[record(2, 2, 5, 35 * MS, 0)], 0, 300 * MS);
+        assert_eq!(total_of(&s, thread), 35 * MS);
     }
 }

@@ -716,6 +716,16 @@ impl Probes {
         Ok(books.read(&records, other_ns, taken_ns))
     }
 
+    /// The threads whose kernel totals the books hold, to check now and then for threads
+    /// whose exit was lost: the snapshot's in switch accounting (its map holds them all),
+    /// every book in iterator accounting (whose snapshots show only the threads that ran).
+    pub fn accounted_threads(&self, snapshot: &Snapshot) -> Vec<ThreadKey> {
+        match self.iterator.as_ref() {
+            Some((books, _)) => books.threads().collect(),
+            None => snapshot.threads.iter().map(|(key, _)| *key).collect(),
+        }
+    }
+
     /// Whether iterator accounting still waits for the final runtime of a thread that exited.
     pub fn awaits_final(&self) -> bool {
         self.iterator
@@ -925,8 +935,10 @@ fn task_iterator(ebpf: &mut Ebpf) -> Result<&mut Iter, ProbeError> {
         .map_err(|source| ProbeError::Attach { program, source })
 }
 
-/// Runs the task iterator once: a link made for this pass, its file read to the end (a read
-/// returns at most the kernel's seq buffer, ~1,000 records), then both closed.
+/// Runs the task iterator once: a link made for this pass, its file read to the end, then
+/// both closed. A read() returns at most the kernel's seq buffer (8 pages, ~1,000 records)
+/// and, asked for less, stops at the first record past what was asked: each read asks for
+/// [`ITERATOR_READ_BYTES`], so that the calls are as few as the buffer allows.
 fn read_task_iterator(ebpf: &mut Ebpf) -> Result<Vec<u8>, ProbeError> {
     use std::io::Read;
     let prog = task_iterator(ebpf)?;
@@ -937,11 +949,19 @@ fn read_task_iterator(ebpf: &mut Ebpf) -> Result<Vec<u8>, ProbeError> {
     let mut file = link
         .into_file()
         .map_err(|e| ProbeError::Iterate(with_causes(&e)))?;
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)
-        .map_err(|e| ProbeError::Iterate(with_causes(&e)))?;
-    Ok(bytes)
+    let (mut bytes, mut chunk) = (Vec::new(), vec![0u8; ITERATOR_READ_BYTES]);
+    loop {
+        match file.read(&mut chunk) {
+            Ok(0) => return Ok(bytes),
+            Ok(n) => bytes.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(ProbeError::Iterate(with_causes(&e))),
+        }
+    }
 }
+
+/// Bytes asked of the task iterator per read(): more than its seq buffer holds.
+const ITERATOR_READ_BYTES: usize = 64 * 1024;
 
 /// Runs a short-lived thread pinned to each online CPU, so that each CPU goes through
 /// sched_switch (to the thread and back) and its state describes the task it runs.

@@ -1959,7 +1959,8 @@ impl Sampler {
         }
         if self.last_gc.elapsed() >= GC_PERIOD {
             self.last_gc = Instant::now();
-            self.collect_lost_threads(&snapshot.threads);
+            let threads = self.probes.accounted_threads(snapshot);
+            self.collect_lost_threads(&threads);
         }
     }
 
@@ -2013,8 +2014,8 @@ impl Sampler {
     }
 
     /// Deletes kernel entries of threads that no longer exist (their exit event was lost).
-    fn collect_lost_threads(&mut self, threads: &[(ThreadKey, Vec<u64>)]) {
-        for (key, _) in threads {
+    fn collect_lost_threads(&mut self, threads: &[ThreadKey]) {
+        for key in threads {
             let task = PathBuf::from(format!("/proc/{}/task/{}", key.tgid, key.tid));
             if !task.exists() {
                 self.pending.threads.push(*key);
