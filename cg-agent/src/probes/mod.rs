@@ -1039,6 +1039,7 @@ mod tests {
             group_leader: 6,
             filename: 7,
             cpu: 8,
+            exit_state: 9,
             exit_has_group_dead: 1,
         }
     }
