@@ -70,6 +70,10 @@ pub mod globals {
     pub const ITERATOR_MODE: &str = "ITERATOR_MODE";
     /// `u32`: byte offset of `task_struct.cpu` (the CPU the task last ran on).
     pub const TASK_CPU_OFFSET: &str = "TASK_CPU_OFFSET";
+    /// `u32`: byte offset of `task_struct.exit_state` (non-zero once the task is a zombie or
+    /// dead: the task iterator skips such a target thread, whose books its EXIT and FREE
+    /// close).
+    pub const TASK_EXIT_STATE_OFFSET: &str = "TASK_EXIT_STATE_OFFSET";
 }
 
 /// Default capacity of [`names::ON_CPU`]: threads (of targets, or of the whole machine with

@@ -19,6 +19,9 @@ use crate::{
 #[unsafe(no_mangle)]
 static TASK_CPU_OFFSET: u32 = 0;
 
+#[unsafe(no_mangle)]
+static TASK_EXIT_STATE_OFFSET: u32 = 0;
+
 #[map]
 static OTHER_RUNTIME: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
@@ -42,6 +45,14 @@ pub fn task_runtimes(ctx: *mut core::ffi::c_void) -> i32 {
     let runtime_ns: u64 = field(task, global(&TASK_RUNTIME_OFFSET));
     if !is_target_task(task, tgid) {
         charge_other(task, runtime_ns, true);
+        return 0;
+    }
+    // A zombie (exited, not yet reaped) stays in the task list until its parent reaps it,
+    // which can be long after user space has closed its books on its EXIT and FREE (or on
+    // the wait for them): written again, it would be read as a new thread and its whole
+    // runtime charged twice.
+    let exit_state: i32 = field(task, global(&TASK_EXIT_STATE_OFFSET));
+    if exit_state != 0 {
         return 0;
     }
     let record = TaskRecord {

@@ -1277,3 +1277,34 @@ fn the_peak_memory_is_cg_traces_own_when_a_big_python_starts_it() {
         peak / 1e6
     );
 }
+
+#[test]
+fn a_child_reaped_long_after_its_exit_is_charged_once_in_either_accounting() {
+    // cg-burn reaps its children in order: the 600 ms one stays a zombie until the 2,400 ms
+    // one is done, well past the wait for its final runtime. In iterator accounting the task
+    // iterator used to read the zombie again once its books were closed, as a new thread,
+    // and charged its whole runtime twice.
+    require_root();
+    for accounting in ACCOUNTINGS {
+        let run = cg_trace(&[
+            "--source",
+            "model",
+            "-q",
+            "--accounting",
+            accounting,
+            "--",
+            &burn(),
+            "--children",
+            "2400,600",
+            "--exit",
+            "0",
+        ]);
+        assert_eq!(run.code(), Some(0), "{}", run.stderr());
+        let report = run.report();
+        assert_accounting(report, accounting);
+        assert_adds_up(report);
+        let truth = burn_children_cpu(&run.stdout());
+        assert_eq!(truth.len(), 2, "{}", run.stdout());
+        assert_cpu_matches_the_kernel(report, &truth, &format!("cg-burn, {accounting}"));
+    }
+}

@@ -360,6 +360,7 @@ struct KernelLayout {
     group_leader: u32,
     filename: u32,
     cpu: u32,
+    exit_state: u32,
     exit_has_group_dead: u32,
 }
 
@@ -379,6 +380,7 @@ impl KernelLayout {
             filename: btf.member_offset("linux_binprm", "filename")?,
             cpu: task("cpu")
                 .or_else(|_| btf.member_path_offset("task_struct", &["thread_info", "cpu"]))?,
+            exit_state: task("exit_state")?,
             exit_has_group_dead: u32::from(
                 btf.tracepoint_args("sched_process_exit").unwrap_or(1) >= 2,
             ),
@@ -460,6 +462,7 @@ fn loader<'a>(config: &ProbeConfig, globals: &'a Globals) -> EbpfLoader<'a> {
         (globals::EXIT_HAS_GROUP_DEAD, &layout.exit_has_group_dead),
         (globals::ITERATOR_MODE, &globals.iterator_mode),
         (globals::TASK_CPU_OFFSET, &layout.cpu),
+        (globals::TASK_EXIT_STATE_OFFSET, &layout.exit_state),
         (profiling::globals::FUNC_CLOCK, &globals.func_clock),
         (profiling::globals::NOOP_FUNC, &globals.noop_func),
         (profiling::globals::STACK_COPY, &globals.stack_copy),
@@ -1056,6 +1059,7 @@ mod tests {
             group_leader: 6,
             filename: 7,
             cpu: 8,
+            exit_state: 9,
             exit_has_group_dead: 1,
         }
     }

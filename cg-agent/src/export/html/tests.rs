@@ -372,7 +372,10 @@ fn an_estimated_run_names_the_domains_a_counter_did_measure() {
         "gpu0": {"energy_j": 2.0, "top_level": true, "provenance": "measured"}
     });
     let page = render(&report, None);
-    assert!(page.contains("gpu0 measured by hardware counters"), "{page}");
+    assert!(
+        page.contains("gpu0 measured by hardware counters"),
+        "{page}"
+    );
     assert!(!page.contains("no hardware counter measured"));
 
     report["totals"]["domains"] = json!({
