@@ -785,8 +785,10 @@ fn assert_cpu_matches_the_kernel(report: &Value, truth: &[(u64, f64)], what: &st
         assert!(
             (ours_s - kernel_s).abs() <= 0.005 * kernel_s,
             "{what}: pid {pid} used {kernel_s:.6} s of CPU by the kernel's count at exit, \
-             cg-trace says {ours_s:.6} s ({:+.2} %)",
-            (ours_s / kernel_s - 1.0) * 100.0
+             cg-trace says {ours_s:.6} s ({:+.2} %); unplaced {} s, lost events {}",
+            (ours_s / kernel_s - 1.0) * 100.0,
+            report["totals"]["unplaced_cpu_time_s"],
+            report["totals"]["lost_events"]
         );
     }
 }
