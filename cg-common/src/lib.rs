@@ -32,6 +32,9 @@ pub mod names {
     /// The task iterator program (`iter/task`): one [`TaskRecord`](super::TaskRecord) per
     /// accounted thread.
     pub const TASK_RUNTIMES: &str = "task_runtimes";
+    /// The fentry program on `__put_task_struct` (iterator accounting): a second way in to a
+    /// task's free, beside `sched_process_free`.
+    pub const PUT_TASK_STRUCT: &str = "put_task_struct";
 }
 
 /// Globals that user space sets at load time (`EbpfLoader::override_global`).
@@ -116,6 +119,9 @@ impl ThreadMark {
     /// Iterator accounting: a target thread that exited, whose final runtime
     /// `sched_process_free` reports (whether or not its process is still in `TARGETS` then).
     pub const EXITED_TARGET: u64 = u64::MAX - 1;
+    /// Iterator accounting: the task's final runtime was reported (a target) or charged
+    /// (another task) by one of the two hooks on its free; the other leaves it alone.
+    pub const FREE_DONE: u64 = u64::MAX - 2;
 }
 
 /// Cumulative on-CPU time of one thread on one CPU (the map is per-CPU, so each CPU owns its

@@ -2,9 +2,9 @@
 //! `task_runtimes` once per interval; it writes a [`TaskRecord`] (the kernel's own runtime
 //! count) for each thread of a target process, or for every thread with `--all`, and charges
 //! the runtime growth of every other task since its last visit to `OTHER_RUNTIME`.
-//! `sched_process_free` (in main) closes each task's books when it is gone for good: a
-//! target's final runtime goes to user space as a FREE event, another task's last growth to
-//! `OTHER_RUNTIME` ([`charge_freed`]).
+//! `sched_process_free` and `__put_task_struct` (in main; two hooks, the first of them does it)
+//! close each task's books when it is gone for good: a target's final runtime goes to user
+//! space as a FREE event, another task's last growth to `OTHER_RUNTIME` ([`charge_freed`]).
 
 use aya_ebpf::{
     bindings::seq_file, helpers::generated::bpf_seq_write, macros::map, maps::PerCpuArray,
@@ -141,22 +141,42 @@ pub fn mark_exited_target(task: *const u8) {
     }
 }
 
-/// At `sched_process_free` in iterator accounting: the task's runtime is final (it has been
+/// When a task is gone for good in iterator accounting: its runtime is final (it has been
 /// switched out for the last time). A target's is reported, another task's growth charged.
+///
+/// Two hooks call it: `sched_process_free` and, once the task's last reference goes (in the
+/// same RCU callback, or later where another holder kept one), an fentry program on
+/// `__put_task_struct` (`backup`). The kernel of the development VM now and then calls no
+/// handler at that tracepoint for a task (ftrace sees nothing either), while the task is
+/// freed all the same. The first hook to come sets the task's mark to `FREE_DONE`, and the
+/// other then does nothing. The backup acts only on a task with a mark (an exited target, or
+/// another task the iterator charged): one without was never charged, and the tracepoint
+/// may have charged it already.
 #[inline(always)]
-pub fn charge_freed(task: *const u8) {
+pub fn charge_freed(task: *const u8, backup: bool) {
+    let mark = THREAD_MARKS.get(task);
+    if backup && mark.is_null() {
+        return;
+    }
+    // SAFETY: the task's own storage, read only when not null.
+    let state = (!mark.is_null()).then(|| unsafe { (*mark).charged_runtime_ns });
+    if state == Some(ThreadMark::FREE_DONE) {
+        return;
+    }
     let tgid: u32 = field(task, global(&TASK_TGID_OFFSET));
     let tid: u32 = field(task, global(&TASK_PID_OFFSET));
     let runtime_ns: u64 = field(task, global(&TASK_RUNTIME_OFFSET));
-    let mark = THREAD_MARKS.get(task);
-    // SAFETY: the task's own storage, read only when not null.
-    let exited_target =
-        !mark.is_null() && unsafe { (*mark).charged_runtime_ns } == ThreadMark::EXITED_TARGET;
-    if exited_target || is_target_task(task, tgid) {
+    if state == Some(ThreadMark::EXITED_TARGET) || is_target_task(task, tgid) {
         emit(event_kind::FREE, task, tgid, tid, 0, |event| {
             event.runtime_ns = runtime_ns;
         });
     } else {
         charge_other(task, runtime_ns, false);
+    }
+    if !mark.is_null() {
+        // SAFETY: the task's own storage, checked for null above.
+        unsafe {
+            core::ptr::write_volatile(&mut (*mark).charged_runtime_ns, ThreadMark::FREE_DONE)
+        };
     }
 }

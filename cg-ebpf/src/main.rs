@@ -17,8 +17,8 @@
 //!   can leave no stale target behind.
 //! - [`iterator`]: iterator accounting (`--accounting iterator`), with no program on context
 //!   switches: a task iterator that user space reads once per interval, writing each
-//!   accounted thread's runtime; `sched_process_exit` and `sched_process_free` then close
-//!   each task's books.
+//!   accounted thread's runtime; `sched_process_exit` and `sched_process_free` (backed by an
+//!   fentry program on `__put_task_struct`) then close each task's books.
 //!
 //! - Function-level programs live in their own modules: [`functions`] (uprobes on chosen
 //!   functions, with per-thread entry stacks) and [`sampler`] (CPU-clock stack sampling and
@@ -44,9 +44,9 @@ use aya_ebpf::{
         bpf_get_current_comm, bpf_get_current_uid_gid, bpf_ktime_get_ns,
         bpf_probe_read_kernel_str_bytes, generated::bpf_task_storage_get,
     },
-    macros::{btf_map, btf_tracepoint, map},
+    macros::{btf_map, btf_tracepoint, fentry, map},
     maps::{HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
-    programs::BtfTracePointContext,
+    programs::{BtfTracePointContext, FEntryContext},
 };
 use cg_common::{
     CACHE_SLOTS, CachedTime, CpuState, EVENTS_RING_BYTES, LifecycleEvent, LossCounters,
@@ -509,7 +509,7 @@ pub fn sched_process_free(ctx: BtfTracePointContext) -> i32 {
     // whether or not user space saw the exit.
     let task: *const u8 = ctx.arg(0);
     if global(&ITERATOR_MODE) != 0 {
-        iterator::charge_freed(task);
+        iterator::charge_freed(task, false);
     }
     if global(&ALL_TASKS) != 0 {
         return 0;
@@ -526,6 +526,17 @@ pub fn sched_process_free(ctx: BtfTracePointContext) -> i32 {
             let _ = TARGETS.remove(tgid);
         }
     }
+    0
+}
+
+/// Iterator accounting's second way in to a task's free (see [`iterator::charge_freed`]):
+/// `__put_task_struct(struct task_struct *t)` runs when the last reference to a task goes,
+/// right after `sched_process_free` in the same RCU callback, or later where another holder
+/// kept a reference.
+#[fentry(function = "__put_task_struct")]
+pub fn put_task_struct(ctx: FEntryContext) -> i32 {
+    let task: *const u8 = ctx.arg(0);
+    iterator::charge_freed(task, true);
     0
 }
 

@@ -785,19 +785,51 @@ fn assert_cpu_matches_the_kernel(report: &Value, truth: &[(u64, f64)], what: &st
         assert!(
             (ours_s - kernel_s).abs() <= 0.005 * kernel_s,
             "{what}: pid {pid} used {kernel_s:.6} s of CPU by the kernel's count at exit, \
-             cg-trace says {ours_s:.6} s ({:+.2} %)",
-            (ours_s / kernel_s - 1.0) * 100.0
+             cg-trace says {ours_s:.6} s ({:+.2} %); unplaced {} s, lost events {}",
+            (ours_s / kernel_s - 1.0) * 100.0,
+            report["totals"]["unplaced_cpu_time_s"],
+            report["totals"]["lost_events"]
         );
     }
 }
 
 /// Both ways of reading CPU time (`--accounting`): each must match the kernel's own figures.
 const ACCOUNTINGS: [&str; 2] = ["iterator", "switch"];
-/// Workloads of many short processes match the kernel's figures only in switch accounting:
-/// in iterator accounting a process whose final runtime the kernel never reports (its
-/// `sched_process_free` runs no program now and then on the development VM) loses its last
-/// slice, nearly all of a short process (docs/attribution.md, *Where it is approximate*).
-const EXACT_FOR_SHORT_PROCESSES: [&str; 1] = ["switch"];
+
+/// [`assert_cpu_matches_the_kernel`], but for as many processes as the report counts threads
+/// closed without their final runtime (iterator accounting: the development VM's kernel now
+/// and then reports no free of a task; docs/attribution.md, *Where it is approximate*): such
+/// a process may come out short, never over.
+fn assert_cpu_matches_the_kernel_but_for_missing_finals(
+    report: &Value,
+    truth: &[(u64, f64)],
+    what: &str,
+) {
+    let missing = num(report, "/totals/lost_events/final_runtimes_missing_count");
+    if missing == 0.0 {
+        return assert_cpu_matches_the_kernel(report, truth, what);
+    }
+    let mut short = Vec::new();
+    for &(pid, kernel_s) in truth {
+        let ours_s = subtree_cpu_s(report, pid);
+        assert!(
+            ours_s <= 1.005 * kernel_s,
+            "{what}: pid {pid} used {kernel_s:.6} s of CPU by the kernel's count at exit, \
+             cg-trace says {ours_s:.6} s ({:+.2} %)",
+            (ours_s / kernel_s - 1.0) * 100.0
+        );
+        if ours_s < 0.995 * kernel_s {
+            short.push((pid, (ours_s / kernel_s - 1.0) * 100.0));
+        }
+    }
+    eprintln!("{what}: {missing} final runtime(s) missing; short by over 0.5 %: {short:?}");
+    assert!(
+        short.len() as f64 <= missing,
+        "{what}: {} process(es) short by over 0.5 % with {missing} final runtime(s) missing: \
+         {short:?}",
+        short.len()
+    );
+}
 
 /// Checks that the report says it read CPU time the way asked.
 fn assert_accounting(report: &Value, accounting: &str) {
@@ -811,7 +843,7 @@ fn assert_accounting(report: &Value, accounting: &str) {
 #[test]
 fn per_process_cpu_time_matches_the_kernels_own_figure_at_exit() {
     require_root();
-    for accounting in EXACT_FOR_SHORT_PROCESSES {
+    for accounting in ACCOUNTINGS {
         cpu_time_matches_the_kernels_own_figure(accounting);
     }
 }
@@ -871,7 +903,11 @@ fn cpu_time_matches_the_kernels_own_figure(accounting: &str) {
         })
         .collect();
     assert_eq!(truth.len(), 40);
-    assert_cpu_matches_the_kernel(report, &truth, &format!("make -j2, {accounting}"));
+    assert_cpu_matches_the_kernel_but_for_missing_finals(
+        report,
+        &truth,
+        &format!("make -j2, {accounting}"),
+    );
 
     // Multithreaded children passing a token around (a switch every 200 µs of CPU),
     // started by posix_spawn, fork + exec and fork; the parent prints each one's CPU time.
@@ -908,7 +944,11 @@ fn cpu_time_matches_the_kernels_own_figure(accounting: &str) {
         .collect();
     assert_eq!(truth.len(), 12, "{}", run.stdout());
     assert_accounting(run.report(), accounting);
-    assert_cpu_matches_the_kernel(run.report(), &truth, &format!("cg-tree, {accounting}"));
+    assert_cpu_matches_the_kernel_but_for_missing_finals(
+        run.report(),
+        &truth,
+        &format!("cg-tree, {accounting}"),
+    );
 }
 
 #[test]
@@ -942,7 +982,7 @@ fn a_thread_pools_cpu_time_matches_the_kernels_own_figure_in_both_accountings() 
             .split_once(' ')
             .map(|(p, c)| (p.parse::<u64>().unwrap(), c.trim().parse::<f64>().unwrap()))
             .unwrap();
-        assert_cpu_matches_the_kernel(
+        assert_cpu_matches_the_kernel_but_for_missing_finals(
             report,
             &[(pid, kernel_s)],
             &format!("thread pool, {accounting}"),
@@ -1108,7 +1148,7 @@ fn a_descendant_that_reuses_a_pid_within_an_interval_is_a_process_of_its_own() {
 #[test]
 fn a_fork_storm_between_long_intervals_loses_no_process_and_no_cpu_time() {
     require_root();
-    for accounting in EXACT_FOR_SHORT_PROCESSES {
+    for accounting in ACCOUNTINGS {
         fork_storm_loses_nothing(accounting);
     }
 }
@@ -1161,7 +1201,7 @@ fn fork_storm_loses_nothing(accounting: &str) {
         }
     }
     assert_accounting(report, accounting);
-    assert_cpu_matches_the_kernel(
+    assert_cpu_matches_the_kernel_but_for_missing_finals(
         report,
         &[(shell_pid, kernel_s)],
         &format!("fork storm, {accounting}"),

@@ -26,7 +26,7 @@ use std::{
 use aya::{
     Ebpf, EbpfLoader,
     maps::{HashMap, IterableMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
-    programs::{BtfTracePoint, Iter},
+    programs::{BtfTracePoint, FEntry, Iter},
 };
 use cg_common::{
     CpuState, LifecycleEvent, LossCounters, ThreadKey, ThreadTime, event_kind, globals, names,
@@ -263,6 +263,9 @@ pub struct Losses {
     /// Target threads the kernel could make no task storage for (their slices are charged
     /// as the CPU saw them).
     pub marks_failed: u64,
+    /// Iterator accounting: threads that counted as finished without their final runtime
+    /// (no FREE came; each lacks the slice it was running at its exit).
+    pub finals_missing: u64,
 }
 
 impl Losses {
@@ -272,6 +275,7 @@ impl Losses {
             + self.targets_map_full
             + self.unmatched_switches
             + self.marks_failed
+            + self.finals_missing
     }
 }
 
@@ -564,10 +568,36 @@ fn attach_accounting(
         let program = names::TASK_RUNTIMES;
         let prog = task_iterator(ebpf)?;
         load_program(program, stop, || prog.load("task", &aya_btf))?;
+        attach_free_backup(ebpf, &aya_btf, stop)?;
     }
     drop(aya_btf);
     // SAFETY: malloc_trim only returns free heap pages to the kernel.
     unsafe { libc::malloc_trim(0) };
+    Ok(())
+}
+
+/// Iterator accounting: attaches the second hook on a task's free (`__put_task_struct`, see
+/// cg-ebpf's `iterator::charge_freed`). A kernel without BPF trampolines refuses it; the run
+/// goes on with `sched_process_free` alone, and the report counts the threads that closed
+/// without their final runtime.
+fn attach_free_backup(
+    ebpf: &mut Ebpf,
+    btf: &aya::Btf,
+    stop: &mut dyn FnMut() -> Option<i32>,
+) -> Result<(), ProbeError> {
+    let program = names::PUT_TASK_STRUCT;
+    let prog: &mut FEntry = ebpf
+        .program_mut(program)
+        .ok_or(ProbeError::MissingProgram(program))?
+        .try_into()
+        .map_err(|source| ProbeError::Attach { program, source })?;
+    match load_program(program, stop, || prog.load("__put_task_struct", btf)) {
+        Ok(()) => {}
+        Err(ProbeError::Attach { .. }) => return Ok(()),
+        Err(other) => return Err(other),
+    }
+    // Unattached, it only costs nothing: the tracepoint still closes each task.
+    let _ = prog.attach();
     Ok(())
 }
 
@@ -860,19 +890,31 @@ impl Probes {
         out
     }
 
-    /// Sums the loss counters over CPUs.
+    /// Sums the loss counters over CPUs, with iterator accounting's count of threads closed
+    /// without their final runtime.
     pub fn losses(&self) -> Result<Losses, ProbeError> {
         let values = self.losses.get(&0, 0).map_err(|source| ProbeError::Map {
             name: names::LOSSES,
             source,
         })?;
-        Ok(values.iter().fold(Losses::default(), |acc, l| Losses {
-            on_cpu_map_full: acc.on_cpu_map_full + l.on_cpu_full,
-            events_dropped: acc.events_dropped + l.events_dropped,
-            targets_map_full: acc.targets_map_full + l.targets_full,
-            unmatched_switches: acc.unmatched_switches + l.unmatched_switches,
-            marks_failed: acc.marks_failed + l.marks_failed,
-        }))
+        let finals_missing = self
+            .iterator
+            .as_ref()
+            .map_or(0, |(books, _)| books.finals_missing());
+        Ok(values.iter().fold(
+            Losses {
+                finals_missing,
+                ..Losses::default()
+            },
+            |acc, l| Losses {
+                on_cpu_map_full: acc.on_cpu_map_full + l.on_cpu_full,
+                events_dropped: acc.events_dropped + l.events_dropped,
+                targets_map_full: acc.targets_map_full + l.targets_full,
+                unmatched_switches: acc.unmatched_switches + l.unmatched_switches,
+                marks_failed: acc.marks_failed + l.marks_failed,
+                finals_missing: acc.finals_missing,
+            },
+        ))
     }
 
     /// Makes the process that holds `pid` now a target from now on.

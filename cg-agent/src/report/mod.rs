@@ -277,6 +277,9 @@ pub struct LostEvents {
     pub unmatched_switches_count: u64,
     /// Times the kernel could not keep a target thread's runtime mark (out of memory).
     pub marks_failed_count: u64,
+    /// Iterator accounting: threads closed without their final runtime (no FREE came), each
+    /// short by the slice it was running at its exit.
+    pub final_runtimes_missing_count: u64,
     /// Intervals for which a source or the probes could not be read.
     pub read_errors_count: u64,
 }
@@ -291,6 +294,7 @@ impl LostEvents {
             targets_map_full_count: losses.targets_map_full,
             unmatched_switches_count: losses.unmatched_switches,
             marks_failed_count: losses.marks_failed,
+            final_runtimes_missing_count: losses.finals_missing,
             read_errors_count,
         }
     }

@@ -171,6 +171,14 @@ fn loss_notes(q: &mut QualityNotes, lost: &Losses) {
             lost.marks_failed
         ));
     }
+    if lost.finals_missing > 0 {
+        q.degrading(format!(
+            "{} thread(s) closed without their final runtime (the kernel reported no free of \
+             the task): each counts the runtime its exit reported, short by the slice it was \
+             running then (nearly all of a very short process)",
+            lost.finals_missing
+        ));
+    }
 }
 
 /// What the recorder did to the intervals: merged them (a long run), measured none, or
@@ -332,12 +340,14 @@ mod tests {
             &Losses {
                 events_dropped: 2,
                 marks_failed: 1,
+                finals_missing: 4,
                 ..Losses::default()
             },
         );
         assert!(q.degraded);
-        assert_eq!(q.notes.len(), 2, "{:?}", q.notes);
+        assert_eq!(q.notes.len(), 3, "{:?}", q.notes);
         assert!(q.notes[0].contains("0 thread-map-full, 2 events dropped, 0 target-map-full"));
         assert!(q.notes[1].starts_with("1 time(s) the kernel could not keep"));
+        assert!(q.notes[2].starts_with("4 thread(s) closed without their final runtime"));
     }
 }

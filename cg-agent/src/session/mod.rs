@@ -1387,6 +1387,7 @@ fn losses_since(now: Losses, before: Losses) -> Losses {
             .unmatched_switches
             .saturating_sub(before.unmatched_switches),
         marks_failed: now.marks_failed.saturating_sub(before.marks_failed),
+        finals_missing: now.finals_missing.saturating_sub(before.finals_missing),
     }
 }
 
@@ -2135,6 +2136,7 @@ mod tests {
             targets_map_full: 3,
             unmatched_switches: 4,
             marks_failed: 5,
+            finals_missing: 6,
         };
         let now = Losses {
             on_cpu_map_full: 1,
@@ -2142,11 +2144,13 @@ mod tests {
             targets_map_full: 3,
             unmatched_switches: 14,
             marks_failed: 5,
+            finals_missing: 8,
         };
         let run = losses_since(now, before);
         assert_eq!(run.events_dropped, 5);
         assert_eq!(run.unmatched_switches, 10);
-        assert_eq!(run.total(), 15);
+        assert_eq!(run.finals_missing, 2);
+        assert_eq!(run.total(), 17);
         // Counters that went back (a map recreated) give 0, not a wrapped figure.
         assert_eq!(losses_since(before, now).total(), 0);
     }
