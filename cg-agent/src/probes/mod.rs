@@ -298,6 +298,9 @@ pub struct Probes {
     iterator: Option<(iterator::IteratorBooks, PerCpuArray<MapData, u64>)>,
     /// How long loading and attaching took.
     pub attach_time: Duration,
+    /// Iterator accounting: whether the second hook on a task's free (fentry on
+    /// `__put_task_struct`) is attached beside `sched_process_free`.
+    pub free_backup: bool,
 }
 
 const UPROBE_MAPS: [&str; 3] = [
@@ -541,12 +544,13 @@ impl AccountingMaps {
 }
 
 /// Loads and attaches the lifecycle programs, then sched_switch (switch accounting), and
-/// loads the task iterator (iterator accounting).
+/// loads the task iterator (iterator accounting). Returns whether the second hook on a task's
+/// free is attached (iterator accounting, where the kernel allows it).
 fn attach_accounting(
     ebpf: &mut Ebpf,
     accounting: Accounting,
     stop: &mut dyn FnMut() -> Option<i32>,
-) -> Result<(), ProbeError> {
+) -> Result<bool, ProbeError> {
     // BTF tracepoints are checked against the kernel's BTF at load time. aya parses all of
     // it (tens of MB while it lasts), so do it once, here, and give the memory back after.
     let aya_btf = aya::Btf::from_sys_fs()?;
@@ -568,23 +572,24 @@ fn attach_accounting(
         let program = names::TASK_RUNTIMES;
         let prog = task_iterator(ebpf)?;
         load_program(program, stop, || prog.load("task", &aya_btf))?;
-        attach_free_backup(ebpf, &aya_btf, stop)?;
     }
+    let free_backup =
+        accounting == Accounting::Iterator && attach_free_backup(ebpf, &aya_btf, stop)?;
     drop(aya_btf);
     // SAFETY: malloc_trim only returns free heap pages to the kernel.
     unsafe { libc::malloc_trim(0) };
-    Ok(())
+    Ok(free_backup)
 }
 
 /// Iterator accounting: attaches the second hook on a task's free (`__put_task_struct`, see
 /// cg-ebpf's `iterator::charge_freed`). A kernel without BPF trampolines refuses it; the run
 /// goes on with `sched_process_free` alone, and the report counts the threads that closed
-/// without their final runtime.
+/// without their final runtime. Returns whether it is attached (the report says so).
 fn attach_free_backup(
     ebpf: &mut Ebpf,
     btf: &aya::Btf,
     stop: &mut dyn FnMut() -> Option<i32>,
-) -> Result<(), ProbeError> {
+) -> Result<bool, ProbeError> {
     let program = names::PUT_TASK_STRUCT;
     let prog: &mut FEntry = ebpf
         .program_mut(program)
@@ -593,12 +598,11 @@ fn attach_free_backup(
         .map_err(|source| ProbeError::Attach { program, source })?;
     match load_program(program, stop, || prog.load("__put_task_struct", btf)) {
         Ok(()) => {}
-        Err(ProbeError::Attach { .. }) => return Ok(()),
+        Err(ProbeError::Attach { .. }) => return Ok(false),
         Err(other) => return Err(other),
     }
     // Unattached, it only costs nothing: the tracepoint still closes each task.
-    let _ = prog.attach();
-    Ok(())
+    Ok(prog.attach().is_ok())
 }
 
 impl Probes {
@@ -635,7 +639,7 @@ impl Probes {
             .sampling
             .then(|| sampler::SamplerMaps::take(&mut ebpf))
             .transpose()?;
-        attach_accounting(&mut ebpf, config.accounting, stop)?;
+        let free_backup = attach_accounting(&mut ebpf, config.accounting, stop)?;
 
         let cpu_count = aya::util::nr_cpus().map_err(|(_, source)| ProbeError::Read {
             name: "/sys/devices/system/cpu/possible",
@@ -664,6 +668,7 @@ impl Probes {
             functions,
             sampler,
             attach_time: started.elapsed(),
+            free_backup,
         })
     }
 

@@ -39,6 +39,21 @@ impl AccountingChoice {
         }
     }
 
+    /// Says, in iterator accounting, where threads' final runtimes come from: the second
+    /// hook on a task's free (`free_backup`) is attached only where the kernel allows fentry
+    /// programs.
+    pub fn with_final_runtimes(mut self, free_backup: bool) -> Self {
+        if self.accounting() == Accounting::Iterator {
+            self.reason.push_str(if free_backup {
+                "; final runtimes from sched_process_free and fentry on __put_task_struct"
+            } else {
+                "; final runtimes from sched_process_free alone (this kernel refused the \
+                 fentry program on __put_task_struct)"
+            });
+        }
+        self
+    }
+
     /// The accounting chosen.
     pub fn accounting(&self) -> Accounting {
         if self.method == Accounting::Switch.as_str() {
@@ -174,6 +189,25 @@ mod tests {
             provenance: Provenance::Measured,
             source: "test",
         }
+    }
+
+    #[test]
+    fn iterator_accounting_says_where_final_runtimes_come_from() {
+        let asked = |a| choose(Some(a), needs(&[])).unwrap();
+        let both = asked(Accounting::Iterator).with_final_runtimes(true);
+        assert!(
+            both.reason
+                .ends_with("sched_process_free and fentry on __put_task_struct")
+        );
+        let alone = asked(Accounting::Iterator).with_final_runtimes(false);
+        assert!(
+            alone.reason.contains("sched_process_free alone"),
+            "{}",
+            alone.reason
+        );
+        // Switch accounting needs no final runtime: its reason stands.
+        let switch = asked(Accounting::Switch);
+        assert_eq!(switch.clone().with_final_runtimes(false), switch);
     }
 
     fn needs(domains: &[DomainSpec]) -> Needs<'_> {

@@ -739,6 +739,7 @@ async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup
     let probe_config = probe_config(&config, &accounting_choice, function_probes);
     let mut stop = || signals.received().map(StopRequest::signal);
     let mut probes = Probes::load(&probe_config, &mut stop)?;
+    let accounting_choice = accounting_choice.with_final_runtimes(probes.free_backup);
     let function_session = if config.functions.any() {
         Some(functions::FunctionSession::start(
             &config.functions,
