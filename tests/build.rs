@@ -18,7 +18,9 @@
 //! work split): `cgunwind.c` built `-O2 -fomit-frame-pointer` (`CG_UNWIND_NOFP`) and
 //! `-O2 -fno-omit-frame-pointer -momit-leaf-frame-pointer` (`CG_UNWIND_LEAF`), and
 //! `rs/cgunwind.rs` built by rustc as a release binary without frame pointers
-//! (`CG_UNWIND_RS`). Needs a C compiler, binutils' `objcopy` and `xz` (`cargo xtask
+//! (`CG_UNWIND_RS`); and their references built with frame pointers in every function,
+//! `-O2 -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer` (`CG_UNWIND_FP`) and
+//! `-C force-frame-pointers=yes` (`CG_UNWIND_RS_FP`). Needs a C compiler, binutils' `objcopy` and `xz` (`cargo xtask
 //! setup` installs gcc, which brings binutils; xz is part of every Debian system).
 use std::{env, path::PathBuf};
 
@@ -147,14 +149,25 @@ fn main() {
         "cg-unwind-leaf",
         &["-fno-omit-frame-pointer", "-momit-leaf-frame-pointer"],
     );
-    let unwind_rs = out.join("cg-unwind-rs");
-    run(
-        std::process::Command::new(env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
-            .args(["--edition", "2021", "-C", "opt-level=3"])
-            .args(["-C", "force-frame-pointers=no", "-o"])
-            .arg(&unwind_rs)
-            .arg("rs/cgunwind.rs"),
+    // The reference builds: frame pointers in every function, leaves included.
+    let unwind_fp = unwind(
+        "cg-unwind-fp",
+        &["-fno-omit-frame-pointer", "-mno-omit-leaf-frame-pointer"],
     );
+    let unwind_rust = |name: &str, frame_pointers: &str| {
+        let path = out.join(name);
+        run(
+            std::process::Command::new(env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
+                .args(["--edition", "2021", "-C", "opt-level=3", "-C"])
+                .arg(format!("force-frame-pointers={frame_pointers}"))
+                .arg("-o")
+                .arg(&path)
+                .arg("rs/cgunwind.rs"),
+        );
+        path
+    };
+    let unwind_rs = unwind_rust("cg-unwind-rs", "no");
+    let unwind_rs_fp = unwind_rust("cg-unwind-rs-fp", "yes");
     for (variable, path) in [
         ("CG_PRINTS_ARGC", prints_argc),
         ("CG_SETJMP", setjmp),
@@ -170,6 +183,8 @@ fn main() {
         ("CG_UNWIND_NOFP", unwind_nofp),
         ("CG_UNWIND_LEAF", unwind_leaf),
         ("CG_UNWIND_RS", unwind_rs),
+        ("CG_UNWIND_FP", unwind_fp),
+        ("CG_UNWIND_RS_FP", unwind_rs_fp),
     ] {
         println!("cargo:rustc-env={variable}={}", path.display());
     }

@@ -3,8 +3,8 @@
  * whose time is proportional to its length): a 10 %, b 30 %, leaf 60 %; main's own part is
  * negligible. Each round's length varies (a pseudo-random 0.5x to 1.5x the unit, the split
  * kept), so a periodic sampler cannot lock onto one phase of a fixed-length round and see only
- * part of it. Built optimised without frame pointers, and with frame pointers but a
- * frameless leaf (tests/build.rs). Usage: cg-unwind [ROUNDS] (default 2000). */
+ * part of it. Built optimised without frame pointers, with frame pointers but a
+ * frameless leaf, and with frame pointers everywhere (tests/build.rs). Usage: cg-unwind [ROUNDS] (default 2000). */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -15,9 +15,14 @@
             acc = acc * 6364136223846793005UL + 1442695040888963407UL;                 \
     } while (0)
 
+/* The volatile local gives the leaf a stack slot: GCC 12 keeps no frame in a function that
+ * uses no stack, even with -mno-omit-leaf-frame-pointer, so without it the frame-pointer
+ * reference build's leaf would be frameless too. (-momit-leaf-frame-pointer and
+ * -fomit-frame-pointer still leave it frameless: the slot lies below the stack pointer.) */
 __attribute__((noinline, noclone)) unsigned long cg_unwind_leaf(unsigned long acc, long n) {
+    volatile unsigned long slot = 0;
     SPIN(acc, 6 * n);
-    return acc;
+    return acc + slot;
 }
 
 __attribute__((noinline, noclone)) unsigned long cg_unwind_b(unsigned long acc, long n) {

@@ -8,6 +8,12 @@
 //! Shares are compared with the known split at about five standard deviations of the
 //! sampling error (a share p of n samples strays sqrt(p(1-p)/n)): ~1,500 samples give
 //! 1.2 points for the leaf's 60 %, so the bounds below hold without being loose.
+//!
+//! The builds without frame pointers are also compared with the same programs built with
+//! frame pointers in every function and walked by frame pointer (`--stacks fp`): inclusive
+//! shares within 2 points. Two separate runs differ by the sampling error of both: for the
+//! leaf's 60 %, sqrt(2 x 0.24 / n), so these runs are ~12x longer (~16,000 samples each:
+//! 0.55 points, 2 points is 3.6 of it).
 
 use std::collections::BTreeMap;
 
@@ -17,13 +23,21 @@ use serde_json::Value;
 /// Rounds of the programs: about 2 s of CPU here, ~1,500+ samples at 999 Hz.
 const ROUNDS: &str = "6000";
 
+/// Rounds of the runs compared with the frame-pointer builds: about 16 s of CPU here, ~16,000
+/// samples at 999 Hz.
+const COMPARED_ROUNDS: &str = "70000";
+
+/// Fewest samples a compared run may have: below it, 2 points is under 3 standard errors
+/// of the difference of two runs.
+const COMPARED_MIN_SAMPLES: f64 = 12_000.0;
+
 struct Profile {
     report: Value,
     /// Folded stacks (frames outermost first, kernel frames dropped) and their µJ.
     folded: Vec<(Vec<String>, u64)>,
 }
 
-fn profile(program: &str, stacks: &str) -> Profile {
+fn profile(program: &str, stacks: &str, rounds: &str) -> Profile {
     require_root();
     let dir = tempfile::tempdir().unwrap();
     let folded = dir.path().join("energy.folded");
@@ -41,7 +55,7 @@ fn profile(program: &str, stacks: &str) -> Profile {
         folded.to_str().unwrap(),
         "--",
         program,
-        ROUNDS,
+        rounds,
     ]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
     // The summary says how the stacks were walked.
@@ -180,25 +194,103 @@ fn assert_reaches_main_with_the_known_split(p: &Profile, mode: &str, prefix: &st
     near(p, "leaf self", share("cg_unwind_leaf").1, 0.6, 0.07);
 }
 
-#[test]
-fn c_built_without_frame_pointers_unwinds_to_main_with_the_known_split() {
-    let p = profile(env!("CG_UNWIND_NOFP"), "auto");
-    assert_reaches_main_with_the_known_split(&p, "auto", "");
-    assert!(p.caller_named("cg_unwind_leaf", "cg_unwind_b") >= 0.99);
+/// `p` was walked by frame pointer alone (`--stacks fp`), and its stacks reached main: the
+/// reference the unwound runs are compared with.
+fn assert_walked_by_frame_pointer_to_main(p: &Profile) {
+    let sampling = p.sampling();
+    let samples = num(sampling, "/samples_count");
+    let walk = &sampling["stack_walk"];
+    assert_eq!(walk["mode"], "fp", "{sampling:#}");
+    assert_eq!(walk["dwarf_samples_count"], 0, "{sampling:#}");
+    assert!(
+        num(walk, "/frame_pointer_samples_count") >= 0.98 * samples,
+        "{sampling:#}"
+    );
+    assert!(
+        p.through("main") >= 0.99,
+        "by frame pointer, main in {:.4} of the sampled energy: {:?}\nsampling: {sampling:#}",
+        p.through("main"),
+        p.folded
+    );
+}
+
+/// The inclusive shares of main, a, b and leaf in `unwound` within 2 points of those in
+/// `fp`, two runs of `COMPARED_ROUNDS` each. Both sets are printed (`--nocapture`), and on
+/// failure every function's shares.
+fn assert_inclusive_shares_agree(unwound: &Profile, fp: &Profile, prefix: &str) {
+    let samples = |p: &Profile| num(p.sampling(), "/samples_count");
+    for p in [unwound, fp] {
+        assert!(
+            samples(p) >= COMPARED_MIN_SAMPLES,
+            "too few samples to compare: {:#}",
+            p.sampling()
+        );
+    }
+    let (shares, fp_shares) = (unwound.shares(), fp.shares());
+    let inclusive = |shares: &BTreeMap<String, (f64, f64)>, symbol: &str| {
+        shares
+            .get(symbol)
+            .map(|s| s.0)
+            .unwrap_or_else(|| panic!("{symbol} not sampled: {shares:?}"))
+    };
+    let compared: Vec<(String, f64, f64)> =
+        ["main", "cg_unwind_a", "cg_unwind_b", "cg_unwind_leaf"]
+            .iter()
+            .map(|name| {
+                let symbol = if *name == "main" {
+                    name.to_string()
+                } else {
+                    format!("{prefix}{name}")
+                };
+                let (value, reference) =
+                    (inclusive(&shares, &symbol), inclusive(&fp_shares, &symbol));
+                (symbol, value, reference)
+            })
+            .collect();
+    eprintln!(
+        "inclusive shares (unwound {} samples, by frame pointer {}): {compared:.4?}",
+        samples(unwound),
+        samples(fp)
+    );
+    for (symbol, value, reference) in &compared {
+        assert!(
+            (value - reference).abs() <= 0.02,
+            "{symbol} inclusive: {value:.4} unwound, {reference:.4} by frame pointer \
+             (2 points allowed)\nunwound (inclusive, self): {shares:?}\nby frame pointer: \
+             {fp_shares:?}\nsampling, unwound: {:#}\nby frame pointer: {:#}",
+            unwound.sampling(),
+            fp.sampling()
+        );
+    }
 }
 
 #[test]
-fn rust_release_binary_without_frame_pointers_unwinds_to_main_with_the_known_split() {
+fn c_built_without_frame_pointers_unwinds_to_main_as_the_frame_pointer_build_does() {
+    let p = profile(env!("CG_UNWIND_NOFP"), "auto", COMPARED_ROUNDS);
+    assert_reaches_main_with_the_known_split(&p, "auto", "");
+    assert!(p.caller_named("cg_unwind_leaf", "cg_unwind_b") >= 0.99);
+    let fp = profile(env!("CG_UNWIND_FP"), "fp", COMPARED_ROUNDS);
+    assert_walked_by_frame_pointer_to_main(&fp);
+    assert!(fp.caller_named("cg_unwind_leaf", "cg_unwind_b") >= 0.99);
+    assert_inclusive_shares_agree(&p, &fp, "");
+}
+
+#[test]
+fn rust_release_binary_without_frame_pointers_unwinds_to_main_as_the_frame_pointer_build_does() {
     // --stacks dwarf: every sample unwound from its copy (auto does the same here: the
     // program's code has .eh_frame).
-    let p = profile(env!("CG_UNWIND_RS"), "dwarf");
+    let p = profile(env!("CG_UNWIND_RS"), "dwarf", COMPARED_ROUNDS);
     assert_reaches_main_with_the_known_split(&p, "dwarf", "cgunwind::");
     assert!(p.caller_named("cgunwind::cg_unwind_leaf", "cgunwind::cg_unwind_b") >= 0.99);
+    let fp = profile(env!("CG_UNWIND_RS_FP"), "fp", COMPARED_ROUNDS);
+    assert_walked_by_frame_pointer_to_main(&fp);
+    assert!(fp.caller_named("cgunwind::cg_unwind_leaf", "cgunwind::cg_unwind_b") >= 0.99);
+    assert_inclusive_shares_agree(&p, &fp, "cgunwind::");
 }
 
 #[test]
 fn frameless_leaves_keep_their_caller_when_unwound_and_lose_it_by_frame_pointer() {
-    let p = profile(env!("CG_UNWIND_LEAF"), "auto");
+    let p = profile(env!("CG_UNWIND_LEAF"), "auto", ROUNDS);
     assert_reaches_main_with_the_known_split(&p, "auto", "");
     let named = p.caller_named("cg_unwind_leaf", "cg_unwind_b");
     assert!(named >= 0.99, "the leaf's caller named in {named:.4}");
@@ -206,7 +298,7 @@ fn frameless_leaves_keep_their_caller_when_unwound_and_lose_it_by_frame_pointer(
     // The same program walked by frame pointer: the leaf has no frame, so the walk goes
     // from it straight to a, skipping b (what issue 22 found with GCC 12) and the report
     // says how the stacks were walked.
-    let fp = profile(env!("CG_UNWIND_LEAF"), "fp");
+    let fp = profile(env!("CG_UNWIND_LEAF"), "fp", ROUNDS);
     let walk = &fp.sampling()["stack_walk"];
     assert_eq!(walk["mode"], "fp");
     assert_eq!(walk["dwarf_samples_count"], 0);

@@ -289,7 +289,12 @@ impl Probes {
         } = maps;
         let mut batch = SampleBatch::default();
         let mut counts: StdHashMap<Sample, u64> = StdHashMap::new();
+        // What this read found in the ring (each record has an 8-byte header, and takes
+        // a multiple of 8 bytes): how full the ring was, for sizing it (`ring_bytes`).
+        let (mut records, mut bytes) = (0u64, 0u64);
         while let Some(item) = ring.next() {
+            records += 1;
+            bytes += 8 + (item.len() as u64).next_multiple_of(8);
             let Some(record) = read_record(&item) else {
                 *malformed += 1;
                 continue;
@@ -337,6 +342,7 @@ impl Probes {
             };
             *counts.entry(sample).or_default() += 1;
         }
+        tracing::debug!("sample ring read: {records} records, {bytes} bytes");
         batch.samples = counts.into_iter().collect();
         batch.samples.sort_unstable_by_key(|(s, _)| *s);
         Ok(batch)
