@@ -188,9 +188,10 @@ fn a_gpu_never_at_rest_and_of_no_known_model_says_its_baseline_is_not_its_rest_p
 /// that names the light process at 98 % and the heavy one not at all.
 const HEAVY_AND_LIGHT: (f64, f64) = (8.5, 19.6);
 
-#[test]
-fn no_interval_gives_the_light_process_the_gpu_and_the_split_follows_nvidias_accounting() {
-    require_root();
+/// cg-trace attached for 10 s (with `extra`) to two processes standing for trace2's heavy and
+/// light ones, on the replayed GPU with the accounting stats `accounting`; the report and
+/// the two (heavy, light).
+fn attach_heavy_and_light(accounting: &str, extra: &[&str]) -> (Value, Background, Background) {
     let state = tempfile::tempdir().unwrap();
     let sleep = Path::new("/bin/sleep");
     let heavy = Background::spawn(sleep, &["30"]);
@@ -199,14 +200,20 @@ fn no_interval_gives_the_light_process_the_gpu_and_the_split_follows_nvidias_acc
         HEAVY_AND_LIGHT,
         H100,
         vec![(494, heavy.pid()), (495, light.pid())],
-        Some(nvml_recording("trace2-accounting.json")),
+        Some(nvml_recording(accounting)),
     );
     let pids = format!("{},{}", heavy.pid(), light.pid());
-    let report = run(
-        &nvml,
-        state.path(),
-        &["--pid", &pids, "--duration", "10", "--timeseries"],
-    );
+    let mut args = vec!["--pid", &pids, "--duration", "10"];
+    args.extend_from_slice(extra);
+    let report = run(&nvml, state.path(), &args);
+    (report, heavy, light)
+}
+
+#[test]
+fn no_interval_gives_the_light_process_the_gpu_and_the_split_follows_nvidias_accounting() {
+    require_root();
+    let (report, heavy, light) =
+        attach_heavy_and_light("trace2-accounting.json", &["--timeseries"]);
     // Per interval: the light process never gets more than a window's share of the GPU (one
     // 98 % sample in five periods, ~20 %), nor the heavy one nothing while the GPU is busy.
     let mut heavy_intervals = 0;
@@ -273,18 +280,7 @@ fn processes_still_running_are_checked_against_their_accounting_over_their_life_
     // A real H100 reports a running process's accounting `time` as 0 until it ends (seen
     // attaching with `--all`): the check must use its life so far, not find no process.
     require_root();
-    let state = tempfile::tempdir().unwrap();
-    let sleep = Path::new("/bin/sleep");
-    let heavy = Background::spawn(sleep, &["30"]);
-    let light = Background::spawn(sleep, &["30"]);
-    let nvml = replay_with(
-        HEAVY_AND_LIGHT,
-        H100,
-        vec![(494, heavy.pid()), (495, light.pid())],
-        Some(nvml_recording("trace2-accounting-running.json")),
-    );
-    let pids = format!("{},{}", heavy.pid(), light.pid());
-    let report = run(&nvml, state.path(), &["--pid", &pids, "--duration", "10"]);
+    let (report, heavy, light) = attach_heavy_and_light("trace2-accounting-running.json", &[]);
     let accounted = report["meta"]["gpus"][0]["accounting"].as_array().unwrap();
     assert_eq!(accounted.len(), 2, "{accounted:#?}");
     for entry in accounted {
