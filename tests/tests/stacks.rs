@@ -104,6 +104,43 @@ fn samples_at_999_hz_keep_their_stacks_and_any_loss_is_counted() {
 }
 
 #[test]
+fn a_whole_machine_profile_counts_the_samples_of_its_run_not_those_taken_while_it_reports() {
+    // With --all, naming every process's frames takes a while after the run (tens of seconds
+    // in a debug build): the sampler keeps sampling and its ring fills, and those samples
+    // were counted with the run's, as lost (one run: 7,878 lost against 627 read).
+    require_root();
+    let run = cg_trace(&[
+        "--source",
+        "model",
+        "--all",
+        "--profile",
+        "--stacks",
+        "fp",
+        "--no-lines",
+        "--sample-hz",
+        "99",
+        "--duration",
+        "2",
+    ]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let report = run.report();
+    let sampling = &report["meta"]["function_profiling"]["sampling"];
+    let cpus = num(report, "/meta/cpu_count");
+    let duration_s = num(report, "/meta/duration_s");
+    // Every CPU's clock fires 99 times a second of the run, whether a thread runs or not;
+    // a second's grace for the read at the end.
+    let most = cpus * 99.0 * (duration_s + 1.0);
+    for counted in ["samples_count", "lost_samples_count"] {
+        let n = num(sampling, &format!("/{counted}"));
+        assert!(
+            n <= most,
+            "{counted} {n} > {most} in {duration_s} s: {sampling:#}"
+        );
+    }
+    assert!(num(sampling, "/samples_count") > 0.0, "{sampling:#}");
+}
+
+#[test]
 fn function_totals_sum_every_process_including_those_cut_from_the_list() {
     require_root();
     // 100 short processes making 7 calls each: the default --top-functions (50) lists 50 of

@@ -352,6 +352,11 @@ pub struct FunctionSession {
     /// The kernel's cumulative counters when this run started (a later run of a set starts
     /// from the previous one's end): the recording gives this run's share.
     counted_before: CountedBefore,
+    /// The sampler's counters as of the last read of its ring: the run's figures. (Read when
+    /// the report is built, they would also count the samples taken after the run's last
+    /// read, while symbols are read, as lost: 7,878 "lost" against 627 read in a 3 s
+    /// `--all --profile` run of a debug build.)
+    sampler_at_last_read: Option<SamplerCounters>,
     options: FunctionOptions,
     functions: Vec<ResolvedFunction>,
     pending: PendingSpecs,
@@ -481,6 +486,7 @@ impl FunctionSession {
         FunctionSession {
             notices,
             counted_before: CountedBefore::default(),
+            sampler_at_last_read: None,
             options,
             attach_path,
             max_rate: vec![0.0; functions.len()],
@@ -920,6 +926,7 @@ impl FunctionSession {
                 return Vec::new();
             }
         };
+        self.sampler_at_last_read = probes.sampler_counters().ok();
         self.stack_cache.extend(batch.stacks);
         self.python_read.extend(batch.python);
         let mut out = Vec::with_capacity(batch.samples.len());
@@ -1199,10 +1206,11 @@ impl FunctionSession {
     /// What the sampler did in this run (its counters since the run started).
     fn sampler_summary(&self, probes: &Probes, naming: Naming) -> SamplerSummary {
         let before = self.counted_before;
-        let counters = sampler_counters_since(
-            probes.sampler_counters().unwrap_or_default(),
-            before.sampler,
-        );
+        let now = self
+            .sampler_at_last_read
+            .or_else(|| probes.sampler_counters().ok())
+            .unwrap_or_default();
+        let counters = sampler_counters_since(now, before.sampler);
         let run_time = runs_since(probes.sampler_run_time(), before.sampler_runs);
         SamplerSummary {
             sample_hz: self.options.sample_hz,
