@@ -209,6 +209,18 @@ fn attach_heavy_and_light(accounting: &str, extra: &[&str]) -> (Value, Backgroun
     (report, heavy, light)
 }
 
+/// The report's quality note comparing its GPU split with NVIDIA's accounting stats.
+fn accounting_note(report: &Value) -> &str {
+    let notes = report["meta"]["measurement_quality"]["notes"]
+        .as_array()
+        .unwrap();
+    notes
+        .iter()
+        .filter_map(|n| n.as_str())
+        .find(|n| n.contains("NVIDIA's accounting stats"))
+        .unwrap_or_else(|| panic!("{notes:#?}"))
+}
+
 #[test]
 fn no_interval_gives_the_light_process_the_gpu_and_the_split_follows_nvidias_accounting() {
     require_root();
@@ -257,14 +269,7 @@ fn no_interval_gives_the_light_process_the_gpu_and_the_split_follows_nvidias_acc
     // theirs.
     let accounted = report["meta"]["gpus"][0]["accounting"].as_array().unwrap();
     assert_eq!(accounted.len(), 4, "{accounted:#?}");
-    let notes = report["meta"]["measurement_quality"]["notes"]
-        .as_array()
-        .unwrap();
-    let note = notes
-        .iter()
-        .filter_map(|n| n.as_str())
-        .find(|n| n.contains("NVIDIA's accounting stats"))
-        .unwrap_or_else(|| panic!("{notes:#?}"));
+    let note = accounting_note(&report);
     let worst: f64 = note
         .rsplit("largest difference ")
         .next()
@@ -289,14 +294,7 @@ fn processes_still_running_are_checked_against_their_accounting_over_their_life_
         let life_s = num(entry, "/time_s");
         assert!((12.0..120.0).contains(&life_s), "{entry:#}");
     }
-    let notes = report["meta"]["measurement_quality"]["notes"]
-        .as_array()
-        .unwrap();
-    let note = notes
-        .iter()
-        .filter_map(|n| n.as_str())
-        .find(|n| n.contains("NVIDIA's accounting stats"))
-        .unwrap_or_else(|| panic!("{notes:#?}"));
+    let note = accounting_note(&report);
     assert!(
         note.contains("still running: over its life so far"),
         "{note}"
