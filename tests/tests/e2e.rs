@@ -796,6 +796,13 @@ fn assert_cpu_matches_the_kernel(report: &Value, truth: &[(u64, f64)], what: &st
 /// Both ways of reading CPU time (`--accounting`): each must match the kernel's own figures.
 const ACCOUNTINGS: [&str; 2] = ["iterator", "switch"];
 
+/// cg-trace on the model, quiet, in `accounting`, running `command`.
+fn traced_in(accounting: &str, command: &[&str]) -> cg_tests::Run {
+    let mut args = vec!["--source", "model", "-q", "--accounting", accounting, "--"];
+    args.extend_from_slice(command);
+    cg_trace(&args)
+}
+
 /// [`assert_cpu_matches_the_kernel`], but for as many processes as the report counts threads
 /// closed without their final runtime (iterator accounting: the development VM's kernel now
 /// and then reports no free of a task; docs/attribution.md, *Where it is approximate*): such
@@ -876,20 +883,7 @@ fn cpu_time_matches_the_kernels_own_figure(accounting: &str) {
     let log = dir.path().join("cpu.log");
     let cc = format!("CC={} {} gcc", bin("cg-wait4").display(), log.display());
     let dir_arg = dir.path().display().to_string();
-    let run = cg_trace(&[
-        "--source",
-        "model",
-        "-q",
-        "--accounting",
-        accounting,
-        "--",
-        "make",
-        "-s",
-        "-C",
-        &dir_arg,
-        "-j2",
-        &cc,
-    ]);
+    let run = traced_in(accounting, &["make", "-s", "-C", &dir_arg, "-j2", &cc]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
     let report = run.report();
     assert_accounting(report, accounting);
@@ -911,23 +905,20 @@ fn cpu_time_matches_the_kernels_own_figure(accounting: &str) {
 
     // Multithreaded children passing a token around (a switch every 200 µs of CPU),
     // started by posix_spawn, fork + exec and fork; the parent prints each one's CPU time.
-    let run = cg_trace(&[
-        "--source",
-        "model",
-        "-q",
-        "--accounting",
+    let run = traced_in(
         accounting,
-        "--",
-        &bin("cg-tree").display().to_string(),
-        "--children",
-        "12",
-        "--ms",
-        "60",
-        "--threads",
-        "3",
-        "--jobs",
-        "3",
-    ]);
+        &[
+            &bin("cg-tree").display().to_string(),
+            "--children",
+            "12",
+            "--ms",
+            "60",
+            "--threads",
+            "3",
+            "--jobs",
+            "3",
+        ],
+    );
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
     let truth: Vec<(u64, f64)> = run
         .stdout()
@@ -960,19 +951,16 @@ fn a_thread_pools_cpu_time_matches_the_kernels_own_figure_in_both_accountings() 
     for accounting in ACCOUNTINGS {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("cpu.log");
-        let run = cg_trace(&[
-            "--source",
-            "model",
-            "-q",
-            "--accounting",
+        let run = traced_in(
             accounting,
-            "--",
-            &bin("cg-wait4").display().to_string(),
-            &log.display().to_string(),
-            &bin("cg-pool").display().to_string(),
-            "0.6",
-            "12",
-        ]);
+            &[
+                &bin("cg-wait4").display().to_string(),
+                &log.display().to_string(),
+                &bin("cg-pool").display().to_string(),
+                "0.6",
+                "12",
+            ],
+        );
         assert_eq!(run.code(), Some(0), "{}", run.stderr());
         let report = run.report();
         assert_accounting(report, accounting);
@@ -1337,19 +1325,10 @@ fn a_child_reaped_long_after_its_exit_is_charged_once_in_either_accounting() {
     // and charged its whole runtime twice.
     require_root();
     for accounting in ACCOUNTINGS {
-        let run = cg_trace(&[
-            "--source",
-            "model",
-            "-q",
-            "--accounting",
+        let run = traced_in(
             accounting,
-            "--",
-            &burn(),
-            "--children",
-            "2400,600",
-            "--exit",
-            "0",
-        ]);
+            &[&burn(), "--children", "2400,600", "--exit", "0"],
+        );
         assert_eq!(run.code(), Some(0), "{}", run.stderr());
         let report = run.report();
         assert_accounting(report, accounting);
