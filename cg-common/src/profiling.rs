@@ -67,6 +67,25 @@ pub struct FuncFrame {
 }
 const _: () = assert!(size_of::<FuncFrame>() == 24);
 
+/// A thread's own clock base, kept while its CPU's state names another task: a switch onto
+/// this thread that tracing never reported (a Firecracker guest's agent thread leaves its CPU
+/// without a `sched_switch` event). The scheduler's runtime read then (`runtime_ns`, exact up
+/// to its last update) plus the time since (`at_ns`) is the thread's clock for as long as the
+/// CPU's state stays as it was (`seq`, on `cpu`): any switch reported since would change it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClockBase {
+    /// The CPU plus 1 (0: no base).
+    pub cpu: u32,
+    pub _pad: u32,
+    /// The CPU state's sequence number when the base was taken.
+    pub seq: u64,
+    pub runtime_ns: u64,
+    /// CLOCK_MONOTONIC nanoseconds when it was read.
+    pub at_ns: u64,
+}
+const _: () = assert!(size_of::<ClockBase>() == 32);
+
 /// The entry stack of one thread.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,8 +97,9 @@ pub struct FuncThread {
     pub overflow: u32,
     pub _pad: u32,
     pub frames: [FuncFrame; FUNC_MAX_DEPTH],
+    pub clock: ClockBase,
 }
-const _: () = assert!(size_of::<FuncThread>() == 16 + 24 * FUNC_MAX_DEPTH);
+const _: () = assert!(size_of::<FuncThread>() == 16 + 24 * FUNC_MAX_DEPTH + 32);
 
 impl Default for FuncThread {
     fn default() -> Self {
@@ -89,6 +109,7 @@ impl Default for FuncThread {
             overflow: 0,
             _pad: 0,
             frames: [FuncFrame::default(); FUNC_MAX_DEPTH],
+            clock: ClockBase::default(),
         }
     }
 }
@@ -132,8 +153,10 @@ pub struct FuncCounters {
     pub abandoned_frames: u64,
     /// Threads or statistics the maps had no room for.
     pub map_full: u64,
-    /// Clock reads that raced a context switch twice and fell back to the scheduler's
-    /// own (tick-granular) runtime.
+    /// Clock reads that fell back to the scheduler's own runtime (exact up to its last
+    /// update, which may be a tick old): the CPU's state named another task (a switch tracing
+    /// did not report; the thread then keeps a clock base of its own, see [`ClockBase`]), or
+    /// the read raced a context switch twice.
     pub clock_fallbacks: u64,
     pub _reserved: u64,
 }
@@ -269,6 +292,7 @@ const _: () = assert!(size_of::<PyProcess>() == 64);
 mod pod {
     // SAFETY: all of these are `repr(C)`, `Copy`, and have no padding or invalid bit patterns.
     unsafe impl aya::Pod for super::FuncFrame {}
+    unsafe impl aya::Pod for super::ClockBase {}
     unsafe impl aya::Pod for super::FuncThread {}
     unsafe impl aya::Pod for super::FuncKey {}
     unsafe impl aya::Pod for super::FuncStats {}

@@ -8,6 +8,8 @@
 //! `sum_exec_runtime` when the thread got its CPU (`CpuState::start_runtime_ns`, exact) plus
 //! the time since then (`CpuState::switch_in_ns`, which `sched_switch` records only when
 //! `FUNC_CLOCK` is set). Time a thread spends off-CPU inside a function does not count.
+//! Where the CPU's state names another task (a switch onto the thread that tracing never
+//! reported), the thread times itself from a base of its own (`ClockBase`).
 //!
 //! Uprobes attach by file and offset for every process, so these programs first drop
 //! processes that are not targets (one hash lookup).
@@ -16,16 +18,16 @@ use aya_ebpf::{
     EbpfContext,
     bindings::BPF_NOEXIST,
     helpers::{
-        bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns,
-        bpf_probe_read_kernel,
+        bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_get_current_task,
+        bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel,
     },
     macros::{map, uprobe, uretprobe},
     maps::{HashMap, PerCpuArray},
     programs::{ProbeContext, RetProbeContext},
 };
 use cg_common::profiling::{
-    COOKIE_ENTRY_ONLY, FRAME_OUTERMOST, FUNC_MAX_DEPTH, FUNC_MAX_STATS, FUNC_MAX_THREADS,
-    FuncCounters, FuncFrame, FuncKey, FuncStats, FuncThread,
+    COOKIE_ENTRY_ONLY, ClockBase, FRAME_OUTERMOST, FUNC_MAX_DEPTH, FUNC_MAX_STATS,
+    FUNC_MAX_THREADS, FuncCounters, FuncFrame, FuncKey, FuncStats, FuncThread,
 };
 
 use crate::{CPU_STATE, TASK_RUNTIME_OFFSET, global, is_target};
@@ -61,9 +63,9 @@ fn count(update: impl FnOnce(&mut FuncCounters)) {
     }
 }
 
-/// The calling thread's on-CPU clock, in nanoseconds.
+/// The calling thread's on-CPU clock, in nanoseconds; `thread` is its entry stack.
 #[inline(always)]
-fn thread_clock(tid: u32) -> u64 {
+fn thread_clock(tid: u32, thread: *mut FuncThread) -> u64 {
     if let Some(state) = CPU_STATE.get_ptr(0) {
         // The program is preemptible (uprobes run with migration disabled only), so a switch
         // may rewrite the state while we read it: read it like user space does, seq_begin
@@ -78,14 +80,49 @@ fn thread_clock(tid: u32) -> u64 {
                 let switch_in = core::ptr::read_volatile(&(*state).switch_in_ns);
                 let now = bpf_ktime_get_ns();
                 let end = core::ptr::read_volatile(&(*state).seq_end);
-                if begin == end && running == tid && switch_in != 0 {
+                if begin != end || switch_in == 0 {
+                    continue;
+                }
+                if running == tid {
                     return start_runtime + now.saturating_sub(switch_in);
                 }
+                // The state names another task: the switch onto this thread went unreported.
+                return unreported_switch_clock(thread, end, now);
             }
         }
     }
     count(|c| c.clock_fallbacks += 1);
-    // The scheduler's own runtime of this task: exact up to its last tick.
+    scheduler_runtime()
+}
+
+/// The thread's clock while its CPU's state (sequence `seq`) names another task: its own
+/// base, taken at the first such read (see `ClockBase`), so that differences stay exact.
+#[inline(always)]
+fn unreported_switch_clock(thread: *mut FuncThread, seq: u64, now: u64) -> u64 {
+    // SAFETY: no helper arguments; only this thread writes its own entry.
+    unsafe {
+        let cpu = bpf_get_smp_processor_id() + 1;
+        let base = &mut (*thread).clock;
+        if base.cpu == cpu && base.seq == seq {
+            return base.runtime_ns + now.saturating_sub(base.at_ns);
+        }
+        count(|c| c.clock_fallbacks += 1);
+        let runtime = scheduler_runtime();
+        *base = ClockBase {
+            cpu,
+            _pad: 0,
+            seq,
+            runtime_ns: runtime,
+            at_ns: now,
+        };
+        runtime
+    }
+}
+
+/// The scheduler's own runtime of the calling task: exact up to its last update (a tick ago
+/// at most while it runs).
+#[inline(always)]
+fn scheduler_runtime() -> u64 {
     // SAFETY: bpf_probe_read_kernel validates the address.
     unsafe {
         let task = bpf_get_current_task() as *const u8;
@@ -201,7 +238,7 @@ fn try_func_entry(ctx: &ProbeContext) -> Result<u32, u32> {
             }
         }
         // The clock last, so that our own work is not charged to the function.
-        let entry_ns = thread_clock(tid);
+        let entry_ns = thread_clock(tid, thread);
         if let Some(frame) = (*thread).frames.get_mut(depth) {
             *frame = FuncFrame {
                 func,
@@ -232,7 +269,7 @@ fn try_func_return(ctx: &RetProbeContext) -> Result<u32, u32> {
     // Threads that never entered a probed function as targets have no entry stack.
     let thread = FUNC_THREADS.get_ptr_mut(tid).ok_or(0u32)?;
     // The clock first, so that our own work is not charged to the function.
-    let now_ns = thread_clock(tid);
+    let now_ns = thread_clock(tid, thread);
     // SAFETY: the context is the program's own.
     let func = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
     // SAFETY: only this thread writes its own entry.
