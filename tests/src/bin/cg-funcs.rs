@@ -9,8 +9,9 @@
 //!
 //! Usage: `cg-funcs [--calls N] [--units U] [--depth D] [--partial]`: the main thread runs N
 //! rounds of work_a, work_b, rust_work and cglib_work, plus N / D calls of cg_recurse with
-//! depth D; a second thread first runs N calls of cg_thread_work, alone. With `--partial` a third thread
-//! enters `cg_forever` and the process exits while it is inside. Prints what it did.
+//! depth D; a second thread runs N calls of cg_thread_work, one before each round (the two
+//! take turns, never working at once). With `--partial` a third thread enters `cg_forever`
+//! and the process exits while it is inside. Prints what it did.
 //!
 //! `cg-funcs --tiny N [--endbr]`: N calls of a function that does almost nothing (probe
 //! cost benchmarks); prints `calls_per_s`.
@@ -79,19 +80,28 @@ fn main() {
     let depth: u32 = arg(&args, "--depth", 4);
     let partial = args.iter().any(|a| a == "--partial");
 
+    // The two threads take turns, a call of cg_thread_work then a round of the main
+    // thread's, so that their work never runs at the same time: the ratios tests check are
+    // of CPU time, and two threads busy at once may share a physical core (a VM's two vCPUs
+    // can be one core's two hyperthreads), which makes both run up to ~30 % slower.
+    let (go, turn) = std::sync::mpsc::channel::<()>();
+    let (done, finished) = std::sync::mpsc::channel::<()>();
     let worker = std::thread::spawn(move || {
         let mut x = 0u64;
-        for _ in 0..calls {
+        while turn.recv().is_ok() {
             // SAFETY: plain C function.
             x = x.wrapping_add(unsafe { cg_thread_work(units) });
+            if done.send(()).is_err() {
+                break;
+            }
         }
         x
     });
-    // The second thread's work runs alone, before the main thread's: the ratios tests check
-    // are of CPU time, and two threads busy at once may share a physical core (a VM's two
-    // vCPUs can be one core's two hyperthreads), which makes both run up to ~30 % slower.
-    let mut x = worker.join().unwrap_or(0);
+    let mut x = 0u64;
     for round in 0..calls {
+        if go.send(()).is_ok() {
+            let _ = finished.recv();
+        }
         // SAFETY: plain C functions without preconditions.
         unsafe {
             x = x.wrapping_add(cg_work_a(units));
@@ -104,6 +114,8 @@ fn main() {
             x = x.wrapping_add(unsafe { cg_recurse(depth, units) });
         }
     }
+    drop(go);
+    x = x.wrapping_add(worker.join().unwrap_or(0));
     std::hint::black_box(x);
     println!(
         "calls {calls} units {units} depth {depth} recurse_calls {}",
