@@ -387,3 +387,56 @@ fn a_library_named_nowhere_waits_in_vain_with_a_warning_or_exits_2_for_the_whole
     );
     assert!(run.report.is_none());
 }
+
+#[test]
+fn a_sample_ring_that_cannot_hold_an_interval_is_read_between_intervals_and_loses_nothing() {
+    // Stack copies make records of 18,800 bytes; at 999 Hz on two busy CPUs a 10 s interval
+    // would need 376 MB of ring, which is capped at 64 MiB (3,567 records, 1.8 CPU-seconds).
+    // Without reads between intervals the samples past that were lost (`--all`'s case on
+    // 16 CPUs at the default interval).
+    require_root();
+    let busy = bin("cg-pool").display().to_string();
+    let script = format!("{busy} 2.5 0 & {busy} 2.5 0; wait");
+    let run = cg_trace_with_env(
+        &[
+            "--source",
+            "model",
+            "--profile",
+            "--stacks",
+            "auto",
+            "--sample-hz",
+            "999",
+            "--interval",
+            "10000",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+        &[("CG_TRACE_LOG", "cg_agent::probes::sampler=debug")],
+    );
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let report = run.report();
+    assert_adds_up(report);
+    let sampling = &report["meta"]["function_profiling"]["sampling"];
+    assert_eq!(num(sampling, "/lost_samples_count"), 0.0, "{sampling:#}");
+    // Every CPU-second of the targets gave its 999 samples (5 s of CPU: ~5,000).
+    let cpu_s: f64 = report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| num(p, "/cpu_time_s"))
+        .sum();
+    let samples = num(sampling, "/samples_count");
+    assert!(
+        samples >= cpu_s * 999.0 * 0.9,
+        "{samples} samples for {cpu_s} s of CPU: {sampling:#}"
+    );
+    // The ring was read more often than once an interval.
+    let reads = run.stderr().matches("sample ring read:").count();
+    let intervals = report["meta"]["duration_s"].as_f64().unwrap() / 10.0;
+    assert!(
+        reads as f64 > intervals.ceil() + 2.0,
+        "{reads} reads of the ring in {intervals} intervals"
+    );
+}

@@ -426,6 +426,18 @@ impl Globals {
     }
 }
 
+/// The sample ring's size in bytes and how often it must be read, when the run samples.
+fn sample_ring(config: &FunctionProbeConfig) -> Option<(u32, Duration)> {
+    if !config.sampling {
+        return None;
+    }
+    let cpus = aya::util::nr_cpus().unwrap_or(1);
+    let record = sampler::record_bytes(config.copy_stacks);
+    let bytes = sampler::ring_bytes(config.sample_hz, cpus, config.interval, record);
+    let period = sampler::ring_read_period(config.sample_hz, cpus, record, bytes);
+    Some((bytes, period))
+}
+
 /// The loader of this run's object: maps it does not use shrunk to nothing, the sample ring
 /// sized for the sampler, every global set.
 fn loader<'a>(config: &ProbeConfig, globals: &'a Globals) -> EbpfLoader<'a> {
@@ -441,17 +453,7 @@ fn loader<'a>(config: &ProbeConfig, globals: &'a Globals) -> EbpfLoader<'a> {
     for name in unused {
         loader.map_max_entries(name, 1);
     }
-    let ring_bytes = if config.functions.sampling {
-        let cpus = aya::util::nr_cpus().unwrap_or(1);
-        sampler::ring_bytes(
-            config.functions.sample_hz,
-            cpus,
-            config.functions.interval,
-            sampler::record_bytes(config.functions.copy_stacks),
-        )
-    } else {
-        page_size()
-    };
+    let ring_bytes = sample_ring(&config.functions).map_or_else(page_size, |(bytes, _)| bytes);
     loader.map_max_entries(profiling::names::SAMPLE_RING, ring_bytes);
     let layout = &globals.layout;
     // Every global is a u32 but the clock at the start (u64).
@@ -634,10 +636,8 @@ impl Probes {
             .uprobes
             .then(|| uprobes::FunctionMaps::take(&mut ebpf, multi))
             .transpose()?;
-        let sampler = config
-            .functions
-            .sampling
-            .then(|| sampler::SamplerMaps::take(&mut ebpf))
+        let sampler = sample_ring(&config.functions)
+            .map(|(_, read_period)| sampler::SamplerMaps::take(&mut ebpf, read_period))
             .transpose()?;
         let free_backup = attach_accounting(&mut ebpf, config.accounting, stop)?;
 

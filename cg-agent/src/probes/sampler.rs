@@ -73,6 +73,25 @@ pub struct SampleBatch {
     pub python: Vec<(u64, Vec<u64>)>,
 }
 
+impl SampleBatch {
+    /// Adds a later read of the same interval: counts of the same sample add up, stacks and
+    /// Python stacks met for the first time are kept (each is new to one read only).
+    pub fn merge(&mut self, later: SampleBatch) {
+        if self.samples.is_empty() {
+            self.samples = later.samples;
+        } else {
+            let mut counts: StdHashMap<Sample, u64> = self.samples.drain(..).collect();
+            for (sample, n) in later.samples {
+                *counts.entry(sample).or_default() += n;
+            }
+            self.samples = counts.into_iter().collect();
+            self.samples.sort_unstable_by_key(|(s, _)| *s);
+        }
+        self.stacks.extend(later.stacks);
+        self.python.extend(later.python);
+    }
+}
+
 /// Bytes of one ring record: 2.4 KB with stacks of up to 127 frames each, 19 KB with a copy
 /// of the user stack.
 pub fn record_bytes(copy_stacks: bool) -> usize {
@@ -103,6 +122,21 @@ pub fn ring_bytes(hz: u64, cpus: usize, interval: Duration, record: usize) -> u3
         .clamp(MIN, MAX)
 }
 
+/// How often the agent must read a sample ring of `ring` bytes so that it never fills:
+/// the time the kernel takes to fill a quarter of it with `hz` samples per second on each of
+/// `cpus` CPUs, records of `record` bytes (at least 10 ms). The ring is sized for four
+/// intervals, but capped at 64 MiB: 999 Hz with stack copies on 16 CPUs fills it in 0.2 s,
+/// so the agent reads it between intervals too.
+pub fn ring_read_period(hz: u64, cpus: usize, record: usize, ring: u32) -> Duration {
+    let bytes_per_s = hz as f64 * cpus.max(1) as f64 * (record + 8) as f64;
+    let quarter_s = f64::from(ring) / 4.0 / bytes_per_s;
+    if quarter_s.is_finite() && quarter_s < 86_400.0 {
+        Duration::from_secs_f64(quarter_s).max(Duration::from_millis(10))
+    } else {
+        Duration::from_secs(86_400)
+    }
+}
+
 /// The content key of a stack: a 64-bit hash of its addresses, never 0 (two distinct stacks
 /// of a run share a key with odds of about n^2 / 2^65: 3e-10 for 100,000 stacks).
 pub fn stack_key(addresses: &[u64]) -> u64 {
@@ -128,6 +162,8 @@ pub(super) struct SamplerMaps {
     malformed: u64,
     /// Keeps the kernel's BPF run-time statistics on (benchmarks, [`BPF_STATS_ENV`]).
     stats: Option<OwnedFd>,
+    /// How often the ring must be read so that it never fills ([`ring_read_period`]).
+    read_period: Duration,
 }
 
 /// Environment variable for benchmarks: `1` turns the kernel's BPF run-time statistics on
@@ -140,7 +176,7 @@ fn map_error(name: &'static str) -> impl Fn(aya::maps::MapError) -> ProbeError {
 }
 
 impl SamplerMaps {
-    pub(super) fn take(ebpf: &mut Ebpf) -> Result<Self, ProbeError> {
+    pub(super) fn take(ebpf: &mut Ebpf, read_period: Duration) -> Result<Self, ProbeError> {
         let mut take = |name: &'static str| ebpf.take_map(name).ok_or(ProbeError::MissingMap(name));
         Ok(SamplerMaps {
             ring: RingBuf::try_from(take(names::SAMPLE_RING)?)
@@ -153,6 +189,7 @@ impl SamplerMaps {
             python_known: HashSet::new(),
             malformed: 0,
             stats: None,
+            read_period,
         })
     }
 }
@@ -348,6 +385,12 @@ impl Probes {
         Ok(batch)
     }
 
+    /// How often the sample ring must be read so that it never fills, when the run samples:
+    /// more often than once an interval where the ring's size is capped (many CPUs).
+    pub fn sample_ring_read_period(&self) -> Option<Duration> {
+        self.sampler.as_ref().map(|maps| maps.read_period)
+    }
+
     /// The sampling program's kernel run time and runs so far, when the kernel's BPF
     /// run-time statistics are on (`kernel.bpf_stats_enabled`, or [`BPF_STATS_ENV`]).
     pub fn sampler_run_time(&self) -> Option<(Duration, u64)> {
@@ -461,6 +504,63 @@ mod tests {
         let copies = record_bytes(true);
         assert_eq!(ring_bytes(99, 2, interval, copies), 2 << 20);
         assert_eq!(ring_bytes(999, 2, interval, copies), 32 << 20);
+    }
+
+    #[test]
+    fn a_capped_ring_is_read_between_intervals_often_enough() {
+        let interval = Duration::from_millis(100);
+        let copies = record_bytes(true);
+        // 2 CPUs at 999 Hz: the ring holds four intervals; a quarter of it is one.
+        let ring = ring_bytes(999, 2, interval, copies);
+        let period = ring_read_period(999, 2, copies, ring);
+        assert!(period >= interval, "{period:?}");
+        // 16 CPUs at 999 Hz with copies: capped at 64 MiB, which 16 x 999 records of
+        // 18,800 bytes fill in 0.22 s: read every 55 ms.
+        let ring = ring_bytes(999, 16, interval, copies);
+        assert_eq!(ring, 64 << 20);
+        let period = ring_read_period(999, 16, copies, ring);
+        assert!((0.050..0.060).contains(&period.as_secs_f64()), "{period:?}");
+        // Never more often than every 10 ms, whatever the rate; no rate: never.
+        assert_eq!(
+            ring_read_period(u64::MAX, usize::MAX, copies, 1 << 20),
+            Duration::from_millis(10)
+        );
+        assert_eq!(
+            ring_read_period(0, 2, copies, ring),
+            Duration::from_secs(86_400)
+        );
+    }
+
+    #[test]
+    fn batches_of_one_interval_merge_their_counts() {
+        let sample = |tid, user_stack| Sample {
+            tgid: 1,
+            tid,
+            kernel_stack: LOST_STACK,
+            user_stack,
+            walk: Walk::Dwarf,
+            py_stack: 0,
+        };
+        let mut first = SampleBatch {
+            samples: vec![(sample(1, 7), 3), (sample(2, 7), 1)],
+            stacks: vec![(7, vec![0x401000])],
+            python: vec![],
+        };
+        first.merge(SampleBatch {
+            samples: vec![(sample(2, 7), 2), (sample(2, 8), 5)],
+            stacks: vec![(8, vec![0x402000])],
+            python: vec![(9, vec![0x7f00])],
+        });
+        assert_eq!(
+            first.samples,
+            [(sample(1, 7), 3), (sample(2, 7), 3), (sample(2, 8), 5)]
+        );
+        assert_eq!(first.stacks, [(7, vec![0x401000]), (8, vec![0x402000])]);
+        assert_eq!(first.python, [(9, vec![0x7f00])]);
+        // Into an empty batch: the later one as it is.
+        let mut empty = SampleBatch::default();
+        empty.merge(first);
+        assert_eq!(empty.samples.len(), 3);
     }
 
     #[test]

@@ -46,7 +46,7 @@ use crate::{
     probes::{
         Lifecycle, ProbeError, Probes,
         activity::Activity,
-        sampler::{Sample, Walk},
+        sampler::{Sample, SampleBatch, Walk},
         uprobes::{AttachPath, Attached},
     },
 };
@@ -357,6 +357,9 @@ pub struct FunctionSession {
     /// read, while symbols are read, as lost: 7,878 "lost" against 627 read in a 3 s
     /// `--all --profile` run of a debug build.)
     sampler_at_last_read: Option<SamplerCounters>,
+    /// Samples read from the ring since the interval began (the ring is read between
+    /// intervals where it would fill before the next: see `Probes::sample_ring_read_period`).
+    read_early: SampleBatch,
     options: FunctionOptions,
     functions: Vec<ResolvedFunction>,
     pending: PendingSpecs,
@@ -487,6 +490,7 @@ impl FunctionSession {
             notices,
             counted_before: CountedBefore::default(),
             sampler_at_last_read: None,
+            read_early: SampleBatch::default(),
             options,
             attach_path,
             max_rate: vec![0.0; functions.len()],
@@ -912,21 +916,40 @@ impl FunctionSession {
         self.exited_pending = std::mem::take(&mut self.exited);
     }
 
+    /// Reads the sample ring between two intervals, so that it does not fill: the samples
+    /// join the interval's own read.
+    pub fn read_sample_ring(&mut self, probes: &mut Probes) {
+        if let Some(batch) = self.take_samples(probes) {
+            self.read_early.merge(batch);
+        }
+    }
+
+    /// What the sample ring holds, unwound; `None` (logged) when it cannot be read.
+    fn take_samples(&mut self, probes: &mut Probes) -> Option<SampleBatch> {
+        let batch = match probes.take_samples(&mut |pid, copy| self.unwind(pid, copy)) {
+            Ok(batch) => batch,
+            Err(err) => {
+                tracing::warn!("reading samples: {err}");
+                return None;
+            }
+        };
+        self.sampler_at_last_read = probes.sampler_counters().ok();
+        Some(batch)
+    }
+
     fn read_samples(
         &mut self,
         probes: &mut Probes,
         table: &mut ProcessTable,
         now_ns: u64,
     ) -> Vec<SampleCount> {
+        let mut batch = std::mem::take(&mut self.read_early);
+        if let Some(last) = self.take_samples(probes) {
+            batch.merge(last);
+        }
+        // Maps are read again for unwinding once an interval at most (reads between
+        // intervals included).
         self.maps_reread.clear();
-        let batch = match probes.take_samples(&mut |pid, copy| self.unwind(pid, copy)) {
-            Ok(batch) => batch,
-            Err(err) => {
-                tracing::warn!("reading samples: {err}");
-                return Vec::new();
-            }
-        };
-        self.sampler_at_last_read = probes.sampler_counters().ok();
         self.stack_cache.extend(batch.stacks);
         self.python_read.extend(batch.python);
         let mut out = Vec::with_capacity(batch.samples.len());

@@ -1064,6 +1064,14 @@ async fn sample_until_stop(
     let mut drain_tick = tokio::time::interval(EVENT_DRAIN_PERIOD);
     drain_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     drain_tick.tick().await;
+    // The sample ring too, where it would fill within an interval (many CPUs at a high rate).
+    let ring_period = sampler
+        .probes
+        .sample_ring_read_period()
+        .filter(|period| *period < config.interval);
+    let mut ring_tick = tokio::time::interval(ring_period.unwrap_or(config.interval));
+    ring_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ring_tick.tick().await;
     let mut requested = None;
     let stop = loop {
         let until_deadline = deadline.map_or(Duration::from_secs(86_400 * 365), |d| {
@@ -1071,6 +1079,7 @@ async fn sample_until_stop(
         });
         tokio::select! {
             _ = drain_tick.tick(), if drain_between => sampler.drain_events(),
+            _ = ring_tick.tick(), if ring_period.is_some() => sampler.read_sample_ring(),
             _ = tick.tick() => {
                 sampler.sample(Phase::Run);
                 if matches!(config.mode, Mode::Attach { .. }) && sampler.table.live_targets() == 0 {
@@ -1869,6 +1878,13 @@ impl Sampler {
     /// Takes the lifecycle events queued in the kernel, to be applied at the next interval.
     fn drain_events(&mut self) {
         self.events.extend(self.probes.drain_events());
+    }
+
+    /// Reads the sample ring between intervals (see `Probes::sample_ring_read_period`).
+    fn read_sample_ring(&mut self) {
+        if let Some(functions) = self.functions.as_mut() {
+            functions.read_sample_ring(&mut self.probes);
+        }
     }
 
     /// One interval: events, then the snapshot, then the energy; exited threads are deleted
