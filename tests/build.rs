@@ -16,7 +16,8 @@
 //! `.debug/cg-strip-link.debug` beside it (`CG_STRIP_LINK`), and with MiniDebugInfo
 //! (`CG_STRIP_MINI`). The unwinding tests' programs (main -> a -> b -> leaf with a known
 //! work split): `cgunwind.c` built `-O2 -fomit-frame-pointer` (`CG_UNWIND_NOFP`) and
-//! `-O2 -fno-omit-frame-pointer -momit-leaf-frame-pointer` (`CG_UNWIND_LEAF`), and
+//! `-O2 -fno-omit-frame-pointer -momit-leaf-frame-pointer` (`CG_UNWIND_LEAF`), also
+//! without unwind tables, its frames in `.debug_frame` only (`CG_UNWIND_DEBUG_FRAME`), and
 //! `rs/cgunwind.rs` built by rustc as a release binary without frame pointers
 //! (`CG_UNWIND_RS`); and their references built with frame pointers in every function,
 //! `-O2 -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer` (`CG_UNWIND_FP`) and
@@ -149,6 +150,16 @@ fn main() {
         "cg-unwind-leaf",
         &["-fno-omit-frame-pointer", "-momit-leaf-frame-pointer"],
     );
+    // No unwind tables: its frames are in .debug_frame only (-g), beside the start-up
+    // objects' small .eh_frame.
+    let unwind_debug_frame = unwind(
+        "cg-unwind-debug-frame",
+        &[
+            "-fomit-frame-pointer",
+            "-fno-asynchronous-unwind-tables",
+            "-g",
+        ],
+    );
     // The reference builds: frame pointers in every function, leaves included.
     let unwind_fp = unwind(
         "cg-unwind-fp",
@@ -182,6 +193,7 @@ fn main() {
         ("CG_STRIP_MINI", strip.mini),
         ("CG_UNWIND_NOFP", unwind_nofp),
         ("CG_UNWIND_LEAF", unwind_leaf),
+        ("CG_UNWIND_DEBUG_FRAME", unwind_debug_frame),
         ("CG_UNWIND_RS", unwind_rs),
         ("CG_UNWIND_FP", unwind_fp),
         ("CG_UNWIND_RS_FP", unwind_rs_fp),

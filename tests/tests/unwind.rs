@@ -1,6 +1,6 @@
 //! End-to-end tests of unwinding without frame pointers (issue 22): `--profile` on programs
-//! built without them (C `-O2 -fomit-frame-pointer`, a Rust release binary) and on one built
-//! with frame pointers but frameless leaf functions, main -> a -> b -> leaf with a known
+//! built without them (C `-O2 -fomit-frame-pointer`, also without unwind tables, a Rust
+//! release binary) and on one built with frame pointers but frameless leaf functions, main -> a -> b -> leaf with a known
 //! split of the work (a 10 %, b 30 %, leaf 60 % of their own; `tests/c/cgunwind.c`). Root,
 //! real eBPF, real processes; energy from the built-in model. Run serially
 //! (`--test-threads=1`).
@@ -273,6 +273,15 @@ fn c_built_without_frame_pointers_unwinds_to_main_as_the_frame_pointer_build_doe
     assert_walked_by_frame_pointer_to_main(&fp);
     assert!(fp.caller_named("cg_unwind_leaf", "cg_unwind_b") >= 0.99);
     assert_inclusive_shares_agree(&p, &fp, "");
+}
+
+#[test]
+fn code_built_without_unwind_tables_unwinds_from_its_debug_frame() {
+    // -fno-asynchronous-unwind-tables -g: the program's functions are described in
+    // .debug_frame only; its .eh_frame holds the start-up code's few entries.
+    let p = profile(env!("CG_UNWIND_DEBUG_FRAME"), "auto", ROUNDS);
+    assert_reaches_main_with_the_known_split(&p, "auto", "");
+    assert!(p.caller_named("cg_unwind_leaf", "cg_unwind_b") >= 0.99);
 }
 
 #[test]

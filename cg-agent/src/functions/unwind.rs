@@ -1,7 +1,8 @@
 //! Unwinding sampled user stacks without frame pointers (`--stacks auto|dwarf`): the sampler
 //! copies a thread's user registers and the top of its user stack, and here
 //! [framehop](https://docs.rs/framehop) (samply's unwinder) walks that copy with the call
-//! frame information (`.eh_frame`, `.eh_frame_hdr`) of the files the process maps, placed at
+//! frame information (`.eh_frame`, `.eh_frame_hdr`; `.debug_frame` where it describes more
+//! of a file's code, see [`FileCfi::parse`]) of the files the process maps, placed at
 //! the addresses `/proc/PID/maps` gives. What is read from each file is kept for the run
 //! ([`CfiFiles`]); each process gets its own unwinder ([`ProcessUnwinder`]).
 //!
@@ -48,36 +49,104 @@ pub struct FileCfi {
 }
 
 impl FileCfi {
-    /// The unwind information of an ELF image; `None` when it has no `.eh_frame` (or it
-    /// cannot be read): such a file is walked by frame pointer.
+    /// The unwind information of an ELF image; `None` when it has none (or it cannot be
+    /// read): such a file is walked by frame pointer. Code built without unwind tables
+    /// (`-fno-asynchronous-unwind-tables -g`) has its frames in `.debug_frame` only, while
+    /// the start-up objects linked with it still bring a small `.eh_frame`: the section
+    /// that describes more code is used (framehop reads one of the two).
     pub fn parse(bytes: &[u8]) -> Option<Self> {
         let file = ElfFile64::<Endianness>::parse(bytes).ok()?;
-        let (eh_frame_svma, eh_frame) = section(&file, ".eh_frame")?;
-        let (eh_frame_hdr_svma, eh_frame_hdr) = section(&file, ".eh_frame_hdr").unzip();
         let got_svma = file.section_by_name(".got").map(|s| svma_range(&s));
+        let eh_frame = section(&file, ".eh_frame");
+        let debug_frame = section(&file, ".debug_frame")
+            .map(|(_, data)| data)
+            .filter(|debug| {
+                eh_frame.as_ref().is_none_or(|(svma, eh)| {
+                    debug_frame_coverage(debug) > eh_frame_coverage(eh, svma, got_svma.as_ref())
+                })
+            });
+        let mut sections = ExplicitModuleSectionInfo {
+            base_svma: 0,
+            got_svma,
+            ..ExplicitModuleSectionInfo::default()
+        };
+        if debug_frame.is_some() {
+            sections.debug_frame = debug_frame;
+        } else {
+            let (eh_frame_svma, eh_frame) = eh_frame?;
+            let (eh_frame_hdr_svma, eh_frame_hdr) = section(&file, ".eh_frame_hdr").unzip();
+            sections.eh_frame_svma = Some(eh_frame_svma);
+            sections.eh_frame = Some(eh_frame);
+            sections.eh_frame_hdr_svma = eh_frame_hdr_svma;
+            sections.eh_frame_hdr = eh_frame_hdr;
+        }
         Some(FileCfi {
             segments: elf::load_segments(&file),
-            sections: ExplicitModuleSectionInfo {
-                base_svma: 0,
-                got_svma,
-                eh_frame_svma: Some(eh_frame_svma),
-                eh_frame: Some(eh_frame),
-                eh_frame_hdr_svma,
-                eh_frame_hdr,
-                ..ExplicitModuleSectionInfo::default()
-            },
+            sections,
         })
     }
+}
+
+/// Bytes of code that a `.debug_frame` section's entries describe.
+fn debug_frame_coverage(data: &[u8]) -> u64 {
+    let mut section = gimli::DebugFrame::new(data, gimli::LittleEndian);
+    section.set_address_size(8);
+    cfi_coverage(&section, &gimli::BaseAddresses::default())
+}
+
+/// Bytes of code that an `.eh_frame` section's entries describe (its pointers may be
+/// relative to the section itself, or to `.got`).
+fn eh_frame_coverage(data: &[u8], svma: &Range<u64>, got: Option<&Range<u64>>) -> u64 {
+    let section = gimli::EhFrame::new(data, gimli::LittleEndian);
+    let mut bases = gimli::BaseAddresses::default().set_eh_frame(svma.start);
+    if let Some(got) = got {
+        bases = bases.set_got(got.start);
+    }
+    cfi_coverage(&section, &bases)
+}
+
+/// Most call frame entries looked at per section to judge its coverage.
+const CFI_ENTRIES_COUNTED: usize = 1 << 20;
+
+/// The summed lengths of the code ranges a section's frame description entries cover;
+/// entries that do not parse count nothing, and counting stops at the first malformed
+/// header.
+fn cfi_coverage<'a, S>(section: &S, bases: &gimli::BaseAddresses) -> u64
+where
+    S: gimli::UnwindSection<gimli::EndianSlice<'a, gimli::LittleEndian>>,
+{
+    let mut entries = section.entries(bases);
+    let mut covered = 0u64;
+    for _ in 0..CFI_ENTRIES_COUNTED {
+        match entries.next() {
+            Ok(Some(gimli::CieOrFde::Fde(partial))) => {
+                if let Ok(fde) =
+                    partial.parse(|section, bases, offset| section.cie_from_offset(bases, offset))
+                {
+                    covered = covered.saturating_add(fde.len());
+                }
+            }
+            Ok(Some(gimli::CieOrFde::Cie(_))) => {}
+            Ok(None) | Err(_) => break,
+        }
+    }
+    covered
 }
 
 fn svma_range(section: &object::read::elf::ElfSection64<'_, '_, Endianness>) -> Range<u64> {
     section.address()..section.address().saturating_add(section.size())
 }
 
-/// A section's address range and bytes, when it lies inside the file and is not too large.
+/// A section's address range and bytes, when it lies inside the file, is not too large and
+/// is not compressed (debug sections can be: `-gz`).
 fn section(file: &ElfFile64<'_, Endianness>, name: &str) -> Option<(Range<u64>, Arc<[u8]>)> {
     let section = file.section_by_name(name)?;
-    if section.size() > CFI_MAX_BYTES {
+    if section.size() > CFI_MAX_BYTES
+        || section
+            .compressed_file_range()
+            .ok()
+            .is_none_or(|range| range.format != object::CompressionFormat::None)
+    {
         return None;
     }
     let data = section.data().ok()?;
@@ -313,6 +382,23 @@ mod tests {
         );
         assert!(cfi.sections.eh_frame_hdr.is_some());
         assert!(cfi.segments.iter().any(|s| s.executable));
+    }
+
+    #[test]
+    fn coverage_counts_the_code_that_call_frame_entries_describe() {
+        let me = elf::read_file(Path::new("/proc/self/exe")).expect("reading own executable");
+        let file = ElfFile64::<Endianness>::parse(&*me).expect("own ELF");
+        let (svma, data) = section(&file, ".eh_frame").expect("own .eh_frame");
+        let text = file.section_by_name(".text").expect(".text").size();
+        let covered = eh_frame_coverage(&data, &svma, None);
+        // Most of the code has entries (all but a few hand-written start-up bytes).
+        assert!(
+            covered > text / 2 && covered <= text * 2,
+            "{covered} of {text}"
+        );
+        // Garbage, or the same bytes read as the other section kind: nothing believed.
+        assert_eq!(debug_frame_coverage(b"not call frame information"), 0);
+        assert_eq!(eh_frame_coverage(&[0xff; 64], &svma, None), 0);
     }
 
     #[test]
