@@ -17,7 +17,8 @@
 //! (`CG_STRIP_MINI`). The unwinding tests' programs (main -> a -> b -> leaf with a known
 //! work split): `cgunwind.c` built `-O2 -fomit-frame-pointer` (`CG_UNWIND_NOFP`) and
 //! `-O2 -fno-omit-frame-pointer -momit-leaf-frame-pointer` (`CG_UNWIND_LEAF`), also
-//! without unwind tables, its frames in `.debug_frame` only (`CG_UNWIND_DEBUG_FRAME`), and
+//! without unwind tables, its frames in `.debug_frame` only (`CG_UNWIND_DEBUG_FRAME`; and
+//! stripped, with them in a separate debug file by debug link: `CG_UNWIND_SEPARATE`), and
 //! `rs/cgunwind.rs` built by rustc as a release binary without frame pointers
 //! (`CG_UNWIND_RS`); and their references built with frame pointers in every function,
 //! `-O2 -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer` (`CG_UNWIND_FP`) and
@@ -160,6 +161,21 @@ fn main() {
             "-g",
         ],
     );
+    // The same, stripped, its .debug_frame (and symbols) in a separate debug file in
+    // .debug/ beside it, named by its debug link.
+    let separate = out.join("debug-frame");
+    std::fs::create_dir_all(separate.join(".debug")).expect("creating the debug-frame folder");
+    let separate_debug = separate.join(".debug").join("cg-unwind-separate.debug");
+    run(std::process::Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .arg(&unwind_debug_frame)
+        .arg(&separate_debug));
+    let unwind_separate = separate.join("cg-unwind-separate");
+    run(std::process::Command::new("objcopy")
+        .arg("--strip-all")
+        .arg(format!("--add-gnu-debuglink={}", separate_debug.display()))
+        .arg(&unwind_debug_frame)
+        .arg(&unwind_separate));
     // The reference builds: frame pointers in every function, leaves included.
     let unwind_fp = unwind(
         "cg-unwind-fp",
@@ -194,6 +210,7 @@ fn main() {
         ("CG_UNWIND_NOFP", unwind_nofp),
         ("CG_UNWIND_LEAF", unwind_leaf),
         ("CG_UNWIND_DEBUG_FRAME", unwind_debug_frame),
+        ("CG_UNWIND_SEPARATE", unwind_separate),
         ("CG_UNWIND_RS", unwind_rs),
         ("CG_UNWIND_FP", unwind_fp),
         ("CG_UNWIND_RS_FP", unwind_rs_fp),

@@ -285,6 +285,15 @@ fn code_built_without_unwind_tables_unwinds_from_its_debug_frame() {
 }
 
 #[test]
+fn a_stripped_file_unwinds_from_the_debug_frame_of_its_separate_debug_file() {
+    // The program above, stripped: its .debug_frame (and its symbols) are in the debug
+    // file its .gnu_debuglink names, in .debug/ beside it.
+    let p = profile(env!("CG_UNWIND_SEPARATE"), "auto", ROUNDS);
+    assert_reaches_main_with_the_known_split(&p, "auto", "");
+    assert!(p.caller_named("cg_unwind_leaf", "cg_unwind_b") >= 0.99);
+}
+
+#[test]
 fn rust_release_binary_without_frame_pointers_unwinds_to_main_as_the_frame_pointer_build_does() {
     // --stacks dwarf: every sample unwound from its copy (auto does the same here: the
     // program's code has .eh_frame).

@@ -1,8 +1,9 @@
 //! Unwinding sampled user stacks without frame pointers (`--stacks auto|dwarf`): the sampler
 //! copies a thread's user registers and the top of its user stack, and here
 //! [framehop](https://docs.rs/framehop) (samply's unwinder) walks that copy with the call
-//! frame information (`.eh_frame`, `.eh_frame_hdr`; `.debug_frame` where it describes more
-//! of a file's code, see [`FileCfi::parse`]) of the files the process maps, placed at
+//! frame information (`.eh_frame`, `.eh_frame_hdr`; `.debug_frame`, the file's own or its
+//! separate debug file's, where it describes more of its code: [`FileCfi::parse_with`]) of
+//! the files the process maps, placed at
 //! the addresses `/proc/PID/maps` gives. What is read from each file is kept for the run
 //! ([`CfiFiles`]); each process gets its own unwinder ([`ProcessUnwinder`]).
 //!
@@ -26,6 +27,7 @@ use framehop::{
 use object::{Endianness, Object as _, ObjectSection as _, read::elf::ElfFile64};
 
 use super::{
+    debuginfo::{DebugDirs, DebugRefs, candidates},
     elf::{self, Segment},
     maps::{Mapping, ProcMaps},
 };
@@ -55,36 +57,90 @@ impl FileCfi {
     /// the start-up objects linked with it still bring a small `.eh_frame`: the section
     /// that describes more code is used (framehop reads one of the two).
     pub fn parse(bytes: &[u8]) -> Option<Self> {
+        Self::parse_with(bytes, |_| None)
+    }
+
+    /// As [`Self::parse`]; where the file's own sections describe less than half of its
+    /// code (a stripped file built without unwind tables), `separate` is asked for the
+    /// `.debug_frame` of its separate debug file, which is used when it describes more.
+    pub fn parse_with(
+        bytes: &[u8],
+        separate: impl FnOnce(&ElfFile64<'_, Endianness>) -> Option<Arc<[u8]>>,
+    ) -> Option<Self> {
         let file = ElfFile64::<Endianness>::parse(bytes).ok()?;
         let got_svma = file.section_by_name(".got").map(|s| svma_range(&s));
         let eh_frame = section(&file, ".eh_frame");
-        let debug_frame = section(&file, ".debug_frame")
-            .map(|(_, data)| data)
-            .filter(|debug| {
-                eh_frame.as_ref().is_none_or(|(svma, eh)| {
-                    debug_frame_coverage(debug) > eh_frame_coverage(eh, svma, got_svma.as_ref())
-                })
-            });
+        let eh_covered = eh_frame.as_ref().map_or(0, |(svma, data)| {
+            eh_frame_coverage(data, svma, got_svma.as_ref())
+        });
+        let mut debug_frame = section(&file, ".debug_frame").map(|(_, data)| {
+            let covered = debug_frame_coverage(&data);
+            (data, covered)
+        });
+        let own = eh_covered.max(debug_frame.as_ref().map_or(0, |(_, c)| *c));
+        if own < code_bytes(&file) / 2
+            && let Some(data) = separate(&file)
+        {
+            let covered = debug_frame_coverage(&data);
+            if covered > own {
+                debug_frame = Some((data, covered));
+            }
+        }
         let mut sections = ExplicitModuleSectionInfo {
             base_svma: 0,
             got_svma,
             ..ExplicitModuleSectionInfo::default()
         };
-        if debug_frame.is_some() {
-            sections.debug_frame = debug_frame;
-        } else {
-            let (eh_frame_svma, eh_frame) = eh_frame?;
-            let (eh_frame_hdr_svma, eh_frame_hdr) = section(&file, ".eh_frame_hdr").unzip();
-            sections.eh_frame_svma = Some(eh_frame_svma);
-            sections.eh_frame = Some(eh_frame);
-            sections.eh_frame_hdr_svma = eh_frame_hdr_svma;
-            sections.eh_frame_hdr = eh_frame_hdr;
+        match debug_frame {
+            Some((data, covered)) if covered > eh_covered => sections.debug_frame = Some(data),
+            _ => {
+                let (eh_frame_svma, eh_frame) = eh_frame?;
+                let (eh_frame_hdr_svma, eh_frame_hdr) = section(&file, ".eh_frame_hdr").unzip();
+                sections.eh_frame_svma = Some(eh_frame_svma);
+                sections.eh_frame = Some(eh_frame);
+                sections.eh_frame_hdr_svma = eh_frame_hdr_svma;
+                sections.eh_frame_hdr = eh_frame_hdr;
+            }
         }
         Some(FileCfi {
             segments: elf::load_segments(&file),
             sections,
         })
     }
+}
+
+/// Bytes of the file's code (its executable sections).
+fn code_bytes(file: &ElfFile64<'_, Endianness>) -> u64 {
+    file.sections()
+        .filter(|s| s.kind() == object::SectionKind::Text)
+        .map(|s| s.size())
+        .fold(0, u64::saturating_add)
+}
+
+/// The `.debug_frame` of `path`'s separate debug file: the first candidate (by build id,
+/// then by debug link, as for its symbols) that exists and passes its check.
+fn separate_debug_frame(
+    path: &Path,
+    file: &ElfFile64<'_, Endianness>,
+    dirs: &DebugDirs,
+) -> Option<Arc<[u8]>> {
+    let refs = DebugRefs::of(file);
+    for (candidate, check) in candidates(path, &refs, dirs) {
+        let Ok(bytes) = elf::read_file(&candidate) else {
+            continue;
+        };
+        if !check.passes(&bytes) {
+            tracing::debug!(
+                "{}: not the debug file of {}",
+                candidate.display(),
+                path.display()
+            );
+            continue;
+        }
+        let debug = ElfFile64::<Endianness>::parse(bytes.as_slice()).ok()?;
+        return section(&debug, ".debug_frame").map(|(_, data)| data);
+    }
+    None
 }
 
 /// Bytes of code that a `.debug_frame` section's entries describe.
@@ -157,18 +213,30 @@ fn section(file: &ElfFile64<'_, Endianness>, name: &str) -> Option<(Range<u64>, 
 #[derive(Debug, Default)]
 pub struct CfiFiles {
     files: HashMap<PathBuf, Option<Arc<FileCfi>>>,
+    /// Where separate debug files are looked up (`--debug-dir`).
+    debug_dirs: DebugDirs,
 }
 
 impl CfiFiles {
+    /// Files whose separate debug files are looked up in `debug_dirs`.
+    pub fn with_debug_dirs(debug_dirs: DebugDirs) -> Self {
+        CfiFiles {
+            files: HashMap::new(),
+            debug_dirs,
+        }
+    }
+
     /// `path`'s unwind information (`None`: it has none, or it cannot be read).
     pub fn get(&mut self, path: &Path) -> Option<Arc<FileCfi>> {
+        let dirs = &self.debug_dirs;
         self.files
             .entry(path.to_path_buf())
             .or_insert_with(|| {
                 let bytes = elf::read_file(path)
                     .inspect_err(|err| tracing::debug!("unwind information: {err}"))
                     .ok()?;
-                FileCfi::parse(&bytes).map(Arc::new)
+                FileCfi::parse_with(&bytes, |file| separate_debug_frame(path, file, dirs))
+                    .map(Arc::new)
             })
             .clone()
     }
@@ -399,6 +467,16 @@ mod tests {
         // Garbage, or the same bytes read as the other section kind: nothing believed.
         assert_eq!(debug_frame_coverage(b"not call frame information"), 0);
         assert_eq!(eh_frame_coverage(&[0xff; 64], &svma, None), 0);
+    }
+
+    #[test]
+    fn a_file_whose_own_sections_describe_its_code_looks_for_no_debug_file() {
+        let me = elf::read_file(Path::new("/proc/self/exe")).expect("reading own executable");
+        let cfi = FileCfi::parse_with(&me, |_| panic!("a debug file looked for"))
+            .expect("own unwind information");
+        assert!(cfi.sections.eh_frame.is_some() && cfi.sections.debug_frame.is_none());
+        // Garbage offered as a debug file's .debug_frame is not taken either.
+        assert!(FileCfi::parse_with(b"not an ELF file", |_| Some(Arc::from(&b"x"[..]))).is_none());
     }
 
     #[test]

@@ -486,6 +486,7 @@ impl FunctionSession {
         proc_root: PathBuf,
         notices: Notices,
     ) -> Self {
+        let cfi = CfiFiles::with_debug_dirs(options.debug_dirs.clone());
         FunctionSession {
             notices,
             counted_before: CountedBefore::default(),
@@ -514,7 +515,7 @@ impl FunctionSession {
             python_code_keys: HashMap::new(),
             generation: HashMap::new(),
             maps: HashMap::new(),
-            cfi: CfiFiles::default(),
+            cfi,
             unwinders: HashMap::new(),
             maps_reread: HashSet::new(),
             uids: HashMap::new(),
