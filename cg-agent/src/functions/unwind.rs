@@ -27,7 +27,7 @@ use framehop::{
 use object::{Endianness, Object as _, ObjectSection as _, read::elf::ElfFile64};
 
 use super::{
-    debuginfo::{DebugDirs, DebugRefs, candidates},
+    debuginfo::{Check, DebugDirs, DebugRefs, candidates},
     elf::{self, Segment},
     maps::{Mapping, ProcMaps},
 };
@@ -60,47 +60,54 @@ impl FileCfi {
         Self::parse_with(bytes, |_| None)
     }
 
-    /// As [`Self::parse`]; where the file's own sections describe less than half of its
-    /// code (a stripped file built without unwind tables), `separate` is asked for the
-    /// `.debug_frame` of its separate debug file, which is used when it describes more.
+    /// As [`Self::parse`], for a file that may have a separate debug file (`separate`
+    /// finds it, without reading it): where the file's own sections describe less than half
+    /// of its code (a stripped file built without unwind tables), the debug file's
+    /// `.debug_frame` is read, and used when it describes more. (Coverage is counted only
+    /// where there is a choice: it walks every entry, a few ms for libc.)
     pub fn parse_with(
         bytes: &[u8],
-        separate: impl FnOnce(&ElfFile64<'_, Endianness>) -> Option<Arc<[u8]>>,
+        separate: impl FnOnce(&ElfFile64<'_, Endianness>) -> Option<SeparateDebugFile>,
     ) -> Option<Self> {
         let file = ElfFile64::<Endianness>::parse(bytes).ok()?;
         let got_svma = file.section_by_name(".got").map(|s| svma_range(&s));
         let eh_frame = section(&file, ".eh_frame");
-        let eh_covered = eh_frame.as_ref().map_or(0, |(svma, data)| {
-            eh_frame_coverage(data, svma, got_svma.as_ref())
-        });
-        let mut debug_frame = section(&file, ".debug_frame").map(|(_, data)| {
-            let covered = debug_frame_coverage(&data);
-            (data, covered)
-        });
-        let own = eh_covered.max(debug_frame.as_ref().map_or(0, |(_, c)| *c));
-        if own < code_bytes(&file) / 2
-            && let Some(data) = separate(&file)
-        {
-            let covered = debug_frame_coverage(&data);
-            if covered > own {
-                debug_frame = Some((data, covered));
+        let own_debug_frame = section(&file, ".debug_frame").map(|(_, data)| data);
+        let separate = separate(&file);
+        let debug_frame = if own_debug_frame.is_none() && separate.is_none() {
+            None
+        } else {
+            let eh_covered = eh_frame.as_ref().map_or(0, |(svma, data)| {
+                eh_frame_coverage(data, svma, got_svma.as_ref())
+            });
+            let mut best = own_debug_frame
+                .map(|data| (debug_frame_coverage(&data), data))
+                .filter(|(covered, _)| *covered > eh_covered);
+            let own = best.as_ref().map_or(eh_covered, |(covered, _)| *covered);
+            if own < code_bytes(&file) / 2
+                && let Some(data) = separate.and_then(|debug| debug.debug_frame())
+            {
+                let covered = debug_frame_coverage(&data);
+                if covered > own {
+                    best = Some((covered, data));
+                }
             }
-        }
+            best.map(|(_, data)| data)
+        };
         let mut sections = ExplicitModuleSectionInfo {
             base_svma: 0,
             got_svma,
             ..ExplicitModuleSectionInfo::default()
         };
-        match debug_frame {
-            Some((data, covered)) if covered > eh_covered => sections.debug_frame = Some(data),
-            _ => {
-                let (eh_frame_svma, eh_frame) = eh_frame?;
-                let (eh_frame_hdr_svma, eh_frame_hdr) = section(&file, ".eh_frame_hdr").unzip();
-                sections.eh_frame_svma = Some(eh_frame_svma);
-                sections.eh_frame = Some(eh_frame);
-                sections.eh_frame_hdr_svma = eh_frame_hdr_svma;
-                sections.eh_frame_hdr = eh_frame_hdr;
-            }
+        if debug_frame.is_some() {
+            sections.debug_frame = debug_frame;
+        } else {
+            let (eh_frame_svma, eh_frame) = eh_frame?;
+            let (eh_frame_hdr_svma, eh_frame_hdr) = section(&file, ".eh_frame_hdr").unzip();
+            sections.eh_frame_svma = Some(eh_frame_svma);
+            sections.eh_frame = Some(eh_frame);
+            sections.eh_frame_hdr_svma = eh_frame_hdr_svma;
+            sections.eh_frame_hdr = eh_frame_hdr;
         }
         Some(FileCfi {
             segments: elf::load_segments(&file),
@@ -117,30 +124,33 @@ fn code_bytes(file: &ElfFile64<'_, Endianness>) -> u64 {
         .fold(0, u64::saturating_add)
 }
 
-/// The `.debug_frame` of `path`'s separate debug file: the first candidate (by build id,
-/// then by debug link, as for its symbols) that exists and passes its check.
-fn separate_debug_frame(
-    path: &Path,
-    file: &ElfFile64<'_, Endianness>,
-    dirs: &DebugDirs,
-) -> Option<Arc<[u8]>> {
-    let refs = DebugRefs::of(file);
-    for (candidate, check) in candidates(path, &refs, dirs) {
-        let Ok(bytes) = elf::read_file(&candidate) else {
-            continue;
-        };
-        if !check.passes(&bytes) {
-            tracing::debug!(
-                "{}: not the debug file of {}",
-                candidate.display(),
-                path.display()
-            );
-            continue;
+/// A file's separate debug file: found (it exists), not yet read.
+#[derive(Debug)]
+pub struct SeparateDebugFile {
+    path: PathBuf,
+    check: Check,
+}
+
+impl SeparateDebugFile {
+    /// The first of `path`'s candidate debug files (by build id, then by debug link, as for
+    /// its symbols) that exists.
+    fn find(path: &Path, file: &ElfFile64<'_, Endianness>, dirs: &DebugDirs) -> Option<Self> {
+        candidates(path, &DebugRefs::of(file), dirs)
+            .into_iter()
+            .find(|(candidate, _)| candidate.is_file())
+            .map(|(path, check)| SeparateDebugFile { path, check })
+    }
+
+    /// Its `.debug_frame`, when it passes its check (build id or CRC-32).
+    fn debug_frame(&self) -> Option<Arc<[u8]>> {
+        let bytes = elf::read_file(&self.path).ok()?;
+        if !self.check.passes(&bytes) {
+            tracing::debug!("{}: not the debug file it is named as", self.path.display());
+            return None;
         }
         let debug = ElfFile64::<Endianness>::parse(bytes.as_slice()).ok()?;
-        return section(&debug, ".debug_frame").map(|(_, data)| data);
+        section(&debug, ".debug_frame").map(|(_, data)| data)
     }
-    None
 }
 
 /// Bytes of code that a `.debug_frame` section's entries describe.
@@ -235,7 +245,7 @@ impl CfiFiles {
                 let bytes = elf::read_file(path)
                     .inspect_err(|err| tracing::debug!("unwind information: {err}"))
                     .ok()?;
-                FileCfi::parse_with(&bytes, |file| separate_debug_frame(path, file, dirs))
+                FileCfi::parse_with(&bytes, |file| SeparateDebugFile::find(path, file, dirs))
                     .map(Arc::new)
             })
             .clone()
@@ -470,13 +480,26 @@ mod tests {
     }
 
     #[test]
-    fn a_file_whose_own_sections_describe_its_code_looks_for_no_debug_file() {
+    fn a_file_whose_own_sections_describe_its_code_keeps_them_whatever_its_debug_file() {
         let me = elf::read_file(Path::new("/proc/self/exe")).expect("reading own executable");
-        let cfi = FileCfi::parse_with(&me, |_| panic!("a debug file looked for"))
-            .expect("own unwind information");
+        // A "debug file" that is this very file: it passes its check and has no
+        // .debug_frame; the file's own .eh_frame, which covers its code, is kept.
+        let id = ElfFile64::<Endianness>::parse(me.as_slice())
+            .expect("own ELF")
+            .build_id()
+            .ok()
+            .flatten()
+            .map(<[u8]>::to_vec)
+            .unwrap_or_default();
+        let separate = |_: &ElfFile64<'_, Endianness>| {
+            Some(SeparateDebugFile {
+                path: PathBuf::from("/proc/self/exe"),
+                check: Check::BuildId(id.clone()),
+            })
+        };
+        let cfi = FileCfi::parse_with(&me, separate).expect("own unwind information");
         assert!(cfi.sections.eh_frame.is_some() && cfi.sections.debug_frame.is_none());
-        // Garbage offered as a debug file's .debug_frame is not taken either.
-        assert!(FileCfi::parse_with(b"not an ELF file", |_| Some(Arc::from(&b"x"[..]))).is_none());
+        assert!(FileCfi::parse_with(b"not an ELF file", separate).is_none());
     }
 
     #[test]
