@@ -261,9 +261,23 @@ impl Prometheus {
             .unwrap_or_default())
     }
 
+    /// An instant query's result once it has one: a scrape that missed its 1 s timeout (a
+    /// debug build on a busy machine) marks every series stale until the next one, and an
+    /// instant query then finds nothing (a fresh clone's CI met it once).
+    fn query_present(&self, promql: &str) -> Vec<Value> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let result = self.query(promql);
+            if !result.is_empty() || Instant::now() > deadline {
+                return result;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
     /// A query whose result is one number.
     fn number(&self, promql: &str) -> f64 {
-        let result = self.query(promql);
+        let result = self.query_present(promql);
         assert_eq!(result.len(), 1, "{promql}: {result:?}");
         result[0]["value"][1]
             .as_str()
@@ -374,14 +388,14 @@ fn prometheus_scrapes_serve_and_the_series_add_up_to_the_host_total() {
         );
     }
     // The workload's group: a positive rate, the largest share of the energy of any group.
-    let rates = prometheus.query(
+    let rates = prometheus.query_present(
         r#"sort_desc(rate(cg_trace_energy_joules_total{domain="package-0",group!~"idle|other|exited"}[8s]))"#,
     );
     let first = rates.first().expect("no group rates");
     assert_eq!(first["metric"]["group"], "cg-spin", "{rates:?}");
     let rate: f64 = first["value"][1].as_str().unwrap().parse().unwrap();
     assert!(rate > 0.0, "{rates:?}");
-    let sources = prometheus.query("cg_trace_source_info");
+    let sources = prometheus.query_present("cg_trace_source_info");
     assert_eq!(
         sources[0]["metric"]["provenance"], "measured",
         "{sources:?}"
