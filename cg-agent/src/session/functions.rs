@@ -266,6 +266,9 @@ struct RawStack {
 struct PythonState {
     detection: Detection,
     attempts: u32,
+    /// The interval read of the last attempt (one attempt a read: a read holds many samples
+    /// of a process, all of the same moment).
+    read: u64,
 }
 
 /// The probes' cumulative counters at some moment.
@@ -357,6 +360,8 @@ pub struct FunctionSession {
     /// read, while symbols are read, as lost: 7,878 "lost" against 627 read in a 3 s
     /// `--all --profile` run of a debug build.)
     sampler_at_last_read: Option<SamplerCounters>,
+    /// Interval reads of the samples so far.
+    intervals_read: u64,
     /// Samples read from the ring since the interval began (the ring is read between
     /// intervals where it would fill before the next: see `Probes::sample_ring_read_period`).
     read_early: SampleBatch,
@@ -491,6 +496,7 @@ impl FunctionSession {
             notices,
             counted_before: CountedBefore::default(),
             sampler_at_last_read: None,
+            intervals_read: 0,
             read_early: SampleBatch::default(),
             options,
             attach_path,
@@ -944,6 +950,7 @@ impl FunctionSession {
         table: &mut ProcessTable,
         now_ns: u64,
     ) -> Vec<SampleCount> {
+        self.intervals_read += 1;
         let mut batch = std::mem::take(&mut self.read_early);
         if let Some(last) = self.take_samples(probes) {
             batch.merge(last);
@@ -1136,20 +1143,25 @@ impl FunctionSession {
     /// Looks for CPython in a sampled process, and tells the sampler where its frames are.
     fn ensure_python(&mut self, probes: &mut Probes, pid: u32, generation: u32) {
         let proc_root = self.proc_root.clone();
+        let read = self.intervals_read;
         let state = self.python.entry((pid, generation)).or_insert(PythonState {
             detection: Detection::NotPython,
             attempts: 0,
+            read,
         });
         // A process is looked at when first sampled; one whose executable looks like
-        // Python but whose interpreter is not mapped yet (just exec'd) gets a few more tries.
+        // Python but whose interpreter is not mapped yet (just exec'd) gets a few more tries,
+        // at later reads.
         let retry = state.attempts == 0
             || (state.attempts < 5
+                && state.read != read
                 && state.detection == Detection::NotPython
                 && exe_looks_like_python(&proc_root, pid));
         if !retry {
             return;
         }
         state.attempts += 1;
+        state.read = read;
         state.detection = python::detect(&proc_root, pid, &mut self.interpreters);
         tracing::debug!(
             "pid {pid} generation {generation}: python detection {:?}",
@@ -1930,6 +1942,7 @@ mod tests {
                 interpreter: "/usr/bin/python3".into(),
             },
             attempts: 1,
+            read: 1,
         };
         let python = HashMap::from([
             ((30, 0), unsupported(6)),
@@ -1939,6 +1952,7 @@ mod tests {
                 PythonState {
                     detection: Detection::NotPython,
                     attempts: 1,
+                    read: 1,
                 },
             ),
         ]);
