@@ -439,8 +439,8 @@ fn sample_ring(config: &FunctionProbeConfig) -> Option<(u32, Duration)> {
 }
 
 /// The loader of this run's object: maps it does not use shrunk to nothing, the sample ring
-/// sized for the sampler, every global set.
-fn loader<'a>(config: &ProbeConfig, globals: &'a Globals) -> EbpfLoader<'a> {
+/// `ring_bytes` long (a page when the run does not sample), every global set.
+fn loader<'a>(config: &ProbeConfig, globals: &'a Globals, ring_bytes: u32) -> EbpfLoader<'a> {
     // The object has no CO-RE relocations, so the loader needs no kernel BTF.
     let mut loader = EbpfLoader::new();
     // Maps of function-level probes that this run does not use take no kernel memory.
@@ -453,7 +453,6 @@ fn loader<'a>(config: &ProbeConfig, globals: &'a Globals) -> EbpfLoader<'a> {
     for name in unused {
         loader.map_max_entries(name, 1);
     }
-    let ring_bytes = sample_ring(&config.functions).map_or_else(page_size, |(bytes, _)| bytes);
     loader.map_max_entries(profiling::names::SAMPLE_RING, ring_bytes);
     let layout = &globals.layout;
     // Every global is a u32 but the clock at the start (u64).
@@ -621,7 +620,9 @@ impl Probes {
         let started = Instant::now();
         let layout = KernelLayout::read()?;
         let globals = Globals::new(config, layout, monotonic_ns());
-        let mut ebpf = load_object(&mut loader(config, &globals), stop)?;
+        let ring = sample_ring(&config.functions);
+        let ring_bytes = ring.map_or_else(page_size, |(bytes, _)| bytes);
+        let mut ebpf = load_object(&mut loader(config, &globals, ring_bytes), stop)?;
 
         // (Before any map is taken: these programs share every map.)
         stop_here(stop)?;
@@ -636,7 +637,7 @@ impl Probes {
             .uprobes
             .then(|| uprobes::FunctionMaps::take(&mut ebpf, multi))
             .transpose()?;
-        let sampler = sample_ring(&config.functions)
+        let sampler = ring
             .map(|(_, read_period)| sampler::SamplerMaps::take(&mut ebpf, read_period))
             .transpose()?;
         let free_backup = attach_accounting(&mut ebpf, config.accounting, stop)?;
