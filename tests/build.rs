@@ -18,7 +18,8 @@
 //! work split): `cgunwind.c` built `-O2 -fomit-frame-pointer` (`CG_UNWIND_NOFP`) and
 //! `-O2 -fno-omit-frame-pointer -momit-leaf-frame-pointer` (`CG_UNWIND_LEAF`), also
 //! without unwind tables, its frames in `.debug_frame` only (`CG_UNWIND_DEBUG_FRAME`; and
-//! stripped, with them in a separate debug file by debug link: `CG_UNWIND_SEPARATE`), and
+//! stripped, with them in a separate debug file by debug link, compressed:
+//! `CG_UNWIND_SEPARATE`), and
 //! `rs/cgunwind.rs` built by rustc as a release binary without frame pointers
 //! (`CG_UNWIND_RS`); and their references built with frame pointers in every function,
 //! `-O2 -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer` (`CG_UNWIND_FP`) and
@@ -29,6 +30,7 @@ use std::{env, path::PathBuf};
 fn main() {
     let out = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR"));
     for file in [
+        "build.rs",
         "c/cgfuncs.c",
         "c/cgfuncs_cet.c",
         "c/cglib.c",
@@ -162,12 +164,13 @@ fn main() {
         ],
     );
     // The same, stripped, its .debug_frame (and symbols) in a separate debug file in
-    // .debug/ beside it, named by its debug link.
+    // .debug/ beside it, named by its debug link; its debug sections compressed, as
+    // Debian's -dbgsym packages ship them (dh_strip).
     let separate = out.join("debug-frame");
     std::fs::create_dir_all(separate.join(".debug")).expect("creating the debug-frame folder");
     let separate_debug = separate.join(".debug").join("cg-unwind-separate.debug");
     run(std::process::Command::new("objcopy")
-        .arg("--only-keep-debug")
+        .args(["--only-keep-debug", "--compress-debug-sections=zlib"])
         .arg(&unwind_debug_frame)
         .arg(&separate_debug));
     let unwind_separate = separate.join("cg-unwind-separate");

@@ -287,7 +287,8 @@ fn code_built_without_unwind_tables_unwinds_from_its_debug_frame() {
 #[test]
 fn a_stripped_file_unwinds_from_the_debug_frame_of_its_separate_debug_file() {
     // The program above, stripped: its .debug_frame (and its symbols) are in the debug
-    // file its .gnu_debuglink names, in .debug/ beside it.
+    // file its .gnu_debuglink names, in .debug/ beside it, compressed (zlib, as Debian's
+    // -dbgsym packages are).
     let p = profile(env!("CG_UNWIND_SEPARATE"), "auto", ROUNDS);
     assert_reaches_main_with_the_known_split(&p, "auto", "");
     assert!(p.caller_named("cg_unwind_leaf", "cg_unwind_b") >= 0.99);

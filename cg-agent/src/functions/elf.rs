@@ -1,7 +1,9 @@
 //! Reads what function-level profiling needs from an ELF file: its function symbols
 //! (`.symtab` and `.dynsym`, demangled Rust and C++ names), its loadable segments (to turn
 //! addresses into file offsets and back), its dynamic dependencies (`DT_NEEDED`, `RUNPATH`),
-//! and a few bytes at a symbol (a function's first instruction, a constant's value).
+//! and a few bytes at a symbol (a function's first instruction, a constant's value); and
+//! the one rule for a section's bytes ([`section_bytes`]: bounded, zlib-compressed debug
+//! sections decompressed under that bound).
 //!
 //! The file is read once and only what is needed is kept.
 
@@ -95,6 +97,47 @@ pub fn read_file(path: &Path) -> Result<Vec<u8>, FunctionError> {
         .read_to_end(&mut bytes)
         .map_err(|e| elf_error(path, e))?;
     Ok(bytes)
+}
+
+/// Why a section's bytes were not taken.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SectionError {
+    #[error("larger than {} MiB", .0 >> 20)]
+    TooLarge(u64),
+    #[error("compressed in a format other than zlib")]
+    Compression,
+    #[error("{0}")]
+    Malformed(String),
+}
+
+/// A section's bytes, decompressed when the file compressed it (`-gz`, as Debian's `-dbgsym`
+/// packages do with debug sections): at most `max` bytes once decompressed, checked before
+/// anything is decompressed (the size a compressed section claims is outside data too: the
+/// output stops there). zlib only (what `-gz` and `objcopy --compress-debug-sections`
+/// write); zstd is refused.
+pub fn section_bytes<'data>(
+    section: &impl object::ObjectSection<'data>,
+    max: u64,
+) -> Result<std::borrow::Cow<'data, [u8]>, SectionError> {
+    use std::io::Read as _;
+    let malformed = |e: object::Error| SectionError::Malformed(e.to_string());
+    let compressed = section.compressed_data().map_err(malformed)?;
+    if compressed.uncompressed_size > max {
+        return Err(SectionError::TooLarge(max));
+    }
+    match compressed.format {
+        object::CompressionFormat::None => Ok(std::borrow::Cow::Borrowed(compressed.data)),
+        object::CompressionFormat::Zlib => {
+            let size = compressed.uncompressed_size;
+            let mut out = Vec::with_capacity(size as usize);
+            flate2::read::ZlibDecoder::new(compressed.data)
+                .take(size)
+                .read_to_end(&mut out)
+                .map_err(|e| SectionError::Malformed(e.to_string()))?;
+            Ok(std::borrow::Cow::Owned(out))
+        }
+        _ => Err(SectionError::Compression),
+    }
 }
 
 fn elf_error(path: &Path, what: impl std::fmt::Display) -> FunctionError {
@@ -448,6 +491,20 @@ impl FirstInstruction {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_section_is_taken_only_within_its_bound() {
+        let bytes = read_file(Path::new("/proc/self/exe")).unwrap();
+        let file = object::File::parse(bytes.as_slice()).unwrap();
+        let text = file.section_by_name(".text").unwrap();
+        use object::ObjectSection as _;
+        let size = text.size();
+        assert_eq!(section_bytes(&text, size).unwrap().len() as u64, size);
+        assert_eq!(
+            section_bytes(&text, size - 1),
+            Err(SectionError::TooLarge(size - 1))
+        );
+    }
 
     /// Found by the `elf_symbols` fuzz target: a segment whose end passes 2^64 made every
     /// address lookup overflow.

@@ -4,19 +4,17 @@
 //!
 //! Every file here is outside data: its bytes come from [`super::elf::read_file`] (a
 //! regular file, at most [`super::elf::ELF_MAX_BYTES`]); only the DWARF sections are kept,
-//! at most [`DWARF_MAX_BYTES`] together once decompressed (zlib-compressed sections are
-//! decompressed under that cap; other compressions are refused), and at most
+//! at most [`DWARF_MAX_BYTES`] together once decompressed ([`section_bytes`]: zlib-compressed
+//! sections are decompressed under that cap; other compressions are refused), and at most
 //! [`DWARF_TOTAL_MAX_BYTES`] for all files; names and paths are cut to [`TEXT_MAX_CHARS`]. Malformed DWARF gives no lines, never a panic.
 
-use std::{borrow::Cow, io::Read as _, path::Path, sync::Arc};
+use std::{borrow::Cow, path::Path, sync::Arc};
 
-use object::{
-    CompressionFormat, Endianness, Object as _, ObjectSection as _, read::elf::ElfFile64,
-};
+use object::{Endianness, Object as _, read::elf::ElfFile64};
 
 use super::{
     debuginfo::{DebugDirs, DebugRefs, candidates},
-    elf::demangle,
+    elf::{SectionError, demangle, section_bytes},
 };
 
 /// The most DWARF bytes kept for one file (decompressed).
@@ -133,25 +131,13 @@ fn section<'a>(
     let Some(section) = file.section_by_name(name) else {
         return Ok(Cow::Borrowed(&[]));
     };
-    let error = |e: object::Error| LinesError::Section(name.into(), e.to_string());
-    let compressed = section.compressed_data().map_err(error)?;
-    if compressed.uncompressed_size > *budget {
-        return Err(LinesError::TooLarge);
-    }
-    *budget -= compressed.uncompressed_size;
-    match compressed.format {
-        CompressionFormat::None => Ok(Cow::Borrowed(compressed.data)),
-        CompressionFormat::Zlib => {
-            let size = compressed.uncompressed_size;
-            let mut out = Vec::with_capacity(size as usize);
-            flate2::read::ZlibDecoder::new(compressed.data)
-                .take(size)
-                .read_to_end(&mut out)
-                .map_err(|e| LinesError::Section(name.into(), e.to_string()))?;
-            Ok(Cow::Owned(out))
-        }
-        _ => Err(LinesError::Compression(name.into())),
-    }
+    let data = section_bytes(&section, *budget).map_err(|e| match e {
+        SectionError::TooLarge(_) => LinesError::TooLarge,
+        SectionError::Compression => LinesError::Compression(name.into()),
+        SectionError::Malformed(reason) => LinesError::Section(name.into(), reason),
+    })?;
+    *budget -= data.len() as u64;
+    Ok(data)
 }
 
 /// The line tables of the file at `path`: its own, else those of its separate debug file

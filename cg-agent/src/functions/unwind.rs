@@ -9,7 +9,8 @@
 //!
 //! The files are outside input: read as the symbolizer reads them ([`elf::read_file`]: a
 //! regular file, at most [`elf::ELF_MAX_BYTES`]), and each section kept only when it lies
-//! inside the file and is at most [`CFI_MAX_BYTES`] long. framehop itself bounds what it
+//! inside the file and is at most [`CFI_MAX_BYTES`] long, decompressed if need be
+//! ([`elf::section_bytes`]). framehop itself bounds what it
 //! reads from the copied stack and stops at the first frame it cannot unwind.
 
 use std::{
@@ -203,20 +204,19 @@ fn svma_range(section: &object::read::elf::ElfSection64<'_, '_, Endianness>) -> 
     section.address()..section.address().saturating_add(section.size())
 }
 
-/// A section's address range and bytes, when it lies inside the file, is not too large and
-/// is not compressed (debug sections can be: `-gz`).
+/// A section's address range and bytes, when it lies inside the file and is at most
+/// [`CFI_MAX_BYTES`] long, decompressed if it is compressed (a debug file's `.debug_frame`
+/// often is: `-gz`, Debian's `-dbgsym` packages).
 fn section(file: &ElfFile64<'_, Endianness>, name: &str) -> Option<(Range<u64>, Arc<[u8]>)> {
     let section = file.section_by_name(name)?;
-    if section.size() > CFI_MAX_BYTES
-        || section
-            .compressed_file_range()
-            .ok()
-            .is_none_or(|range| range.format != object::CompressionFormat::None)
-    {
-        return None;
-    }
-    let data = section.data().ok()?;
-    (!data.is_empty()).then(|| (svma_range(&section), Arc::from(data)))
+    let data = match elf::section_bytes(&section, CFI_MAX_BYTES) {
+        Ok(data) => data,
+        Err(err) => {
+            tracing::debug!("{name}: {err}");
+            return None;
+        }
+    };
+    (!data.is_empty()).then(|| (svma_range(&section), Arc::from(data.as_ref())))
 }
 
 /// The unwind information of each file met, read once per run.
