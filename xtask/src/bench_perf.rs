@@ -3,11 +3,17 @@
 //! frame pointers: Debian's stripped `xz -9 -T1` and `gzip -9` compressing the same 12 MB.
 //! Per program, printed, never asserted:
 //! - the share of samples whose stack reaches the C entry, `__libc_start_call_main` (named
-//!   by libc's debug file from libc6-dbg; `main` itself has no name in a stripped binary);
-//! - the self shares of the top functions. A frame without a name is counted under the
-//!   `.eh_frame` FDE (one function's code range, `readelf --debug-dump=frames`) its address
-//!   falls in, the same way for both tools, so stripped code is compared function by
-//!   function.
+//!   by libc's debug file from libc6-dbg; `main` itself has no name in a stripped binary),
+//!   and `main` (named when the program's `-dbgsym` debug file is installed);
+//! - the self shares of the top functions, by symbol: the innermost frame that is not an
+//!   inlined one, in both tools (where their inline information differs, perf 6.1 misses
+//!   inlined calls that cg-trace and llvm-symbolizer name: docs/functions.md). A frame
+//!   without a name is counted under the `.eh_frame` FDE (one function's code range,
+//!   `readelf --debug-dump=frames`) its address falls in, the same way for both tools, so
+//!   stripped code is compared function by function.
+//!
+//! The programs are looked up in `PATH`: to compare binaries that have their `-dbgsym`
+//! files, put a directory of them first (docs/functions.md says how they were built here).
 //!
 //! perf's shares are of samples, cg-trace's of the sampled energy (`--source model`: in
 //! proportion to CPU time, as samples are); the two runs are separate, so each share also
@@ -122,7 +128,12 @@ fn compare(
         perf.total,
         100.0 * cg.reached / cg.total.max(f64::MIN_POSITIVE),
     );
-    println!("    self share, %        perf  cg-trace  difference (points)");
+    println!(
+        "    stacks reaching main: perf {:.2} %, cg-trace {:.2} % (0 where main has no name)",
+        100.0 * perf.reached_main / perf.total.max(f64::MIN_POSITIVE),
+        100.0 * cg.reached_main / cg.total.max(f64::MIN_POSITIVE),
+    );
+    println!("    self share by symbol, % perf  cg-trace  difference (points)");
     let mut top: Vec<(&String, &f64)> = perf.self_weight.iter().collect();
     top.sort_by(|a, b| b.1.total_cmp(a.1));
     let mut worst = 0f64;
@@ -141,15 +152,21 @@ fn compare(
 struct Stacks {
     total: f64,
     reached: f64,
+    reached_main: f64,
     /// Self weight by function (a name, or `file+0xFDE_START` for stripped code).
     self_weight: BTreeMap<String, f64>,
 }
 
 impl Stacks {
-    fn add(&mut self, leaf: String, reached: bool, weight: f64) {
+    /// A stack of `weight` whose innermost function is `leaf`, through the C entry and
+    /// `main` or not.
+    fn add(&mut self, leaf: String, [entry, main]: [bool; 2], weight: f64) {
         self.total += weight;
-        if reached {
+        if entry {
             self.reached += weight;
+        }
+        if main {
+            self.reached_main += weight;
         }
         *self.self_weight.entry(leaf).or_default() += weight;
     }
@@ -173,7 +190,9 @@ fn perf_stacks(script: &str, fdes: &mut Fdes) -> Result<Stacks> {
             })
             .filter(|(_, _, file)| !file.starts_with('['))
             .collect();
-        let Some(&(ip, symbol, file)) = frames.first() else {
+        // The innermost frame that is not inlined (perf writes those `name (inlined)`).
+        let Some(&(ip, symbol, file)) = frames.iter().find(|(_, _, file)| *file != "inlined")
+        else {
             continue;
         };
         let leaf = if symbol == "[unknown]" {
@@ -182,8 +201,8 @@ fn perf_stacks(script: &str, fdes: &mut Fdes) -> Result<Stacks> {
         } else {
             symbol.to_string()
         };
-        let reached = frames.iter().any(|(_, s, _)| *s == ENTRY);
-        stacks.add(leaf, reached, 1.0);
+        let reached = |name: &str| frames.iter().any(|(_, s, _)| *s == name);
+        stacks.add(leaf, [reached(ENTRY), reached("main")], 1.0);
     }
     Ok(stacks)
 }
@@ -203,7 +222,10 @@ fn folded_stacks(text: &str, fdes: &Fdes) -> Stacks {
             .skip(1)
             .filter(|f| !f.ends_with(" [k]"))
             .collect();
-        let Some(leaf) = frames.last() else { continue };
+        // The innermost frame that is not inlined, as for perf.
+        let Some(leaf) = frames.iter().rev().find(|f| !f.ends_with(" (inlined)")) else {
+            continue;
+        };
         if leaf.starts_with('[') {
             continue;
         }
@@ -214,8 +236,8 @@ fn folded_stacks(text: &str, fdes: &Fdes) -> Stacks {
             Some((file, offset)) => fdes.function(file, offset),
             None => leaf.split(" (").next().unwrap_or(leaf).to_string(),
         };
-        let reached = frames.iter().any(|f| f.split(" (").next() == Some(ENTRY));
-        stacks.add(leaf, reached, uj);
+        let reached = |name: &str| frames.iter().any(|f| f.split(" (").next() == Some(name));
+        stacks.add(leaf, [reached(ENTRY), reached("main")], uj);
     }
     stacks
 }
