@@ -9,7 +9,8 @@
 //! `cgdlopen` (`CG_DLOPEN`), which loads `libcgdl.so` (`CG_DL_LIB`, in a directory of its own,
 //! outside any library search path) with dlopen() during the run. The symbol tests' programs:
 //! `cg-exit` (`CG_EXIT`: short processes with an anonymous frame in every stack),
-//! `cg-lines` (`CG_LINES`: -O0 -g, a function inlined into another, for source lines), and
+//! `cg-lines` (`CG_LINES`: -O0 -g, a function inlined into another, for source lines; and
+//! shrunk by dwz, its shared DWARF in a supplementary file: `CG_LINES_DWZ`), and
 //! `cg-strip` stripped of its symbol table three ways, each with a build id of its own:
 //! with a separate debug file to be installed by build id (`CG_STRIP_BUILDID`, its debug file
 //! `CG_STRIP_BUILDID_DEBUG`, its id `CG_STRIP_BUILD_ID`), with a `.gnu_debuglink` to
@@ -127,6 +128,7 @@ fn main() {
         // flags), and always_inline still inlines.
         &["-O0", "-fno-omit-frame-pointer", "-fcf-protection=none"],
     );
+    let lines_dwz = dwz_pair(&out, &program);
     let unoptimised = cc::Build::new().opt_level(0).get_compiler();
     let exit = out.join("cg-exit");
     run(unoptimised
@@ -206,6 +208,7 @@ fn main() {
         ("CG_DL_LIB", dl_lib),
         ("CG_EXIT", exit),
         ("CG_LINES", lines),
+        ("CG_LINES_DWZ", lines_dwz),
         ("CG_STRIP_BUILDID", strip.build_id),
         ("CG_STRIP_BUILDID_DEBUG", strip.build_id_debug),
         ("CG_STRIP_LINK", strip.link),
@@ -249,11 +252,53 @@ fn many_functions(count: usize) -> String {
 }
 
 /// Runs a build step; panics with what failed.
+/// `cg-lines` built twice and shrunk by dwz as Debian's and Fedora's debug packages are
+/// (`dwz -m`): what the two share (the inlined function's name among it) moves to a
+/// supplementary file, `dwz/.dwz/cg-lines.debug`, that each names in `.gnu_debugaltlink`.
+/// Returns the first; the tests pass `--debug-dir OUT/dwz`.
+fn dwz_pair(
+    out: &std::path::Path,
+    program: &dyn Fn(&str, &PathBuf, &[&str]) -> PathBuf,
+) -> PathBuf {
+    let dir = out.join("dwz");
+    std::fs::create_dir_all(dir.join(".dwz")).expect("creating the dwz folder");
+    let source = PathBuf::from("c/cglines.c");
+    // The second differs by a macro, so that they are two files (with the same code).
+    let pair = [
+        ("cg-lines-dwz", "-DCG_COPY=1"),
+        ("cg-lines-dwz-2", "-DCG_COPY=2"),
+    ]
+    .map(|(name, copy)| {
+        let flags = [
+            "-O0",
+            "-fno-omit-frame-pointer",
+            "-fcf-protection=none",
+            copy,
+        ];
+        let built = program(name, &source, &flags);
+        let path = dir.join(name);
+        std::fs::rename(&built, &path).expect("moving a dwz program");
+        path
+    });
+    let common = dir.join(".dwz").join("cg-lines.debug");
+    std::fs::remove_file(&common).ok();
+    run(std::process::Command::new("dwz")
+        .arg("-m")
+        .arg(&common)
+        .arg("-M")
+        .arg(&common)
+        .args(&pair));
+    let [first, _] = pair;
+    first
+}
+
 fn run(command: &mut std::process::Command) {
     match command.status() {
         Ok(s) if s.success() => {}
         other => {
-            panic!("{command:?}: {other:?} (are a C compiler, binutils' objcopy and xz installed?)")
+            panic!(
+                "{command:?}: {other:?} (are a C compiler, binutils' objcopy, xz and dwz installed? cargo xtask setup installs them)"
+            )
         }
     }
 }

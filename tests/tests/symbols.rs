@@ -300,6 +300,31 @@ fn a_debug_dir_that_is_no_folder_exits_2_before_tracing() {
     }
 }
 
+#[test]
+fn an_inlined_function_named_only_in_a_dwz_supplementary_file_keeps_its_name() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let folded = dir.path().join("dwz.folded");
+    // cg-lines shrunk by dwz: the inlined function's name is in the supplementary file
+    // that its .gnu_debugaltlink names (dwz/.dwz/cg-lines.debug, under the debug folder).
+    let program = env!("CG_LINES_DWZ");
+    let debug_dir = Path::new(program).parent().unwrap().to_str().unwrap();
+    let report = profile(program, &["300"], &["--debug-dir", debug_dir], &folded);
+    let pid = root_pid(&report) as u64;
+    let stacks = folded_of(&folded, "cg-lines-dwz", pid);
+    let at =
+        |function: &str, marker: &str| format!("{function} (cglines.c:{})", cglines_line(marker));
+    let inlined = [
+        at("cg_lines_outer", "outer"),
+        format!("{} (inlined)", at("cg_lines_inner", "inner")),
+    ];
+    let share = tail_share(&stacks, "cg_lines_inner", &inlined);
+    assert!(
+        share > 0.9,
+        "{share:.2} of cg_lines_inner's energy at {inlined:?}: {stacks:?}"
+    );
+}
+
 /// The line of `tests/c/cglines.c` that holds `LINE:marker`.
 fn cglines_line(marker: &str) -> usize {
     let tag = format!("LINE:{marker} ");
@@ -310,9 +335,9 @@ fn cglines_line(marker: &str) -> usize {
         + 1
 }
 
-/// Folded lines of process `pid` as (frames, microjoules).
-fn folded_of(path: &Path, pid: u64) -> Vec<(Vec<String>, u64)> {
-    let root = format!("cg-lines {pid};");
+/// Folded lines of process `pid` (named `comm`) as (frames, microjoules).
+fn folded_of(path: &Path, comm: &str, pid: u64) -> Vec<(Vec<String>, u64)> {
+    let root = format!("{comm} {pid};");
     std::fs::read_to_string(path)
         .expect("folded file")
         .lines()
@@ -356,7 +381,7 @@ fn native_frames_say_their_source_line_and_inlined_functions_are_frames_of_their
     let folded = dir.path().join("lines.folded");
     let report = profile(env!("CG_LINES"), &["400"], &[], &folded);
     let pid = root_pid(&report) as u64;
-    let stacks = folded_of(&folded, pid);
+    let stacks = folded_of(&folded, "cg-lines", pid);
     let at =
         |function: &str, marker: &str| format!("{function} (cglines.c:{})", cglines_line(marker));
     // The leaf's samples are on its loop's line, called from main's line that calls it.
@@ -400,7 +425,7 @@ fn native_frames_say_their_source_line_and_inlined_functions_are_frames_of_their
     let folded = dir.path().join("no-lines.folded");
     let report = profile(env!("CG_LINES"), &["200"], &["--no-lines"], &folded);
     let pid = root_pid(&report) as u64;
-    let stacks = folded_of(&folded, pid);
+    let stacks = folded_of(&folded, "cg-lines", pid);
     assert!(
         stacks
             .iter()

@@ -175,8 +175,10 @@ const BUILD_PACKAGES: &[&str] = &[
     // the C parts of the tests crate's workloads (tests/build.rs, with binutils' objcopy).
     "gcc",
     "libc6-dev",
-    // tests/build.rs compresses a MiniDebugInfo section (a workspace build builds it).
+    // tests/build.rs compresses a MiniDebugInfo section (a workspace build builds it), and
+    // shrinks a program's DWARF with dwz (a supplementary debug file, as distributions ship).
     "xz-utils",
+    "dwz",
 ];
 
 /// What the tests, benchmarks and fuzz targets add (apt).

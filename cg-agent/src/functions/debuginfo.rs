@@ -3,7 +3,9 @@
 //! `.gnu_debuglink` (beside the file, in its `.debug/` folder, or under `DIR` followed by
 //! the file's folder; checked against the link's CRC-32), for each global debug directory
 //! `DIR` (`--debug-dir`, `/usr/lib/debug` by default); else MiniDebugInfo (`.gnu_debugdata`:
-//! an xz-compressed ELF file holding a `.symtab`, as Fedora ships).
+//! an xz-compressed ELF file holding a `.symtab`, as Fedora ships). A debug file that dwz
+//! shrank names the file of DWARF it shares with others in `.gnu_debugaltlink`
+//! ([`AltLink`]: by build id in each `DIR`, or by its path, only inside a `DIR`).
 //!
 //! Every file here is outside data: a debug file is read only as far as its headers and
 //! symbol table (never whole: they can be gigabytes of DWARF), opened without blocking and
@@ -39,6 +41,8 @@ pub const MINI_DEBUGINFO_MAX_BYTES: u64 = 64 << 20;
 pub const SYMTAB_MAX_BYTES: u64 = 512 << 20;
 /// Longest `.gnu_debuglink` file name believed.
 const DEBUGLINK_MAX_NAME: usize = 255;
+/// Longest `.gnu_debugaltlink` path believed.
+const ALTLINK_MAX_PATH: usize = 4096;
 
 /// The global debug directories searched, in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -147,6 +151,93 @@ pub fn candidates(path: &Path, refs: &DebugRefs, dirs: &DebugDirs) -> Vec<(PathB
     // The file itself is no debug file of its own (a debug link naming itself).
     out.retain(|(candidate, _)| candidate != path);
     out
+}
+
+/// `.gnu_debugaltlink`: the supplementary file of DWARF that dwz moved out of several debug
+/// files (what they share: types, inlined functions' names, strings), as Debian's and
+/// Fedora's debug packages ship it (`/usr/lib/debug/.dwz/...`), named by a path and its
+/// build id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AltLink {
+    pub path: PathBuf,
+    pub build_id: Vec<u8>,
+}
+
+impl AltLink {
+    /// The link in a parsed file; `None` when it has none or it is implausible.
+    pub fn of(file: &ElfFile64<'_, Endianness>) -> Option<Self> {
+        let data = file.section_by_name(".gnu_debugaltlink")?.data().ok()?;
+        let nul = data.iter().position(|&b| b == 0)?;
+        let path = std::str::from_utf8(&data[..nul]).ok()?;
+        let build_id = &data[nul + 1..];
+        (!path.is_empty() && path.len() <= ALTLINK_MAX_PATH && (2..=64).contains(&build_id.len()))
+            .then(|| AltLink {
+                path: PathBuf::from(path),
+                build_id: build_id.to_vec(),
+            })
+    }
+
+    /// Where the supplementary file may be, for a debug file at `debug_file`: by build id in
+    /// each debug directory, then by its path, only where that lies inside a debug
+    /// directory (an absolute path under `/usr/lib/debug` is looked up under each
+    /// directory instead; a relative one is taken from `debug_file`'s folder). Each must
+    /// pass [`Self::check`].
+    pub fn candidates(&self, debug_file: &Path, dirs: &DebugDirs) -> Vec<PathBuf> {
+        let hex: String = self.build_id.iter().map(|b| format!("{b:02x}")).collect();
+        let mut out: Vec<PathBuf> = dirs
+            .0
+            .iter()
+            .map(|dir| {
+                dir.join(".build-id")
+                    .join(&hex[..2])
+                    .join(format!("{}.debug", &hex[2..]))
+            })
+            .collect();
+        let named = if self.path.is_absolute() {
+            lexical(&self.path)
+        } else {
+            lexical(
+                &debug_file
+                    .parent()
+                    .unwrap_or(Path::new("/"))
+                    .join(&self.path),
+            )
+        };
+        if let Some(named) = named {
+            match named.strip_prefix(DEFAULT_DEBUG_DIR) {
+                Ok(rest) => out.extend(dirs.0.iter().map(|dir| dir.join(rest))),
+                Err(_) if dirs.0.iter().any(|dir| named.starts_with(dir)) => out.push(named),
+                Err(_) => {}
+            }
+        }
+        out
+    }
+
+    /// How the supplementary file is recognised: by the build id the link gives.
+    pub fn check(&self) -> Check {
+        Check::BuildId(self.build_id.clone())
+    }
+}
+
+/// `path` with its `.` and `..` taken out lexically (no link followed); `None` for a
+/// relative path or one that climbs above `/`.
+fn lexical(path: &Path) -> Option<PathBuf> {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            Component::RootDir => out.push("/"),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() || out.as_os_str().is_empty() {
+                    return None;
+                }
+            }
+            Component::Normal(name) => out.push(name),
+            Component::Prefix(_) => return None,
+        }
+    }
+    out.is_absolute().then_some(out)
 }
 
 /// How a candidate debug file is recognised as the file's own.
@@ -396,6 +487,52 @@ pub fn extra_symbols(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_supplementary_file_is_looked_for_by_build_id_and_by_its_path_only_in_debug_dirs() {
+        let dirs = DebugDirs(vec![PathBuf::from("/dbg"), PathBuf::from("/usr/lib/debug")]);
+        let link = |path: &str| AltLink {
+            path: PathBuf::from(path),
+            build_id: vec![0xab, 0xcd, 0xef],
+        };
+        let debug_file = Path::new("/usr/lib/debug/usr/bin/tool.debug");
+        let by_id = [
+            "/dbg/.build-id/ab/cdef.debug",
+            "/usr/lib/debug/.build-id/ab/cdef.debug",
+        ];
+        let found = |l: AltLink| -> Vec<String> {
+            l.candidates(debug_file, &dirs)
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect()
+        };
+        // Debian: an absolute path under /usr/lib/debug, looked up under each debug dir.
+        assert_eq!(
+            found(link("/usr/lib/debug/.dwz/x86_64-linux-gnu/tool.debug"))[2..],
+            [
+                "/dbg/.dwz/x86_64-linux-gnu/tool.debug",
+                "/usr/lib/debug/.dwz/x86_64-linux-gnu/tool.debug"
+            ]
+        );
+        // Fedora: relative to the debug file's folder (then as above).
+        assert_eq!(
+            found(link("../../.dwz/tool-1.0"))[2..],
+            ["/dbg/.dwz/tool-1.0", "/usr/lib/debug/.dwz/tool-1.0"]
+        );
+        // Anywhere else only by build id: the path is outside data.
+        for outside in [
+            "/etc/shadow",
+            "../../../../../etc/shadow",
+            "/usr/lib/debug/../../etc/x",
+        ] {
+            assert_eq!(found(link(outside)), by_id, "{outside}");
+        }
+        assert_eq!(lexical(Path::new("/a/../../b")), None);
+        assert_eq!(
+            lexical(Path::new("/a/./b/../c")),
+            Some(PathBuf::from("/a/c"))
+        );
+    }
 
     #[test]
     fn candidates_follow_gdbs_order_and_never_leave_the_folders() {

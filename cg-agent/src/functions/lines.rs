@@ -1,6 +1,7 @@
 //! Source lines of native code: which function (inlined ones included), file and line an
 //! address is at, from a file's DWARF (`.debug_info`, `.debug_line` and the sections they
-//! refer to) through `addr2line` (gimli), as `addr2line -i -f` and perf's srcline say it.
+//! refer to) through `addr2line` (gimli), as `addr2line -i -f` and perf's srcline say it;
+//! with the supplementary file that dwz moved shared DWARF into, when a file names one.
 //!
 //! Every file here is outside data: its bytes come from [`super::elf::read_file`] (a
 //! regular file, at most [`super::elf::ELF_MAX_BYTES`]); only the DWARF sections are kept,
@@ -13,7 +14,7 @@ use std::{borrow::Cow, path::Path, sync::Arc};
 use object::{Endianness, Object as _, read::elf::ElfFile64};
 
 use super::{
-    debuginfo::{DebugDirs, DebugRefs, candidates},
+    debuginfo::{AltLink, DebugDirs, DebugRefs, candidates},
     elf::{SectionError, demangle, section_bytes},
 };
 
@@ -64,6 +65,13 @@ pub struct SourceLines {
 impl SourceLines {
     /// The lines of the ELF file in `bytes`; `Ok(None)` when it has no line table.
     pub fn parse(bytes: &[u8]) -> Result<Option<Self>, LinesError> {
+        Self::parse_with_sup(bytes, None)
+    }
+
+    /// As [`Self::parse`], with the supplementary file (dwz's, [`AltLink`]) that the
+    /// file's DWARF refers to, when it has one: its sections count in the same
+    /// [`DWARF_MAX_BYTES`].
+    pub fn parse_with_sup(bytes: &[u8], sup: Option<&[u8]>) -> Result<Option<Self>, LinesError> {
         let file = object::File::parse(bytes).map_err(|e| LinesError::Elf(e.to_string()))?;
         if file.section_by_name(".debug_line").is_none() {
             return Ok(None);
@@ -74,10 +82,16 @@ impl SourceLines {
             gimli::RunTimeEndian::Big
         };
         let mut budget = DWARF_MAX_BYTES;
-        let dwarf = gimli::Dwarf::load(|id| -> Result<Reader, LinesError> {
-            let data = section(&file, id.name(), &mut budget)?;
-            Ok(Reader::new(Arc::from(data.as_ref()), endian))
-        })?;
+        let mut load =
+            |file: &object::File<'_>, id: gimli::SectionId| -> Result<Reader, LinesError> {
+                let data = section(file, id.name(), &mut budget)?;
+                Ok(Reader::new(Arc::from(data.as_ref()), endian))
+            };
+        let mut dwarf = gimli::Dwarf::load(|id| load(&file, id))?;
+        if let Some(sup) = sup {
+            let sup = object::File::parse(sup).map_err(|e| LinesError::Elf(e.to_string()))?;
+            dwarf.load_sup(|id| load(&sup, id))?;
+        }
         let context =
             addr2line::Context::from_dwarf(dwarf).map_err(|e| LinesError::Dwarf(e.to_string()))?;
         Ok(Some(SourceLines {
@@ -149,8 +163,8 @@ pub fn read(
     dirs: &DebugDirs,
 ) -> Result<Option<SourceLines>, LinesError> {
     let bytes = super::elf::read_file(path).map_err(|e| LinesError::Elf(e.to_string()))?;
-    if let Some(lines) = SourceLines::parse(&bytes)? {
-        return Ok(Some(lines));
+    if has_line_table(&bytes) {
+        return with_sup(path, &bytes, dirs);
     }
     let Some(debug_file) = debug_file else {
         return Ok(None);
@@ -165,7 +179,42 @@ pub fn read(
     if !check.is_some_and(|check| check.passes(&debug)) {
         return Err(LinesError::Changed(debug_file.display().to_string()));
     }
-    SourceLines::parse(&debug)
+    with_sup(debug_file, &debug, dirs)
+}
+
+fn has_line_table(bytes: &[u8]) -> bool {
+    object::File::parse(bytes).is_ok_and(|file| file.section_by_name(".debug_line").is_some())
+}
+
+/// The lines of the file at `path` (its bytes), with its supplementary file when it names
+/// one that is found and passes its check; without it (logged), lines stay but names that
+/// only the supplementary file holds do not (`[unknown inlined]`).
+fn with_sup(
+    path: &Path,
+    bytes: &[u8],
+    dirs: &DebugDirs,
+) -> Result<Option<SourceLines>, LinesError> {
+    let link = ElfFile64::<Endianness>::parse(bytes)
+        .ok()
+        .and_then(|elf| AltLink::of(&elf));
+    let sup = link.and_then(|link| {
+        let found = link
+            .candidates(path, dirs)
+            .into_iter()
+            .find_map(|candidate| {
+                let sup = super::elf::read_file(&candidate).ok()?;
+                link.check().passes(&sup).then_some(sup)
+            });
+        if found.is_none() {
+            tracing::debug!(
+                "{}: its supplementary DWARF file {} was not found",
+                path.display(),
+                link.path.display()
+            );
+        }
+        found
+    });
+    SourceLines::parse_with_sup(bytes, sup.as_deref())
 }
 
 /// `text` cut to [`TEXT_MAX_CHARS`].
