@@ -26,6 +26,11 @@
 //! 7. Unwinding without frame pointers against frame pointers alone, at 99 and 999 Hz:
 //!    kernel and agent time per sample (`bench_unwind.rs`). Only this part:
 //!    `cargo xtask bench --functions --unwind`.
+//! 8. Naming addresses down to inlined functions and source lines (issue 22): cg-agent's
+//!    path (addr2line) against blazesym, on the debug cg-trace, an optimised Rust binary, libc
+//!    and an -O2 C program: load, ns per address, memory, agreement (`xtask/naming-compare`,
+//!    a workspace of its own so that CI never builds blazesym). Only this part, and never
+//!    part of the others: `cargo xtask bench --functions --naming`.
 
 use std::{
     path::Path,
@@ -46,6 +51,9 @@ use crate::{
 pub fn run(args: &[String]) -> Result<()> {
     let quick = args.iter().any(|a| a == "--quick");
     let rounds = if quick { 2 } else { 5 };
+    if args.iter().any(|a| a == "--naming") {
+        return naming(if quick { 1 } else { 3 });
+    }
     status(cargo().args(["build", "--release"]))?;
     let release = root().join("target/release");
     let cg_trace = release.join("cg-trace");
@@ -267,6 +275,19 @@ fn globs(cg_trace: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Runs `xtask/naming-compare` (release) on the debug cg-trace, which it builds first.
+fn naming(rounds: usize) -> Result<()> {
+    status(cargo().args(["build", "-p", "cg-agent", "--bin", "cg-trace"]))?;
+    let manifest = root().join("xtask/naming-compare/Cargo.toml");
+    status(
+        cargo()
+            .args(["run", "--release", "--manifest-path"])
+            .arg(manifest)
+            .args(["--", "--rounds", &rounds.to_string(), "--cg-trace"])
+            .arg(root().join("target/debug/cg-trace")),
+    )
 }
 
 fn sampler(cg_trace: &Path, rounds: usize) -> Result<()> {
