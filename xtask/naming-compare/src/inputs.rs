@@ -18,15 +18,18 @@ pub struct Input {
     pub path: PathBuf,
 }
 
-/// The files this machine has, each copied under `dir` where it might be rebuilt meanwhile;
-/// the ones missing are said on stderr.
-pub fn prepare(dir: &Path) -> Result<Vec<Input>> {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+/// The debug cg-trace of the repository's target folder.
+pub fn default_cg_trace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/debug/cg-trace")
+}
+
+/// The files this machine has (`debug_cg_trace`: a debug build of cg-trace), each copied
+/// under `dir` where it might be rebuilt meanwhile; the ones missing are said on stderr.
+pub fn prepare(dir: &Path, debug_cg_trace: &Path) -> Result<Vec<Input>> {
     let mut inputs = Vec::new();
-    let debug_cg_trace = repo.join("target/debug/cg-trace");
     if debug_cg_trace.exists() {
         let copy = dir.join("cg-trace");
-        std::fs::copy(&debug_cg_trace, &copy)
+        std::fs::copy(debug_cg_trace, &copy)
             .with_context(|| format!("copying {}", debug_cg_trace.display()))?;
         inputs.push(Input {
             label: "cg-trace (Rust, debug build)".into(),

@@ -4,8 +4,8 @@
 //! medians of interleaved rounds, each round a fresh process per tool and file, and how far
 //! they agree, with disagreements judged by binutils' `addr2line`.
 //!
-//! `naming-compare [--samples N] [--rounds R]` (`--at FILE 0xADDR`: both answers at one
-//! address); run by `cargo xtask bench --functions
+//! `naming-compare [--samples N] [--rounds R] [--cg-trace DEBUG-BUILD]` (`--at FILE
+//! 0xADDR`: both answers at one address); run by `cargo xtask bench --functions
 //! --naming`. Figures are printed, never asserted: compare the ratios of one run.
 
 mod agree;
@@ -81,7 +81,15 @@ fn main() -> Result<()> {
             None => Ok(default),
         }
     };
-    compare(value("--samples", 200_000)?, value("--rounds", 3)?)
+    let cg_trace = match args.iter().position(|a| a == "--cg-trace") {
+        Some(i) => PathBuf::from(args.get(i + 1).context("--cg-trace takes a path")?),
+        None => inputs::default_cg_trace(),
+    };
+    compare(
+        value("--samples", 200_000)?,
+        value("--rounds", 3)?,
+        &cg_trace,
+    )
 }
 
 /// `--at FILE 0xADDR`: both tools' answers at one address, for checking by hand.
@@ -214,6 +222,14 @@ fn measure(tool: &str, path: &Path, addresses: &Path) -> Result<()> {
         started.elapsed().as_secs_f64() * 1e9 / addresses.len() as f64
     };
     let (cold_ns, warm_ns) = (pass(), pass());
+    // Memory before the batched pass, whose answers (all the addresses' frames at once)
+    // would count as the tool's.
+    let mib = |kib: f64| kib / 1024.0;
+    let (heap_mib, rss_mib, peak_rss_mib) = (
+        heap_mib(),
+        mib(rss_kib("VmRSS:") - rss_before),
+        mib(rss_kib("VmHWM:") - rss_before),
+    );
     let batched_ns = match &blazesym {
         Some(b) => {
             let started = Instant::now();
@@ -222,7 +238,6 @@ fn measure(tool: &str, path: &Path, addresses: &Path) -> Result<()> {
         }
         None => f64::NAN,
     };
-    let mib = |kib: f64| kib / 1024.0;
     let figures = Figures {
         symbols_ms,
         load_ms,
@@ -230,9 +245,9 @@ fn measure(tool: &str, path: &Path, addresses: &Path) -> Result<()> {
         warm_ns,
         batched_ns,
         symbols_heap_mib,
-        heap_mib: heap_mib(),
-        rss_mib: mib(rss_kib("VmRSS:") - rss_before),
-        peak_rss_mib: mib(rss_kib("VmHWM:") - rss_before),
+        heap_mib,
+        rss_mib,
+        peak_rss_mib,
     };
     println!("{}", figures.to_line());
     drop((cg, blazesym));
@@ -279,16 +294,16 @@ fn median(mut values: Vec<f64>) -> f64 {
     }
 }
 
-fn compare(samples: usize, rounds: usize) -> Result<()> {
+fn compare(samples: usize, rounds: usize, cg_trace: &Path) -> Result<()> {
     let dir = std::env::temp_dir().join(format!("naming-compare-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let result = compare_in(&dir, samples, rounds);
+    let result = compare_in(&dir, samples, rounds, cg_trace);
     let _ = std::fs::remove_dir_all(&dir);
     result
 }
 
-fn compare_in(dir: &Path, samples: usize, rounds: usize) -> Result<()> {
-    let inputs = inputs::prepare(dir)?;
+fn compare_in(dir: &Path, samples: usize, rounds: usize, cg_trace: &Path) -> Result<()> {
+    let inputs = inputs::prepare(dir, cg_trace)?;
     let dirs = DebugDirs::default();
     println!(
         "naming {samples} addresses per file, cg-agent (ELF symbols + addr2line 0.25) against \
@@ -363,14 +378,16 @@ fn compare_in(dir: &Path, samples: usize, rounds: usize) -> Result<()> {
 }
 
 fn print_agreement(path: &Path, a: &Agreement) -> Result<()> {
+    let agree =
+        |count: usize| format!("{:.3} % ({} differ)", a.percent(count), a.addresses - count);
     println!(
-        "  agree on innermost name {:.2} %, file:line {:.2} % (full path {:.2} %), inline depth \
-         {:.2} %, all three {:.2} %",
-        a.percent(a.name),
-        a.percent(a.file_line),
-        a.percent(a.path_line),
-        a.percent(a.depth),
-        a.percent(a.all)
+        "  agree on innermost name {}, file:line {} (full path {}), inline depth {}, all three \
+         {}",
+        agree(a.name),
+        agree(a.file_line),
+        agree(a.path_line),
+        agree(a.depth),
+        agree(a.all)
     );
     println!(
         "  with a line: cg-agent {:.2} %, blazesym {:.2} %; in an inlined function: cg-agent \
@@ -433,8 +450,9 @@ fn print_table(
 ) {
     println!();
     println!(
-        "medians; ratio = blazesym / cg-agent (< 1: blazesym cheaper); memory: heap kept, \
-         RSS growth after the passes, peak RSS growth"
+        "medians; ratio = blazesym / cg-agent (< 1: blazesym cheaper); memory after the cold \
+         and warm passes: heap kept, RSS growth (blazesym maps its files: their pages count \
+         here), peak RSS growth"
     );
     for ((input, [cg, blazesym]), agreement) in inputs.iter().zip(figures).zip(agreements) {
         let m = |runs: &[Figures], f: fn(&Figures) -> f64| median(runs.iter().map(f).collect());
@@ -477,7 +495,7 @@ fn print_table(
         row("peak RSS growth, MiB", |f| f.peak_rss_mib, 1);
         for (label, a) in [("DWARF", &agreement.0), ("as named", &agreement.1)] {
             println!(
-                "  agree ({label}): name {:.2} %, file:line {:.2} %, depth {:.2} %, all {:.2} %",
+                "  agree ({label}): name {:.3} %, file:line {:.3} %, depth {:.3} %, all {:.3} %",
                 a.percent(a.name),
                 a.percent(a.file_line),
                 a.percent(a.depth),
