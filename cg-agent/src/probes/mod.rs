@@ -1,7 +1,7 @@
 //! Probes: loads cg-ebpf into the kernel, attaches it, and turns its maps and events into
 //! plain types ([`activity::Snapshot`], [`Lifecycle`], [`Losses`]). Nothing about energy here.
 //! The function-level probes (uprobes on chosen functions, the stack sampler) are in
-//! [`uprobes`] and [`sampler`].
+//! [`uprobes`] and [`sampler`] (whose ring a thread empties: `ring_reader`).
 //!
 //! A running task's `schedstat` (read each interval for the task each CPU runs) is read by
 //! hand: 4.8-4.9 µs per read, where procfs 0.17's `Process::new`, `task_from_tid` and
@@ -14,6 +14,7 @@ mod batch;
 pub mod btf;
 pub mod iterator;
 pub mod retry;
+mod ring_reader;
 pub mod sampler;
 mod uprobe_multi;
 pub mod uprobes;
@@ -172,6 +173,8 @@ pub enum ProbeError {
         #[source]
         source: std::io::Error,
     },
+    #[error("starting the sample ring's reader thread: {0}")]
+    RingReader(#[source] std::io::Error),
 }
 
 fn signal_name(signal: i32) -> String {

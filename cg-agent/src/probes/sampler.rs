@@ -1,9 +1,10 @@
 //! The stack sampler (`--profile`): attaches cg-ebpf's perf-event program to each online
 //! CPU's software CPU clock at the requested frequency, and reads back what it recorded: one
 //! record per sample of a target, with its kernel, user and Python stacks, from a ring buffer
-//! that is drained every interval ([`Probes::take_samples`]; [`ring_bytes`] sizes it to the
-//! sample rate). A record that carries a copy of the user stack (`--stacks auto|dwarf`) is
-//! handed to the caller's unwinder, whose addresses then stand for the user stack ([`Walk`]).
+//! ([`ring_bytes`] sizes it to the sample rate) that a thread empties into a bounded queue
+//! (`ring_reader`), read every interval ([`Probes::take_samples`]). A record that carries a
+//! copy of the user stack (`--stacks auto|dwarf`) is handed to the caller's unwinder, whose
+//! addresses then stand for the user stack ([`Walk`]).
 //! Here samples are counted per (thread, stacks), and each distinct stack gets an id for the
 //! whole run ([`StackId`], keyed by content), its addresses handed over once. Nothing about
 //! energy here.
@@ -11,7 +12,7 @@
 use std::{
     collections::{HashMap as StdHashMap, HashSet},
     os::fd::OwnedFd,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use aya::{
@@ -27,7 +28,7 @@ use cg_common::profiling::{
     StackCopyRecord, names,
 };
 
-use super::{ProbeError, Probes};
+use super::{ProbeError, Probes, ring_reader::RingReader};
 use crate::functions::unwind::StackCopy;
 
 const PROGRAM: &str = "sample_stack";
@@ -124,9 +125,10 @@ pub fn ring_bytes(hz: u64, cpus: usize, interval: Duration, record: usize) -> u3
 
 /// How often the agent must read a sample ring of `ring` bytes so that it never fills:
 /// the time the kernel takes to fill a quarter of it with `hz` samples per second on each of
-/// `cpus` CPUs, records of `record` bytes (at least 10 ms). The ring is sized for four
-/// intervals, but capped at 64 MiB: 999 Hz with stack copies on 16 CPUs fills it in 0.2 s,
-/// so the agent reads it between intervals too.
+/// `cpus` CPUs, records of `record` bytes (at least 10 ms). The reader thread copies the
+/// records out this often. The ring is sized for four intervals, but capped at 64 MiB: 999 Hz
+/// with stack copies on 16 CPUs fills it in 0.2 s, so the session reads (unwinds) the copies
+/// between intervals too, and few wait.
 pub fn ring_read_period(hz: u64, cpus: usize, record: usize, ring: u32) -> Duration {
     let bytes_per_s = hz as f64 * cpus.max(1) as f64 * (record + 8) as f64;
     let quarter_s = f64::from(ring) / 4.0 / bytes_per_s;
@@ -151,7 +153,7 @@ pub fn stack_key(addresses: &[u64]) -> u64 {
 
 /// The sampler's maps, and the stacks met so far.
 pub(super) struct SamplerMaps {
-    ring: RingBuf<MapData>,
+    ring: RingReader,
     counters: PerCpuArray<MapData, SamplerCounters>,
     py_procs: HashMap<MapData, u32, PyProcess>,
     /// Run-long ids of the native stacks met, by content key.
@@ -178,9 +180,10 @@ fn map_error(name: &'static str) -> impl Fn(aya::maps::MapError) -> ProbeError {
 impl SamplerMaps {
     pub(super) fn take(ebpf: &mut Ebpf, read_period: Duration) -> Result<Self, ProbeError> {
         let mut take = |name: &'static str| ebpf.take_map(name).ok_or(ProbeError::MissingMap(name));
+        let ring =
+            RingBuf::try_from(take(names::SAMPLE_RING)?).map_err(map_error(names::SAMPLE_RING))?;
         Ok(SamplerMaps {
-            ring: RingBuf::try_from(take(names::SAMPLE_RING)?)
-                .map_err(map_error(names::SAMPLE_RING))?,
+            ring: RingReader::start(ring, read_period).map_err(ProbeError::RingReader)?,
             counters: PerCpuArray::try_from(take(names::SAMPLER_COUNTERS)?)
                 .map_err(map_error(names::SAMPLER_COUNTERS))?,
             py_procs: HashMap::try_from(take(names::PY_PROCS)?)
@@ -324,15 +327,18 @@ impl Probes {
             malformed,
             ..
         } = maps;
+        let started = Instant::now();
+        let items = ring.take();
         let mut batch = SampleBatch::default();
         let mut counts: StdHashMap<Sample, u64> = StdHashMap::new();
-        // What this read found in the ring (each record has an 8-byte header, and takes
-        // a multiple of 8 bytes): how full the ring was, for sizing it (`ring_bytes`).
-        let (mut records, mut bytes) = (0u64, 0u64);
-        while let Some(item) = ring.next() {
-            records += 1;
-            bytes += 8 + (item.len() as u64).next_multiple_of(8);
-            let Some(record) = read_record(&item) else {
+        // What this read found (each record took an 8-byte header and a multiple of 8 bytes
+        // in the ring): how much ring its records would have needed (`ring_bytes`).
+        let bytes: u64 = items
+            .iter()
+            .map(|item| 8 + (item.len() as u64).next_multiple_of(8))
+            .sum();
+        for item in &items {
+            let Some(record) = read_record(item) else {
                 *malformed += 1;
                 continue;
             };
@@ -342,7 +348,7 @@ impl Probes {
                 &record.kernel,
                 &mut batch.stacks,
             );
-            let unwound = stack_copy(&item).and_then(|copy| unwind(record.tgid, &copy));
+            let unwound = stack_copy(item).and_then(|copy| unwind(record.tgid, &copy));
             let (user_stack, walk) = match unwound {
                 Some(addresses) => (
                     stack_id_of(stack_ids, &addresses, &mut batch.stacks),
@@ -379,13 +385,17 @@ impl Probes {
             };
             *counts.entry(sample).or_default() += 1;
         }
-        tracing::debug!("sample ring read: {records} records, {bytes} bytes");
+        tracing::debug!(
+            "sample ring read: {} records, {bytes} bytes, in {:.1} ms",
+            items.len(),
+            started.elapsed().as_secs_f64() * 1e3
+        );
         batch.samples = counts.into_iter().collect();
         batch.samples.sort_unstable_by_key(|(s, _)| *s);
         Ok(batch)
     }
 
-    /// How often the sample ring must be read so that it never fills, when the run samples:
+    /// How often the samples must be read so that few copies wait, when the run samples:
     /// more often than once an interval where the ring's size is capped (many CPUs).
     pub fn sample_ring_read_period(&self) -> Option<Duration> {
         self.sampler.as_ref().map(|maps| maps.read_period)
@@ -398,6 +408,14 @@ impl Probes {
         let prog: &PerfEvent = self._ebpf.program(PROGRAM)?.try_into().ok()?;
         let info = prog.info().ok()?;
         (info.run_count() > 0).then(|| (info.run_time(), info.run_count()))
+    }
+
+    /// Leaves the samples in the ring until the next [`Self::take_samples`]: the run's last
+    /// read is done.
+    pub fn hold_samples(&self) {
+        if let Some(maps) = self.sampler.as_ref() {
+            maps.ring.hold();
+        }
     }
 
     /// Makes the sampler walk the Python frames of process `tgid`.

@@ -537,8 +537,10 @@ impl FunctionSession {
 
     /// Hands over what this run recorded, as a session of its own to [`Self::finish`], and
     /// goes on for the next run of a set (`--repeat`) with the same probes and SPECs and no
-    /// data: the processes of the next run are new, and so are their ids.
+    /// data: the processes of the next run are new, and so are their ids. The samples taken
+    /// from now on wait in the sample ring for the next read (if there is one).
     pub fn next_run(&mut self, probes: &Probes) -> FunctionSession {
+        probes.hold_samples();
         let pending = PendingSpecs {
             notes: Vec::new(),
             ..self.pending.clone()
@@ -923,8 +925,8 @@ impl FunctionSession {
         self.exited_pending = std::mem::take(&mut self.exited);
     }
 
-    /// Reads the sample ring between two intervals, so that it does not fill: the samples
-    /// join the interval's own read.
+    /// Reads the samples between two intervals where the ring would fill within one, so that
+    /// few copies of its records wait: the samples join the interval's own read.
     pub fn read_sample_ring(&mut self, probes: &mut Probes) {
         if let Some(batch) = self.take_samples(probes) {
             self.read_early.merge(batch);

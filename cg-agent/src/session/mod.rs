@@ -1064,7 +1064,9 @@ async fn sample_until_stop(
     let mut drain_tick = tokio::time::interval(EVENT_DRAIN_PERIOD);
     drain_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     drain_tick.tick().await;
-    // The sample ring too, where it would fill within an interval (many CPUs at a high rate).
+    // The samples too, where the ring would fill within an interval (many CPUs at a high
+    // rate): a thread copies them out of it all along, and reading (unwinding) them this often
+    // keeps the copies that wait few.
     let ring_period = sampler
         .probes
         .sample_ring_read_period()
