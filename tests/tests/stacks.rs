@@ -4,9 +4,9 @@
 //! the program loads with `dlopen` after the start. Root, real eBPF, real processes; energy
 //! from the built-in model. Run serially (`--test-threads=1`).
 
-use std::{collections::BTreeMap, path::Path};
+use std::{collections::BTreeMap, fs, path::Path};
 
-use cg_tests::{assert_adds_up, bin, cg_trace, cg_trace_with_env, num, require_root};
+use cg_tests::{assert_adds_up, bin, cg_trace, cg_trace_with_env, num, require_root, target_dir};
 use serde_json::Value;
 
 fn functions(report: &Value) -> &Vec<Value> {
@@ -433,5 +433,67 @@ fn a_sample_ring_that_cannot_hold_an_interval_is_read_between_intervals_and_lose
     assert!(
         reads as f64 > intervals.ceil() + 2.0,
         "{reads} reads of the ring in {intervals} intervals"
+    );
+}
+
+#[test]
+fn samples_wait_out_a_first_read_that_loads_unwind_information_for_seconds() {
+    // The first sample of a process loads the unwind information of every file it maps:
+    // ~0.5 s for cg-trace's own debug binary, which the workload maps under eight names
+    // before its two children spin. That read unwinds for seconds, while the ring (99 Hz,
+    // stack copies: 2 MiB) holds 0.56 s of two busy CPUs; read inline, a third of the
+    // samples were lost (183 of 677). A thread copies the ring's records out meanwhile.
+    require_root();
+    let dir = tempfile::tempdir_in(target_dir()).expect("tempdir");
+    let big = bin("cg-trace");
+    let names: Vec<String> = (0..8)
+        .map(|i| {
+            let name = dir.path().join(format!("big-{i}"));
+            fs::hard_link(&big, &name)
+                .or_else(|_| fs::copy(&big, &name).map(drop))
+                .expect("a name for cg-trace's binary");
+            name.display().to_string()
+        })
+        .collect();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("py/mapped_files.py");
+    let mut args = vec![
+        "--source",
+        "model",
+        "--profile",
+        "--stacks",
+        "auto",
+        "--sample-hz",
+        "99",
+        "--no-lines",
+        "--",
+        "/usr/bin/python3.11",
+        script.to_str().unwrap(),
+        "2.5",
+        "2",
+    ];
+    args.extend(names.iter().map(String::as_str));
+    let run = cg_trace_with_env(&args, &[("CG_TRACE_LOG", "cg_agent::probes=debug")]);
+    assert_eq!(run.code(), Some(0), "{}", run.stderr());
+    let report = run.report();
+    assert_adds_up(report);
+    let sampling = &report["meta"]["function_profiling"]["sampling"];
+    // The reads' record counts and times, should samples be lost.
+    let stderr = run.stderr();
+    let reads: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("sample"))
+        .take(4)
+        .collect();
+    assert_eq!(
+        num(sampling, "/lost_samples_count"),
+        0.0,
+        "{sampling:#}\nfirst reads: {reads:#?}"
+    );
+    // Every CPU-second of the targets gave its 99 samples (5 s of CPU: ~500).
+    let cpu_s = num(report, "/totals/cpu_time_s");
+    let samples = num(sampling, "/samples_count");
+    assert!(
+        samples >= cpu_s * 99.0 * 0.9,
+        "{samples} samples for {cpu_s} s of CPU: {sampling:#}"
     );
 }
