@@ -439,14 +439,15 @@ fn a_sample_ring_that_cannot_hold_an_interval_is_read_between_intervals_and_lose
 #[test]
 fn samples_wait_out_a_first_read_that_loads_unwind_information_for_seconds() {
     // The first sample of a process loads the unwind information of every file it maps:
-    // ~0.5 s for cg-trace's own debug binary, which the workload maps under eight names
-    // before its two children spin. That read unwinds for seconds, while the ring (99 Hz,
-    // stack copies: 2 MiB) holds 0.56 s of two busy CPUs; read inline, a third of the
-    // samples were lost (183 of 677). A thread copies the ring's records out meanwhile.
+    // ~60 ms for each name of cg-trace's own debug binary (its 3 MB of .eh_frame), which
+    // the workload maps under 64 names before its two children spin. That read unwinds for
+    // seconds, while the ring (99 Hz, stack copies: 2 MiB) holds 0.56 s of two busy CPUs;
+    // read inline, a third of the samples were lost (183 of 677, with 8 names when each
+    // took 0.5 s). A thread copies the ring's records out meanwhile.
     require_root();
     let dir = tempfile::tempdir_in(target_dir()).expect("tempdir");
     let big = bin("cg-trace");
-    let names: Vec<String> = (0..8)
+    let names: Vec<String> = (0..64)
         .map(|i| {
             let name = dir.path().join(format!("big-{i}"));
             fs::hard_link(&big, &name)

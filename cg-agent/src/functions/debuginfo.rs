@@ -98,7 +98,7 @@ pub struct DebugRefs {
 
 impl DebugRefs {
     /// Reads them from a parsed file; implausible values are dropped.
-    pub fn of(file: &ElfFile64<'_, Endianness>) -> Self {
+    pub fn of<'data, R: object::ReadRef<'data>>(file: &ElfFile64<'data, Endianness, R>) -> Self {
         let build_id = file
             .build_id()
             .ok()

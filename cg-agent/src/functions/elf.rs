@@ -76,16 +76,9 @@ pub const ELF_MAX_BYTES: u64 = 1 << 30;
 /// Reads a whole ELF file: only a regular file (opened without blocking, so a FIFO put in
 /// its place does not hang us), at most [`ELF_MAX_BYTES`].
 pub fn read_file(path: &Path) -> Result<Vec<u8>, FunctionError> {
-    use std::{io::Read as _, os::unix::fs::OpenOptionsExt as _};
-    let file = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| elf_error(path, e))?;
+    use std::io::Read as _;
+    let file = open_regular(path)?;
     let meta = file.metadata().map_err(|e| elf_error(path, e))?;
-    if !meta.file_type().is_file() {
-        return Err(elf_error(path, "not a regular file"));
-    }
     if meta.len() > ELF_MAX_BYTES {
         return Err(elf_error(
             path,
@@ -138,6 +131,22 @@ pub fn section_bytes<'data>(
         }
         _ => Err(SectionError::Compression),
     }
+}
+
+/// Opens a file to read parts of it (through [`object::read::ReadCache`]): only a regular
+/// file, opened without blocking, as [`read_file`] does.
+pub fn open_regular(path: &Path) -> Result<fs::File, FunctionError> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| elf_error(path, e))?;
+    let meta = file.metadata().map_err(|e| elf_error(path, e))?;
+    if !meta.file_type().is_file() {
+        return Err(elf_error(path, "not a regular file"));
+    }
+    Ok(file)
 }
 
 fn elf_error(path: &Path, what: impl std::fmt::Display) -> FunctionError {
@@ -348,7 +357,9 @@ impl ElfInfo {
 }
 
 /// The loadable segments (`PT_LOAD`) of a parsed file.
-pub fn load_segments(file: &ElfFile64<'_, Endianness>) -> Vec<Segment> {
+pub fn load_segments<'data, R: object::ReadRef<'data>>(
+    file: &ElfFile64<'data, Endianness, R>,
+) -> Vec<Segment> {
     let endian = file.endian();
     file.elf_program_headers()
         .iter()

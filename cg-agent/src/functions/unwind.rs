@@ -7,11 +7,12 @@
 //! the addresses `/proc/PID/maps` gives. What is read from each file is kept for the run
 //! ([`CfiFiles`]); each process gets its own unwinder ([`ProcessUnwinder`]).
 //!
-//! The files are outside input: read as the symbolizer reads them ([`elf::read_file`]: a
-//! regular file, at most [`elf::ELF_MAX_BYTES`]), and each section kept only when it lies
+//! The files are outside input: opened as the symbolizer opens them ([`elf::open_regular`]:
+//! a regular file, without blocking), and only their headers and the sections used are read
+//! (not the code and DWARF that make up most of a large binary), each only when it lies
 //! inside the file and is at most [`CFI_MAX_BYTES`] long, decompressed if need be
-//! ([`elf::section_bytes`]). framehop itself bounds what it
-//! reads from the copied stack and stops at the first frame it cannot unwind.
+//! ([`elf::section_bytes`]). framehop itself bounds what it reads from the copied stack and
+//! stops at the first frame it cannot unwind.
 
 use std::{
     collections::HashMap,
@@ -25,7 +26,10 @@ use framehop::{
     ExplicitModuleSectionInfo, Module, Unwinder as _,
     x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
 };
-use object::{Endianness, Object as _, ObjectSection as _, read::elf::ElfFile64};
+use object::{
+    Endianness, Object as _, ObjectSection as _, ReadRef,
+    read::{ReadCache, elf::ElfFile64},
+};
 
 use super::{
     debuginfo::{Check, DebugDirs, DebugRefs, candidates},
@@ -61,20 +65,29 @@ impl FileCfi {
         Self::parse_with(bytes, |_| None)
     }
 
-    /// As [`Self::parse`], for a file that may have a separate debug file (`separate`
-    /// finds it, without reading it): where the file's own sections describe less than half
-    /// of its code (a stripped file built without unwind tables), the debug file's
-    /// `.debug_frame` is read, and used when it describes more. (Coverage is counted only
-    /// where there is a choice: it walks every entry, a few ms for libc.)
+    /// As [`Self::of`], for a file in `bytes`.
     pub fn parse_with(
         bytes: &[u8],
         separate: impl FnOnce(&ElfFile64<'_, Endianness>) -> Option<SeparateDebugFile>,
     ) -> Option<Self> {
         let file = ElfFile64::<Endianness>::parse(bytes).ok()?;
+        Self::of(&file, separate)
+    }
+
+    /// The unwind information of a parsed file, for a file that may have a separate debug
+    /// file (`separate` finds it, without reading it): where the file's own sections
+    /// describe less than half of its code (a stripped file built without unwind tables),
+    /// the debug file's `.debug_frame` is read, and used when it describes more. (Coverage
+    /// is counted only where there is a choice: it walks every entry, a few ms for libc.)
+    /// Only the sections used are read from `file`.
+    pub fn of<'data, R: ReadRef<'data>>(
+        file: &ElfFile64<'data, Endianness, R>,
+        separate: impl FnOnce(&ElfFile64<'data, Endianness, R>) -> Option<SeparateDebugFile>,
+    ) -> Option<Self> {
         let got_svma = file.section_by_name(".got").map(|s| svma_range(&s));
-        let eh_frame = section(&file, ".eh_frame");
-        let own_debug_frame = section(&file, ".debug_frame").map(|(_, data)| data);
-        let separate = separate(&file);
+        let eh_frame = section(file, ".eh_frame");
+        let own_debug_frame = section(file, ".debug_frame").map(|(_, data)| data);
+        let separate = separate(file);
         let debug_frame = if own_debug_frame.is_none() && separate.is_none() {
             None
         } else {
@@ -85,7 +98,7 @@ impl FileCfi {
                 .map(|data| (debug_frame_coverage(&data), data))
                 .filter(|(covered, _)| *covered > eh_covered);
             let own = best.as_ref().map_or(eh_covered, |(covered, _)| *covered);
-            if own < code_bytes(&file) / 2
+            if own < code_bytes(file) / 2
                 && let Some(data) = separate.and_then(|debug| debug.debug_frame())
             {
                 let covered = debug_frame_coverage(&data);
@@ -104,21 +117,21 @@ impl FileCfi {
             sections.debug_frame = debug_frame;
         } else {
             let (eh_frame_svma, eh_frame) = eh_frame?;
-            let (eh_frame_hdr_svma, eh_frame_hdr) = section(&file, ".eh_frame_hdr").unzip();
+            let (eh_frame_hdr_svma, eh_frame_hdr) = section(file, ".eh_frame_hdr").unzip();
             sections.eh_frame_svma = Some(eh_frame_svma);
             sections.eh_frame = Some(eh_frame);
             sections.eh_frame_hdr_svma = eh_frame_hdr_svma;
             sections.eh_frame_hdr = eh_frame_hdr;
         }
         Some(FileCfi {
-            segments: elf::load_segments(&file),
+            segments: elf::load_segments(file),
             sections,
         })
     }
 }
 
 /// Bytes of the file's code (its executable sections).
-fn code_bytes(file: &ElfFile64<'_, Endianness>) -> u64 {
+fn code_bytes<'data, R: ReadRef<'data>>(file: &ElfFile64<'data, Endianness, R>) -> u64 {
     file.sections()
         .filter(|s| s.kind() == object::SectionKind::Text)
         .map(|s| s.size())
@@ -135,7 +148,11 @@ pub struct SeparateDebugFile {
 impl SeparateDebugFile {
     /// The first of `path`'s candidate debug files (by build id, then by debug link, as for
     /// its symbols) that exists.
-    fn find(path: &Path, file: &ElfFile64<'_, Endianness>, dirs: &DebugDirs) -> Option<Self> {
+    fn find<'data, R: ReadRef<'data>>(
+        path: &Path,
+        file: &ElfFile64<'data, Endianness, R>,
+        dirs: &DebugDirs,
+    ) -> Option<Self> {
         candidates(path, &DebugRefs::of(file), dirs)
             .into_iter()
             .find(|(candidate, _)| candidate.is_file())
@@ -200,14 +217,19 @@ where
     covered
 }
 
-fn svma_range(section: &object::read::elf::ElfSection64<'_, '_, Endianness>) -> Range<u64> {
+fn svma_range<'data, R: ReadRef<'data>>(
+    section: &object::read::elf::ElfSection64<'data, '_, Endianness, R>,
+) -> Range<u64> {
     section.address()..section.address().saturating_add(section.size())
 }
 
 /// A section's address range and bytes, when it lies inside the file and is at most
 /// [`CFI_MAX_BYTES`] long, decompressed if it is compressed (a debug file's `.debug_frame`
 /// often is: `-gz`, Debian's `-dbgsym` packages).
-fn section(file: &ElfFile64<'_, Endianness>, name: &str) -> Option<(Range<u64>, Arc<[u8]>)> {
+fn section<'data, R: ReadRef<'data>>(
+    file: &ElfFile64<'data, Endianness, R>,
+    name: &str,
+) -> Option<(Range<u64>, Arc<[u8]>)> {
     let section = file.section_by_name(name)?;
     let data = match elf::section_bytes(&section, CFI_MAX_BYTES) {
         Ok(data) => data,
@@ -242,11 +264,14 @@ impl CfiFiles {
         self.files
             .entry(path.to_path_buf())
             .or_insert_with(|| {
-                let bytes = elf::read_file(path)
+                // Only the headers and the sections used are read (a large binary's file is
+                // mostly code and DWARF, which unwinding does not need).
+                let file = elf::open_regular(path)
                     .inspect_err(|err| tracing::debug!("unwind information: {err}"))
                     .ok()?;
-                FileCfi::parse_with(&bytes, |file| SeparateDebugFile::find(path, file, dirs))
-                    .map(Arc::new)
+                let cache = ReadCache::new(file);
+                let elf = ElfFile64::<Endianness, _>::parse(&cache).ok()?;
+                FileCfi::of(&elf, |file| SeparateDebugFile::find(path, file, dirs)).map(Arc::new)
             })
             .clone()
     }

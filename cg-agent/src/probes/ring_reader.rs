@@ -2,7 +2,7 @@
 //! from the moment the sampler's maps are taken and every [`super::sampler::ring_read_period`],
 //! so that the kernel never waits on the agent: neither on the set-up between attaching the
 //! sampler and the session's first read, nor on a read that unwinds slowly (the first record
-//! of a process loads the unwind information of every file it maps: 0.5 s for a large binary
+//! of a process loads the unwind information of every file it maps: 60 ms for a large binary
 //! in a debug build). A read ([`RingReader::take`]) takes the queue, with what the ring holds
 //! at that moment. Past [`QUEUE_MAX_BYTES`] records stay in the ring, and once it is full the
 //! kernel drops new samples and counts them lost.
