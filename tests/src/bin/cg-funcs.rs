@@ -129,11 +129,12 @@ fn main() {
             let _ = tx.send(unsafe { libc::gettid() });
             unsafe { cg_forever(units) }
         });
-        // Exit once the thread has had 150 ms of CPU inside (however loaded the machine is;
-        // at most 30 s of waiting), so the partial call has time to show.
+        // Exit once the thread has had 300 ms of CPU inside (however loaded the machine is;
+        // at most 30 s of waiting), so the partial call has time to show: it counts up to
+        // the last read, which can come a whole interval (100 ms) before the exit.
         let tid = rx.recv().unwrap_or(0);
         let waited = std::time::Instant::now();
-        while thread_cpu_ns(tid) < 150_000_000 && waited.elapsed().as_secs() < 30 {
+        while thread_cpu_ns(tid) < 300_000_000 && waited.elapsed().as_secs() < 30 {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         std::process::exit(0);
