@@ -128,14 +128,8 @@ impl DebugRefs {
 pub fn candidates(path: &Path, refs: &DebugRefs, dirs: &DebugDirs) -> Vec<(PathBuf, Check)> {
     let mut out = Vec::new();
     if let Some(id) = &refs.build_id {
-        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
         for dir in &dirs.0 {
-            out.push((
-                dir.join(".build-id")
-                    .join(&hex[..2])
-                    .join(format!("{}.debug", &hex[2..])),
-                Check::BuildId(id.clone()),
-            ));
+            out.push((build_id_path(dir, id), Check::BuildId(id.clone())));
         }
     }
     if let Some((name, crc)) = &refs.debuglink {
@@ -183,15 +177,10 @@ impl AltLink {
     /// directory instead; a relative one is taken from `debug_file`'s folder). Each must
     /// pass [`Self::check`].
     pub fn candidates(&self, debug_file: &Path, dirs: &DebugDirs) -> Vec<PathBuf> {
-        let hex: String = self.build_id.iter().map(|b| format!("{b:02x}")).collect();
         let mut out: Vec<PathBuf> = dirs
             .0
             .iter()
-            .map(|dir| {
-                dir.join(".build-id")
-                    .join(&hex[..2])
-                    .join(format!("{}.debug", &hex[2..]))
-            })
+            .map(|dir| build_id_path(dir, &self.build_id))
             .collect();
         let named = if self.path.is_absolute() {
             lexical(&self.path)
@@ -238,6 +227,15 @@ fn lexical(path: &Path) -> Option<PathBuf> {
         }
     }
     out.is_absolute().then_some(out)
+}
+
+/// Where a debug directory keeps the debug file of build id `id` (at least 2 bytes):
+/// `DIR/.build-id/xx/rest.debug`.
+fn build_id_path(dir: &Path, id: &[u8]) -> PathBuf {
+    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    dir.join(".build-id")
+        .join(&hex[..2])
+        .join(format!("{}.debug", &hex[2..]))
 }
 
 /// How a candidate debug file is recognised as the file's own.

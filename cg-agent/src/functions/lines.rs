@@ -163,8 +163,8 @@ pub fn read(
     dirs: &DebugDirs,
 ) -> Result<Option<SourceLines>, LinesError> {
     let bytes = super::elf::read_file(path).map_err(|e| LinesError::Elf(e.to_string()))?;
-    if has_line_table(&bytes) {
-        return with_sup(path, &bytes, dirs);
+    if let Some(lines) = with_sup(path, &bytes, dirs)? {
+        return Ok(Some(lines));
     }
     let Some(debug_file) = debug_file else {
         return Ok(None);
@@ -182,13 +182,10 @@ pub fn read(
     with_sup(debug_file, &debug, dirs)
 }
 
-fn has_line_table(bytes: &[u8]) -> bool {
-    object::File::parse(bytes).is_ok_and(|file| file.section_by_name(".debug_line").is_some())
-}
-
-/// The lines of the file at `path` (its bytes), with its supplementary file when it names
-/// one that is found and passes its check; without it (logged), lines stay but names that
-/// only the supplementary file holds do not (`[unknown inlined]`).
+/// The lines of the file at `path` (its bytes; `Ok(None)` without a line table), with its
+/// supplementary file when it names one that is found and passes its check; without it
+/// (logged), lines stay but names that only the supplementary file holds do not
+/// (`[unknown inlined]`).
 fn with_sup(
     path: &Path,
     bytes: &[u8],
