@@ -41,7 +41,7 @@ fn main() {
             let glob = SymbolGlob::new(pattern).expect("pattern");
             matched = symbols
                 .iter()
-                .filter(|s| glob.is_match(&s.name) || glob.is_match(&s.raw))
+                .filter(|s| glob.is_match(s.name()) || glob.is_match(&s.raw))
                 .count();
             best_ns = best_ns.min(started.elapsed().as_nanos() as f64);
         }

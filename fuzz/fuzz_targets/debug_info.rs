@@ -4,7 +4,10 @@
 //! it was allowed, and every symbol found has a name, an address and a limit past it.
 #![no_main]
 
-use cg_agent::functions::{debuginfo, elf::Symbol};
+use cg_agent::functions::{
+    debuginfo,
+    elf::{self, Symbol},
+};
 use libfuzzer_sys::fuzz_target;
 use object::Endianness;
 
@@ -31,10 +34,11 @@ fuzz_target!(|data: &[u8]| {
         .take(16)
         .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
         .collect();
-    check(&debuginfo::symbols_from_tables(
+    check(&elf::function_symbols(
         Endianness::Little,
         data,
         data,
         &ends,
+        |address| address.saturating_add(1),
     ));
 });

@@ -11,8 +11,8 @@
 //! symbol table (never whole: they can be gigabytes of DWARF), opened without blocking and
 //! only when it is a regular file; a decompressed `.gnu_debugdata` is capped at
 //! [`MINI_DEBUGINFO_MAX_BYTES`]; symbol and string tables at [`SYMTAB_MAX_BYTES`]. Malformed
-//! files give no symbols, never a panic. [`mini_debuginfo_symbols`] and
-//! [`symbols_from_tables`] are pure functions of bytes (for fuzzing).
+//! files give no symbols, never a panic. [`mini_debuginfo_symbols`] is a pure function of
+//! bytes (for fuzzing).
 
 use std::{
     fs::File,
@@ -23,22 +23,18 @@ use std::{
 
 use object::{
     Endianness, Object as _, ObjectSection as _,
-    elf::{SHT_SYMTAB, STT_FUNC, STT_GNU_IFUNC, Sym64},
-    read::{
-        ReadCache, StringTable,
-        elf::{ElfFile64, SectionHeader as _, Sym as _},
-    },
+    elf::SHT_SYMTAB,
+    read::{ReadCache, elf::ElfFile64},
 };
 
-use super::elf::{Symbol, demangle, section_ends};
+pub use super::elf::SYMTAB_MAX_BYTES;
+use super::elf::{ELF_MAX_BYTES, Symbol, TableError, table_symbols};
 
 /// Where distributions install separate debug files (`debug-file-directory` in gdb).
 pub const DEFAULT_DEBUG_DIR: &str = "/usr/lib/debug";
 /// The largest decompressed `.gnu_debugdata` (MiniDebugInfo is a few MB at most; a bigger
 /// one is refused as a decompression bomb).
 pub const MINI_DEBUGINFO_MAX_BYTES: u64 = 64 << 20;
-/// The largest symbol table, or string table, read from a debug file.
-pub const SYMTAB_MAX_BYTES: u64 = 512 << 20;
 /// Longest `.gnu_debuglink` file name believed.
 const DEBUGLINK_MAX_NAME: usize = 255;
 /// Longest `.gnu_debugaltlink` path believed.
@@ -74,6 +70,8 @@ pub enum DebugInfoError {
     Io(#[from] std::io::Error),
     #[error("not a regular file")]
     NotRegular,
+    #[error("larger than {} MiB", ELF_MAX_BYTES >> 20)]
+    FileTooLarge,
     #[error("not a 64-bit ELF file we can read ({0})")]
     Elf(String),
     #[error("decompressed, it is larger than {} MiB", MINI_DEBUGINFO_MAX_BYTES >> 20)]
@@ -159,8 +157,14 @@ pub struct AltLink {
 
 impl AltLink {
     /// The link in a parsed file; `None` when it has none or it is implausible.
-    pub fn of(file: &ElfFile64<'_, Endianness>) -> Option<Self> {
-        let data = file.section_by_name(".gnu_debugaltlink")?.data().ok()?;
+    pub fn of<'data, R: object::ReadRef<'data>>(
+        file: &ElfFile64<'data, Endianness, R>,
+    ) -> Option<Self> {
+        let section = file.section_by_name(".gnu_debugaltlink")?;
+        if section.size() > (ALTLINK_MAX_PATH + 1 + 64) as u64 {
+            return None;
+        }
+        let data = section.data().ok()?;
         let nul = data.iter().position(|&b| b == 0)?;
         let path = std::str::from_utf8(&data[..nul]).ok()?;
         let build_id = &data[nul + 1..];
@@ -247,22 +251,6 @@ pub enum Check {
     Crc(u32, Option<Vec<u8>>),
 }
 
-impl Check {
-    /// Whether the whole debug file `bytes` passes the check.
-    pub fn passes(&self, bytes: &[u8]) -> bool {
-        let id = ElfFile64::<Endianness>::parse(bytes)
-            .ok()
-            .and_then(|elf| elf.build_id().ok().flatten().map(<[u8]>::to_vec));
-        match self {
-            Check::BuildId(expected) => id.as_ref() == Some(expected),
-            Check::Crc(crc, expected) => {
-                crc32fast::hash(bytes) == *crc
-                    && !matches!((expected, &id), (Some(e), Some(id)) if e != id)
-            }
-        }
-    }
-}
-
 /// The function symbols of the first candidate debug file that exists and passes its
 /// check. Candidates that exist but fail are said in `notes`.
 pub fn find_debug_symbols(
@@ -287,6 +275,21 @@ pub fn find_debug_symbols(
 
 /// Opens a candidate: `Ok(None)` when there is none.
 fn read_debug_file(path: &Path, check: &Check) -> Result<Option<Vec<Symbol>>, DebugInfoError> {
+    let Some(cache) = open_debug_file(path, check)? else {
+        return Ok(None);
+    };
+    let elf = ElfFile64::<Endianness, _>::parse(&cache)
+        .map_err(|e| DebugInfoError::Elf(e.to_string()))?;
+    symbols_of(&elf).map(Some)
+}
+
+/// Opens a candidate debug file (or dwz's supplementary file) to read parts of it, once it
+/// passes `check`: a regular file of at most [`ELF_MAX_BYTES`] (so that no section it claims
+/// asks for more); `Ok(None)` when there is none.
+pub fn open_debug_file(
+    path: &Path,
+    check: &Check,
+) -> Result<Option<ReadCache<File>>, DebugInfoError> {
     let file = match std::fs::OpenOptions::new()
         .read(true)
         // Build-id entries are links into the debug tree: links are followed, FIFOs and
@@ -298,8 +301,12 @@ fn read_debug_file(path: &Path, check: &Check) -> Result<Option<Vec<Symbol>>, De
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(err) => return Err(err.into()),
     };
-    if !file.metadata()?.file_type().is_file() {
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
         return Err(DebugInfoError::NotRegular);
+    }
+    if meta.len() > ELF_MAX_BYTES {
+        return Err(DebugInfoError::FileTooLarge);
     }
     if let Check::Crc(expected, _) = check {
         let found = crc32_of(&file)?;
@@ -323,7 +330,8 @@ fn read_debug_file(path: &Path, check: &Check) -> Result<Option<Vec<Symbol>>, De
         }
         _ => {}
     }
-    symbols_of(&elf, &cache).map(Some)
+    drop(elf);
+    Ok(Some(cache))
 }
 
 /// The CRC-32 (as `.gnu_debuglink` has it: zlib's) of a whole file, read in pieces.
@@ -342,85 +350,15 @@ fn crc32_of(mut file: &File) -> std::io::Result<u32> {
     Ok(hasher.finalize())
 }
 
-/// The function symbols of `.symtab` of a parsed file, reading only that table and its
-/// strings (each at most [`SYMTAB_MAX_BYTES`]).
+/// The function symbols of `.symtab` of a parsed debug file ([`table_symbols`]; a symbol
+/// whose section ends nowhere past it covers one byte).
 fn symbols_of<'data, R: object::ReadRef<'data>>(
     elf: &ElfFile64<'data, Endianness, R>,
-    data: R,
 ) -> Result<Vec<Symbol>, DebugInfoError> {
-    let endian = elf.endian();
-    let sections = elf.elf_section_table();
-    let Some((_, symtab)) = sections
-        .iter()
-        .enumerate()
-        .find(|(_, s)| s.sh_type(endian) == SHT_SYMTAB)
-    else {
-        return Ok(Vec::new());
-    };
-    let strtab = sections
-        .section(object::SectionIndex(symtab.sh_link(endian) as usize))
-        .map_err(|e| DebugInfoError::Elf(e.to_string()))?;
-    if symtab.sh_size(endian) > SYMTAB_MAX_BYTES || strtab.sh_size(endian) > SYMTAB_MAX_BYTES {
-        return Err(DebugInfoError::SymtabTooLarge);
-    }
-    let table = symtab
-        .data(endian, data)
-        .map_err(|e| DebugInfoError::Elf(format!("symbol table: {e}")))?;
-    let strings = strtab
-        .data(endian, data)
-        .map_err(|e| DebugInfoError::Elf(format!("string table: {e}")))?;
-    Ok(symbols_from_tables(
-        endian,
-        table,
-        strings,
-        &section_ends(sections, endian),
-    ))
-}
-
-/// The function symbols of a symbol table (`table`, raw `Elf64_Sym` entries) whose names
-/// are in `strings`; `section_ends` bounds symbols without a size (see
-/// [`Symbol::limit`]). Entries that do not parse are skipped.
-pub fn symbols_from_tables(
-    endian: Endianness,
-    table: &[u8],
-    strings: &[u8],
-    section_ends: &[u64],
-) -> Vec<Symbol> {
-    let count = table.len() / std::mem::size_of::<Sym64<Endianness>>();
-    let Ok((symbols, _)) = object::pod::slice_from_bytes::<Sym64<Endianness>>(table, count) else {
-        return Vec::new();
-    };
-    let strings = StringTable::new(strings, 0, strings.len() as u64);
-    symbols
-        .iter()
-        .filter_map(|sym| {
-            let kind = sym.st_type();
-            let address = sym.st_value(endian);
-            if !(kind == STT_FUNC || kind == STT_GNU_IFUNC) || sym.is_undefined(endian) {
-                return None;
-            }
-            // Nothing can run at 0 or at the very last address (no byte of code fits past it).
-            if address == 0 || address == u64::MAX {
-                return None;
-            }
-            let raw = std::str::from_utf8(sym.name(endian, strings).ok()?).ok()?;
-            if raw.is_empty() {
-                return None;
-            }
-            let limit = section_ends
-                .get(usize::from(sym.st_shndx(endian)))
-                .copied()
-                .filter(|&end| end > address)
-                .unwrap_or(address.saturating_add(1));
-            Some(Symbol {
-                address,
-                size: sym.st_size(endian),
-                limit,
-                raw: raw.to_string(),
-                name: demangle(raw),
-            })
-        })
-        .collect()
+    table_symbols(elf, SHT_SYMTAB, |address| address.saturating_add(1)).map_err(|e| match e {
+        TableError::TooLarge => DebugInfoError::SymtabTooLarge,
+        TableError::Malformed(reason) => DebugInfoError::Elf(reason),
+    })
 }
 
 /// The function symbols of a MiniDebugInfo section (`.gnu_debugdata`'s bytes: an xz stream
@@ -429,11 +367,13 @@ pub fn mini_debuginfo_symbols(compressed: &[u8]) -> Result<Vec<Symbol>, DebugInf
     let image = xz_decompress(compressed, MINI_DEBUGINFO_MAX_BYTES)?;
     let elf = ElfFile64::<Endianness>::parse(image.as_slice())
         .map_err(|e| DebugInfoError::Elf(e.to_string()))?;
-    symbols_of(&elf, image.as_slice())
+    symbols_of(&elf)
 }
 
 /// The `.gnu_debugdata` section of a parsed file, if it has one.
-pub fn gnu_debugdata<'data>(file: &ElfFile64<'data, Endianness>) -> Option<&'data [u8]> {
+pub fn gnu_debugdata<'data, R: object::ReadRef<'data>>(
+    file: &ElfFile64<'data, Endianness, R>,
+) -> Option<&'data [u8]> {
     file.section_by_name(".gnu_debugdata")?.data().ok()
 }
 
@@ -457,9 +397,9 @@ pub fn xz_decompress(compressed: &[u8], max_bytes: u64) -> Result<Vec<u8>, Debug
 
 /// The function symbols of a file beyond its own `.symtab`, and where they came from: a
 /// separate debug file, else MiniDebugInfo. `notes` gets a line per debug file refused.
-pub fn extra_symbols(
+pub fn extra_symbols<'data, R: object::ReadRef<'data>>(
     path: &Path,
-    file: &ElfFile64<'_, Endianness>,
+    file: &ElfFile64<'data, Endianness, R>,
     dirs: &DebugDirs,
     notes: &mut Vec<String>,
 ) -> (Vec<Symbol>, SymbolSource) {
@@ -573,40 +513,6 @@ mod tests {
         assert!(mini_debuginfo_symbols(&[]).is_err());
     }
 
-    /// Found by the `debug_info` fuzz target: a function symbol at the last address had a
-    /// bound that did not lie past it.
-    #[test]
-    fn a_symbol_at_the_top_of_the_address_space_is_no_function() {
-        let bytes = include_bytes!(
-            "../../../fuzz/regressions/debug_info/symbol-at-the-top-of-the-address-space"
-        );
-        let symbols = symbols_from_tables(Endianness::Little, bytes, bytes, &[]);
-        assert!(symbols.iter().all(|s| s.limit > s.address), "{symbols:?}");
-        assert!(symbols.iter().all(|s| s.address != u64::MAX));
-    }
-
-    #[test]
-    fn malformed_symbol_tables_give_what_parses_and_never_panic() {
-        // A table that is not a whole number of entries, names past the string table.
-        let mut table = vec![0u8; 24 * 3 + 5];
-        for (i, chunk) in table.chunks_mut(24).enumerate().take(3) {
-            chunk[0..4].copy_from_slice(&(u32::MAX - i as u32).to_le_bytes()); // st_name
-            chunk[4] = STT_FUNC; // st_info
-            chunk[6..8].copy_from_slice(&1u16.to_le_bytes()); // st_shndx
-            chunk[8..16].copy_from_slice(&0x1000u64.to_le_bytes()); // st_value
-        }
-        assert!(symbols_from_tables(Endianness::Little, &table, b"\0f\0", &[]).is_empty());
-        // The same entries with a real name.
-        for chunk in table.chunks_mut(24).take(3) {
-            chunk[0..4].copy_from_slice(&1u32.to_le_bytes());
-        }
-        let symbols = symbols_from_tables(Endianness::Little, &table, b"\0f\0", &[0, 0x2000]);
-        assert_eq!(symbols.len(), 3);
-        assert_eq!(symbols[0].limit, 0x2000);
-        assert!(symbols_from_tables(Endianness::Little, &table, b"", &[]).is_empty());
-        assert!(symbols_from_tables(Endianness::Little, &[], b"", &[]).is_empty());
-    }
-
     #[test]
     fn a_debug_file_whose_crc_differs_is_refused_and_said() {
         let dir = tempfile::tempdir().unwrap();
@@ -623,7 +529,11 @@ mod tests {
         let mut notes = Vec::new();
         let (found, symbols) = find_debug_symbols(&app, &refs(right), &dirs, &mut notes).unwrap();
         assert_eq!(found, copy);
-        assert!(symbols.iter().any(|s| s.raw == "main"), "{}", symbols.len());
+        assert!(
+            symbols.iter().any(|s| &*s.raw == "main"),
+            "{}",
+            symbols.len()
+        );
         assert!(notes.is_empty(), "{notes:?}");
         assert!(find_debug_symbols(&app, &refs(right ^ 1), &dirs, &mut notes).is_none());
         assert_eq!(notes.len(), 1);

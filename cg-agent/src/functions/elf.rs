@@ -10,18 +10,24 @@
 use std::{
     fs,
     path::{Path, PathBuf},
+    sync::OnceLock,
 };
 
 use object::{
-    Endianness, Object as _, ObjectSymbol as _, SymbolKind,
-    elf::{DT_NEEDED, DT_RPATH, DT_RUNPATH, ET_DYN, PF_X, PT_LOAD},
-    read::elf::{Dyn as _, ElfFile64, FileHeader as _, ProgramHeader as _},
+    Endianness, Object as _, ObjectSymbol as _, ReadCache, ReadRef, StringTable, SymbolKind,
+    elf::{
+        DT_NEEDED, DT_RPATH, DT_RUNPATH, ET_DYN, PF_X, PT_LOAD, SHN_LORESERVE, SHN_UNDEF,
+        SHN_XINDEX, SHT_DYNSYM, SHT_SYMTAB, STT_FUNC, STT_GNU_IFUNC, Sym64,
+    },
+    read::elf::{
+        Dyn as _, ElfFile64, FileHeader as _, ProgramHeader as _, SectionHeader as _, Sym as _,
+    },
 };
 
 use super::FunctionError;
 
 /// A function symbol.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct Symbol {
     /// Virtual address in the file's own address space.
     pub address: u64,
@@ -32,9 +38,281 @@ pub struct Symbol {
     /// this.
     pub limit: u64,
     /// The name as stored (mangled).
-    pub raw: String,
+    pub raw: Box<str>,
+    /// An `STT_GNU_IFUNC` symbol: it names the resolver that picks an implementation when
+    /// the program is loaded (as perf names that code), not the function callers of its
+    /// name run, so it is never probed by name.
+    pub resolver: bool,
+    /// [`Symbol::name`], once asked for: demangling every symbol of a large library
+    /// (librustc_driver has ~200,000) took half of naming a whole machine's stacks, and
+    /// stacks name only the few functions they were sampled in.
+    demangled: OnceLock<Box<str>>,
+}
+
+impl Symbol {
+    pub fn new(address: u64, size: u64, limit: u64, raw: &str) -> Self {
+        Symbol {
+            address,
+            size,
+            limit,
+            raw: raw.into(),
+            resolver: false,
+            demangled: OnceLock::new(),
+        }
+    }
+
     /// Demangled, without Rust hashes or C++ parameter lists; `raw` when not mangled.
-    pub name: String,
+    pub fn name(&self) -> &str {
+        self.demangled.get_or_init(|| demangle(&self.raw).into())
+    }
+}
+
+/// Two symbols are the same when their address, extent and stored name are (the demangled
+/// name follows from the stored one).
+impl PartialEq for Symbol {
+    fn eq(&self, other: &Self) -> bool {
+        (
+            self.address,
+            self.size,
+            self.limit,
+            &self.raw,
+            self.resolver,
+        ) == (
+            other.address,
+            other.size,
+            other.limit,
+            &other.raw,
+            other.resolver,
+        )
+    }
+}
+
+impl Eq for Symbol {}
+
+/// Whether [`ElfInfo`] reads each function's first bytes ([`ElfInfo::prologues`]).
+#[derive(Clone, Copy)]
+enum Code {
+    Prologues,
+    None,
+}
+
+/// The file's function symbols (`.symtab` and `.dynsym`, [`table_symbols`]; a table that
+/// cannot be read gives none), a symbol whose section ends nowhere past it bounded by its
+/// segment.
+fn functions_of<'data, R: ReadRef<'data>>(
+    file: &ElfFile64<'data, Endianness, R>,
+    segments: &[Segment],
+) -> Vec<Symbol> {
+    let limit = |address| segment_end(segments, address);
+    [SHT_SYMTAB, SHT_DYNSYM]
+        .into_iter()
+        .flat_map(|sh_type| {
+            table_symbols(file, sh_type, limit).unwrap_or_else(|err| {
+                tracing::debug!("a symbol table not read: {err}");
+                Vec::new()
+            })
+        })
+        .collect()
+}
+
+/// The data symbols named in `data_symbols`, with up to 16 bytes of their value.
+fn data_symbols_of<'data, R: ReadRef<'data>>(
+    file: &ElfFile64<'data, Endianness, R>,
+    segments: &[Segment],
+    data_symbols: &[&str],
+) -> DataSymbols {
+    let mut data: DataSymbols = Vec::new();
+    if data_symbols.is_empty() {
+        return data;
+    }
+    for symbol in file.symbols().chain(file.dynamic_symbols()) {
+        let Ok(raw) = symbol.name() else { continue };
+        if !symbol.is_definition()
+            || symbol.kind() != SymbolKind::Data
+            || !data_symbols.contains(&raw)
+            || data.iter().any(|(n, _, _)| n == raw)
+        {
+            continue;
+        }
+        let value = bytes_at(
+            file.data(),
+            segments,
+            symbol.address(),
+            16.min(symbol.size()),
+        )
+        .unwrap_or_default();
+        data.push((raw.to_string(), symbol.address(), value));
+    }
+    data
+}
+
+/// The most bytes of one symbol table, or of its string table, read.
+pub const SYMTAB_MAX_BYTES: u64 = 512 << 20;
+
+/// Why a symbol table was not read.
+#[derive(Debug, thiserror::Error)]
+pub enum TableError {
+    #[error("its symbol table is larger than {} MiB", SYMTAB_MAX_BYTES >> 20)]
+    TooLarge,
+    #[error("{0}")]
+    Malformed(String),
+}
+
+/// The function symbols of a file's symbol table of type `sh_type` (`SHT_SYMTAB`,
+/// `SHT_DYNSYM`), reading only that table and its strings, each at most
+/// [`SYMTAB_MAX_BYTES`] (one read each, also from a [`ReadCache`]); none without one. See
+/// [`function_symbols`]; `fallback_limit` bounds a symbol whose section ends nowhere past it.
+pub fn table_symbols<'data, R: ReadRef<'data>>(
+    file: &ElfFile64<'data, Endianness, R>,
+    sh_type: u32,
+    fallback_limit: impl Fn(u64) -> u64,
+) -> Result<Vec<Symbol>, TableError> {
+    let endian = file.endian();
+    let sections = file.elf_section_table();
+    let Some(table) = sections.iter().find(|s| s.sh_type(endian) == sh_type) else {
+        return Ok(Vec::new());
+    };
+    let strings = sections
+        .section(object::SectionIndex(table.sh_link(endian) as usize))
+        .map_err(|e| TableError::Malformed(e.to_string()))?;
+    if table.sh_size(endian) > SYMTAB_MAX_BYTES || strings.sh_size(endian) > SYMTAB_MAX_BYTES {
+        return Err(TableError::TooLarge);
+    }
+    let malformed = |what: &str, e: object::Error| TableError::Malformed(format!("{what}: {e}"));
+    let table = table
+        .data(endian, file.data())
+        .map_err(|e| malformed("symbol table", e))?;
+    let strings = strings
+        .data(endian, file.data())
+        .map_err(|e| malformed("string table", e))?;
+    Ok(function_symbols(
+        endian,
+        table,
+        strings,
+        &section_ends(sections, endian),
+        fallback_limit,
+    ))
+}
+
+/// The function symbols of a symbol table (`table`, raw `Elf64_Sym` entries) whose names
+/// are in `strings`: the one rule of what names code. An `STT_FUNC` or `STT_GNU_IFUNC`
+/// ([`Symbol::resolver`]) symbol defined in a section of the file (not undefined, not
+/// absolute) at an address code can be at (not 0, not the last), with a name, as perf
+/// takes them. Its limit is the end of its
+/// section (`section_ends`, by section index), else `fallback_limit(address)`, and always
+/// past its address. Entries that do not parse are skipped.
+pub fn function_symbols(
+    endian: Endianness,
+    table: &[u8],
+    strings: &[u8],
+    section_ends: &[u64],
+    fallback_limit: impl Fn(u64) -> u64,
+) -> Vec<Symbol> {
+    let count = table.len() / std::mem::size_of::<Sym64<Endianness>>();
+    let Ok((symbols, _)) = object::pod::slice_from_bytes::<Sym64<Endianness>>(table, count) else {
+        return Vec::new();
+    };
+    let strings = StringTable::new(strings, 0, strings.len() as u64);
+    symbols
+        .iter()
+        .filter_map(|sym| {
+            let address = sym.st_value(endian);
+            let section = sym.st_shndx(endian);
+            let in_a_section =
+                section != SHN_UNDEF && (section < SHN_LORESERVE || section == SHN_XINDEX);
+            // Nothing can run at 0 or at the very last address (no byte of code fits past it).
+            let kind = sym.st_type();
+            let code = kind == STT_FUNC || kind == STT_GNU_IFUNC;
+            if !code || !in_a_section || address == 0 || address == u64::MAX {
+                return None;
+            }
+            let raw = std::str::from_utf8(sym.name(endian, strings).ok()?).ok()?;
+            if raw.is_empty() {
+                return None;
+            }
+            let limit = section_ends
+                .get(usize::from(section))
+                .copied()
+                .filter(|&end| end > address)
+                .unwrap_or_else(|| fallback_limit(address))
+                .max(address + 1);
+            Some(Symbol {
+                resolver: kind == STT_GNU_IFUNC,
+                ..Symbol::new(address, sym.st_size(endian), limit, raw)
+            })
+        })
+        .collect()
+}
+
+/// Data symbols: name, address, up to 16 bytes of the initial value.
+type DataSymbols = Vec<(String, u64, Vec<u8>)>;
+
+/// Up to `len` bytes of the file `data` at virtual address `vaddr`.
+fn bytes_at<'data, R: ReadRef<'data>>(
+    data: R,
+    segments: &[Segment],
+    vaddr: u64,
+    len: u64,
+) -> Option<Vec<u8>> {
+    let range = file_range(segments, vaddr, len)?;
+    data.read_bytes_at(range.start as u64, range.len() as u64)
+        .ok()
+        .map(<[u8]>::to_vec)
+}
+
+/// The first 16 bytes of each function (zeros past what the file holds).
+fn prologues_of<'data, R: ReadRef<'data>>(
+    data: R,
+    segments: &[Segment],
+    functions: &[Symbol],
+) -> Vec<[u8; 16]> {
+    functions
+        .iter()
+        .map(|f| {
+            let mut out = [0u8; 16];
+            if let Some(code) = bytes_at(data, segments, f.address, 16) {
+                out[..code.len()].copy_from_slice(&code);
+            }
+            out
+        })
+        .collect()
+}
+
+/// The file's `DT_NEEDED` entries and its `DT_RUNPATH`/`DT_RPATH` folders, `$ORIGIN`
+/// expanded to the folder of `path`.
+fn dependencies<'data, R: ReadRef<'data>>(
+    file: &ElfFile64<'data, Endianness, R>,
+    path: &Path,
+) -> (Vec<String>, Vec<PathBuf>) {
+    let (mut needed, mut runpath) = (Vec::new(), Vec::new());
+    let endian = file.endian();
+    let sections = file.elf_section_table();
+    let Ok(Some((dynamic, link))) = sections.dynamic(endian, file.data()) else {
+        return (needed, runpath);
+    };
+    let Ok(strings) = sections.strings(endian, file.data(), link) else {
+        return (needed, runpath);
+    };
+    let origin = path.parent().unwrap_or(Path::new("/")).to_string_lossy();
+    for entry in dynamic {
+        let tag = entry.tag(endian);
+        let is = |t: i64| tag == t;
+        if !is(DT_NEEDED) && !is(DT_RUNPATH) && !is(DT_RPATH) {
+            continue;
+        }
+        let Ok(value) = entry.string(endian, strings) else {
+            continue;
+        };
+        let value = String::from_utf8_lossy(value).into_owned();
+        if is(DT_NEEDED) {
+            needed.push(value);
+        } else {
+            runpath.extend(value.split(':').filter(|p| !p.is_empty()).map(|p| {
+                PathBuf::from(p.replace("${ORIGIN}", &origin).replace("$ORIGIN", &origin))
+            }));
+        }
+    }
+    (needed, runpath)
 }
 
 /// A loadable segment.
@@ -73,19 +351,12 @@ pub struct ElfInfo {
 /// The largest ELF file read.
 pub const ELF_MAX_BYTES: u64 = 1 << 30;
 
-/// Reads a whole ELF file: only a regular file (opened without blocking, so a FIFO put in
-/// its place does not hang us), at most [`ELF_MAX_BYTES`].
+/// Reads a whole ELF file (opened by [`open_regular`]'s rules).
 pub fn read_file(path: &Path) -> Result<Vec<u8>, FunctionError> {
     use std::io::Read as _;
     let file = open_regular(path)?;
-    let meta = file.metadata().map_err(|e| elf_error(path, e))?;
-    if meta.len() > ELF_MAX_BYTES {
-        return Err(elf_error(
-            path,
-            format!("larger than {} MiB", ELF_MAX_BYTES >> 20),
-        ));
-    }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    let len = file.metadata().map_err(|e| elf_error(path, e))?.len();
+    let mut bytes = Vec::with_capacity(len as usize);
     file.take(ELF_MAX_BYTES)
         .read_to_end(&mut bytes)
         .map_err(|e| elf_error(path, e))?;
@@ -134,7 +405,8 @@ pub fn section_bytes<'data>(
 }
 
 /// Opens a file to read parts of it (through [`object::read::ReadCache`]): only a regular
-/// file, opened without blocking, as [`read_file`] does.
+/// file (opened without blocking, so a FIFO put in its place does not hang us) of at most
+/// [`ELF_MAX_BYTES`], so that no section claimed in it asks for more.
 pub fn open_regular(path: &Path) -> Result<fs::File, FunctionError> {
     use std::os::unix::fs::OpenOptionsExt as _;
     let file = fs::OpenOptions::new()
@@ -145,6 +417,12 @@ pub fn open_regular(path: &Path) -> Result<fs::File, FunctionError> {
     let meta = file.metadata().map_err(|e| elf_error(path, e))?;
     if !meta.file_type().is_file() {
         return Err(elf_error(path, "not a regular file"));
+    }
+    if meta.len() > ELF_MAX_BYTES {
+        return Err(elf_error(
+            path,
+            format!("larger than {} MiB", ELF_MAX_BYTES >> 20),
+        ));
     }
     Ok(file)
 }
@@ -170,123 +448,61 @@ impl ElfInfo {
 
     /// Parses an ELF image already in memory.
     pub fn parse(path: &Path, bytes: &[u8], data_symbols: &[&str]) -> Result<Self, FunctionError> {
-        Self::parse_with(path, bytes, data_symbols, |_, _| Vec::new())
-    }
-
-    /// Like [`ElfInfo::parse`], adding the function symbols that `extra` finds elsewhere
-    /// (a separate debug file, MiniDebugInfo), given the parsed file and its bytes.
-    pub fn parse_with(
-        path: &Path,
-        bytes: &[u8],
-        data_symbols: &[&str],
-        extra: impl FnOnce(&ElfFile64<'_, Endianness>, &[u8]) -> Vec<Symbol>,
-    ) -> Result<Self, FunctionError> {
         if bytes.get(..4) != Some(b"\x7fELF") {
             return Err(elf_error(path, "not an ELF file"));
         }
         let file = ElfFile64::<Endianness>::parse(bytes)
             .map_err(|e| elf_error(path, format!("not a 64-bit ELF file we can read ({e})")))?;
+        Ok(Self::of(path, &file, data_symbols, Code::Prologues, |_| {
+            Vec::new()
+        }))
+    }
+
+    /// The functions, segments and dependencies of the file at `path`, reading only its
+    /// headers, symbol tables and dynamic section (what naming stacks needs: a library's
+    /// file is mostly code), with the function symbols `extra` finds elsewhere; without the
+    /// functions' first bytes ([`ElfInfo::prologues`] is empty).
+    pub fn symbols_only(
+        path: &Path,
+        extra: impl for<'a> FnOnce(&ElfFile64<'a, Endianness, &'a ReadCache<fs::File>>) -> Vec<Symbol>,
+    ) -> Result<Self, FunctionError> {
+        let cache = ReadCache::new(open_regular(path)?);
+        let file = ElfFile64::<Endianness, _>::parse(&cache)
+            .map_err(|e| elf_error(path, format!("not a 64-bit ELF file we can read ({e})")))?;
+        Ok(Self::of(path, &file, &[], Code::None, extra))
+    }
+
+    fn of<'data, R: ReadRef<'data>>(
+        path: &Path,
+        file: &ElfFile64<'data, Endianness, R>,
+        data_symbols: &[&str],
+        code: Code,
+        extra: impl FnOnce(&ElfFile64<'data, Endianness, R>) -> Vec<Symbol>,
+    ) -> Self {
         let endian = file.endian();
         let header = file.elf_header();
-        let relocatable = header.e_type(endian) == ET_DYN;
-        let machine = header.e_machine(endian);
-        let entry = header.e_entry(endian);
-        let segments = load_segments(&file);
-
-        let section_ends = section_ends(file.elf_section_table(), endian);
-        let mut functions: Vec<Symbol> = Vec::new();
-        let mut data = Vec::new();
-        for symbol in file.symbols().chain(file.dynamic_symbols()) {
-            if !symbol.is_definition() {
-                continue;
-            }
-            let Ok(raw) = symbol.name() else { continue };
-            if raw.is_empty() {
-                continue;
-            }
-            match symbol.kind() {
-                SymbolKind::Text if symbol.address() != 0 => functions.push(Symbol {
-                    address: symbol.address(),
-                    size: symbol.size(),
-                    limit: symbol
-                        .section_index()
-                        .and_then(|i| section_ends.get(i.0).copied())
-                        .filter(|&end| end > symbol.address())
-                        .unwrap_or_else(|| segment_end(&segments, symbol.address())),
-                    raw: raw.to_string(),
-                    name: demangle(raw),
-                }),
-                SymbolKind::Data if data_symbols.contains(&raw) => {
-                    if data
-                        .iter()
-                        .any(|(n, _, _): &(String, u64, Vec<u8>)| n == raw)
-                    {
-                        continue;
-                    }
-                    let value = file_range(&segments, symbol.address(), 16.min(symbol.size()))
-                        .and_then(|range| bytes.get(range))
-                        .map(<[u8]>::to_vec)
-                        .unwrap_or_default();
-                    data.push((raw.to_string(), symbol.address(), value));
-                }
-                _ => {}
-            }
-        }
-        functions.extend(extra(&file, bytes));
+        let segments = load_segments(file);
+        let mut functions = functions_of(file, &segments);
+        let data = data_symbols_of(file, &segments, data_symbols);
+        functions.extend(extra(file));
         sort_functions(&mut functions);
-        let prologues = functions
-            .iter()
-            .map(|f| {
-                let mut out = [0u8; 16];
-                if let Some(code) =
-                    file_range(&segments, f.address, 16).and_then(|range| bytes.get(range))
-                {
-                    out[..code.len()].copy_from_slice(code);
-                }
-                out
-            })
-            .collect();
-
-        let (mut needed, mut runpath) = (Vec::new(), Vec::new());
-        let sections = file.elf_section_table();
-        if let Ok(Some((dynamic, link))) = sections.dynamic(endian, bytes)
-            && let Ok(strings) = sections.strings(endian, bytes, link)
-        {
-            let origin = path.parent().unwrap_or(Path::new("/"));
-            for entry in dynamic {
-                let tag = entry.tag(endian);
-                let is = |t: i64| tag == t;
-                if !is(DT_NEEDED) && !is(DT_RUNPATH) && !is(DT_RPATH) {
-                    continue;
-                }
-                let Ok(value) = entry.string(endian, strings) else {
-                    continue;
-                };
-                let value = String::from_utf8_lossy(value).into_owned();
-                if is(DT_NEEDED) {
-                    needed.push(value);
-                } else {
-                    runpath.extend(value.split(':').filter(|p| !p.is_empty()).map(|p| {
-                        PathBuf::from(
-                            p.replace("${ORIGIN}", &origin.to_string_lossy())
-                                .replace("$ORIGIN", &origin.to_string_lossy()),
-                        )
-                    }));
-                }
-            }
-        }
-        Ok(ElfInfo {
+        let prologues = match code {
+            Code::Prologues => prologues_of(file.data(), &segments, &functions),
+            Code::None => Vec::new(),
+        };
+        let (needed, runpath) = dependencies(file, path);
+        ElfInfo {
             path: path.to_path_buf(),
-            relocatable,
-            machine,
-            entry,
+            relocatable: header.e_type(endian) == ET_DYN,
+            machine: header.e_machine(endian),
+            entry: header.e_entry(endian),
             segments,
             functions,
             data,
             needed,
             runpath,
             prologues,
-        })
+        }
     }
 
     /// The file offset of virtual address `vaddr` (what uprobes attach to).
@@ -574,14 +790,70 @@ mod tests {
         );
     }
 
-    fn symbol(name: &str, address: u64, size: u64, limit: u64) -> Symbol {
-        Symbol {
-            address,
-            size,
-            limit,
-            raw: name.into(),
-            name: name.into(),
+    /// Found by the `debug_info` fuzz target: a function symbol at the last address had a
+    /// bound that did not lie past it.
+    #[test]
+    fn a_symbol_at_the_top_of_the_address_space_is_no_function() {
+        let bytes = include_bytes!(
+            "../../../fuzz/regressions/debug_info/symbol-at-the-top-of-the-address-space"
+        );
+        let symbols = function_symbols(Endianness::Little, bytes, bytes, &[], |a| a + 1);
+        assert!(symbols.iter().all(|s| s.limit > s.address), "{symbols:?}");
+        assert!(symbols.iter().all(|s| s.address != u64::MAX));
+    }
+
+    /// What names code: functions and IFUNC resolvers defined in a section; nothing
+    /// absolute, undefined or of another kind.
+    #[test]
+    fn functions_and_resolvers_defined_in_a_section_name_code() {
+        // (st_info type, st_shndx) of four entries named "f", each at 0x1000.
+        let entries = [
+            (STT_FUNC, 1u16),
+            (STT_GNU_IFUNC, 1),
+            (STT_FUNC, object::elf::SHN_ABS),
+            (STT_FUNC, SHN_UNDEF),
+            (object::elf::STT_OBJECT, 1),
+        ];
+        let mut table = vec![0u8; 24 * entries.len()];
+        for (chunk, (kind, section)) in table.chunks_mut(24).zip(entries) {
+            chunk[0..4].copy_from_slice(&1u32.to_le_bytes()); // st_name
+            chunk[4] = kind; // st_info
+            chunk[6..8].copy_from_slice(&section.to_le_bytes()); // st_shndx
+            chunk[8..16].copy_from_slice(&0x1000u64.to_le_bytes()); // st_value
         }
+        let symbols = function_symbols(Endianness::Little, &table, b"\0f\0", &[0, 0x2000], |a| {
+            a + 1
+        });
+        let found: Vec<(bool, u64)> = symbols.iter().map(|s| (s.resolver, s.limit)).collect();
+        assert_eq!(found, [(false, 0x2000), (true, 0x2000)]);
+    }
+
+    #[test]
+    fn malformed_symbol_tables_give_what_parses_and_never_panic() {
+        // A table that is not a whole number of entries, names past the string table.
+        let mut table = vec![0u8; 24 * 3 + 5];
+        for (i, chunk) in table.chunks_mut(24).enumerate().take(3) {
+            chunk[0..4].copy_from_slice(&(u32::MAX - i as u32).to_le_bytes()); // st_name
+            chunk[4] = STT_FUNC; // st_info
+            chunk[6..8].copy_from_slice(&1u16.to_le_bytes()); // st_shndx
+            chunk[8..16].copy_from_slice(&0x1000u64.to_le_bytes()); // st_value
+        }
+        assert!(function_symbols(Endianness::Little, &table, b"\0f\0", &[], |a| a + 1).is_empty());
+        // The same entries with a real name.
+        for chunk in table.chunks_mut(24).take(3) {
+            chunk[0..4].copy_from_slice(&1u32.to_le_bytes());
+        }
+        let symbols = function_symbols(Endianness::Little, &table, b"\0f\0", &[0, 0x2000], |a| {
+            a + 1
+        });
+        assert_eq!(symbols.len(), 3);
+        assert_eq!(symbols[0].limit, 0x2000);
+        assert!(function_symbols(Endianness::Little, &table, b"", &[], |a| a + 1).is_empty());
+        assert!(function_symbols(Endianness::Little, &[], b"", &[], |a| a + 1).is_empty());
+    }
+
+    fn symbol(name: &str, address: u64, size: u64, limit: u64) -> Symbol {
+        Symbol::new(address, size, limit, name)
     }
 
     fn with_functions(functions: Vec<Symbol>) -> ElfInfo {
@@ -608,7 +880,7 @@ mod tests {
             symbol("asm_loop", 0x1800, 0, 0x1f00),
             symbol("_fini", 0x1f00, 0, 0x1f0d),
         ]);
-        let at = |a: u64| elf.function_at(a).map(|f| f.raw.as_str());
+        let at = |a: u64| elf.function_at(a).map(|f| &*f.raw);
         assert_eq!(at(0x1010), Some("main"));
         assert_eq!(at(0x1040), None, "past main's size");
         assert_eq!(at(0x1800), Some("asm_loop"));
@@ -632,7 +904,7 @@ mod tests {
         let main = elf
             .functions
             .iter()
-            .find(|f| f.raw == "main")
+            .find(|f| &*f.raw == "main")
             .expect("main");
         assert_eq!(
             elf.function_at(main.address).map(|f| &f.raw),

@@ -3,18 +3,23 @@
 //! refer to) through `addr2line` (gimli), as `addr2line -i -f` and perf's srcline say it;
 //! with the supplementary file that dwz moved shared DWARF into, when a file names one.
 //!
-//! Every file here is outside data: its bytes come from [`super::elf::read_file`] (a
-//! regular file, at most [`super::elf::ELF_MAX_BYTES`]); only the DWARF sections are kept,
-//! at most [`DWARF_MAX_BYTES`] together once decompressed ([`section_bytes`]: zlib-compressed
-//! sections are decompressed under that cap; other compressions are refused), and at most
-//! [`DWARF_TOTAL_MAX_BYTES`] for all files; names and paths are cut to [`TEXT_MAX_CHARS`]. Malformed DWARF gives no lines, never a panic.
+//! Every file here is outside data: it is opened as [`super::elf::open_regular`] says (a
+//! regular file, at most [`super::elf::ELF_MAX_BYTES`]; a debug file as
+//! [`super::debuginfo::open_debug_file`] says, once it passes its check) and only its headers
+//! and DWARF sections are read, at most [`DWARF_MAX_BYTES`] together once decompressed
+//! ([`section_bytes`]: zlib-compressed sections are decompressed under that cap; other
+//! compressions are refused), and at most [`DWARF_TOTAL_MAX_BYTES`] for all files; names and
+//! paths are cut to [`TEXT_MAX_CHARS`]. Malformed DWARF gives no lines, never a panic.
 
-use std::{borrow::Cow, path::Path, sync::Arc};
+use std::{path::Path, sync::Arc};
 
-use object::{Endianness, Object as _, read::elf::ElfFile64};
+use object::{
+    Endianness, Object as _, ReadRef,
+    read::{ReadCache, elf::ElfFile64},
+};
 
 use super::{
-    debuginfo::{AltLink, DebugDirs, DebugRefs, candidates},
+    debuginfo::{AltLink, DebugDirs, DebugRefs, candidates, open_debug_file},
     elf::{SectionError, demangle, section_bytes},
 };
 
@@ -65,14 +70,18 @@ pub struct SourceLines {
 impl SourceLines {
     /// The lines of the ELF file in `bytes`; `Ok(None)` when it has no line table.
     pub fn parse(bytes: &[u8]) -> Result<Option<Self>, LinesError> {
-        Self::parse_with_sup(bytes, None)
+        let file = ElfFile64::<Endianness>::parse(bytes).map_err(elf_error)?;
+        Self::of(&file, None::<&ElfFile64<'_, Endianness>>)
     }
 
-    /// As [`Self::parse`], with the supplementary file (dwz's, [`AltLink`]) that the
-    /// file's DWARF refers to, when it has one: its sections count in the same
-    /// [`DWARF_MAX_BYTES`].
-    pub fn parse_with_sup(bytes: &[u8], sup: Option<&[u8]>) -> Result<Option<Self>, LinesError> {
-        let file = object::File::parse(bytes).map_err(|e| LinesError::Elf(e.to_string()))?;
+    /// The lines of a parsed ELF file (only its DWARF sections are read), with the
+    /// supplementary file (dwz's, [`AltLink`]) that the file's DWARF refers to, when it has
+    /// one: its sections count in the same [`DWARF_MAX_BYTES`]. `Ok(None)` when the file has
+    /// no line table.
+    fn of<'a, 'b, R: ReadRef<'a>, S: ReadRef<'b>>(
+        file: &ElfFile64<'a, Endianness, R>,
+        sup: Option<&ElfFile64<'b, Endianness, S>>,
+    ) -> Result<Option<Self>, LinesError> {
         if file.section_by_name(".debug_line").is_none() {
             return Ok(None);
         }
@@ -82,15 +91,9 @@ impl SourceLines {
             gimli::RunTimeEndian::Big
         };
         let mut budget = DWARF_MAX_BYTES;
-        let mut load =
-            |file: &object::File<'_>, id: gimli::SectionId| -> Result<Reader, LinesError> {
-                let data = section(file, id.name(), &mut budget)?;
-                Ok(Reader::new(Arc::from(data.as_ref()), endian))
-            };
-        let mut dwarf = gimli::Dwarf::load(|id| load(&file, id))?;
+        let mut dwarf = gimli::Dwarf::load(|id| reader(file, id, &mut budget, endian))?;
         if let Some(sup) = sup {
-            let sup = object::File::parse(sup).map_err(|e| LinesError::Elf(e.to_string()))?;
-            dwarf.load_sup(|id| load(&sup, id))?;
+            dwarf.load_sup(|id| reader(sup, id, &mut budget, endian))?;
         }
         let context =
             addr2line::Context::from_dwarf(dwarf).map_err(|e| LinesError::Dwarf(e.to_string()))?;
@@ -136,14 +139,17 @@ impl SourceLines {
     }
 }
 
-/// A DWARF section's bytes, decompressed, taken from `budget`; empty when the file lacks it.
-fn section<'a>(
-    file: &object::File<'a>,
-    name: &str,
+/// A DWARF section's bytes for gimli, decompressed, taken from `budget`; empty when the file
+/// lacks it.
+fn reader<'a, R: ReadRef<'a>>(
+    file: &ElfFile64<'a, Endianness, R>,
+    id: gimli::SectionId,
     budget: &mut u64,
-) -> Result<Cow<'a, [u8]>, LinesError> {
+    endian: gimli::RunTimeEndian,
+) -> Result<Reader, LinesError> {
+    let name = id.name();
     let Some(section) = file.section_by_name(name) else {
-        return Ok(Cow::Borrowed(&[]));
+        return Ok(Reader::new(Arc::from(&[][..]), endian));
     };
     let data = section_bytes(&section, *budget).map_err(|e| match e {
         SectionError::TooLarge(_) => LinesError::TooLarge,
@@ -151,67 +157,72 @@ fn section<'a>(
         SectionError::Malformed(reason) => LinesError::Section(name.into(), reason),
     })?;
     *budget -= data.len() as u64;
-    Ok(data)
+    Ok(Reader::new(Arc::from(data.as_ref()), endian))
+}
+
+fn elf_error(e: impl std::fmt::Display) -> LinesError {
+    LinesError::Elf(e.to_string())
 }
 
 /// The line tables of the file at `path`: its own, else those of its separate debug file
 /// `debug_file` (the one [`super::debuginfo`] found its symbols in), read again only when it
-/// still passes the same check (build id or CRC-32) as when its symbols were read.
+/// still passes the same check (build id or CRC-32) as when its symbols were read. Only the
+/// files' headers and DWARF sections are read (a file without line tables costs its headers).
 pub fn read(
     path: &Path,
     debug_file: Option<&Path>,
     dirs: &DebugDirs,
 ) -> Result<Option<SourceLines>, LinesError> {
-    let bytes = super::elf::read_file(path).map_err(|e| LinesError::Elf(e.to_string()))?;
-    if let Some(lines) = with_sup(path, &bytes, dirs)? {
+    let cache = ReadCache::new(super::elf::open_regular(path).map_err(elf_error)?);
+    let elf = ElfFile64::<Endianness, _>::parse(&cache).map_err(elf_error)?;
+    if let Some(lines) = with_sup(path, &elf, dirs)? {
         return Ok(Some(lines));
     }
     let Some(debug_file) = debug_file else {
         return Ok(None);
     };
-    let elf = ElfFile64::<Endianness>::parse(bytes.as_slice())
-        .map_err(|e| LinesError::Elf(e.to_string()))?;
-    let refs = DebugRefs::of(&elf);
-    let check = candidates(path, &refs, dirs)
+    let changed = || LinesError::Changed(debug_file.display().to_string());
+    let check = candidates(path, &DebugRefs::of(&elf), dirs)
         .into_iter()
-        .find_map(|(candidate, check)| (candidate == debug_file).then_some(check));
-    let debug = super::elf::read_file(debug_file).map_err(|e| LinesError::Elf(e.to_string()))?;
-    if !check.is_some_and(|check| check.passes(&debug)) {
-        return Err(LinesError::Changed(debug_file.display().to_string()));
-    }
-    with_sup(debug_file, &debug, dirs)
+        .find_map(|(candidate, check)| (candidate == debug_file).then_some(check))
+        .ok_or_else(changed)?;
+    let debug = open_debug_file(debug_file, &check)
+        .ok()
+        .flatten()
+        .ok_or_else(changed)?;
+    let debug_elf = ElfFile64::<Endianness, _>::parse(&debug).map_err(elf_error)?;
+    with_sup(debug_file, &debug_elf, dirs)
 }
 
-/// The lines of the file at `path` (its bytes; `Ok(None)` without a line table), with its
+/// The lines of the parsed file at `path` (`Ok(None)` without a line table), with its
 /// supplementary file when it names one that is found and passes its check; without it
 /// (logged), lines stay but names that only the supplementary file holds do not
 /// (`[unknown inlined]`).
-fn with_sup(
+fn with_sup<'a, R: ReadRef<'a>>(
     path: &Path,
-    bytes: &[u8],
+    elf: &ElfFile64<'a, Endianness, R>,
     dirs: &DebugDirs,
 ) -> Result<Option<SourceLines>, LinesError> {
-    let link = ElfFile64::<Endianness>::parse(bytes)
-        .ok()
-        .and_then(|elf| AltLink::of(&elf));
-    let sup = link.and_then(|link| {
-        let found = link
-            .candidates(path, dirs)
-            .into_iter()
-            .find_map(|candidate| {
-                let sup = super::elf::read_file(&candidate).ok()?;
-                link.check().passes(&sup).then_some(sup)
-            });
-        if found.is_none() {
-            tracing::debug!(
-                "{}: its supplementary DWARF file {} was not found",
-                path.display(),
-                link.path.display()
-            );
-        }
-        found
-    });
-    SourceLines::parse_with_sup(bytes, sup.as_deref())
+    if elf.section_by_name(".debug_line").is_none() {
+        return Ok(None);
+    }
+    let Some(link) = AltLink::of(elf) else {
+        return SourceLines::of(elf, None::<&ElfFile64<'_, Endianness>>);
+    };
+    let found = link
+        .candidates(path, dirs)
+        .into_iter()
+        .find_map(|candidate| open_debug_file(&candidate, &link.check()).ok().flatten());
+    let Some(sup) = found else {
+        tracing::debug!(
+            "{}: its supplementary DWARF file {} was not found",
+            path.display(),
+            link.path.display()
+        );
+        return SourceLines::of(elf, None::<&ElfFile64<'_, Endianness>>);
+    };
+    let sup_elf = ElfFile64::<Endianness, _>::parse(&sup).map_err(elf_error)?;
+    SourceLines::of(elf, Some(&sup_elf))
 }
 
 /// `text` cut to [`TEXT_MAX_CHARS`].

@@ -123,7 +123,8 @@ pub fn resolve(
             let names = elf_cache
                 .iter()
                 .filter(|e| objects.paths.contains(&e.path))
-                .flat_map(|e| e.functions.iter().map(|f| f.name.as_str()));
+                .flat_map(|e| e.functions.iter().filter(|f| !f.resolver))
+                .map(super::elf::Symbol::name);
             let near = closest(&spec.pattern, names, 6);
             return Err(FunctionError::Usage(format!(
                 "--func {:?}: no function matches {:?} in {}{}",
@@ -171,7 +172,7 @@ fn match_in(
     let glob = SymbolGlob::new(&spec.pattern)
         .map_err(|err| FunctionError::Usage(format!("--func {:?}: {err}", spec.text)))?;
     for (index, symbol) in elf.functions.iter().enumerate() {
-        if !glob.is_match(&symbol.name) && !glob.is_match(&symbol.raw) {
+        if symbol.resolver || !glob.is_match(symbol.name()) && !glob.is_match(&symbol.raw) {
             continue;
         }
         matched += 1;
@@ -195,8 +196,8 @@ fn match_in(
         let entry_only = returns::entry_only(elf, image.as_deref().unwrap_or_default(), index);
         out.push(ResolvedFunction {
             id: out.len() as u32,
-            name: symbol.name.clone(),
-            raw: symbol.raw.clone(),
+            name: symbol.name().to_string(),
+            raw: symbol.raw.to_string(),
             module: object.clone(),
             address: symbol.address,
             offset,
@@ -268,7 +269,7 @@ fn count_rest(
                 count += elf
                     .functions
                     .iter()
-                    .filter(|f| glob.is_match(&f.name) || glob.is_match(&f.raw))
+                    .filter(|f| !f.resolver && (glob.is_match(f.name()) || glob.is_match(&f.raw)))
                     .count();
             }
         }

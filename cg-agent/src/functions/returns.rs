@@ -117,7 +117,7 @@ pub fn unwinds(elf: &ElfInfo) -> bool {
         n.starts_with("libstdc++") || n.starts_with("libc++.") || n.starts_with("libgcc_s.")
     }) || elf.functions.iter().any(|f| {
         matches!(
-            f.raw.as_str(),
+            &*f.raw,
             "__cxa_throw" | "rust_panic" | "__rust_start_panic" | "_Unwind_RaiseException"
         )
     })
@@ -132,7 +132,7 @@ pub fn entry_only(elf: &ElfInfo, image: &[u8], index: usize) -> Option<EntryOnly
     if elf.entry != 0 && symbol.address == elf.entry {
         return Some(EntryOnly::EntryPoint);
     }
-    if let Some((_, why)) = ENTRY_ONLY_NAMES.iter().find(|(n, _)| *n == symbol.raw) {
+    if let Some((_, why)) = ENTRY_ONLY_NAMES.iter().find(|(n, _)| **n == *symbol.raw) {
         return Some(*why);
     }
     if elf.machine != object::elf::EM_X86_64 {
@@ -248,7 +248,7 @@ mod tests {
         // A C file that links neither runtime nor unwinder does not.
         elf.functions.retain(|f| {
             !matches!(
-                f.raw.as_str(),
+                &*f.raw,
                 "rust_panic" | "__rust_start_panic" | "_Unwind_RaiseException"
             )
         });
@@ -263,7 +263,7 @@ mod tests {
         let exe = std::env::current_exe().unwrap();
         let image = std::fs::read(&exe).unwrap();
         let elf = ElfInfo::parse(&exe, &image, &[]).unwrap();
-        let index = |raw: &str| elf.functions.iter().position(|f| f.raw == raw).unwrap();
+        let index = |raw: &str| elf.functions.iter().position(|f| &*f.raw == raw).unwrap();
         assert_eq!(
             entry_only(&elf, &image, index("_start")),
             Some(EntryOnly::EntryPoint)
@@ -272,7 +272,7 @@ mod tests {
         let unwrap_failed = elf
             .functions
             .iter()
-            .position(|f| f.name == "core::option::unwrap_failed");
+            .position(|f| f.name() == "core::option::unwrap_failed");
         if let Some(i) = unwrap_failed {
             assert_eq!(entry_only(&elf, &image, i), Some(EntryOnly::NoReturn));
         }

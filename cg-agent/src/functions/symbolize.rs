@@ -325,6 +325,10 @@ pub struct Symbolizer {
     line_tables: HashMap<usize, Option<Rc<SourceLines>>>,
     /// DWARF bytes the line tables keep, all files together.
     line_bytes: u64,
+    /// Once it says so, no further file's line tables are read ([`Symbolizer::lines_until`]).
+    lines_until: Option<Box<dyn Fn() -> bool>>,
+    /// Files whose line tables were not read because of `lines_until`.
+    lines_cut: u64,
 }
 
 /// Where a native address was found: the file (by its [`ElfInfo`]'s address, as the
@@ -370,6 +374,14 @@ impl Symbolizer {
         self
     }
 
+    /// Reads no further file's line tables once `stop` says so (their frames are named by
+    /// function, as with `--no-lines`, and a note says how many files): how naming after a
+    /// run gives way to a stop signal.
+    pub fn lines_until(mut self, stop: impl Fn() -> bool + 'static) -> Self {
+        self.lines_until = Some(Box::new(stop));
+        self
+    }
+
     /// Where each file read so far got its function symbols.
     pub fn symbol_sources(&self) -> &[(PathBuf, SymbolSource)] {
         &self.sources
@@ -402,6 +414,13 @@ impl Symbolizer {
     /// for the report's notes.
     pub fn notes(&self) -> Vec<String> {
         let mut notes = self.notes.clone();
+        if self.lines_cut > 0 {
+            notes.push(format!(
+                "source lines not read for {} file(s): a stop signal came while the stacks were \
+                 being named; their frames are named by function only",
+                self.lines_cut
+            ));
+        }
         let stripped: Vec<String> = self
             .sources
             .iter()
@@ -512,6 +531,11 @@ impl Symbolizer {
         if let Some(known) = self.line_tables.get(&at.elf) {
             return known.clone();
         }
+        if self.lines_until.as_ref().is_some_and(|stop| stop()) {
+            self.lines_cut += 1;
+            self.line_tables.insert(at.elf, None);
+            return None;
+        }
         let debug_file = self.sources.iter().find_map(|(path, source)| match source {
             SymbolSource::DebugFile(debug) if path == at.path.as_ref() => Some(debug.clone()),
             _ => None,
@@ -589,7 +613,8 @@ impl Symbolizer {
                 if let Some(&id) = self.by_function.get(&key) {
                     return (id, at);
                 }
-                let symbol = elf.map_or_else(String::new, |e| e.functions[key.1].name.clone());
+                let symbol =
+                    elf.map_or_else(String::new, |e| e.functions[key.1].name().to_string());
                 let id = self.intern(Frame::named(symbol, file_name(&path), FrameKind::Native));
                 self.by_function.insert(key, id);
                 (id, at)
@@ -640,14 +665,13 @@ impl Symbolizer {
 
 /// Reads a mapped file's symbols: its own `.symtab` and `.dynsym`; when it has no
 /// `.symtab` of its own (stripped), also those of its separate debug file or MiniDebugInfo.
-fn load_symbols(
+pub fn load_symbols(
     path: &Path,
     debug_dirs: &DebugDirs,
     notes: &mut Vec<String>,
 ) -> Option<(ElfInfo, SymbolSource)> {
-    let bytes = super::elf::read_file(path).ok()?;
     let mut source = SymbolSource::Own;
-    let elf = ElfInfo::parse_with(path, &bytes, &[], |file, _| {
+    let elf = ElfInfo::symbols_only(path, |file| {
         use object::{Object as _, ObjectSymbol as _};
         let own = file
             .symbols()
@@ -1007,6 +1031,39 @@ mod tests {
         assert_eq!(again, id);
         let unknown = symbolizer.native(std::process::id(), Some(&maps), 0x10, false);
         assert_eq!(symbolizer.frame(unknown).kind, FrameKind::Unknown);
+    }
+
+    /// Naming after a run gives way to a stop signal: once `lines_until` says so, no file's
+    /// line tables are read (this test binary has them: it is built with debug information).
+    #[test]
+    fn a_stop_while_naming_leaves_lines_unread_and_says_so() {
+        #[inline(never)]
+        fn marker() -> u64 {
+            std::hint::black_box(7)
+        }
+        let maps = ProcMaps::read(Path::new("/proc"), std::process::id()).unwrap();
+        let pc = marker as *const () as u64;
+        let line_of = |symbolizer: &mut Symbolizer| {
+            let ids = symbolizer.native_frames(std::process::id(), Some(&maps), pc, false);
+            symbolizer.frame(*ids.last().unwrap()).line
+        };
+        let mut told = Symbolizer::new().with_lines(true).lines_until(|| false);
+        assert!(
+            line_of(&mut told).is_some(),
+            "this test binary has line tables"
+        );
+        assert!(told.notes().iter().all(|n| !n.contains("stop signal")));
+        let mut stopped = Symbolizer::new().with_lines(true).lines_until(|| true);
+        assert_eq!(line_of(&mut stopped), None);
+        let id = stopped.native(std::process::id(), Some(&maps), pc, false);
+        assert!(stopped.frame(id).symbol.ends_with("marker"));
+        let notes = stopped.notes();
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("source lines not read for 1 file(s): a stop signal")),
+            "{notes:?}"
+        );
     }
 
     #[test]

@@ -32,7 +32,7 @@ use object::{
 };
 
 use super::{
-    debuginfo::{Check, DebugDirs, DebugRefs, candidates},
+    debuginfo::{Check, DebugDirs, DebugRefs, candidates, open_debug_file},
     elf::{self, Segment},
     maps::{Mapping, ProcMaps},
 };
@@ -161,12 +161,14 @@ impl SeparateDebugFile {
 
     /// Its `.debug_frame`, when it passes its check (build id or CRC-32).
     fn debug_frame(&self) -> Option<Arc<[u8]>> {
-        let bytes = elf::read_file(&self.path).ok()?;
-        if !self.check.passes(&bytes) {
-            tracing::debug!("{}: not the debug file it is named as", self.path.display());
-            return None;
-        }
-        let debug = ElfFile64::<Endianness>::parse(bytes.as_slice()).ok()?;
+        let cache = match open_debug_file(&self.path, &self.check) {
+            Ok(found) => found?,
+            Err(err) => {
+                tracing::debug!("{}: not read: {err}", self.path.display());
+                return None;
+            }
+        };
+        let debug = ElfFile64::<Endianness, _>::parse(&cache).ok()?;
         section(&debug, ".debug_frame").map(|(_, data)| data)
     }
 }

@@ -54,6 +54,10 @@ use crate::{
 /// Stored function-data entries past which adjacent intervals are merged in pairs.
 const ENTRY_BUDGET: usize = 2_000_000;
 
+/// Naming the stacks after a run says what it is doing (and how to cut it short) once it
+/// has taken this long.
+const NAMING_TOLD_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// A probed function, as the report describes it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ProbedFunction {
@@ -1176,8 +1180,14 @@ impl FunctionSession {
         }
     }
 
-    /// Names every stack and hands over the recording.
-    pub fn finish(mut self, probes: &Probes) -> FunctionRecording {
+    /// Names every stack and hands over the recording. Once `give_way` says so (a stop
+    /// signal while naming), no further file's source lines are read: the rest of the
+    /// frames are named by function, and a note says so.
+    pub fn finish(
+        mut self,
+        probes: &Probes,
+        give_way: impl Fn() -> bool + 'static,
+    ) -> FunctionRecording {
         let before = self.counted_before;
         let uprobe_counters = (!self.functions.is_empty())
             .then(|| probes.function_counters().ok())
@@ -1186,7 +1196,7 @@ impl FunctionSession {
                 Some(then) => func_counters_since(now, then),
                 None => now,
             });
-        let (frames, stacks, naming) = self.name_all_stacks();
+        let (frames, stacks, naming) = self.name_all_stacks(give_way);
         let sampler = self
             .options
             .profile
@@ -1215,14 +1225,27 @@ impl FunctionSession {
     /// Names every stack sampled, each distinct named stack once, and renumbers the samples
     /// of the intervals kept to the named stacks: the frames, the stacks, and what the
     /// naming found.
-    fn name_all_stacks(&mut self) -> (Vec<Frame>, Vec<Vec<FrameId>>, Naming) {
+    fn name_all_stacks(
+        &mut self,
+        give_way: impl Fn() -> bool + 'static,
+    ) -> (Vec<Frame>, Vec<Vec<FrameId>>, Naming) {
         let started = Instant::now();
         let mut symbolizer = Symbolizer::with_debug_dirs(self.options.debug_dirs.clone())
-            .with_lines(self.options.lines);
+            .with_lines(self.options.lines)
+            .lines_until(give_way);
         let mut named = StackTable::default();
         let mut remap: Vec<u32> = Vec::with_capacity(self.raw.len());
         let mut native_only: BTreeMap<u32, (bool, Walk)> = BTreeMap::new();
+        let mut told = false;
         for (index, raw) in self.raw.iter().enumerate() {
+            if !told && self.options.lines && started.elapsed() >= NAMING_TOLD_AFTER {
+                told = true;
+                self.notices.tell(Notice::Functions(format!(
+                    "naming the {} stacks sampled ({index} so far); a stop signal names the \
+                     rest by function, without source lines",
+                    self.raw.len()
+                )));
+            }
             let (ids, complete) = self.name_stack(&mut symbolizer, raw);
             if raw.python == 0 && raw.user >= 0 {
                 native_only.insert(index as u32, (!complete, raw.walk));

@@ -15,7 +15,7 @@ pub mod targets;
 use std::{
     collections::BTreeMap,
     path::PathBuf,
-    sync::atomic::{AtomicI32, Ordering},
+    sync::atomic::{AtomicI32, AtomicU32, Ordering},
     time::{Duration, Instant, SystemTime},
 };
 
@@ -1256,10 +1256,10 @@ fn conclude(setup: &mut Setup, measured: Measured) -> Outcome {
         }
         None => exit_code,
     };
-    let function_recording = sampler
-        .functions
-        .as_mut()
-        .map(|f| f.next_run(&sampler.probes).finish(&sampler.probes));
+    let function_recording = sampler.functions.as_mut().map(|f| {
+        f.next_run(&sampler.probes)
+            .finish(&sampler.probes, signalled_from_now())
+    });
     let recorder = sampler.next_run();
     let table = std::mem::replace(
         &mut sampler.table,
@@ -1469,6 +1469,16 @@ fn shares_foreground_terminal() -> bool {
 /// none.
 static FIRST_STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
 
+/// How many stop signals have come since the session's [`Signals`] were set up.
+static STOP_SIGNALS: AtomicU32 = AtomicU32::new(0);
+
+/// Whether a stop signal has come since this was called: what the work after a run
+/// (naming its stacks) gives way to, so that a stop signal then still ends it promptly.
+fn signalled_from_now() -> impl Fn() -> bool + 'static {
+    let seen = STOP_SIGNALS.load(Ordering::SeqCst);
+    move || STOP_SIGNALS.load(Ordering::SeqCst) > seen
+}
+
 /// The signals that stop a run, and the live view's stop request: the one way a session
 /// learns of them, from the first moment of its start-up to its end. The blocking steps of
 /// start-up (loading and attaching the probes, which a signal may interrupt in the kernel)
@@ -1486,11 +1496,13 @@ struct Signals {
 impl Signals {
     fn new(quit: Option<std::sync::Arc<tokio::sync::Notify>>) -> std::io::Result<Self> {
         FIRST_STOP_SIGNAL.store(0, Ordering::SeqCst);
+        STOP_SIGNALS.store(0, Ordering::SeqCst);
         let mut noted = Vec::new();
         for stop in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
             // SAFETY: the action only stores into an atomic: async-signal-safe.
             let id = unsafe {
                 signal_hook_registry::register(stop, move || {
+                    STOP_SIGNALS.fetch_add(1, Ordering::SeqCst);
                     let _ = FIRST_STOP_SIGNAL.compare_exchange(
                         0,
                         stop,

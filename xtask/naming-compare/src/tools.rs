@@ -15,9 +15,10 @@ use blazesym::symbolize::{
     source::{Elf, Source},
 };
 use cg_agent::functions::{
-    debuginfo::{DebugDirs, SymbolSource, extra_symbols},
-    elf::{ElfInfo, demangle, read_file},
+    debuginfo::{DebugDirs, SymbolSource},
+    elf::{ElfInfo, demangle},
     lines::{self, SourceLines, TEXT_MAX_CHARS},
+    symbolize::load_symbols,
 };
 
 /// One frame at an address, innermost first, as cg-trace names it.
@@ -40,25 +41,11 @@ pub struct CgAgent {
 }
 
 impl CgAgent {
-    /// Reads `path`'s symbols as cg-agent's `Symbolizer` does (`load_symbols`: its own
-    /// `.symtab`, else its debug file's).
+    /// Reads `path`'s symbols as cg-agent's `Symbolizer` does (its own `.symtab`, else its
+    /// debug file's).
     pub fn symbols(path: &Path, dirs: &DebugDirs) -> Result<(ElfInfo, SymbolSource)> {
-        let bytes = read_file(path)?;
-        let mut source = SymbolSource::Own;
-        let mut notes = Vec::new();
-        let elf = ElfInfo::parse_with(path, &bytes, &[], |file, _| {
-            use object::{Object as _, ObjectSymbol as _};
-            let own = file
-                .symbols()
-                .any(|s| s.kind() == object::SymbolKind::Text && s.is_definition());
-            if own {
-                return Vec::new();
-            }
-            let (symbols, found) = extra_symbols(path, file, dirs, &mut notes);
-            source = found;
-            symbols
-        })?;
-        Ok((elf, source))
+        load_symbols(path, dirs, &mut Vec::new())
+            .ok_or_else(|| anyhow!("{}: no symbols read", path.display()))
     }
 
     /// Adds `path`'s line tables to its symbols: its own, else those of the debug file its
@@ -92,7 +79,7 @@ impl CgAgent {
 
     /// The symbol table's name of the function at `vaddr`.
     pub fn symbol(&self, vaddr: u64) -> Option<&str> {
-        self.elf.function_at(vaddr).map(|s| s.name.as_str())
+        self.elf.function_at(vaddr).map(|s| s.name())
     }
 
     /// addr2line's answer as `SourceLines::frames` gives it.
