@@ -395,7 +395,7 @@ fn load_program(
 /// Where the kernel keeps what the programs read (offsets into `task_struct` and
 /// `linux_binprm`, from the kernel's BTF: the object has no CO-RE relocations), and whether
 /// its exit tracepoint says when a whole thread group died.
-struct KernelLayout {
+pub(crate) struct KernelLayout {
     pid: u32,
     tgid: u32,
     runtime: u32,
@@ -413,7 +413,8 @@ impl KernelLayout {
     /// Reads the kernel's BTF, with what the open-coded task walk needs of it (or why it
     /// cannot serve); its copy is freed on return, before aya parses its own (aya's loader
     /// always does).
-    fn read() -> Result<(Self, Result<task_walk::WalkLayout, task_walk::WalkError>), ProbeError> {
+    pub(crate) fn read()
+    -> Result<(Self, Result<task_walk::WalkLayout, task_walk::WalkError>), ProbeError> {
         let btf = btf::Btf::from_sys_fs()?;
         let task = |member| btf.member_offset("task_struct", member);
         let layout = KernelLayout {
@@ -436,7 +437,7 @@ impl KernelLayout {
         Ok((layout, walk))
     }
 
-    fn task_offsets(&self) -> task_walk::TaskOffsets {
+    pub(crate) fn task_offsets(&self) -> task_walk::TaskOffsets {
         task_walk::TaskOffsets {
             pid: self.pid,
             tgid: self.tgid,

@@ -595,6 +595,16 @@ impl TaskWalk {
         let capacity = threads_alive
             .saturating_mul(2)
             .clamp(MIN_CAPACITY, MAX_CAPACITY);
+        Self::with_capacity(layout, all_tasks, capacity)
+    }
+
+    /// Assembles and loads the walk with an array of `capacity` records.
+    fn with_capacity(
+        layout: WalkLayout,
+        all_tasks: bool,
+        capacity: u32,
+    ) -> Result<Self, WalkError> {
+        let capacity = capacity.clamp(1, MAX_CAPACITY);
         let (map, mapped, prog) = Self::build(&layout, all_tasks, capacity)?;
         Ok(TaskWalk {
             layout,
@@ -818,6 +828,79 @@ mod tests {
         let never = a.label();
         a.jump(Jump::Always, never);
         assert!(a.finish().is_err());
+    }
+
+    #[test]
+    fn a_kernel_without_the_kfuncs_is_unsupported_not_an_error() {
+        // A BTF blob with no types at all: the walk cannot serve, and says why.
+        let mut blob = 0xeb9fu16.to_le_bytes().to_vec();
+        blob.extend_from_slice(&[1, 0]);
+        for word in [24u32, 0, 0, 0, 1] {
+            blob.extend_from_slice(&word.to_le_bytes());
+        }
+        blob.push(0);
+        let btf = Btf::parse(blob).unwrap();
+        let offsets = TaskOffsets {
+            pid: 0,
+            tgid: 4,
+            start_time: 8,
+            runtime: 16,
+            cpu: 24,
+            exit_state: 28,
+            group_leader: 32,
+            flags: 40,
+        };
+        match WalkLayout::read(&btf, offsets) {
+            Err(WalkError::Unsupported(why)) => assert!(why.contains("bpf_iter_task"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn walks_this_process_and_grows_an_array_too_small() {
+        // The running kernel (6.18 on the development VM) has the kfuncs.
+        let btf = Btf::from_sys_fs().unwrap();
+        let kernel = super::super::KernelLayout::read().unwrap().0;
+        let layout = WalkLayout::read(&btf, kernel.task_offsets()).unwrap();
+        drop(btf);
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            // Without privileges the kernel refuses the array or the program: an error,
+            // never a walk.
+            assert!(TaskWalk::with_capacity(layout, false, 8).is_err());
+            return;
+        }
+        // Room for 8 records: the first walk fills it, and is made again on larger arrays.
+        let mut walk = TaskWalk::with_capacity(layout, false, 8).unwrap();
+        let records = walk.walk().unwrap();
+        assert!(walk.grown >= 1 && walk.capacity() as usize >= records.len());
+        // SAFETY: getpid and gettid have no preconditions.
+        let (pid, tid) = unsafe { (libc::getpid() as u32, libc::gettid() as u32) };
+        let me = records
+            .iter()
+            .find(|r| r.tid == tid)
+            .unwrap_or_else(|| panic!("tid {tid} not among {} records", records.len()));
+        assert_eq!(me.tgid, pid);
+        assert!(me.runtime_ns > 0 && me.start_ns > 0, "{me:?}");
+        assert!(
+            me.process_start_ns > 0 && me.process_start_ns <= me.start_ns,
+            "{me:?}"
+        );
+        assert_eq!(
+            (me.exit_state, me.task_flags & TaskRecord::PF_EXITING),
+            (0, 0)
+        );
+        // As many threads as the kernel counts, give or take what came and went.
+        let alive = threads_alive().unwrap() as usize;
+        assert!(
+            records.len().abs_diff(alive) < 64,
+            "{} vs {alive}",
+            records.len()
+        );
+        // A second walk fits the grown array.
+        let grown = walk.grown;
+        assert!(!walk.walk().unwrap().is_empty());
+        assert_eq!(walk.grown, grown);
     }
 
     #[test]
