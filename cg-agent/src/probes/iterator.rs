@@ -32,7 +32,7 @@
 //!
 //! Pure: [`super::Probes`] does the reading; tests write the records by hand.
 
-use std::collections::HashMap;
+use std::{borrow::Cow, collections::HashMap};
 
 use cg_common::{TaskRecord, ThreadKey};
 
@@ -81,11 +81,15 @@ impl Targets {
 /// list until it is reaped, long after its EXIT and FREE closed its books, and read again it
 /// would count as a new thread), and the runtime summed over every other thread that has not
 /// begun to exit (`PF_EXITING`: from its exit on, the kernel counts it among the exited).
-pub fn split_records(records: &[TaskRecord], targets: &Targets) -> (Vec<TaskRecord>, u64) {
-    let mut theirs = Vec::with_capacity(match targets {
-        Targets::All => records.len(),
-        Targets::Some(_) => 0,
-    });
+/// With `--all` and no zombie, the records themselves (no copy: 10,000 threads are 480 kB).
+pub fn split_records<'a>(
+    records: &'a [TaskRecord],
+    targets: &Targets,
+) -> (Cow<'a, [TaskRecord]>, u64) {
+    if *targets == Targets::All && records.iter().all(|r| r.exit_state == 0) {
+        return (Cow::Borrowed(records), 0);
+    }
+    let mut theirs = Vec::new();
     let mut others_ns = 0u64;
     for record in records {
         if targets.holds(record) {
@@ -96,7 +100,7 @@ pub fn split_records(records: &[TaskRecord], targets: &Targets) -> (Vec<TaskReco
             others_ns = others_ns.saturating_add(record.runtime_ns);
         }
     }
-    (theirs, others_ns)
+    (Cow::Owned(theirs), others_ns)
 }
 
 /// What is known of one accounted thread.
