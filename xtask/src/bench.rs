@@ -504,7 +504,7 @@ fn iterator_read_cost(count: usize, seconds: f64, walker: Walker) -> Result<Iter
     fs::write(SYSCTL, "1").context("enabling kernel.bpf_stats_enabled")?;
     let out = tempdir()?;
     let report_path = out.join("iterator.json");
-    let result = (|| -> Result<((u64, u64), CpuSpent)> {
+    let result = (|| -> Result<((u64, u64, bool), CpuSpent)> {
         let tracer = start_tracer_in(&report_path, Some(seconds), Variant::Iterator, walker.env())?;
         let watch = CpuWatch::start(tracer.id())?;
         sleep(Duration::from_secs_f64((seconds - 2.0).max(0.5)));
@@ -678,7 +678,7 @@ fn program_cost(pingpong: &Path, seconds: f64) -> Result<Option<(u64, f64)>> {
         // SAFETY: signalling our own child.
         unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) };
         tracer.wait()?;
-        Ok(best.map(|(runs, ns)| (runs, ns as f64 / runs as f64)))
+        Ok(best.map(|(runs, ns, _)| (runs, ns as f64 / runs as f64)))
     })();
     let _ = fs::write(SYSCTL, before.trim());
     result
