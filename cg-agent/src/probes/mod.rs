@@ -701,7 +701,7 @@ impl Probes {
             .transpose()?;
         let walker = if config.accounting == Accounting::Iterator {
             stop_here(stop)?;
-            Some(choose_walker(config, walk_layout)?)
+            Some(choose_walker(config, walk_layout, stop)?)
         } else {
             None
         };
@@ -1087,6 +1087,7 @@ fn lifecycle_from(e: &LifecycleEvent) -> Option<Lifecycle> {
 fn choose_walker(
     config: &ProbeConfig,
     layout: Result<task_walk::WalkLayout, task_walk::WalkError>,
+    stop: &mut dyn FnMut() -> Option<i32>,
 ) -> Result<Walker, ProbeError> {
     if config.iter_task_only {
         return Ok(Walker::IterTask {
@@ -1102,11 +1103,23 @@ fn choose_walker(
             );
             Ok(Walker::Open(walk))
         }
-        Err(task_walk::WalkError::Unsupported(why)) => {
+        // EAGAIN or EINTR every time: signals, not the kernel's features.
+        Err(task_walk::WalkError::Sys { source, .. })
+            if retry::interrupted_by_signal(source.raw_os_error()) =>
+        {
+            match stop() {
+                Some(signal) => Err(ProbeError::LoadInterrupted { signal }),
+                None => Err(ProbeError::Iterate(with_causes(&source))),
+            }
+        }
+        Err(refused) => {
+            let why = match refused {
+                task_walk::WalkError::Unsupported(why) => why,
+                other => with_causes(&other),
+            };
             tracing::debug!("iterator accounting: the iter/task program ({why})");
             Ok(Walker::IterTask { why })
         }
-        Err(other) => Err(ProbeError::Iterate(with_causes(&other))),
     }
 }
 

@@ -28,7 +28,8 @@ pub enum WalkError {
     /// `iter/task` program serves instead.
     #[error("{0}")]
     Unsupported(String),
-    /// A system call failed while the walk was set up or run.
+    /// A system call failed while the walk was set up or run (at set-up, the `iter/task`
+    /// program serves instead, unless signals kept interrupting the call).
     #[error("{call}: {source}")]
     Sys {
         call: &'static str,
@@ -483,6 +484,13 @@ fn load_program(insns: &[Insn]) -> Result<OwnedFd, WalkError> {
             call: "BPF_PROG_LOAD",
             source,
         }),
+        // Signals kept interrupting it: that says nothing of the kernel.
+        Err(source) if super::retry::interrupted_by_signal(source.raw_os_error()) => {
+            Err(WalkError::Sys {
+                call: "BPF_PROG_LOAD",
+                source,
+            })
+        }
         Err(err) => {
             let mut log = vec![0u8; 256 * 1024];
             let _ = attempt(&mut log);
@@ -622,14 +630,9 @@ impl TaskWalk {
         all_tasks: bool,
         capacity: u32,
     ) -> Result<(OwnedFd, Mapped, OwnedFd), WalkError> {
-        let map = create_array(capacity).map_err(|source| match source.raw_os_error() {
-            Some(libc::EINVAL | libc::EPERM | libc::ENOTSUP) => {
-                WalkError::Unsupported(format!("the kernel refused an mmapable array: {source}"))
-            }
-            _ => WalkError::Sys {
-                call: "BPF_MAP_CREATE",
-                source,
-            },
+        let map = create_array(capacity).map_err(|source| WalkError::Sys {
+            call: "BPF_MAP_CREATE (an mmapable array)",
+            source,
         })?;
         let mapped = Mapped::new(&map, capacity).map_err(|source| WalkError::Sys {
             call: "mmap of the task walk's array",
