@@ -24,13 +24,13 @@ pub mod names {
     pub const EVENTS: &str = "EVENTS";
     /// Per-CPU array of one [`LossCounters`](super::LossCounters).
     pub const LOSSES: &str = "LOSSES";
-    /// Per-CPU array of one `u64` (iterator accounting): nanoseconds that tasks other than
-    /// targets ran, summed over the CPUs' slots, as the task iterator and
-    /// `sched_process_free` charged them (the growth of each task's runtime since it was
-    /// last charged).
+    /// Per-CPU array of one `u64` (iterator accounting): nanoseconds that exited tasks other
+    /// than targets ran, summed over the CPUs' slots: each one's runtime at
+    /// `sched_process_exit`, and what it ran after that when its free is seen. The living
+    /// ones' time user space sums from the walk's records.
     pub const OTHER_RUNTIME: &str = "OTHER_RUNTIME";
     /// The task iterator program (`iter/task`): one [`TaskRecord`](super::TaskRecord) per
-    /// accounted thread.
+    /// thread.
     pub const TASK_RUNTIMES: &str = "task_runtimes";
     /// The fentry program on `__put_task_struct` (iterator accounting): a second way in to a
     /// task's free, beside `sched_process_free`.
@@ -68,8 +68,9 @@ pub mod globals {
     /// `u32`: 1 when `sched_process_exit` passes `group_dead` (Linux 6.16 and later).
     pub const EXIT_HAS_GROUP_DEAD: &str = "EXIT_HAS_GROUP_DEAD";
     /// `u32`: 1 in iterator accounting (no program on context switches): `sched_process_free`
-    /// reports each target thread's final runtime ([`FREE`](super::event_kind::FREE)) and
-    /// charges other tasks' last growth to `OTHER_RUNTIME`.
+    /// reports each target thread's final runtime ([`FREE`](super::event_kind::FREE));
+    /// `sched_process_exit` and `sched_process_free` add other tasks' runtime to
+    /// `OTHER_RUNTIME` as they go.
     pub const ITERATOR_MODE: &str = "ITERATOR_MODE";
     /// `u32`: byte offset of `task_struct.cpu` (the CPU the task last ran on).
     pub const TASK_CPU_OFFSET: &str = "TASK_CPU_OFFSET";
@@ -77,6 +78,8 @@ pub mod globals {
     /// dead: the task iterator skips such a target thread, whose books its EXIT and FREE
     /// close).
     pub const TASK_EXIT_STATE_OFFSET: &str = "TASK_EXIT_STATE_OFFSET";
+    /// `u32`: byte offset of `task_struct.flags` (`PF_EXITING` once the thread began to exit).
+    pub const TASK_FLAGS_OFFSET: &str = "TASK_FLAGS_OFFSET";
 }
 
 /// Default capacity of [`names::ON_CPU`]: threads (of targets, or of the whole machine with
@@ -204,8 +207,9 @@ pub struct LossCounters {
 }
 const _: () = assert!(size_of::<LossCounters>() == 40);
 
-/// What the task iterator writes for each accounted thread (targets; every thread with
-/// `--all`): the kernel's own count of its CPU time, read once per interval.
+/// What a walk of the task list writes for each thread (the `iter/task` program, or the
+/// open-coded walk user space assembles): the kernel's own count of its CPU time, read once
+/// per interval, and what user space needs to tell a target's thread from another.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TaskRecord {
@@ -218,10 +222,22 @@ pub struct TaskRecord {
     pub runtime_ns: u64,
     /// The CPU it last ran on (`task_struct.cpu`).
     pub cpu: u32,
+    /// `task_struct.exit_state`: non-zero once the thread is a zombie or dead.
+    pub exit_state: u32,
+    /// The start time of its process (the group leader's `start_time`), checked against
+    /// `TARGETS`; 0 with `--all` (every thread is a target's).
+    pub process_start_ns: u64,
+    /// `task_struct.flags` (`PF_EXITING`: the thread began to exit); 0 with `--all`.
+    pub task_flags: u32,
     /// Always 0 (no implicit padding).
     pub reserved: u32,
 }
-const _: () = assert!(size_of::<TaskRecord>() == 32);
+const _: () = assert!(size_of::<TaskRecord>() == 48);
+
+impl TaskRecord {
+    /// `PF_EXITING` in [`TaskRecord::task_flags`] (include/linux/sched.h).
+    pub const PF_EXITING: u32 = 0x4;
+}
 
 /// Kinds of [`LifecycleEvent`].
 pub mod event_kind {

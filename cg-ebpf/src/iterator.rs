@@ -1,10 +1,12 @@
-//! Iterator accounting: nothing runs on context switches. User space reads the task iterator
-//! `task_runtimes` once per interval; it writes a [`TaskRecord`] (the kernel's own runtime
-//! count) for each thread of a target process, or for every thread with `--all`, and charges
-//! the runtime growth of every other task since its last visit to `OTHER_RUNTIME`.
-//! `sched_process_free` and `__put_task_struct` (in main; two hooks, the first of them does it)
-//! close each task's books when it is gone for good: a target's final runtime goes to user
-//! space as a FREE event, another task's last growth to `OTHER_RUNTIME` ([`charge_freed`]).
+//! Iterator accounting: nothing runs on context switches. User space walks the task list once
+//! per interval, either with its own open-coded walk (kernel 6.7+, assembled in user space)
+//! or with the task iterator `task_runtimes` here; each writes a [`TaskRecord`] (the kernel's
+//! own runtime count) for every thread, and user space tells targets' threads from others
+//! and sums the living others' runtimes. What exited tasks other than targets ran, the hooks
+//! add to `OTHER_RUNTIME`: their runtime at `sched_process_exit` ([`charge_exited_other`]),
+//! and what they ran after it once they are freed ([`charge_freed`], called by
+//! `sched_process_free` and `__put_task_struct`, the first of them does it). A target's final
+//! runtime goes to user space as a FREE event.
 
 use aya_ebpf::{
     bindings::seq_file, helpers::generated::bpf_seq_write, macros::map, maps::PerCpuArray,
@@ -12,8 +14,8 @@ use aya_ebpf::{
 use cg_common::{TaskRecord, ThreadMark, event_kind};
 
 use crate::{
-    TASK_PID_OFFSET, TASK_RUNTIME_OFFSET, TASK_TGID_OFFSET, THREAD_MARKS, TRACE_START_NS,
-    count_loss, emit, field, global, is_target_task, start_time,
+    ALL_TASKS, TASK_PID_OFFSET, TASK_RUNTIME_OFFSET, TASK_TGID_OFFSET, THREAD_MARKS, count_loss,
+    emit, field, global, is_target_task, process_start_time, start_time,
 };
 
 #[unsafe(no_mangle)]
@@ -22,11 +24,16 @@ static TASK_CPU_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static TASK_EXIT_STATE_OFFSET: u32 = 0;
 
+#[unsafe(no_mangle)]
+static TASK_FLAGS_OFFSET: u32 = 0;
+
 #[map]
 static OTHER_RUNTIME: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
 /// The iterator program: `ctx` is a `struct bpf_iter__task { bpf_iter_meta *meta;
-/// task_struct *task; }`; `task` is null once after the last task.
+/// task_struct *task; }`; `task` is null once after the last task. Writes every thread's
+/// record; with `--all` every thread is a target's, and the fields that tell them apart are
+/// left 0.
 #[unsafe(no_mangle)]
 #[unsafe(link_section = "iter/task")]
 pub fn task_runtimes(ctx: *mut core::ffi::c_void) -> i32 {
@@ -41,26 +48,20 @@ pub fn task_runtimes(ctx: *mut core::ffi::c_void) -> i32 {
     if task.is_null() {
         return 0;
     }
-    let tgid: u32 = field(task, global(&TASK_TGID_OFFSET));
-    let runtime_ns: u64 = field(task, global(&TASK_RUNTIME_OFFSET));
-    if !is_target_task(task, tgid) {
-        charge_other(task, runtime_ns, true);
-        return 0;
-    }
-    // A zombie (exited, not yet reaped) stays in the task list until its parent reaps it,
-    // which can be long after user space has closed its books on its EXIT and FREE (or on
-    // the wait for them): written again, it would be read as a new thread and its whole
-    // runtime charged twice.
-    let exit_state: i32 = field(task, global(&TASK_EXIT_STATE_OFFSET));
-    if exit_state != 0 {
-        return 0;
-    }
+    let all = global(&ALL_TASKS) != 0;
     let record = TaskRecord {
-        tgid,
+        tgid: field(task, global(&TASK_TGID_OFFSET)),
         tid: field(task, global(&TASK_PID_OFFSET)),
         start_ns: start_time(task),
-        runtime_ns,
+        runtime_ns: field(task, global(&TASK_RUNTIME_OFFSET)),
         cpu: field(task, global(&TASK_CPU_OFFSET)),
+        exit_state: field(task, global(&TASK_EXIT_STATE_OFFSET)),
+        process_start_ns: if all { 0 } else { process_start_time(task) },
+        task_flags: if all {
+            0
+        } else {
+            field(task, global(&TASK_FLAGS_OFFSET))
+        },
         reserved: 0,
     };
     // `meta->seq` is its first field.
@@ -77,48 +78,36 @@ pub fn task_runtimes(ctx: *mut core::ffi::c_void) -> i32 {
     0
 }
 
-/// Charges the growth of a non-target task's runtime since it was last charged to
-/// `OTHER_RUNTIME`; `create` makes the task's mark when it has none (the iterator; not at
-/// free). A task seen first: all of its runtime when it was created after tracing began,
-/// none otherwise (what it ran before is no part of the run).
+/// Adds `ns` to the per-CPU sum of exited other tasks' time.
 #[inline(always)]
-fn charge_other(task: *const u8, runtime_ns: u64, create: bool) {
-    let fresh = start_time(task) > global(&TRACE_START_NS);
-    let mut init = ThreadMark {
-        charged_runtime_ns: ThreadMark::NEW,
-    };
-    let mark = if create {
-        THREAD_MARKS.get_or_create(task, &mut init)
-    } else {
-        THREAD_MARKS.get(task)
-    };
-    let since = if mark.is_null() {
-        if create {
-            count_loss(|l| l.marks_failed += 1);
-        }
-        if fresh && !create { 0 } else { runtime_ns }
-    } else {
-        // SAFETY: the task's own storage, which the verifier checked for null above.
-        let charged = unsafe { (*mark).charged_runtime_ns };
-        if charged != ThreadMark::NEW {
-            charged
-        } else if fresh {
-            0
-        } else {
-            runtime_ns
-        }
-    };
-    if !mark.is_null() {
-        // SAFETY: as above.
-        unsafe { core::ptr::write_volatile(&mut (*mark).charged_runtime_ns, runtime_ns) };
-    }
-    let grown = runtime_ns.saturating_sub(since);
-    if grown == 0 {
+fn add_other(ns: u64) {
+    if ns == 0 {
         return;
     }
     if let Some(total) = OTHER_RUNTIME.get_ptr_mut(0) {
         // SAFETY: per-CPU slot, written only by this CPU with preemption off.
-        unsafe { core::ptr::write_volatile(total, *total + grown) };
+        unsafe { core::ptr::write_volatile(total, *total + ns) };
+    }
+}
+
+/// At `sched_process_exit` of a thread that is not a target's (iterator accounting, not
+/// `--all`): its runtime so far joins the exited others' sum, and its mark keeps that figure
+/// for its free, which adds what it ran after. From its exit on, user space leaves it out of
+/// the living others' sum (the walk shows it with `PF_EXITING`, set before this hook runs),
+/// so nothing is counted twice. Without a mark (out of memory) the few microseconds between
+/// exit and its last switch go uncounted.
+#[inline(always)]
+pub fn charge_exited_other(task: *const u8, runtime_ns: u64) {
+    add_other(runtime_ns);
+    let mut init = ThreadMark {
+        charged_runtime_ns: runtime_ns,
+    };
+    let mark = THREAD_MARKS.get_or_create(task, &mut init);
+    if mark.is_null() {
+        count_loss(|l| l.marks_failed += 1);
+    } else {
+        // SAFETY: the task's own storage, checked for null above.
+        unsafe { core::ptr::write_volatile(&mut (*mark).charged_runtime_ns, runtime_ns) };
     }
 }
 
@@ -142,7 +131,8 @@ pub fn mark_exited_target(task: *const u8) {
 }
 
 /// When a task is gone for good in iterator accounting: its runtime is final (it has been
-/// switched out for the last time). A target's is reported, another task's growth charged.
+/// switched out for the last time). A target's is reported; another task whose exit was
+/// charged ([`charge_exited_other`]) has what it ran since added to `OTHER_RUNTIME`.
 ///
 /// Two hooks call it: `sched_process_free` and, once the task's last reference goes (in the
 /// same RCU callback, or later where another holder kept one), an fentry program on
@@ -150,8 +140,8 @@ pub fn mark_exited_target(task: *const u8) {
 /// handler at that tracepoint for a task (ftrace sees nothing either), while the task is
 /// freed all the same. The first hook to come sets the task's mark to `FREE_DONE`, and the
 /// other then does nothing. The backup acts only on a task with a mark (an exited target, or
-/// another task the iterator charged): one without was never charged, and the tracepoint
-/// may have charged it already.
+/// another task whose exit was charged): one without was never charged, and the tracepoint
+/// may have reported it already.
 #[inline(always)]
 pub fn charge_freed(task: *const u8, backup: bool) {
     let mark = THREAD_MARKS.get(task);
@@ -166,12 +156,15 @@ pub fn charge_freed(task: *const u8, backup: bool) {
     let tgid: u32 = field(task, global(&TASK_TGID_OFFSET));
     let tid: u32 = field(task, global(&TASK_PID_OFFSET));
     let runtime_ns: u64 = field(task, global(&TASK_RUNTIME_OFFSET));
-    if state == Some(ThreadMark::EXITED_TARGET) || is_target_task(task, tgid) {
-        emit(event_kind::FREE, task, tgid, tid, 0, |event| {
-            event.runtime_ns = runtime_ns;
-        });
-    } else {
-        charge_other(task, runtime_ns, false);
+    match state {
+        Some(ThreadMark::EXITED_TARGET) => emit_free(task, tgid, tid, runtime_ns),
+        Some(charged) if charged != ThreadMark::NEW => {
+            add_other(runtime_ns.saturating_sub(charged));
+        }
+        // No mark: a task whose exit no hook of ours saw (it exited before tracing began),
+        // or a target whose mark could not be made.
+        _ if is_target_task(task, tgid) => emit_free(task, tgid, tid, runtime_ns),
+        _ => {}
     }
     if !mark.is_null() {
         // SAFETY: the task's own storage, checked for null above.
@@ -179,4 +172,11 @@ pub fn charge_freed(task: *const u8, backup: bool) {
             core::ptr::write_volatile(&mut (*mark).charged_runtime_ns, ThreadMark::FREE_DONE)
         };
     }
+}
+
+#[inline(always)]
+fn emit_free(task: *const u8, tgid: u32, tid: u32, runtime_ns: u64) {
+    emit(event_kind::FREE, task, tgid, tid, 0, |event| {
+        event.runtime_ns = runtime_ns;
+    });
 }

@@ -16,9 +16,9 @@
 //!   removes a target process from `TARGETS` once it is gone for good, so a lost exit event
 //!   can leave no stale target behind.
 //! - [`iterator`]: iterator accounting (`--accounting iterator`), with no program on context
-//!   switches: a task iterator that user space reads once per interval, writing each
-//!   accounted thread's runtime; `sched_process_exit` and `sched_process_free` (backed by an
-//!   fentry program on `__put_task_struct`) then close each task's books.
+//!   switches: a walk of the task list that user space runs once per interval, writing each
+//!   thread's runtime; `sched_process_exit` and `sched_process_free` (backed by an fentry
+//!   program on `__put_task_struct`) then close each task's books.
 //!
 //! - Function-level programs live in their own modules: [`functions`] (uprobes on chosen
 //!   functions, with per-thread entry stacks) and [`sampler`] (CPU-clock stack sampling and
@@ -481,6 +481,9 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
     let tgid: u32 = field(task, global(&TASK_TGID_OFFSET));
     let tid: u32 = field(task, global(&TASK_PID_OFFSET));
     if !is_target_task(task, tgid) {
+        if global(&ITERATOR_MODE) != 0 {
+            iterator::charge_exited_other(task, field(task, global(&TASK_RUNTIME_OFFSET)));
+        }
         return 0;
     }
     let group_dead = if global(&EXIT_HAS_GROUP_DEAD) != 0 {

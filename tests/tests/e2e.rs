@@ -794,13 +794,53 @@ fn assert_cpu_matches_the_kernel(report: &Value, truth: &[(u64, f64)], what: &st
 }
 
 /// Both ways of reading CPU time (`--accounting`): each must match the kernel's own figures.
-const ACCOUNTINGS: [&str; 2] = ["iterator", "switch"];
+/// Iterator accounting twice: with the open-coded task walk (kernel 6.7+), and with the
+/// `iter/task` program that kernels before 6.7 use (forced: [`ITER_TASK`]).
+const ACCOUNTINGS: [&str; 3] = ["iterator", ITER_TASK, "switch"];
+/// Iterator accounting with the `iter/task` program.
+const ITER_TASK: &str = "iterator (iter/task)";
+
+/// The `--accounting` word of one of [`ACCOUNTINGS`].
+fn method_of(accounting: &str) -> &str {
+    if accounting == ITER_TASK {
+        "iterator"
+    } else {
+        accounting
+    }
+}
+
+/// The environment cg-trace runs in for one of [`ACCOUNTINGS`].
+fn env_of(accounting: &str) -> &'static [(&'static str, &'static str)] {
+    if accounting == ITER_TASK {
+        &[("CG_TRACE_ITER_TASK", "1")]
+    } else {
+        &[]
+    }
+}
 
 /// cg-trace on the model, quiet, in `accounting`, running `command`.
 fn traced_in(accounting: &str, command: &[&str]) -> cg_tests::Run {
-    let mut args = vec!["--source", "model", "-q", "--accounting", accounting, "--"];
+    let mut args = vec![
+        "--source",
+        "model",
+        "-q",
+        "--accounting",
+        method_of(accounting),
+        "--",
+    ];
     args.extend_from_slice(command);
-    cg_trace(&args)
+    cg_tests::cg_trace_with_env(&args, env_of(accounting))
+}
+
+/// Whether the running kernel is 6.7 or later (it has the open-coded task iterator).
+fn kernel_has_task_kfuncs() -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut parts = release
+        .trim()
+        .split(['.', '-'])
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (major, minor) >= (6, 7)
 }
 
 /// [`assert_cpu_matches_the_kernel`], but for as many processes as the report counts threads
@@ -838,13 +878,21 @@ fn assert_cpu_matches_the_kernel_but_for_missing_finals(
     );
 }
 
-/// Checks that the report says it read CPU time the way asked.
+/// Checks that the report says it read CPU time the way asked, and in iterator accounting
+/// that it walked the threads the way asked (the open-coded walk wherever the kernel has it).
 fn assert_accounting(report: &Value, accounting: &str) {
-    assert_eq!(
-        report["meta"]["accounting"]["method"], accounting,
-        "{:#}",
-        report["meta"]["accounting"]
-    );
+    let meta = &report["meta"]["accounting"];
+    assert_eq!(meta["method"], method_of(accounting), "{meta:#}");
+    let walker = match accounting {
+        ITER_TASK => Some("iter_task"),
+        "iterator" if kernel_has_task_kfuncs() => Some("task_walk"),
+        "iterator" => Some("iter_task"),
+        _ => None,
+    };
+    match walker {
+        Some(walker) => assert_eq!(meta["walker"], walker, "{meta:#}"),
+        None => assert!(meta.get("walker").is_none(), "{meta:#}"),
+    }
 }
 
 #[test]
@@ -1148,21 +1196,24 @@ fn fork_storm_loses_nothing(accounting: &str) {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("cpu.log");
     let log_arg = log.display().to_string();
-    let run = cg_trace(&[
-        "--source",
-        "model",
-        "-q",
-        "--interval",
-        "2000",
-        "--accounting",
-        accounting,
-        "--",
-        &bin("cg-wait4").display().to_string(),
-        &log_arg,
-        "sh",
-        "-c",
-        "i=0; while [ $i -lt 2000 ]; do /bin/true; i=$((i + 1)); done",
-    ]);
+    let run = cg_tests::cg_trace_with_env(
+        &[
+            "--source",
+            "model",
+            "-q",
+            "--interval",
+            "2000",
+            "--accounting",
+            method_of(accounting),
+            "--",
+            &bin("cg-wait4").display().to_string(),
+            &log_arg,
+            "sh",
+            "-c",
+            "i=0; while [ $i -lt 2000 ]; do /bin/true; i=$((i + 1)); done",
+        ],
+        env_of(accounting),
+    );
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
     let report = run.report();
     assert_adds_up(report);

@@ -199,19 +199,67 @@ fn overhead(quick: bool) -> Result<()> {
 }
 
 /// The costs of iterator accounting that grow with what is alive (`cargo xtask bench
-/// --iterator`: only these): the agent on an idle machine, and one read with 10,000 threads.
+/// --iterator`: only these): the agent on an idle machine, and one read with 10,000 threads,
+/// with each way of walking the threads (the open-coded walk, and the `iter/task` program of
+/// kernels before 6.7), taking turns for two rounds so that both see the same machine.
 fn iterator_costs(config: &Config, out: &Path) -> Result<()> {
-    // 3. The agent's own cost on an idle machine at the default interval.
     let cg_idle = root().join("target/release/cg-idle");
-    idle_cost(config, &out.join("idle.json"), &cg_idle)?;
-    println!();
-
-    // 4. One read of the task iterator with 10,000 threads alive.
-    match iterator_read_cost(10_000, config.idle_s / 3.0) {
-        Ok(cost) => cost.print(),
-        Err(err) => println!("iterator read with 10,000 threads: not measured ({err:#})"),
+    for round in 1..=2 {
+        for walker in [Walker::TaskWalk, Walker::IterTask] {
+            println!(
+                "== round {round}, {} (load average {})",
+                walker.name(),
+                load_average()
+            );
+            // 3. The agent's own cost on an idle machine at the default interval.
+            idle_cost(config, &out.join("idle.json"), &cg_idle, walker)?;
+            println!();
+            // 4. One read of the task walk with 10,000 threads alive.
+            match iterator_read_cost(10_000, config.idle_s / 3.0, walker) {
+                Ok(cost) => cost.print(),
+                Err(err) => println!("iterator read with 10,000 threads: not measured ({err:#})"),
+            }
+            println!();
+        }
     }
     Ok(())
+}
+
+/// How iterator accounting walks the threads in a benchmark run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Walker {
+    /// The open-coded task walk (kernel 6.7+), cg-trace's choice where the kernel has it.
+    TaskWalk,
+    /// The `iter/task` program (`CG_TRACE_ITER_TASK=1`).
+    IterTask,
+}
+
+impl Walker {
+    fn name(self) -> &'static str {
+        match self {
+            Walker::TaskWalk => "task_walk",
+            Walker::IterTask => "iter_task",
+        }
+    }
+
+    fn env(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Walker::TaskWalk => &[],
+            Walker::IterTask => &[("CG_TRACE_ITER_TASK", "1")],
+        }
+    }
+}
+
+/// The first three fields of /proc/loadavg.
+fn load_average() -> String {
+    fs::read_to_string("/proc/loadavg")
+        .map(|text| {
+            text.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default()
 }
 
 /// Idle processes alive while the idle figure is taken (each wakes once a second): about
@@ -221,13 +269,18 @@ const IDLE_PROCESSES: usize = 1_000;
 /// `cg-trace --all` (iterator accounting) for `config.idle_s` at the default interval, with
 /// [`IDLE_PROCESSES`] idle processes (`cg-idle`) alive: its own CPU, steady (from /proc,
 /// after loading) and over the whole run (its report), and its memory.
-fn idle_cost(config: &Config, report_path: &Path, cg_idle: &Path) -> Result<()> {
+fn idle_cost(config: &Config, report_path: &Path, cg_idle: &Path, walker: Walker) -> Result<()> {
     let idle =
         crate::bench_view::IdleProcesses::start(cg_idle, IDLE_PROCESSES, config.idle_s + 10.0)?;
     // Let every one of them wake at least once.
     sleep(Duration::from_millis(1500));
     let alive = process_count();
-    let mut tracer = start_tracer(report_path, Some(config.idle_s), Variant::Iterator)?;
+    let mut tracer = start_tracer_in(
+        report_path,
+        Some(config.idle_s),
+        Variant::Iterator,
+        walker.env(),
+    )?;
     let watch = CpuWatch::start(tracer.id())?;
     sleep(Duration::from_secs_f64(config.idle_s / 2.0));
     let rss_mid_kb = vm_kb(tracer.id(), "VmRSS").unwrap_or(0);
@@ -247,8 +300,9 @@ fn idle_cost(config: &Config, report_path: &Path, cg_idle: &Path) -> Result<()> 
     let peak = figure(&report, "/meta/profiler/max_rss_bytes");
     let seen = report["processes"].as_array().map_or(0, Vec::len);
     println!(
-        "cg-trace --all (iterator accounting), default 100 ms interval, {duration_s:.1} s, \
-         {alive} processes alive ({idle_count} of them cg-idle, each waking once a second)"
+        "cg-trace --all (iterator accounting, {}), default 100 ms interval, {duration_s:.1} s, \
+         {alive} processes alive ({idle_count} of them cg-idle, each waking once a second)",
+        report["meta"]["accounting"]["walker"]
     );
     println!(
         "  own CPU, steady ({:.1} s after loading, from /proc): {:.3} % of one core (user \
@@ -381,8 +435,10 @@ fn proc_cpu(pid: u32) -> Result<ProcCpu> {
 struct IteratorCost {
     threads: usize,
     reads: u64,
-    /// Kernel BPF statistics: the iterator program's time per read (all tasks).
+    /// Kernel BPF statistics: the walking program's time per read (all tasks).
     bpf_us_per_read: f64,
+    /// The walker the report names.
+    walker: String,
     /// cg-trace's own CPU time (user + system: the read syscall, parsing, accounting, the
     /// energy source) per interval, over the whole run (loading included).
     agent_us_per_interval: f64,
@@ -393,11 +449,11 @@ struct IteratorCost {
 impl IteratorCost {
     fn print(&self) {
         println!(
-            "iterator accounting, {} threads alive, cg-trace --all, 100 ms interval, {} reads",
-            self.threads, self.reads
+            "iterator accounting ({}), {} threads alive, cg-trace --all, 100 ms interval, {} reads",
+            self.walker, self.threads, self.reads
         );
         println!(
-            "  iterator program (kernel BPF statistics): {:.0} µs per read",
+            "  walking program (kernel BPF statistics): {:.0} µs per read",
             self.bpf_us_per_read
         );
         let steady = &self.steady;
@@ -421,7 +477,7 @@ impl IteratorCost {
 /// iterator` for `seconds` with the kernel's BPF statistics on, and reads the iterator
 /// program's statistics (the most-run program: it runs once per task per read) from the
 /// tracer's descriptors and the tracer's own CPU time from its report.
-fn iterator_read_cost(count: usize, seconds: f64) -> Result<IteratorCost> {
+fn iterator_read_cost(count: usize, seconds: f64, walker: Walker) -> Result<IteratorCost> {
     const SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
     let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
     let stop_rx = std::sync::Arc::new(std::sync::Mutex::new(stop_rx));
@@ -448,8 +504,8 @@ fn iterator_read_cost(count: usize, seconds: f64) -> Result<IteratorCost> {
     fs::write(SYSCTL, "1").context("enabling kernel.bpf_stats_enabled")?;
     let out = tempdir()?;
     let report_path = out.join("iterator.json");
-    let result = (|| -> Result<((u64, u64), CpuSpent)> {
-        let tracer = start_tracer(&report_path, Some(seconds), Variant::Iterator)?;
+    let result = (|| -> Result<((u64, u64, bool), CpuSpent)> {
+        let tracer = start_tracer_in(&report_path, Some(seconds), Variant::Iterator, walker.env())?;
         let watch = CpuWatch::start(tracer.id())?;
         sleep(Duration::from_secs_f64((seconds - 2.0).max(0.5)));
         let steady = watch.finish()?;
@@ -463,12 +519,21 @@ fn iterator_read_cost(count: usize, seconds: f64) -> Result<IteratorCost> {
     for sleeper in sleepers {
         let _ = sleeper.join();
     }
-    let ((runs, ns), steady) = result?;
+    let ((runs, ns, once_per_read), steady) = result?;
     let report = read_report(&report_path)?;
     let cpu_s = figure(&report, "/meta/profiler/cpu_time_s");
     let duration_s = figure(&report, "/meta/duration_s");
-    let reads = runs / tasks.max(1) as u64;
+    // The open-coded walk runs once per read; the iter/task program once per task.
+    let reads = if once_per_read {
+        runs
+    } else {
+        runs / tasks.max(1) as u64
+    };
     Ok(IteratorCost {
+        walker: report["meta"]["accounting"]["walker"]
+            .as_str()
+            .unwrap_or("?")
+            .to_string(),
         threads: tasks,
         reads,
         bpf_us_per_read: ns as f64 / reads.max(1) as f64 / 1e3,
@@ -477,8 +542,11 @@ fn iterator_read_cost(count: usize, seconds: f64) -> Result<IteratorCost> {
     })
 }
 
-/// (runs, ns) of the most-run BPF program among `pid`'s descriptors (kernel BPF statistics).
-fn program_stats(pid: u32) -> Result<Option<(u64, u64)>> {
+/// (runs, ns, whether it runs once per read) of the program that walks the threads among
+/// `pid`'s descriptors (kernel BPF statistics): the open-coded walk (a syscall program,
+/// `prog_type` 31) where there is one, else the most-run program (the iter/task program,
+/// which runs once per task).
+fn program_stats(pid: u32) -> Result<Option<(u64, u64, bool)>> {
     let mut best: Option<(u64, u64)> = None;
     for entry in fs::read_dir(format!("/proc/{pid}/fdinfo"))? {
         let Ok(text) = fs::read_to_string(entry?.path()) else {
@@ -489,13 +557,19 @@ fn program_stats(pid: u32) -> Result<Option<(u64, u64)>> {
                 .find_map(|l| l.strip_prefix(name))
                 .and_then(|v| v.trim().parse::<u64>().ok())
         };
-        if let (Some(runs), Some(ns)) = (field("run_cnt:"), field("run_time_ns:"))
-            && best.is_none_or(|(r, _)| runs > r)
-        {
+        let Some((runs, ns)) = field("run_cnt:").zip(field("run_time_ns:")) else {
+            continue;
+        };
+        if field("prog_type:") == Some(31) && runs > 0 {
+            return Ok(Some((runs, ns, true)));
+        }
+        if best.is_none_or(|(r, _)| runs > r) {
             best = Some((runs, ns));
         }
     }
-    Ok(best.filter(|(runs, _)| *runs > 0))
+    Ok(best
+        .filter(|(runs, _)| *runs > 0)
+        .map(|(runs, ns)| (runs, ns, false)))
 }
 
 /// How `cg-trace --all` runs in a benchmark.
@@ -604,14 +678,25 @@ fn program_cost(pingpong: &Path, seconds: f64) -> Result<Option<(u64, f64)>> {
         // SAFETY: signalling our own child.
         unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) };
         tracer.wait()?;
-        Ok(best.map(|(runs, ns)| (runs, ns as f64 / runs as f64)))
+        Ok(best.map(|(runs, ns, _)| (runs, ns as f64 / runs as f64)))
     })();
     let _ = fs::write(SYSCTL, before.trim());
     result
 }
 
 fn start_tracer(report: &Path, duration_s: Option<f64>, variant: Variant) -> Result<Child> {
+    start_tracer_in(report, duration_s, variant, &[])
+}
+
+/// [`start_tracer`] with these environment variables set.
+fn start_tracer_in(
+    report: &Path,
+    duration_s: Option<f64>,
+    variant: Variant,
+    env: &[(&str, &str)],
+) -> Result<Child> {
     let mut cmd = Command::new(root().join("target/release/cg-trace"));
+    cmd.envs(env.iter().copied());
     cmd.args(["--all", "-q", "-o"]).arg(report);
     cmd.args(variant.args());
     if let Some(d) = duration_s {

@@ -1,7 +1,9 @@
 //! A minimal reader of the kernel's BTF (`/sys/kernel/btf/vmlinux`): just enough to find the
 //! byte offset of a struct member (Rust eBPF has no CO-RE relocations here, so user space
 //! hands the offsets of `task_struct.pid` and friends to the programs as globals) and the
-//! number of arguments of a BTF tracepoint.
+//! number of arguments of a BTF tracepoint; and, for the open-coded task walk
+//! ([`super::task_walk`]), the BTF ids of kernel functions (kfuncs) and the values of enum
+//! constants.
 //!
 //! Hand-written on purpose: aya-obj 0.3 (aya 0.14's object loader) parses BTF, but its public
 //! API stops at `Btf::parse` and `id_by_type_name_kind`; reading a struct's members, their
@@ -30,8 +32,11 @@ pub enum BtfError {
 const KIND_PTR: u32 = 2;
 const KIND_STRUCT: u32 = 4;
 const KIND_UNION: u32 = 5;
+const KIND_ENUM: u32 = 6;
 const KIND_TYPEDEF: u32 = 8;
+const KIND_FUNC: u32 = 12;
 const KIND_FUNC_PROTO: u32 = 13;
+const KIND_ENUM64: u32 = 19;
 
 /// BTF kept as raw bytes plus the offset of each type record, so that reading the whole
 /// kernel's BTF (several MB, ~100k types) costs little more memory than the file itself.
@@ -233,6 +238,42 @@ impl Btf {
         None
     }
 
+    /// The BTF id of the kernel function `name` (what a kfunc call names), if the kernel
+    /// has one.
+    pub fn func_id(&self, name: &str) -> Option<u32> {
+        self.find(KIND_FUNC, name)
+    }
+
+    /// The size in bytes of `struct name`.
+    pub fn struct_size(&self, name: &str) -> Option<u32> {
+        Some(self.header(self.find(KIND_STRUCT, name)?)?.size_or_type)
+    }
+
+    /// The value of the enum constant `name` (in any enum), if the kernel has one.
+    pub fn enum_value(&self, name: &str) -> Option<i64> {
+        (1..self.types.len() as u32).find_map(|id| {
+            let h = self.header(id)?;
+            let step = match h.kind {
+                KIND_ENUM => 8,
+                KIND_ENUM64 => 12,
+                _ => return None,
+            };
+            (0..h.vlen).find_map(|i| {
+                let at = h.at + 12 + step * i;
+                if self.name(read_u32(&self.data, at).ok()?) != name.as_bytes() {
+                    return None;
+                }
+                let low = read_u32(&self.data, at + 4).ok()?;
+                Some(if h.kind == KIND_ENUM {
+                    i64::from(low as i32)
+                } else {
+                    let high = read_u32(&self.data, at + 8).ok()?;
+                    ((u64::from(high) << 32) | u64::from(low)) as i64
+                })
+            })
+        })
+    }
+
     /// Number of arguments the tracepoint `name` passes to programs (the kernel's
     /// `btf_trace_<name>` prototype, minus its leading context pointer).
     pub fn tracepoint_args(&self, name: &str) -> Option<usize> {
@@ -265,7 +306,9 @@ mod tests {
     /// Builds a tiny BTF blob: struct outer { int a; union { int b; int c; }; } plus
     /// typedef btf_trace_demo -> ptr -> func_proto(void *, int, int).
     fn tiny_btf() -> Vec<u8> {
-        let mut strings = b"\0int\0outer\0a\0b\0c\0btf_trace_demo\0".to_vec();
+        let mut strings =
+            b"\0int\0outer\0a\0b\0c\0btf_trace_demo\0bpf_demo_kfunc\0demo\0DEMO_A\0DEMO_B\0"
+                .to_vec();
         let s = |name: &str, strings: &[u8]| -> u32 {
             let needle = [name.as_bytes(), b"\0"].concat();
             strings
@@ -312,6 +355,18 @@ mod tests {
         push(&[0, 2 << 24, 4]);
         // 7: typedef btf_trace_demo -> 6
         push(&[s("btf_trace_demo", &strings), 8 << 24, 6]);
+        // 8: func bpf_demo_kfunc -> 4
+        push(&[s("bpf_demo_kfunc", &strings), 12 << 24, 4]);
+        // 9: enum demo { DEMO_A = -1, DEMO_B = 2 }, size 4
+        push(&[
+            s("demo", &strings),
+            (6 << 24) | 2,
+            4,
+            s("DEMO_A", &strings),
+            u32::MAX,
+            s("DEMO_B", &strings),
+            2,
+        ]);
         strings.push(0);
         let mut blob = Vec::new();
         blob.extend_from_slice(&0xeb9fu16.to_le_bytes());
@@ -348,6 +403,36 @@ mod tests {
         ));
         assert_eq!(btf.tracepoint_args("demo"), Some(2));
         assert_eq!(btf.tracepoint_args("missing"), None);
+    }
+
+    #[test]
+    fn finds_kfuncs_enum_values_and_struct_sizes() {
+        let btf = Btf::parse(tiny_btf()).unwrap();
+        assert_eq!(btf.func_id("bpf_demo_kfunc"), Some(8));
+        assert_eq!(btf.func_id("outer"), None, "a struct is no function");
+        assert_eq!(btf.enum_value("DEMO_B"), Some(2));
+        assert_eq!(btf.enum_value("DEMO_A"), Some(-1));
+        assert_eq!(btf.enum_value("DEMO_C"), None);
+        assert_eq!(btf.struct_size("outer"), Some(8));
+        assert_eq!(btf.struct_size("nope"), None);
+    }
+
+    #[test]
+    fn a_truncated_blob_is_an_error_or_finds_nothing_but_never_panics() {
+        let blob = tiny_btf();
+        for len in 0..blob.len() {
+            let Ok(btf) = Btf::parse(blob[..len].to_vec()) else {
+                continue;
+            };
+            let _ = btf.func_id("bpf_demo_kfunc");
+            let _ = btf.enum_value("DEMO_B");
+            let _ = btf.struct_size("outer");
+            let _ = btf.member_offset("outer", "c");
+        }
+        // Header offsets that point past the end.
+        let mut bad = blob.clone();
+        bad[20..24].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(Btf::parse(bad).is_err());
     }
 
     #[test]

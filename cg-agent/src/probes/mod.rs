@@ -16,6 +16,7 @@ pub mod iterator;
 pub mod retry;
 mod ring_reader;
 pub mod sampler;
+pub mod task_walk;
 mod uprobe_multi;
 pub mod uprobes;
 
@@ -72,6 +73,22 @@ pub struct ProbeConfig {
     pub noop_switch: bool,
     /// Function-level probes to prepare.
     pub functions: FunctionProbeConfig,
+    /// Iterator accounting: walk the threads with the `iter/task` program even where the
+    /// kernel offers the open-coded walk (the way kernels before 6.7 go; [`ITER_TASK_ENV`]).
+    pub iter_task_only: bool,
+}
+
+/// Set to 1, iterator accounting reads threads with the `iter/task` program, as on kernels
+/// before 6.7 (tests and benchmarks of that path).
+pub const ITER_TASK_ENV: &str = "CG_TRACE_ITER_TASK";
+
+/// How iterator accounting walks the threads, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WalkerUsed {
+    /// `task_walk` (the open-coded walk, kernel 6.7+) or `iter_task` (the task iterator).
+    pub name: &'static str,
+    /// Why `iter_task` serves, when it does.
+    pub why: Option<String>,
 }
 
 /// Which function-level probes a run uses (their maps are shrunk to nothing otherwise).
@@ -282,6 +299,23 @@ impl Losses {
     }
 }
 
+/// Iterator accounting's state.
+struct IteratorState {
+    books: iterator::IteratorBooks,
+    /// The kernel's sum of exited other tasks' time.
+    other: PerCpuArray<MapData, u64>,
+    walker: Walker,
+    all_tasks: bool,
+}
+
+/// How iterator accounting walks the threads.
+enum Walker {
+    /// The open-coded walk (kernel 6.7 and later).
+    Open(task_walk::TaskWalk),
+    /// The `iter/task` program, and why the open-coded walk does not serve.
+    IterTask { why: String },
+}
+
 /// Loaded and attached probes. Dropping this detaches and unloads everything.
 pub struct Probes {
     // Keeps the programs and their links alive.
@@ -298,7 +332,7 @@ pub struct Probes {
     batch: batch::BatchReader,
     /// Iterator accounting's books and the kernel's sum of other tasks' time (`None` in
     /// switch accounting).
-    iterator: Option<(iterator::IteratorBooks, PerCpuArray<MapData, u64>)>,
+    iterator: Option<IteratorState>,
     /// How long loading and attaching took.
     pub attach_time: Duration,
     /// Iterator accounting: whether the second hook on a task's free (fentry on
@@ -361,7 +395,7 @@ fn load_program(
 /// Where the kernel keeps what the programs read (offsets into `task_struct` and
 /// `linux_binprm`, from the kernel's BTF: the object has no CO-RE relocations), and whether
 /// its exit tracepoint says when a whole thread group died.
-struct KernelLayout {
+pub(crate) struct KernelLayout {
     pid: u32,
     tgid: u32,
     runtime: u32,
@@ -371,16 +405,19 @@ struct KernelLayout {
     filename: u32,
     cpu: u32,
     exit_state: u32,
+    flags: u32,
     exit_has_group_dead: u32,
 }
 
 impl KernelLayout {
-    /// Reads the kernel's BTF; its copy is freed on return, before aya parses its own (aya's
-    /// loader always does).
-    fn read() -> Result<Self, ProbeError> {
+    /// Reads the kernel's BTF, with what the open-coded task walk needs of it (or why it
+    /// cannot serve); its copy is freed on return, before aya parses its own (aya's loader
+    /// always does).
+    pub(crate) fn read()
+    -> Result<(Self, Result<task_walk::WalkLayout, task_walk::WalkError>), ProbeError> {
         let btf = btf::Btf::from_sys_fs()?;
         let task = |member| btf.member_offset("task_struct", member);
-        Ok(KernelLayout {
+        let layout = KernelLayout {
             pid: task("pid")?,
             tgid: task("tgid")?,
             runtime: btf.member_path_offset("task_struct", &["se", "sum_exec_runtime"])?,
@@ -391,10 +428,26 @@ impl KernelLayout {
             cpu: task("cpu")
                 .or_else(|_| btf.member_path_offset("task_struct", &["thread_info", "cpu"]))?,
             exit_state: task("exit_state")?,
+            flags: task("flags")?,
             exit_has_group_dead: u32::from(
                 btf.tracepoint_args("sched_process_exit").unwrap_or(1) >= 2,
             ),
-        })
+        };
+        let walk = task_walk::WalkLayout::read(&btf, layout.task_offsets());
+        Ok((layout, walk))
+    }
+
+    pub(crate) fn task_offsets(&self) -> task_walk::TaskOffsets {
+        task_walk::TaskOffsets {
+            pid: self.pid,
+            tgid: self.tgid,
+            start_time: self.start_time,
+            runtime: self.runtime,
+            cpu: self.cpu,
+            exit_state: self.exit_state,
+            group_leader: self.group_leader,
+            flags: self.flags,
+        }
     }
 }
 
@@ -474,6 +527,7 @@ fn loader<'a>(config: &ProbeConfig, globals: &'a Globals, ring_bytes: u32) -> Eb
         (globals::ITERATOR_MODE, &globals.iterator_mode),
         (globals::TASK_CPU_OFFSET, &layout.cpu),
         (globals::TASK_EXIT_STATE_OFFSET, &layout.exit_state),
+        (globals::TASK_FLAGS_OFFSET, &layout.flags),
         (profiling::globals::FUNC_CLOCK, &globals.func_clock),
         (profiling::globals::NOOP_FUNC, &globals.noop_func),
         (profiling::globals::STACK_COPY, &globals.stack_copy),
@@ -548,11 +602,13 @@ impl AccountingMaps {
 }
 
 /// Loads and attaches the lifecycle programs, then sched_switch (switch accounting), and
-/// loads the task iterator (iterator accounting). Returns whether the second hook on a task's
-/// free is attached (iterator accounting, where the kernel allows it).
+/// loads the task iterator (iterator accounting, where the open-coded walk does not serve:
+/// `iter_task`). Returns whether the second hook on a task's free is attached (iterator
+/// accounting, where the kernel allows it).
 fn attach_accounting(
     ebpf: &mut Ebpf,
     accounting: Accounting,
+    iter_task: bool,
     stop: &mut dyn FnMut() -> Option<i32>,
 ) -> Result<bool, ProbeError> {
     // BTF tracepoints are checked against the kernel's BTF at load time. aya parses all of
@@ -572,7 +628,7 @@ fn attach_accounting(
         prog.attach()
             .map_err(|source| ProbeError::Attach { program, source })?;
     }
-    if accounting == Accounting::Iterator {
+    if accounting == Accounting::Iterator && iter_task {
         let program = names::TASK_RUNTIMES;
         let prog = task_iterator(ebpf)?;
         load_program(program, stop, || prog.load("task", &aya_btf))?;
@@ -621,7 +677,7 @@ impl Probes {
             return Err(ProbeError::NoObject);
         }
         let started = Instant::now();
-        let layout = KernelLayout::read()?;
+        let (layout, walk_layout) = KernelLayout::read()?;
         let globals = Globals::new(config, layout, monotonic_ns());
         let ring = sample_ring(&config.functions);
         let ring_bytes = ring.map_or_else(page_size, |(bytes, _)| bytes);
@@ -643,7 +699,14 @@ impl Probes {
         let sampler = ring
             .map(|(_, read_period)| sampler::SamplerMaps::take(&mut ebpf, read_period))
             .transpose()?;
-        let free_backup = attach_accounting(&mut ebpf, config.accounting, stop)?;
+        let walker = if config.accounting == Accounting::Iterator {
+            stop_here(stop)?;
+            Some(choose_walker(config, walk_layout, stop)?)
+        } else {
+            None
+        };
+        let iter_task = matches!(walker, Some(Walker::IterTask { .. }));
+        let free_backup = attach_accounting(&mut ebpf, config.accounting, iter_task, stop)?;
 
         let cpu_count = aya::util::nr_cpus().map_err(|(_, source)| ProbeError::Read {
             name: "/sys/devices/system/cpu/possible",
@@ -654,11 +717,11 @@ impl Probes {
         if config.accounting == Accounting::Switch {
             switch_every_cpu();
         }
-        let iterator = (config.accounting == Accounting::Iterator).then(|| {
-            (
-                iterator::IteratorBooks::new(globals.trace_start_ns, cpu_count),
-                maps.other_runtime,
-            )
+        let iterator = walker.map(|walker| IteratorState {
+            books: iterator::IteratorBooks::new(globals.trace_start_ns, cpu_count),
+            other: maps.other_runtime,
+            walker,
+            all_tasks: config.all_tasks,
         });
         Ok(Probes {
             iterator,
@@ -738,16 +801,24 @@ impl Probes {
         })
     }
 
-    /// Iterator accounting's snapshot: one pass of the task iterator, then the kernel's sum
-    /// of other tasks' time.
+    /// Iterator accounting's snapshot: one walk of every thread, then the kernel's sum of
+    /// exited other tasks' time, then which processes are targets (read last: a process
+    /// that became one during the walk is one in this read).
     fn iterate(&mut self) -> Result<Snapshot, ProbeError> {
-        let bytes = read_task_iterator(&mut self._ebpf)?;
-        let taken_ns = monotonic_ns();
-        let records = iterator::parse_records(&bytes);
-        let Some((books, other)) = self.iterator.as_mut() else {
+        let Some(state) = self.iterator.as_mut() else {
             return Err(ProbeError::MissingProgram(names::TASK_RUNTIMES));
         };
-        let other_ns: u64 = other
+        let records = match &mut state.walker {
+            Walker::Open(walk) => walk
+                .walk()
+                .map_err(|e| ProbeError::Iterate(with_causes(&e)))?,
+            Walker::IterTask { .. } => {
+                iterator::parse_records(&read_task_iterator(&mut self._ebpf)?)
+            }
+        };
+        let taken_ns = monotonic_ns();
+        let exited_ns: u64 = state
+            .other
             .get(&0, 0)
             .map_err(|source| ProbeError::Map {
                 name: names::OTHER_RUNTIME,
@@ -755,7 +826,37 @@ impl Probes {
             })?
             .iter()
             .sum();
-        Ok(books.read(&records, other_ns, taken_ns))
+        let targets = if state.all_tasks {
+            iterator::Targets::All
+        } else {
+            let mut targets = std::collections::HashMap::new();
+            for item in self.targets.iter() {
+                let (pid, start_ns) = item.map_err(|source| ProbeError::Map {
+                    name: names::TARGETS,
+                    source,
+                })?;
+                targets.insert(pid, start_ns);
+            }
+            iterator::Targets::Some(targets)
+        };
+        let (theirs, living_ns) = iterator::split_records(&records, &targets);
+        Ok(state
+            .books
+            .read(&theirs, living_ns.saturating_add(exited_ns), taken_ns))
+    }
+
+    /// How iterator accounting walks the threads (`None` in switch accounting).
+    pub fn walker(&self) -> Option<WalkerUsed> {
+        self.iterator.as_ref().map(|state| match &state.walker {
+            Walker::Open(_) => WalkerUsed {
+                name: "task_walk",
+                why: None,
+            },
+            Walker::IterTask { why } => WalkerUsed {
+                name: "iter_task",
+                why: Some(why.clone()),
+            },
+        })
     }
 
     /// The threads whose kernel totals the books hold, to check now and then for threads
@@ -763,7 +864,7 @@ impl Probes {
     /// every book in iterator accounting (whose snapshots show only the threads that ran).
     pub fn accounted_threads(&self, snapshot: &Snapshot) -> Vec<ThreadKey> {
         match self.iterator.as_ref() {
-            Some((books, _)) => books.threads().collect(),
+            Some(state) => state.books.threads().collect(),
             None => snapshot.threads.iter().map(|(key, _)| *key).collect(),
         }
     }
@@ -772,7 +873,7 @@ impl Probes {
     pub fn awaits_final(&self) -> bool {
         self.iterator
             .as_ref()
-            .is_some_and(|(books, _)| books.awaits_final())
+            .is_some_and(|state| state.books.awaits_final())
     }
 
     /// How CPU time is read in this run.
@@ -880,7 +981,7 @@ impl Probes {
             // buffer may be unaligned, hence read_unaligned.
             let event: LifecycleEvent =
                 unsafe { std::ptr::read_unaligned(item.as_ptr() as *const LifecycleEvent) };
-            if let Some((books, _)) = self.iterator.as_mut() {
+            if let Some(IteratorState { books, .. }) = self.iterator.as_mut() {
                 let thread = ThreadKey {
                     tgid: event.tgid,
                     tid: event.tid,
@@ -909,7 +1010,7 @@ impl Probes {
         let finals_missing = self
             .iterator
             .as_ref()
-            .map_or(0, |(books, _)| books.finals_missing());
+            .map_or(0, |state| state.books.finals_missing());
         Ok(values.iter().fold(
             Losses {
                 finals_missing,
@@ -939,7 +1040,7 @@ impl Probes {
     /// Deletes a thread's totals (after its last time was read).
     pub fn delete_thread(&mut self, thread: ThreadKey) {
         match self.iterator.as_mut() {
-            Some((books, _)) => books.forget(thread),
+            Some(state) => state.books.forget(thread),
             None => {
                 let _ = self.on_cpu.remove(&thread);
             }
@@ -977,6 +1078,48 @@ fn lifecycle_from(e: &LifecycleEvent) -> Option<Lifecycle> {
             timestamp_ns: e.timestamp_ns,
         }),
         _ => None,
+    }
+}
+
+/// Chooses how iterator accounting walks the threads: the open-coded walk where the kernel
+/// has its kfuncs and takes the program, the `iter/task` program otherwise (or when asked,
+/// [`ProbeConfig::iter_task_only`]); the debug log says which, and why.
+fn choose_walker(
+    config: &ProbeConfig,
+    layout: Result<task_walk::WalkLayout, task_walk::WalkError>,
+    stop: &mut dyn FnMut() -> Option<i32>,
+) -> Result<Walker, ProbeError> {
+    if config.iter_task_only {
+        return Ok(Walker::IterTask {
+            why: format!("{ITER_TASK_ENV}=1"),
+        });
+    }
+    let threads = task_walk::threads_alive().unwrap_or(0);
+    match layout.and_then(|layout| task_walk::TaskWalk::new(layout, config.all_tasks, threads)) {
+        Ok(walk) => {
+            tracing::debug!(
+                "iterator accounting: the open-coded task walk ({} records of room)",
+                walk.capacity()
+            );
+            Ok(Walker::Open(walk))
+        }
+        // EAGAIN or EINTR every time: signals, not the kernel's features.
+        Err(task_walk::WalkError::Sys { source, .. })
+            if retry::interrupted_by_signal(source.raw_os_error()) =>
+        {
+            match stop() {
+                Some(signal) => Err(ProbeError::LoadInterrupted { signal }),
+                None => Err(ProbeError::Iterate(with_causes(&source))),
+            }
+        }
+        Err(refused) => {
+            let why = match refused {
+                task_walk::WalkError::Unsupported(why) => why,
+                other => with_causes(&other),
+            };
+            tracing::debug!("iterator accounting: the iter/task program ({why})");
+            Ok(Walker::IterTask { why })
+        }
     }
 }
 
@@ -1111,6 +1254,7 @@ mod tests {
             filename: 7,
             cpu: 8,
             exit_state: 9,
+            flags: 10,
             exit_has_group_dead: 1,
         }
     }

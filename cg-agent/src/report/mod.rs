@@ -929,6 +929,7 @@ pub(crate) mod tests {
             accounting: crate::session::accounting::AccountingChoice {
                 method: "iterator",
                 reason: "test".into(),
+                walker: Some("task_walk"),
             },
             timeseries: true,
             probes: Vec::new(),

@@ -29,6 +29,10 @@ pub struct AccountingChoice {
     /// `iterator` or `switch`.
     pub method: &'static str,
     pub reason: String,
+    /// Iterator accounting: how the threads were walked, `task_walk` (the open-coded walk,
+    /// kernel 6.7+) or `iter_task` (the task iterator); absent in switch accounting.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub walker: Option<&'static str>,
 }
 
 impl AccountingChoice {
@@ -36,7 +40,24 @@ impl AccountingChoice {
         AccountingChoice {
             method: accounting.as_str(),
             reason: reason.into(),
+            walker: None,
         }
+    }
+
+    /// Says, in iterator accounting, how the threads were walked (and why not with the
+    /// open-coded walk, when not).
+    pub fn with_walker(mut self, walker: Option<crate::probes::WalkerUsed>) -> Self {
+        if self.accounting() != Accounting::Iterator {
+            return self;
+        }
+        if let Some(walker) = walker {
+            self.reason.push_str(&match &walker.why {
+                None => "; threads walked by the open-coded task walk".to_string(),
+                Some(why) => format!("; threads walked by the iter/task program ({why})"),
+            });
+            self.walker = Some(walker.name);
+        }
+        self
     }
 
     /// Says, in iterator accounting, where threads' final runtimes come from: the second
@@ -208,6 +229,36 @@ mod tests {
         // Switch accounting needs no final runtime: its reason stands.
         let switch = asked(Accounting::Switch);
         assert_eq!(switch.clone().with_final_runtimes(false), switch);
+    }
+
+    #[test]
+    fn iterator_accounting_says_which_walker_ran() {
+        use crate::probes::WalkerUsed;
+        let asked = |a| choose(Some(a), needs(&[])).unwrap();
+        let open = asked(Accounting::Iterator).with_walker(Some(WalkerUsed {
+            name: "task_walk",
+            why: None,
+        }));
+        assert_eq!(open.walker, Some("task_walk"));
+        assert!(
+            open.reason.ends_with("open-coded task walk"),
+            "{}",
+            open.reason
+        );
+        let iter = asked(Accounting::Iterator).with_walker(Some(WalkerUsed {
+            name: "iter_task",
+            why: Some("no kfunc bpf_iter_task_new".into()),
+        }));
+        assert_eq!(iter.walker, Some("iter_task"));
+        assert!(
+            iter.reason.ends_with("(no kfunc bpf_iter_task_new)"),
+            "{}",
+            iter.reason
+        );
+        let switch = asked(Accounting::Switch);
+        assert_eq!(switch.clone().with_walker(None), switch);
+        let json = serde_json::to_value(&switch).unwrap();
+        assert!(json.get("walker").is_none(), "{json}");
     }
 
     fn needs(domains: &[DomainSpec]) -> Needs<'_> {

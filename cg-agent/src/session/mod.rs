@@ -739,7 +739,9 @@ async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup
     let probe_config = probe_config(&config, &accounting_choice, function_probes);
     let mut stop = || signals.received().map(StopRequest::signal);
     let mut probes = Probes::load(&probe_config, &mut stop)?;
-    let accounting_choice = accounting_choice.with_final_runtimes(probes.free_backup);
+    let accounting_choice = accounting_choice
+        .with_final_runtimes(probes.free_backup)
+        .with_walker(probes.walker());
     let function_session = if config.functions.any() {
         Some(functions::FunctionSession::start(
             &config.functions,
@@ -881,6 +883,7 @@ fn probe_config(
             interval: config.interval,
             copy_stacks: config.functions.stacks.copies_stacks(),
         },
+        iter_task_only: std::env::var_os(crate::probes::ITER_TASK_ENV).is_some_and(|v| v == "1"),
     }
 }
 
