@@ -209,7 +209,7 @@ pub struct LiveModel {
 impl LiveModel {
     pub fn new(start: &LiveStart<'_>) -> Self {
         let header = start.header;
-        let domains = header.domains.to_vec();
+        let domains = header.baseline.domains.to_vec();
         let top: Vec<usize> = (0..domains.len())
             .filter(|&d| domains[d].parent.is_none())
             .collect();
@@ -219,13 +219,13 @@ impl LiveModel {
         }
         LiveModel {
             mode: header.mode.clone(),
-            interval_ns: header.interval.as_nanos() as u64,
+            interval_ns: header.baseline.interval.as_nanos() as u64,
             cpu_count: header.host.cpu_count(),
             run_start_ns: start.run_start_ns,
             top,
             sources: header.sources.clone(),
             source_selection: header.selection_reason.clone(),
-            attributor: Attributor::new(header.baseline_inputs(), start.calibration),
+            attributor: Attributor::new(header.baseline.clone(), start.calibration),
             total: Ledger::new(domains.len()),
             window: Ledger::new(domains.len()),
             window_idle_ns: Vec::new(),
@@ -767,15 +767,17 @@ mod tests {
             header: &RunHeader {
                 mode,
                 host: host(),
-                interval: Duration::from_millis(100),
-                domains: domains.to_vec(),
                 sources: sources.to_vec(),
                 selection_reason: "test".into(),
-                known_idle_w: vec![known_idle_w],
-                busy_slope_w: vec![],
-                rest_power: Vec::new(),
-                idle_watts: IdleWatts::Estimate,
-                prior_slope_w_per_cpu: 5.0,
+                baseline: crate::accounting::BaselineInputs {
+                    domains: domains.to_vec(),
+                    idle_watts: IdleWatts::Estimate,
+                    known_idle_w: vec![known_idle_w],
+                    rest_power: Vec::new(),
+                    busy_slope_w: vec![],
+                    interval: Duration::from_millis(100),
+                    prior_slope_w_per_cpu: 5.0,
+                },
             },
             run_start_ns: 1_000 * MS,
             calibration: &[],
@@ -1066,15 +1068,17 @@ mod tests {
             header: &RunHeader {
                 mode,
                 host: host(),
-                interval: Duration::from_millis(100),
-                domains: domains.to_vec(),
                 sources: Vec::new(),
                 selection_reason: "test".into(),
-                known_idle_w: vec![Some(4.0), None],
-                busy_slope_w: vec![None, Some(200.0)],
-                rest_power: Vec::new(),
-                idle_watts: IdleWatts::PerDomain([("gpu0".to_string(), 30.0)].into()),
-                prior_slope_w_per_cpu: 5.0,
+                baseline: crate::accounting::BaselineInputs {
+                    domains: domains.to_vec(),
+                    idle_watts: IdleWatts::PerDomain([("gpu0".to_string(), 30.0)].into()),
+                    known_idle_w: vec![Some(4.0), None],
+                    rest_power: Vec::new(),
+                    busy_slope_w: vec![None, Some(200.0)],
+                    interval: Duration::from_millis(100),
+                    prior_slope_w_per_cpu: 5.0,
+                },
             },
             run_start_ns: 0,
             calibration: &[],

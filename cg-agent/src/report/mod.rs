@@ -343,17 +343,18 @@ pub struct TimeDomain {
 pub fn build(rec: &Recording) -> Report {
     let coverage: Vec<Coverage> = rec
         .header
+        .baseline
         .domains
         .iter()
         .map(|d| d.coverage.clone())
         .collect();
-    let top: Vec<usize> = (0..rec.header.domains.len())
-        .filter(|&d| rec.header.domains[d].parent.is_none())
+    let top: Vec<usize> = (0..rec.header.baseline.domains.len())
+        .filter(|&d| rec.header.baseline.domains[d].parent.is_none())
         .collect();
     let baselines = idle_baselines(rec);
     let idle_w: Vec<f64> = baselines.iter().map(|b| b.power_w).collect();
 
-    let mut ledger = Ledger::new(rec.header.domains.len());
+    let mut ledger = Ledger::new(rec.header.baseline.domains.len());
     let mut timeseries = Vec::new();
     let mut spend: Vec<IntervalSpend> = Vec::new();
     for interval in rec.recorder.intervals() {
@@ -384,6 +385,7 @@ pub fn build(rec: &Recording) -> Report {
         unplaced_other_cpu_time_s: rec.other_carried_past_end_ns as f64 / 1e9,
         domains: rec
             .header
+            .baseline
             .domains
             .iter()
             .enumerate()
@@ -573,8 +575,8 @@ fn per_second(energy_j: f64, seconds: f64) -> f64 {
 /// One baseline per domain (see [`crate::attribution::idle`] for the order of preference),
 /// fitted over the whole run and its calibration.
 fn idle_baselines(rec: &Recording) -> Vec<IdleBaseline> {
-    let inputs = rec.header.baseline_inputs();
-    (0..rec.header.domains.len())
+    let inputs = rec.header.baseline.clone();
+    (0..rec.header.baseline.domains.len())
         .map(|d| {
             inputs.baseline(d, || {
                 rec.recorder
@@ -610,6 +612,7 @@ fn time_point(
             .all(|&d| interval.energy_state(d).unknown_ns == 0),
         domains: rec
             .header
+            .baseline
             .domains
             .iter()
             .zip(splits)
@@ -650,7 +653,7 @@ fn process_entries(
     let run_end = run_start + rec.duration_ns;
     let thread_context = threads::ThreadContext {
         ledger,
-        domains: &rec.header.domains,
+        domains: &rec.header.baseline.domains,
         top,
         provenance: rec.header.provenance(),
         shown: threads::TOP_THREADS,
@@ -667,6 +670,7 @@ fn process_entries(
             // targets are always listed.
             let charged = rec
                 .header
+                .baseline
                 .domains
                 .iter()
                 .enumerate()
@@ -694,6 +698,7 @@ fn process_entries(
                 },
                 domains: rec
                     .header
+                    .baseline
                     .domains
                     .iter()
                     .enumerate()
@@ -745,13 +750,14 @@ fn meta(rec: &Recording, baselines: &[IdleBaseline], ledger: &Ledger) -> Meta {
         pids,
         stop_reason: rec.stop_reason.clone(),
         still_running: rec.still_running.clone(),
-        interval_ms: rec.header.interval.as_millis() as u64,
+        interval_ms: rec.header.baseline.interval.as_millis() as u64,
         calibration_s: rec.calibration_s,
         sources: rec.header.sources.clone(),
         source_selection: rec.header.selection_reason.clone(),
-        domain_topology: domain_topology(&rec.header.domains),
+        domain_topology: domain_topology(&rec.header.baseline.domains),
         idle_baseline: rec
             .header
+            .baseline
             .domains
             .iter()
             .zip(baselines)
@@ -881,8 +887,6 @@ pub(crate) mod tests {
                     command: vec!["work".into()],
                 },
                 host: HostInfo::two_cpu_test_host(),
-                interval: Duration::from_millis(100),
-                domains: vec![package()],
                 sources: vec![SourceInfo {
                     name: "powercap",
                     provenance: Provenance::Measured,
@@ -890,11 +894,15 @@ pub(crate) mod tests {
                     domains: vec!["package-0".into()],
                 }],
                 selection_reason: "test".into(),
-                known_idle_w: vec![None],
-                busy_slope_w: vec![None],
-                rest_power: Vec::new(),
-                idle_watts,
-                prior_slope_w_per_cpu: 5.0,
+                baseline: crate::accounting::BaselineInputs {
+                    domains: vec![package()],
+                    idle_watts,
+                    known_idle_w: vec![None],
+                    rest_power: Vec::new(),
+                    busy_slope_w: vec![None],
+                    interval: Duration::from_millis(100),
+                    prior_slope_w_per_cpu: 5.0,
+                },
             },
             run_id: "run-1".into(),
             started_at: SystemTime::UNIX_EPOCH,

@@ -24,7 +24,7 @@ pub(super) struct Starved {
 /// A stored interval counts as starved past twice its asked length plus 50 ms (stored
 /// intervals are asked length x 2^merges).
 pub(super) fn starved_intervals(rec: &Recording) -> Starved {
-    let asked_ns = (rec.header.interval.as_nanos() as u64) << rec.recorder.merges.min(32);
+    let asked_ns = (rec.header.baseline.interval.as_nanos() as u64) << rec.recorder.merges.min(32);
     let limit_ns = asked_ns.saturating_mul(2).saturating_add(50_000_000);
     let mut starved = Starved::default();
     for interval in rec.recorder.intervals() {
@@ -53,7 +53,7 @@ pub(super) fn quality(rec: &Recording, baselines: &[IdleBaseline], ledger: &Ledg
     if estimated {
         q.note(estimated_note(&rec.header.selection_reason));
     }
-    for (d, b) in rec.header.domains.iter().zip(baselines) {
+    for (d, b) in rec.header.baseline.domains.iter().zip(baselines) {
         baseline_note(&mut q, d, b);
     }
     loss_notes(&mut q, &rec.losses);
@@ -190,7 +190,7 @@ fn recorder_notes(q: &mut QualityNotes, rec: &Recording) {
              interval now spans about {})",
             rec.recorder.merges,
             human_duration(
-                (rec.header.interval.as_nanos() as u64)
+                (rec.header.baseline.interval.as_nanos() as u64)
                     .saturating_mul(1 << rec.recorder.merges.min(40))
             )
         ));
@@ -205,7 +205,7 @@ fn recorder_notes(q: &mut QualityNotes, rec: &Recording) {
              asked (the longest {}); their figures are exact in sum but coarser in time",
             starved.count,
             rec.recorder.intervals().len(),
-            rec.header.interval.as_millis(),
+            rec.header.baseline.interval.as_millis(),
             human_duration((starved.longest_s * 1e9) as u64)
         ));
     }

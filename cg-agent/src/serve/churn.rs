@@ -18,6 +18,7 @@ use std::{
 use cg_common::ThreadKey;
 
 use crate::{
+    accounting::BaselineInputs,
     attribution::{Interval, ProcId, Slice},
     host::HostInfo,
     probes::{
@@ -78,8 +79,6 @@ fn header() -> RunHeader {
     RunHeader {
         mode: Mode::System,
         host: host(),
-        interval: std::time::Duration::from_nanos(INTERVAL_NS),
-        domains: vec![crate::sources::model::model_domain()],
         sources: vec![SourceInfo {
             name: "model",
             provenance: Provenance::Estimated,
@@ -87,11 +86,15 @@ fn header() -> RunHeader {
             domains: vec!["model".into()],
         }],
         selection_reason: "benchmark".into(),
-        known_idle_w: vec![Some(IDLE_W)],
-        busy_slope_w: vec![],
-        rest_power: Vec::new(),
-        idle_watts: IdleWatts::Estimate,
-        prior_slope_w_per_cpu: 10.0,
+        baseline: BaselineInputs {
+            domains: vec![crate::sources::model::model_domain()],
+            idle_watts: IdleWatts::Estimate,
+            known_idle_w: vec![Some(IDLE_W)],
+            rest_power: Vec::new(),
+            busy_slope_w: vec![],
+            interval: std::time::Duration::from_nanos(INTERVAL_NS),
+            prior_slope_w_per_cpu: 10.0,
+        },
     }
 }
 

@@ -293,7 +293,7 @@ impl Exporter {
 
     pub fn with_grouper(start: &LiveStart<'_>, options: ServeOptions, grouper: Grouper) -> Self {
         let header = start.header;
-        let domains = header.domains.clone();
+        let domains = header.baseline.domains.clone();
         Exporter {
             options,
             grouper,
@@ -302,7 +302,7 @@ impl Exporter {
                 .filter(|&d| domains[d].parent.is_none())
                 .collect(),
             sources: header.sources.clone(),
-            attributor: Attributor::new(header.baseline_inputs(), start.calibration),
+            attributor: Attributor::new(header.baseline.clone(), start.calibration),
             intervals: 0,
             books: vec![DomainBooks::default(); domains.len()],
             groups: HashMap::new(),
@@ -686,11 +686,6 @@ mod tests {
         RunHeader {
             mode: Mode::System,
             host: HostInfo::two_cpu_test_host(),
-            interval: Duration::from_millis(100),
-            domains: vec![
-                domain("package-0", DomainKind::Package, None),
-                domain("core-0", DomainKind::Core, Some("package-0")),
-            ],
             sources: vec![SourceInfo {
                 name: "powercap",
                 provenance: Provenance::Measured,
@@ -698,11 +693,18 @@ mod tests {
                 domains: vec!["package-0".into(), "core-0".into()],
             }],
             selection_reason: "test".into(),
-            known_idle_w: vec![Some(idle_w), Some(idle_w / 2.0)],
-            busy_slope_w: vec![],
-            rest_power: Vec::new(),
-            idle_watts: IdleWatts::Estimate,
-            prior_slope_w_per_cpu: 5.0,
+            baseline: crate::accounting::BaselineInputs {
+                domains: vec![
+                    domain("package-0", DomainKind::Package, None),
+                    domain("core-0", DomainKind::Core, Some("package-0")),
+                ],
+                idle_watts: IdleWatts::Estimate,
+                known_idle_w: vec![Some(idle_w), Some(idle_w / 2.0)],
+                rest_power: Vec::new(),
+                busy_slope_w: vec![],
+                interval: Duration::from_millis(100),
+                prior_slope_w_per_cpu: 5.0,
+            },
         }
     }
 

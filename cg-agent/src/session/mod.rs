@@ -32,7 +32,7 @@ use self::{
 pub use crate::accounting::IdleWatts;
 use crate::{
     accounting::BaselineInputs,
-    attribution::{EnergyState, Glitch, Interval, idle::RestPower},
+    attribution::{EnergyState, Glitch, Interval},
     host::HostInfo,
     privileges,
     probes::{
@@ -173,40 +173,18 @@ pub struct ProfilerCost {
 pub struct RunHeader {
     pub mode: Mode,
     pub host: HostInfo,
-    pub interval: Duration,
-    pub domains: Vec<DomainSpec>,
     pub sources: Vec<SourceInfo>,
     pub selection_reason: String,
-    /// Idle power a source knows exactly (the model's), per domain.
-    pub known_idle_w: Vec<Option<f64>>,
-    /// Per domain: a GPU's rest power (its idle baseline), when known; the run's end brings
-    /// what was seen during it.
-    pub rest_power: Vec<Option<RestPower>>,
-    /// Per domain: the watts a fully busy unit (a GPU) is assumed to add when no idle fit is
-    /// possible; `None` uses the CPU prior.
-    pub busy_slope_w: Vec<Option<f64>>,
-    pub idle_watts: IdleWatts,
-    /// Assumed watts per busy CPU when no idle fit is possible.
-    pub prior_slope_w_per_cpu: f64,
+    /// What decides the run's idle baselines (the report's, the live view's and serve's):
+    /// the domains, the interval, and each domain's known idle or rest power. A GPU's rest
+    /// power is what was known at the start; the run's end brings what was seen during it.
+    pub baseline: BaselineInputs,
 }
 
 impl RunHeader {
-    /// What decides the run's idle baselines (the report's, the live view's and serve's).
-    pub fn baseline_inputs(&self) -> BaselineInputs {
-        BaselineInputs {
-            domains: self.domains.clone(),
-            idle_watts: self.idle_watts.clone(),
-            known_idle_w: self.known_idle_w.clone(),
-            rest_power: self.rest_power.clone(),
-            busy_slope_w: self.busy_slope_w.clone(),
-            interval: self.interval,
-            prior_slope_w_per_cpu: self.prior_slope_w_per_cpu,
-        }
-    }
-
     /// Takes the domains, descriptions and idle inputs of `sources`, chosen for `reason`.
     fn set_sources(&mut self, sources: &[Box<dyn EnergySource>], reason: String) {
-        self.domains = sources.iter().flat_map(|s| s.domains().to_vec()).collect();
+        self.baseline.domains = sources.iter().flat_map(|s| s.domains().to_vec()).collect();
         self.sources = sources
             .iter()
             .map(|s| SourceInfo {
@@ -217,9 +195,9 @@ impl RunHeader {
             })
             .collect();
         self.selection_reason = reason;
-        self.known_idle_w = known_idle(sources);
-        self.rest_power = energy::rest_powers(sources);
-        self.busy_slope_w = busy_slopes(sources);
+        self.baseline.known_idle_w = known_idle(sources);
+        self.baseline.rest_power = energy::rest_powers(sources);
+        self.baseline.busy_slope_w = busy_slopes(sources);
     }
 
     /// The notice that says which sources the run uses and why.
@@ -760,7 +738,7 @@ async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup
         &config,
         probes,
         selection.sources,
-        header.domains.len(),
+        header.baseline.domains.len(),
         observer,
         function_session,
     );
@@ -833,22 +811,23 @@ fn run_header(config: &RunConfig, host: HostInfo, selection: &sources::Selection
     for source in &selection.sources {
         tracing::info!("energy source: {}", source.describe());
     }
+    let prior_slope_w_per_cpu =
+        sources::model::ModelParams::defaults(host.cpu_count(), &host.cpu_model)
+            .watts_per_busy_cpu(host.cpu_count());
     let mut header = RunHeader {
         mode: config.mode.clone(),
-        interval: config.interval,
         sources: Vec::new(),
         selection_reason: String::new(),
-        known_idle_w: Vec::new(),
-        rest_power: Vec::new(),
-        busy_slope_w: Vec::new(),
-        idle_watts: config.idle_watts.clone(),
-        prior_slope_w_per_cpu: sources::model::ModelParams::defaults(
-            host.cpu_count(),
-            &host.cpu_model,
-        )
-        .watts_per_busy_cpu(host.cpu_count()),
         host,
-        domains: Vec::new(),
+        baseline: BaselineInputs {
+            domains: Vec::new(),
+            idle_watts: config.idle_watts.clone(),
+            known_idle_w: Vec::new(),
+            rest_power: Vec::new(),
+            busy_slope_w: Vec::new(),
+            interval: config.interval,
+            prior_slope_w_per_cpu,
+        },
     };
     header.set_sources(&selection.sources, selection.reason.clone());
     config.notices.tell(header.sources_chosen(false));
@@ -952,9 +931,11 @@ fn replace_still_source(
         .iter()
         .map(|s| (s.name(), s.domains().len()))
         .collect();
-    let Some((index, err)) =
-        still_during_calibration(&widths, &header.domains, sampler.recorder.calibration())
-    else {
+    let Some((index, err)) = still_during_calibration(
+        &widths,
+        &header.baseline.domains,
+        sampler.recorder.calibration(),
+    ) else {
         return Ok(false);
     };
     let fallback = sources::select::fall_back(
@@ -1246,8 +1227,11 @@ fn conclude(setup: &mut Setup, measured: Measured) -> Outcome {
     let losses_so_far = sampler.probes.losses().unwrap_or_default();
     let losses = losses_since(losses_so_far, setup.losses_before);
     setup.losses_before = losses_so_far;
-    let (source_notes, reports, settle_error) =
-        settle_energy(sampler, &setup.selection_notes, &setup.header.domains);
+    let (source_notes, reports, settle_error) = settle_energy(
+        sampler,
+        &setup.selection_notes,
+        &setup.header.baseline.domains,
+    );
     let exit_code = match settle_error {
         // A source that measured nothing of the run (a power log without a sample in it):
         // bad input. The report still says what was measured.
@@ -1272,8 +1256,8 @@ fn conclude(setup: &mut Setup, measured: Measured) -> Outcome {
     // keys and keep waiting).
     sampler.pending.processes.clear();
     let mut header = setup.header.clone();
-    header.busy_slope_w = reports.busy_slope_w;
-    header.rest_power = reports.rest_power;
+    header.baseline.busy_slope_w = reports.busy_slope_w;
+    header.baseline.rest_power = reports.rest_power;
     Outcome {
         exit_code,
         recording: Recording {
@@ -2232,15 +2216,17 @@ mod tests {
                 cpu_model: "c".into(),
                 cpu_packages: vec![0],
             },
-            interval: Duration::from_millis(100),
-            domains: Vec::new(),
             sources: vec![source(Provenance::Measured)],
             selection_reason: String::new(),
-            known_idle_w: Vec::new(),
-            busy_slope_w: Vec::new(),
-            rest_power: Vec::new(),
-            idle_watts: IdleWatts::Estimate,
-            prior_slope_w_per_cpu: 1.0,
+            baseline: BaselineInputs {
+                domains: Vec::new(),
+                idle_watts: IdleWatts::Estimate,
+                known_idle_w: Vec::new(),
+                rest_power: Vec::new(),
+                busy_slope_w: Vec::new(),
+                interval: Duration::from_millis(100),
+                prior_slope_w_per_cpu: 1.0,
+            },
         };
         assert_eq!(header.provenance(), Provenance::Measured);
         header.sources.push(source(Provenance::Estimated));

@@ -459,8 +459,6 @@ fn make_header() -> RunHeader {
             command: vec!["make".into(), "-j2".into()],
         },
         host: HostInfo::two_cpu_test_host(),
-        interval: Duration::from_millis(100),
-        domains: vec![crate::sources::model::model_domain()],
         sources: vec![SourceInfo {
             name: "model",
             provenance: Provenance::Estimated,
@@ -468,11 +466,15 @@ fn make_header() -> RunHeader {
             domains: vec!["model".into()],
         }],
         selection_reason: "requested with --source model".into(),
-        known_idle_w: vec![Some(5.0)],
-        busy_slope_w: vec![],
-        rest_power: Vec::new(),
-        idle_watts: IdleWatts::Estimate,
-        prior_slope_w_per_cpu: 6.5,
+        baseline: crate::accounting::BaselineInputs {
+            domains: vec![crate::sources::model::model_domain()],
+            idle_watts: IdleWatts::Estimate,
+            known_idle_w: vec![Some(5.0)],
+            rest_power: Vec::new(),
+            busy_slope_w: vec![],
+            interval: Duration::from_millis(100),
+            prior_slope_w_per_cpu: 6.5,
+        },
     }
 }
 
