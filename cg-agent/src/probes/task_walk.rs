@@ -225,14 +225,7 @@ pub struct WalkLayout {
     /// Bytes of `struct bpf_iter_task` (on the program's stack).
     pub iter_bytes: u32,
     /// Byte offsets in `task_struct`.
-    pub pid: u32,
-    pub tgid: u32,
-    pub start_time: u32,
-    pub runtime: u32,
-    pub cpu: u32,
-    pub exit_state: u32,
-    pub group_leader: u32,
-    pub flags: u32,
+    pub task: TaskOffsets,
 }
 
 impl WalkLayout {
@@ -263,14 +256,7 @@ impl WalkLayout {
                 .and_then(|v| i32::try_from(v).ok())
                 .unwrap_or(1),
             iter_bytes,
-            pid: offsets.pid,
-            tgid: offsets.tgid,
-            start_time: offsets.start_time,
-            runtime: offsets.runtime,
-            cpu: offsets.cpu,
-            exit_state: offsets.exit_state,
-            group_leader: offsets.group_leader,
-            flags: offsets.flags,
+            task: offsets,
         })
     }
 }
@@ -342,15 +328,15 @@ pub fn program(
     a.jump(Jump::Eq(0, 0), lost);
     // (task_struct field, its size, where it goes in the record)
     let mut fields = vec![
-        (layout.tgid, Size::W, 0),
-        (layout.pid, Size::W, 4),
-        (layout.start_time, Size::DW, 8),
-        (layout.runtime, Size::DW, 16),
-        (layout.cpu, Size::W, 24),
-        (layout.exit_state, Size::W, 28),
+        (layout.task.tgid, Size::W, 0),
+        (layout.task.pid, Size::W, 4),
+        (layout.task.start_time, Size::DW, 8),
+        (layout.task.runtime, Size::DW, 16),
+        (layout.task.cpu, Size::W, 24),
+        (layout.task.exit_state, Size::W, 28),
     ];
     if !all_tasks {
-        fields.push((layout.flags, Size::W, 40));
+        fields.push((layout.task.flags, Size::W, 40));
     }
     for (from, size, to) in fields {
         a.push(load(size, 1, 8, off16(from)?));
@@ -358,8 +344,8 @@ pub fn program(
     }
     if !all_tasks {
         // The process's start time: its group leader's.
-        a.push(load(Size::DW, 1, 8, off16(layout.group_leader)?));
-        a.push(load(Size::DW, 1, 1, off16(layout.start_time)?));
+        a.push(load(Size::DW, 1, 8, off16(layout.task.group_leader)?));
+        a.push(load(Size::DW, 1, 1, off16(layout.task.start_time)?));
         a.push(store(Size::DW, 0, 1, 32));
     }
     a.push(add_imm(6, 1));
@@ -713,14 +699,16 @@ mod tests {
             iter_destroy: 105,
             all_threads: 1,
             iter_bytes: 24,
-            pid: 1000,
-            tgid: 1004,
-            start_time: 2000,
-            runtime: 300,
-            cpu: 40,
-            exit_state: 900,
-            group_leader: 1100,
-            flags: 44,
+            task: TaskOffsets {
+                pid: 1000,
+                tgid: 1004,
+                start_time: 2000,
+                runtime: 300,
+                cpu: 40,
+                exit_state: 900,
+                group_leader: 1100,
+                flags: 44,
+            },
         }
     }
 
@@ -793,16 +781,16 @@ mod tests {
         let l = layout();
         let at = |off: u32| off as i16;
         let expected_all = vec![
-            (at(l.tgid), 0),
-            (at(l.pid), 4),
-            (at(l.start_time), 8),
-            (at(l.runtime), 16),
-            (at(l.cpu), 24),
-            (at(l.exit_state), 28),
+            (at(l.task.tgid), 0),
+            (at(l.task.pid), 4),
+            (at(l.task.start_time), 8),
+            (at(l.task.runtime), 16),
+            (at(l.task.cpu), 24),
+            (at(l.task.exit_state), 28),
         ];
         assert_eq!(copies(true), expected_all);
         let mut expected = expected_all.clone();
-        expected.push((at(l.flags), 40));
+        expected.push((at(l.task.flags), 40));
         assert_eq!(copies(false), expected);
         // The offsets match TaskRecord's layout.
         assert_eq!(std::mem::offset_of!(TaskRecord, cpu), 24);
@@ -822,7 +810,7 @@ mod tests {
     #[test]
     fn refuses_what_it_cannot_encode() {
         let mut far = layout();
-        far.runtime = 40_000;
+        far.task.runtime = 40_000;
         assert!(matches!(
             program(&far, 7, 10, true),
             Err(WalkError::Assembly(_))
