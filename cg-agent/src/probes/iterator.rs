@@ -32,7 +32,10 @@
 //!
 //! Pure: [`super::Probes`] does the reading; tests write the records by hand.
 
-use std::{borrow::Cow, collections::HashMap};
+use std::{
+    borrow::Cow,
+    collections::{HashMap, HashSet},
+};
 
 use cg_common::{TaskRecord, ThreadKey};
 
@@ -121,7 +124,9 @@ struct Book {
 
 impl Book {
     /// Takes `runtime_ns` as the thread's runtime now; its growth is added to what is owed.
-    fn see(&mut self, runtime_ns: u64) {
+    /// Returns whether it now owes time it did not before.
+    fn see(&mut self, runtime_ns: u64) -> bool {
+        let owed_before = self.unplaced_ns > 0;
         match self.runtime_ns {
             Some(before) => {
                 self.unplaced_ns += runtime_ns.saturating_sub(before);
@@ -129,6 +134,7 @@ impl Book {
             }
             None => self.runtime_ns = Some(runtime_ns),
         }
+        !owed_before && self.unplaced_ns > 0
     }
 }
 
@@ -151,6 +157,12 @@ pub struct IteratorBooks {
     last_records: Vec<TaskRecord>,
     /// Threads forgotten without their final runtime (see [`IteratorBooks::finals_missing`]).
     forgotten_without_final: u64,
+    /// The threads that owe growth not yet placed (so that a read costs per thread that ran,
+    /// not per book).
+    owed: Vec<ThreadKey>,
+    /// The threads seen exiting whose final runtime has not come: the few books a read
+    /// checks for it.
+    exiting: HashSet<ThreadKey>,
 }
 
 impl IteratorBooks {
@@ -164,17 +176,25 @@ impl IteratorBooks {
             last_read_ns: None,
             last_records: Vec::new(),
             forgotten_without_final: 0,
+            owed: Vec::new(),
+            exiting: HashSet::new(),
         }
     }
 
-    fn book(&mut self, key: ThreadKey) -> &mut Book {
+    /// Takes `runtime_ns` as `key`'s runtime now (a book made for a thread first seen); a
+    /// thread that now owes time joins `owed`.
+    fn see(&mut self, key: ThreadKey, runtime_ns: u64) -> &mut Book {
         let fresh = key.start_ns > self.trace_start_ns;
         let cpus = self.cpu_count;
-        self.threads.entry(key).or_insert_with(|| Book {
+        let book = self.threads.entry(key).or_insert_with(|| Book {
             runtime_ns: fresh.then_some(0),
             per_cpu_ns: vec![0; cpus],
             ..Book::default()
-        })
+        });
+        if book.see(runtime_ns) {
+            self.owed.push(key);
+        }
+        book
     }
 
     /// One read of the iterator, taken at `taken_ns`: `records` and the kernel's cumulative
@@ -211,9 +231,7 @@ impl IteratorBooks {
                 tid: r.tid,
                 start_ns: r.start_ns,
             };
-            let book = self.book(key);
-            book.see(r.runtime_ns);
-            book.last_cpu = r.cpu.min(last_cpu);
+            self.see(key, r.runtime_ns).last_cpu = r.cpu.min(last_cpu);
         }
         self.last_records = last_records;
         self.last_records.clear();
@@ -223,14 +241,14 @@ impl IteratorBooks {
     /// Places every book's unplaced growth on CPUs (in thread order, so that the same reads
     /// place the same way); returns the threads that grew, in that order.
     fn place_growth(&mut self, room: &mut [u64]) -> Vec<ThreadKey> {
-        let mut owed: Vec<(&ThreadKey, &mut Book)> = self
-            .threads
-            .iter_mut()
-            .filter(|(_, b)| b.unplaced_ns > 0)
-            .collect();
-        owed.sort_unstable_by_key(|(key, _)| **key);
+        let mut owed = std::mem::take(&mut self.owed);
+        owed.sort_unstable();
+        owed.dedup();
         let mut grown = Vec::with_capacity(owed.len());
-        for (key, book) in owed {
+        for key in owed {
+            let Some(book) = self.threads.get_mut(&key).filter(|b| b.unplaced_ns > 0) else {
+                continue;
+            };
             let placed = place(
                 std::mem::take(&mut book.unplaced_ns),
                 book.last_cpu as usize,
@@ -239,7 +257,7 @@ impl IteratorBooks {
             for (total, add) in book.per_cpu_ns.iter_mut().zip(placed) {
                 *total += add;
             }
-            grown.push(*key);
+            grown.push(key);
         }
         grown
     }
@@ -261,10 +279,10 @@ impl IteratorBooks {
                 .filter_map(|key| Some((*key, self.threads.get(key)?.per_cpu_ns.clone())))
                 .collect(),
             unfinished: self
-                .threads
+                .exiting
                 .iter()
-                .filter(|(_, b)| self.awaits(b))
-                .map(|(key, _)| *key)
+                .filter(|key| self.threads.get(key).is_some_and(|b| self.awaits(b)))
+                .copied()
                 .collect(),
         }
     }
@@ -281,24 +299,28 @@ impl IteratorBooks {
     /// A thread exited at `at_ns` with `runtime_ns` (as the scheduler last updated it): its
     /// entry stays until its final runtime is in, or [`FINAL_WAIT_NS`] has passed.
     pub fn exited(&mut self, key: ThreadKey, runtime_ns: u64, at_ns: u64) {
-        let book = self.book(key);
-        book.see(runtime_ns);
+        let book = self.see(key, runtime_ns);
         book.exited_ns.get_or_insert(at_ns);
+        if !book.freed {
+            self.exiting.insert(key);
+        }
     }
 
     /// A thread is gone for good with `runtime_ns` (its final runtime). Ignored for a thread
     /// neither read nor seen exiting (its entry was already deleted, or it ran before the
     /// run began).
     pub fn freed(&mut self, key: ThreadKey, runtime_ns: u64) {
-        if let Some(book) = self.threads.get_mut(&key) {
-            book.see(runtime_ns);
-            book.freed = true;
+        if self.threads.contains_key(&key) {
+            self.see(key, runtime_ns).freed = true;
+            self.exiting.remove(&key);
         }
     }
 
     /// Whether some thread seen exiting still waits for its final runtime.
     pub fn awaits_final(&self) -> bool {
-        self.threads.values().any(|b| self.awaits(b))
+        self.exiting
+            .iter()
+            .any(|key| self.threads.get(key).is_some_and(|b| self.awaits(b)))
     }
 
     /// Every thread with a book (whether or not it ran lately).
@@ -308,6 +330,7 @@ impl IteratorBooks {
 
     /// Forgets a thread whose last time has been read and charged.
     pub fn forget(&mut self, key: ThreadKey) {
+        self.exiting.remove(&key);
         if self.threads.remove(&key).is_some_and(|b| lacks_final(&b)) {
             self.forgotten_without_final += 1;
         }
@@ -318,8 +341,9 @@ impl IteratorBooks {
     /// they were running then).
     pub fn finals_missing(&self) -> u64 {
         let closed = self
-            .threads
-            .values()
+            .exiting
+            .iter()
+            .filter_map(|key| self.threads.get(key))
             .filter(|b| lacks_final(b) && !self.awaits(b))
             .count();
         self.forgotten_without_final + closed as u64
