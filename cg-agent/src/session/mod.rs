@@ -1059,10 +1059,14 @@ async fn sample_until_stop(
     ring_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ring_tick.tick().await;
     let mut requested = None;
+    // One timer for the whole run (made anew on every tick, it was registered and cancelled
+    // ten times a second).
+    let until_deadline = deadline.map_or(Duration::from_secs(86_400 * 365), |d| {
+        d.saturating_duration_since(Instant::now())
+    });
+    let deadline_reached = tokio::time::sleep(until_deadline);
+    tokio::pin!(deadline_reached);
     let stop = loop {
-        let until_deadline = deadline.map_or(Duration::from_secs(86_400 * 365), |d| {
-            d.saturating_duration_since(Instant::now())
-        });
         tokio::select! {
             _ = drain_tick.tick(), if drain_between => sampler.drain_events(),
             _ = ring_tick.tick(), if ring_period.is_some() => sampler.read_sample_ring(),
@@ -1072,7 +1076,7 @@ async fn sample_until_stop(
                     break Stop::TargetsExited;
                 }
             }
-            _ = tokio::time::sleep(until_deadline) => {
+            _ = &mut deadline_reached => {
                 break match child.as_deref_mut() {
                     Some(c) => wind_down(c, child_pid, libc::SIGTERM, sampler, signals, config.interval)
                         .await
