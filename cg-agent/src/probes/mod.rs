@@ -396,16 +396,10 @@ fn load_program(
 /// `linux_binprm`, from the kernel's BTF: the object has no CO-RE relocations), and whether
 /// its exit tracepoint says when a whole thread group died.
 pub(crate) struct KernelLayout {
-    pid: u32,
-    tgid: u32,
-    runtime: u32,
+    /// The `task_struct` offsets every program and the open-coded task walk read.
+    task: task_walk::TaskOffsets,
     exit_code: u32,
-    start_time: u32,
-    group_leader: u32,
     filename: u32,
-    cpu: u32,
-    exit_state: u32,
-    flags: u32,
     exit_has_group_dead: u32,
 }
 
@@ -418,36 +412,25 @@ impl KernelLayout {
         let btf = btf::Btf::from_sys_fs()?;
         let task = |member| btf.member_offset("task_struct", member);
         let layout = KernelLayout {
-            pid: task("pid")?,
-            tgid: task("tgid")?,
-            runtime: btf.member_path_offset("task_struct", &["se", "sum_exec_runtime"])?,
+            task: task_walk::TaskOffsets {
+                pid: task("pid")?,
+                tgid: task("tgid")?,
+                runtime: btf.member_path_offset("task_struct", &["se", "sum_exec_runtime"])?,
+                start_time: task("start_time")?,
+                group_leader: task("group_leader")?,
+                cpu: task("cpu")
+                    .or_else(|_| btf.member_path_offset("task_struct", &["thread_info", "cpu"]))?,
+                exit_state: task("exit_state")?,
+                flags: task("flags")?,
+            },
             exit_code: task("exit_code")?,
-            start_time: task("start_time")?,
-            group_leader: task("group_leader")?,
             filename: btf.member_offset("linux_binprm", "filename")?,
-            cpu: task("cpu")
-                .or_else(|_| btf.member_path_offset("task_struct", &["thread_info", "cpu"]))?,
-            exit_state: task("exit_state")?,
-            flags: task("flags")?,
             exit_has_group_dead: u32::from(
                 btf.tracepoint_args("sched_process_exit").unwrap_or(1) >= 2,
             ),
         };
-        let walk = task_walk::WalkLayout::read(&btf, layout.task_offsets());
+        let walk = task_walk::WalkLayout::read(&btf, layout.task);
         Ok((layout, walk))
-    }
-
-    pub(crate) fn task_offsets(&self) -> task_walk::TaskOffsets {
-        task_walk::TaskOffsets {
-            pid: self.pid,
-            tgid: self.tgid,
-            start_time: self.start_time,
-            runtime: self.runtime,
-            cpu: self.cpu,
-            exit_state: self.exit_state,
-            group_leader: self.group_leader,
-            flags: self.flags,
-        }
     }
 }
 
@@ -516,18 +499,18 @@ fn loader<'a>(config: &ProbeConfig, globals: &'a Globals, ring_bytes: u32) -> Eb
         (globals::ALL_TASKS, &globals.all_tasks),
         (globals::NOOP_SWITCH, &globals.noop_switch),
         (globals::SPAWNER_TGID, &globals.spawner),
-        (globals::TASK_PID_OFFSET, &layout.pid),
-        (globals::TASK_TGID_OFFSET, &layout.tgid),
-        (globals::TASK_RUNTIME_OFFSET, &layout.runtime),
+        (globals::TASK_PID_OFFSET, &layout.task.pid),
+        (globals::TASK_TGID_OFFSET, &layout.task.tgid),
+        (globals::TASK_RUNTIME_OFFSET, &layout.task.runtime),
         (globals::TASK_EXIT_CODE_OFFSET, &layout.exit_code),
-        (globals::TASK_START_TIME_OFFSET, &layout.start_time),
-        (globals::TASK_GROUP_LEADER_OFFSET, &layout.group_leader),
+        (globals::TASK_START_TIME_OFFSET, &layout.task.start_time),
+        (globals::TASK_GROUP_LEADER_OFFSET, &layout.task.group_leader),
         (globals::BINPRM_FILENAME_OFFSET, &layout.filename),
         (globals::EXIT_HAS_GROUP_DEAD, &layout.exit_has_group_dead),
         (globals::ITERATOR_MODE, &globals.iterator_mode),
-        (globals::TASK_CPU_OFFSET, &layout.cpu),
-        (globals::TASK_EXIT_STATE_OFFSET, &layout.exit_state),
-        (globals::TASK_FLAGS_OFFSET, &layout.flags),
+        (globals::TASK_CPU_OFFSET, &layout.task.cpu),
+        (globals::TASK_EXIT_STATE_OFFSET, &layout.task.exit_state),
+        (globals::TASK_FLAGS_OFFSET, &layout.task.flags),
         (profiling::globals::FUNC_CLOCK, &globals.func_clock),
         (profiling::globals::NOOP_FUNC, &globals.noop_func),
         (profiling::globals::STACK_COPY, &globals.stack_copy),
@@ -1245,16 +1228,18 @@ mod tests {
 
     fn layout() -> KernelLayout {
         KernelLayout {
-            pid: 1,
-            tgid: 2,
-            runtime: 3,
+            task: task_walk::TaskOffsets {
+                pid: 1,
+                tgid: 2,
+                runtime: 3,
+                start_time: 5,
+                group_leader: 6,
+                cpu: 8,
+                exit_state: 9,
+                flags: 10,
+            },
             exit_code: 4,
-            start_time: 5,
-            group_leader: 6,
             filename: 7,
-            cpu: 8,
-            exit_state: 9,
-            flags: 10,
             exit_has_group_dead: 1,
         }
     }
@@ -1278,7 +1263,7 @@ mod tests {
             (1, 0, 77, 1)
         );
         assert_eq!((g.func_clock, g.noop_func, g.stack_copy), (0, 0, 0));
-        assert_eq!((g.trace_start_ns, g.layout.cpu), (99, 8));
+        assert_eq!((g.trace_start_ns, g.layout.task.cpu), (99, 8));
         let config = ProbeConfig {
             functions: FunctionProbeConfig {
                 uprobes: true,

@@ -852,7 +852,7 @@ mod tests {
         // The running kernel (6.18 on the development VM) has the kfuncs.
         let btf = Btf::from_sys_fs().unwrap();
         let kernel = super::super::KernelLayout::read().unwrap().0;
-        let layout = WalkLayout::read(&btf, kernel.task_offsets()).unwrap();
+        let layout = WalkLayout::read(&btf, kernel.task).unwrap();
         drop(btf);
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
