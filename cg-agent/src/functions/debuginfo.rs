@@ -17,7 +17,6 @@
 use std::{
     fs::File,
     io::Read as _,
-    os::unix::fs::OpenOptionsExt as _,
     path::{Path, PathBuf},
 };
 
@@ -28,7 +27,7 @@ use object::{
 };
 
 pub use super::elf::SYMTAB_MAX_BYTES;
-use super::elf::{ELF_MAX_BYTES, Symbol, TableError, table_symbols};
+use super::elf::{OpenError, Symbol, TableError, open_outside, table_symbols};
 
 /// Where distributions install separate debug files (`debug-file-directory` in gdb).
 pub const DEFAULT_DEBUG_DIR: &str = "/usr/lib/debug";
@@ -68,10 +67,8 @@ pub enum SymbolSource {
 pub enum DebugInfoError {
     #[error("{0}")]
     Io(#[from] std::io::Error),
-    #[error("not a regular file")]
-    NotRegular,
-    #[error("larger than {} MiB", ELF_MAX_BYTES >> 20)]
-    FileTooLarge,
+    #[error("{0}")]
+    Open(#[from] OpenError),
     #[error("not a 64-bit ELF file we can read ({0})")]
     Elf(String),
     #[error("decompressed, it is larger than {} MiB", MINI_DEBUGINFO_MAX_BYTES >> 20)]
@@ -283,31 +280,17 @@ fn read_debug_file(path: &Path, check: &Check) -> Result<Option<Vec<Symbol>>, De
     symbols_of(&elf).map(Some)
 }
 
-/// Opens a candidate debug file (or dwz's supplementary file) to read parts of it, once it
-/// passes `check`: a regular file of at most [`ELF_MAX_BYTES`] (so that no section it claims
-/// asks for more); `Ok(None)` when there is none.
+/// Opens a candidate debug file (or dwz's supplementary file) to read parts of it, by
+/// [`open_outside`]'s rule, once it passes `check`; `Ok(None)` when there is none.
 pub fn open_debug_file(
     path: &Path,
     check: &Check,
 ) -> Result<Option<ReadCache<File>>, DebugInfoError> {
-    let file = match std::fs::OpenOptions::new()
-        .read(true)
-        // Build-id entries are links into the debug tree: links are followed, FIFOs and
-        // devices refused before anything is read.
-        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)
-    {
+    let file = match open_outside(path) {
         Ok(file) => file,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(OpenError::Io(err)) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(err) => return Err(err.into()),
     };
-    let meta = file.metadata()?;
-    if !meta.file_type().is_file() {
-        return Err(DebugInfoError::NotRegular);
-    }
-    if meta.len() > ELF_MAX_BYTES {
-        return Err(DebugInfoError::FileTooLarge);
-    }
     if let Check::Crc(expected, _) = check {
         let found = crc32_of(&file)?;
         if found != *expected {

@@ -404,27 +404,41 @@ pub fn section_bytes<'data>(
     }
 }
 
-/// Opens a file to read parts of it (through [`object::read::ReadCache`]): only a regular
-/// file (opened without blocking, so a FIFO put in its place does not hang us) of at most
-/// [`ELF_MAX_BYTES`], so that no section claimed in it asks for more.
-pub fn open_regular(path: &Path) -> Result<fs::File, FunctionError> {
+/// Why a file from outside was not opened ([`open_outside`]).
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("not a regular file")]
+    NotRegular,
+    #[error("larger than {} MiB", ELF_MAX_BYTES >> 20)]
+    TooLarge,
+}
+
+/// Opens a file from outside (a mapped file, a debug file) to read it, or parts of it
+/// through [`object::read::ReadCache`]: the one rule for them all. Only a regular file
+/// (opened without blocking, so a FIFO put in its place does not hang us; links are followed,
+/// as build-id entries are links into the debug tree) of at most [`ELF_MAX_BYTES`], so that no
+/// section claimed in it asks for more.
+pub fn open_outside(path: &Path) -> Result<fs::File, OpenError> {
     use std::os::unix::fs::OpenOptionsExt as _;
     let file = fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| elf_error(path, e))?;
-    let meta = file.metadata().map_err(|e| elf_error(path, e))?;
+        .open(path)?;
+    let meta = file.metadata()?;
     if !meta.file_type().is_file() {
-        return Err(elf_error(path, "not a regular file"));
+        return Err(OpenError::NotRegular);
     }
     if meta.len() > ELF_MAX_BYTES {
-        return Err(elf_error(
-            path,
-            format!("larger than {} MiB", ELF_MAX_BYTES >> 20),
-        ));
+        return Err(OpenError::TooLarge);
     }
     Ok(file)
+}
+
+/// [`open_outside`], its refusal said as a [`FunctionError`] naming the file.
+pub fn open_regular(path: &Path) -> Result<fs::File, FunctionError> {
+    open_outside(path).map_err(|e| elf_error(path, e))
 }
 
 fn elf_error(path: &Path, what: impl std::fmt::Display) -> FunctionError {

@@ -203,9 +203,6 @@ fn with_sup<'a, R: ReadRef<'a>>(
     elf: &ElfFile64<'a, Endianness, R>,
     dirs: &DebugDirs,
 ) -> Result<Option<SourceLines>, LinesError> {
-    if elf.section_by_name(".debug_line").is_none() {
-        return Ok(None);
-    }
     let Some(link) = AltLink::of(elf) else {
         return SourceLines::of(elf, None::<&ElfFile64<'_, Endianness>>);
     };
