@@ -129,6 +129,7 @@ fn side_report(reports: Vec<Report>, args: &CompareArgs) -> Option<Report> {
 fn view(name: &str, report: &Report) -> Result<ReportView, LoadError> {
     let bytes = serde_json::to_vec(report).map_err(|source| LoadError::Shape {
         path: name.to_string(),
+        field: ".".into(),
         source,
     })?;
     compare::parse(name, &bytes)

@@ -61,12 +61,12 @@ impl Figures {
         self.add(
             targets,
             run,
-            totals.attributed_energy_j,
+            totals.split.attributed_energy_j,
             Some(totals.cpu_time_s),
         );
         for (name, d) in &totals.domains {
             let key = (RowKind::TargetDomain, name.clone());
-            self.add(key, run, d.attributed_energy_j, None);
+            self.add(key, run, d.split.attributed_energy_j, None);
         }
     }
 
@@ -96,14 +96,14 @@ impl Figures {
     fn add_single(&mut self, report: &ReportView) {
         let totals = &report.totals;
         let total = (RowKind::Total, "energy".to_string());
-        self.add(total, 0, totals.energy_j, Some(totals.cpu_time_s));
+        self.add(total, 0, totals.split.energy_j, Some(totals.cpu_time_s));
         self.add_targets(totals, 0);
         for (name, d) in &totals.domains {
-            self.add((RowKind::Domain, name.clone()), 0, d.energy_j, None);
+            self.add((RowKind::Domain, name.clone()), 0, d.split.energy_j, None);
         }
-        for p in &report.processes {
-            let key = (RowKind::ProcessGroup, p.program());
-            self.add(key, 0, p.energy_j, Some(p.cpu_time_s));
+        for (program, sums) in &report.processes.groups {
+            let key = (RowKind::ProcessGroup, program.clone());
+            self.add(key, 0, sums.energy_j, Some(sums.cpu_time_s));
         }
         for f in &report.function_totals {
             // As `repeat.runs[].functions[].function` names it.

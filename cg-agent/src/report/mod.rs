@@ -16,6 +16,7 @@ pub mod repeat;
 pub mod series;
 pub mod threads;
 pub mod tree;
+pub mod view;
 
 pub mod live;
 mod quality;

@@ -1,15 +1,14 @@
 //! A written report read back: the checks every reader puts a file from outside through
 //! first (a regular file of bounded size, JSON, written by cg-trace, of a schema major
-//! version this build reads: `diff`, `compare`, `cg-trace report`), and the typed views of
-//! the report schema (as [`crate::report::Report`] writes it) that the comparison reads.
-//! Fields a reader does not need are skipped, not built; serde refuses numbers JSON cannot
-//! hold finite (`1e999`), so every figure read is finite. (The HTML page still reads the
-//! checked bytes its own way, leniently: see [`crate::export::html::parse`].)
+//! version this build reads), then the report deserialized into the one typed model of it
+//! that `diff`, `compare` and `cg-trace report` read ([`super::view`]).
 
-use std::{collections::BTreeMap, fs::File, io::Read, os::unix::fs::OpenOptionsExt, path::Path};
+use std::{fs::File, io::Read, os::unix::fs::OpenOptionsExt, path::Path};
 
-use serde::Deserialize;
+use serde::{Deserialize, de::DeserializeOwned};
 use serde_json::Value;
+
+pub use super::view::*;
 
 /// The report schema's major version this build understands.
 pub const SCHEMA_MAJOR: u64 = 1;
@@ -47,210 +46,27 @@ pub enum LoadError {
          {SCHEMA_MAJOR}): compare it with the cg-trace version that wrote it"
     )]
     UnknownVersion { path: String, version: String },
-    #[error("{path}: a field of the report is missing or not what schema 1 says: {source}")]
+    #[error("{path}: field `{field}` of the report is missing or not what schema 1 says: {source}")]
     Shape {
         path: String,
+        /// Where in the report (`processes[3].energy_j`; `.` for the report itself).
+        field: String,
         #[source]
         source: serde_json::Error,
     },
 }
 
-// The parts of a report that its readers use (schema 1; other fields are ignored).
-
-#[derive(Debug, Deserialize)]
-pub struct ReportView {
-    pub meta: MetaView,
-    pub processes: Vec<ProcessView>,
-    #[serde(default)]
-    pub function_totals: Vec<FunctionView>,
-    pub totals: TotalsView,
-    #[serde(default)]
-    pub repeat: Option<RepeatView>,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct MetaView {
-    pub schema_version: String,
-    pub run_id: String,
-    #[serde(default)]
-    pub hostname: String,
-    #[serde(default)]
-    pub cpu_model: String,
-    pub sources: Vec<SourceView>,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct SourceView {
-    pub name: String,
-    pub provenance: String,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct ProcessView {
-    pub comm: String,
-    /// The first argument of its command line: all a comparison needs of it (a report may
-    /// list a million processes).
-    #[serde(default, rename = "cmdline", deserialize_with = "first_argument")]
-    pub first_argument: Option<String>,
-    pub cpu_time_s: f64,
-    pub energy_j: f64,
-}
-
-/// The first string of a list of strings, the others read and dropped.
-fn first_argument<'de, D: serde::Deserializer<'de>>(
-    deserializer: D,
-) -> Result<Option<String>, D::Error> {
-    struct First;
-    impl<'de> serde::de::Visitor<'de> for First {
-        type Value = Option<String>;
-
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a list of strings")
-        }
-
-        fn visit_seq<A: serde::de::SeqAccess<'de>>(
-            self,
-            mut seq: A,
-        ) -> Result<Self::Value, A::Error> {
-            let first = seq.next_element::<String>()?;
-            while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
-            Ok(first)
-        }
-    }
-    deserializer.deserialize_seq(First)
-}
-
-#[derive(Debug, Deserialize)]
-pub struct FunctionView {
-    pub symbol: String,
-    #[serde(default)]
-    pub module: String,
-    pub cpu_time_s: f64,
-    pub energy_j: f64,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct TotalsView {
-    pub energy_j: f64,
-    /// The targets' share of `energy_j`.
-    pub attributed_energy_j: f64,
-    pub cpu_time_s: f64,
-    pub domains: BTreeMap<String, DomainView>,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct DomainView {
-    pub energy_j: f64,
-    pub attributed_energy_j: f64,
-    pub top_level: bool,
-    pub provenance: String,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct RepeatView {
-    pub runs: Vec<RunView>,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct RunView {
-    pub energy_j: f64,
-    #[serde(default)]
-    pub domains: BTreeMap<String, RunDomainView>,
-    #[serde(default)]
-    pub process_groups: Vec<RunGroupView>,
-    #[serde(default)]
-    pub functions: Vec<RunFunctionView>,
-    /// The run's own complete report: its targets' energy.
-    pub report: RunReportView,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct RunReportView {
-    pub totals: TotalsView,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct RunDomainView {
-    pub energy_j: f64,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct RunGroupView {
-    pub group: String,
-    #[serde(default)]
-    pub command: Value,
-    pub energy_j: f64,
-    #[serde(default)]
-    pub cpu_time_s: Option<f64>,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct RunFunctionView {
-    pub function: String,
-    pub energy_j: f64,
-}
-
-impl ProcessView {
-    /// The program it ran ([`super::names::program_of`]).
-    pub fn program(&self) -> String {
-        super::names::program_of(self.first_argument.as_deref(), &self.comm)
-    }
-}
-
-impl FunctionView {
-    /// `module:symbol`, as `repeat.runs[].functions[].function` names it.
-    pub fn function(&self) -> String {
-        format!("{}:{}", self.module, self.symbol)
-    }
-}
-
-impl RunGroupView {
-    /// The program of a `--repeat` process group: its command's first word without the
-    /// directory (the group's key when the command says nothing).
-    pub fn program(&self) -> String {
-        command_label(&self.command)
-            .and_then(|c| {
-                // A process without a command line is named `[comm]`: its program is its
-                // comm, as for a single run's processes.
-                let c = c
-                    .strip_prefix('[')
-                    .and_then(|c| c.strip_suffix(']'))
-                    .unwrap_or(&c);
-                let first = c.split_whitespace().next()?;
-                Some(super::names::file_name(first).to_string())
-            })
-            .filter(|p| !p.is_empty())
-            .unwrap_or_else(|| self.group.clone())
-    }
-}
-
-/// A group's `command`, a string or (from other versions) a list of words, as one line.
-fn command_label(command: &Value) -> Option<String> {
-    match command {
-        Value::String(s) if !s.is_empty() => Some(s.clone()),
-        Value::Array(a) if !a.is_empty() => Some(
-            a.iter()
-                .filter_map(Value::as_str)
-                .collect::<Vec<_>>()
-                .join(" "),
-        ),
-        _ => None,
-    }
-}
-
 /// Reads and checks a report: a regular file of at most [`MAX_REPORT_BYTES`], JSON, written
-/// by cg-trace, of a schema major version this build reads.
+/// by cg-trace, of a schema major version this build reads; its time series skipped.
 pub fn load(path: &Path) -> Result<ReportView, LoadError> {
+    load_as(path)
+}
+
+/// [`load`], the time series read as `Series` (a [`PageReport`]'s points).
+pub fn load_as<Series: DeserializeOwned>(path: &Path) -> Result<ReportView<Series>, LoadError> {
     let name = path.display().to_string();
     let bytes = read(path)?;
-    parse(&name, &bytes)
-}
-
-/// [`load`]'s checks, returning the report's bytes (the HTML report reads them its way).
-pub fn load_bytes(path: &Path) -> Result<Vec<u8>, LoadError> {
-    let bytes = read(path)?;
-    check_header(&path.display().to_string(), &bytes)?;
-    Ok(bytes)
+    parse_as(&name, &bytes)
 }
 
 /// The bytes of a regular file of at most [`MAX_REPORT_BYTES`].
@@ -298,14 +114,38 @@ struct HeaderMeta {
 }
 
 /// [`load`]'s checks on bytes already read (`name` says where they came from). The report
-/// is deserialized straight into the views (the time series and other fields skipped, not
-/// built), after a first pass that reads only `meta.tool` and `meta.schema_version`.
+/// is deserialized straight into the views (fields no reader uses skipped, not built), after
+/// a first pass that reads only `meta.tool` and `meta.schema_version`.
 pub fn parse(name: &str, bytes: &[u8]) -> Result<ReportView, LoadError> {
+    parse_as(name, bytes)
+}
+
+/// [`parse`], the time series read as `Series`.
+pub fn parse_as<Series: DeserializeOwned>(
+    name: &str,
+    bytes: &[u8],
+) -> Result<ReportView<Series>, LoadError> {
     check_header(name, bytes)?;
-    serde_json::from_slice(bytes).map_err(|source| LoadError::Shape {
+    serde_json::from_slice(bytes).map_err(|_| shape_error::<Series>(name, bytes))
+}
+
+/// Why `bytes` are not a report of the model's shape, naming the field: the report read
+/// again with its path followed (only when the fast read failed: following costs time).
+fn shape_error<Series: DeserializeOwned>(name: &str, bytes: &[u8]) -> LoadError {
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    let (field, source) =
+        match serde_path_to_error::deserialize::<_, ReportView<Series>>(&mut deserializer) {
+            Err(err) => (err.path().to_string(), err.into_inner()),
+            Ok(_) => (
+                String::new(),
+                serde::de::Error::custom("not what schema 1 says"),
+            ),
+        };
+    LoadError::Shape {
         path: name.to_string(),
+        field: chars(&field, 120),
         source,
-    })
+    }
 }
 
 /// JSON, written by cg-trace, of a schema major version this build reads.
@@ -393,7 +233,7 @@ mod tests {
     fn reads_the_fields_its_readers_use_and_names_programs_once() {
         let report = parsed(&minimal()).unwrap();
         assert_eq!(report.meta.run_id, "r1");
-        assert_eq!(report.processes[0].program(), "python3");
+        assert_eq!(report.processes.top[0].program(), "python3");
         assert_eq!(report.function_totals[0].function(), "libz.so:deflate");
         assert!(report.totals.domains["package-0"].top_level);
         assert!(report.repeat.is_none());
@@ -451,11 +291,25 @@ mod tests {
     }
 
     #[test]
-    fn the_first_argument_is_read_alone() {
+    fn a_command_line_is_kept_to_its_first_argument_and_its_first_characters() {
         let mut report = minimal();
-        report["processes"][0]["cmdline"] = json!(["a", "b", {"not": "a string"}]);
+        let long = "x".repeat(MAX_COMMAND_CHARS);
+        report["processes"][0]["cmdline"] = json!(["/bin/a", "b", long, {"not": "a string"}]);
         let report = parsed(&report).unwrap();
-        assert_eq!(report.processes[0].first_argument.as_deref(), Some("a"));
+        let p = &report.processes.top[0];
+        assert_eq!(p.cmdline.first.as_deref(), Some("/bin/a"));
+        assert_eq!(p.program(), "a");
+        // One character past the limit says it was cut; what lies beyond is not read.
+        assert_eq!(p.command().chars().count(), MAX_COMMAND_CHARS + 1);
+        assert!(p.command().starts_with("/bin/a b xxx"));
+        let mut report = minimal();
+        report["processes"][0]["cmdline"] = json!([]);
+        assert_eq!(
+            parsed(&report).unwrap().processes.top[0].command(),
+            "[python3.12]"
+        );
+        report["processes"][0]["cmdline"] = json!(["a", 5]);
+        assert!(matches!(parsed(&report), Err(LoadError::Shape { .. })));
     }
 
     #[test]

@@ -4,11 +4,13 @@
 
 use std::fmt::Write as _;
 
-use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Point, array, buckets, esc, num, round3, text};
-use crate::printable::{fit, printable};
+use super::{buckets, esc, round3};
+use crate::{
+    printable::{fit, printable},
+    report::view::{GpuView, PointGpuView, PointView},
+};
 
 /// The power chart's fixed parts and their colours, the same in every report.
 pub const PART_COLOURS: [(&str, &str); 4] = [
@@ -48,38 +50,12 @@ pub fn domain_colour(index: usize) -> &'static str {
     DOMAIN_COLOURS[index % DOMAIN_COLOURS.len()]
 }
 
-/// One GPU's figures in one point of the time series (every field optional).
-#[derive(Debug, Default, Deserialize)]
-pub struct PointGpu {
-    domain: Option<String>,
-    utilization_pct: Option<f64>,
-    memory_used_bytes: Option<f64>,
-    temperature_c: Option<f64>,
-    power_w: Option<f64>,
-}
-
-impl PointGpu {
-    /// Read field by field (a report of another shape still draws what it has).
-    pub fn lenient(value: &Value) -> PointGpu {
-        PointGpu::deserialize(value).unwrap_or_else(|_| PointGpu {
-            domain: value
-                .get("domain")
-                .and_then(Value::as_str)
-                .map(str::to_string),
-            utilization_pct: num(value, &["utilization_pct"]),
-            memory_used_bytes: num(value, &["memory_used_bytes"]),
-            temperature_c: num(value, &["temperature_c"]),
-            power_w: num(value, &["power_w"]),
-        })
-    }
-}
-
 /// Mean of `figure` over each bucket, weighted by the points' durations (points without the
 /// figure left out; a bucket with none is a gap).
 fn bucket_mean(
-    points: &[Point],
+    points: &[PointView],
     ranges: &[(usize, usize)],
-    figure: impl Fn(&Point) -> Option<f64>,
+    figure: impl Fn(&PointView) -> Option<f64>,
 ) -> Vec<Value> {
     ranges
         .iter()
@@ -102,15 +78,15 @@ fn bucket_mean(
 }
 
 /// One figure of a GPU, read from a point.
-type Figure<'a> = Box<dyn Fn(&Point) -> Option<f64> + 'a>;
+type Figure<'a> = Box<dyn Fn(&PointView) -> Option<f64> + 'a>;
 
 /// The figures of GPU `domain` in point `p`.
-fn gpu_of<'a>(p: &'a Point, domain: &str) -> Option<&'a PointGpu> {
+fn gpu_of<'a>(p: &'a PointView, domain: &str) -> Option<&'a PointGpuView> {
     p.gpus.iter().find(|g| g.domain.as_deref() == Some(domain))
 }
 
 /// The GPUs the series names, in order of first appearance, at most [`MAX_GPU_CHARTS`].
-fn gpu_domains(points: &[Point]) -> Vec<String> {
+fn gpu_domains(points: &[PointView]) -> Vec<String> {
     let mut domains: Vec<String> = Vec::new();
     for g in points.iter().flat_map(|p| &p.gpus) {
         if let Some(d) = &g.domain
@@ -130,8 +106,8 @@ fn gpu_domains(points: &[Point]) -> Vec<String> {
 pub fn section(
     body: &mut String,
     data: &mut serde_json::Map<String, Value>,
-    report: &Value,
-    points: &[Point],
+    gpus: &[GpuView],
+    points: &[PointView],
     domain_order: &[String],
 ) {
     let domains = gpu_domains(points);
@@ -146,12 +122,8 @@ pub fn section(
         .collect();
     let mut charts = Vec::new();
     for (n, domain) in domains.iter().enumerate() {
-        let meta = array(report, &["meta", "gpus"])
-            .iter()
-            .find(|g| g.get("domain").and_then(Value::as_str) == Some(domain));
-        let total_bytes = meta
-            .and_then(|g| num(g, &["memory_total_bytes"]))
-            .filter(|b| *b > 0.0);
+        let meta = gpus.iter().find(|g| g.domain == *domain);
+        let total_bytes = meta.and_then(|g| g.memory_total_bytes).filter(|b| *b > 0.0);
         let figures: [Figure; 3] = [
             Box::new(|p| gpu_of(p, domain)?.utilization_pct),
             Box::new(|p| Some(gpu_of(p, domain)?.memory_used_bytes? / total_bytes? * 100.0)),
@@ -171,7 +143,7 @@ pub fn section(
             .map_or(DOMAIN_COLOURS[0], domain_colour);
         series.push(json!({"name": "power (W)", "colour": colour, "axis": "W",
                            "values": bucket_mean(points, &ranges, |p| gpu_of(p, domain)?.power_w)}));
-        let name = meta.map_or("", |g| text(g, &["name"]));
+        let name = meta.map_or("", |g| g.name.as_str());
         let title = format!("{} {}", printable(domain), printable(name));
         let _ = writeln!(
             body,

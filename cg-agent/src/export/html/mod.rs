@@ -3,33 +3,37 @@
 //! tables drawn here and the time charts drawn in the browser by uPlot (inlined from
 //! `cg-agent/vendor/uplot`).
 //!
-//! It reads the report in its JSON form (a [`Value`]), so that a report written by another
-//! cg-trace version renders, fields this one does not know are passed over, and a figure
-//! that is missing shows as `—`; the process list and the time series, which can hold
-//! millions of entries, are read entry by entry into the few figures the page shows
-//! ([`ProcessRow`], [`Point`]), never held as JSON values all at once. Every string from the report (commands, function names,
-//! notes) is HTML-escaped, its control characters shown escaped ([`printable`]); the chart data travels as JSON in a `<script type=
-//! "application/json">` block with `<`, `>`, `&`, U+2028 and U+2029 escaped.
+//! It reads the report through the one typed model every reader shares
+//! ([`crate::report::view`], a [`PageReport`]): a report that is not schema 1 is refused
+//! naming the field, a figure an earlier 1.x report lacks shows as `—`, and fields this
+//! version does not know are passed over. Every string from the report (commands, function
+//! names, notes) is HTML-escaped, its control characters shown escaped ([`printable`]); the
+//! chart data travels as JSON in a `<script type="application/json">` block with `<`, `>`,
+//! `&`, U+2028 and U+2029 escaped.
 
 pub mod diff;
 mod gpus;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    fmt::{self, Write as _},
+    fmt::Write as _,
     io,
-    marker::PhantomData,
     path::Path,
 };
 
-use serde::{Deserialize, Deserializer, de};
 use serde_json::{Value, json};
 
 use crate::{
     output::{self, OutputError},
     printable::{fit, printable},
     privileges::Invoker,
-    report::{Report, read},
+    report::{
+        Report, read,
+        view::{
+            Fields, FunctionView, MAX_COMMAND_CHARS, PageReport, PointProcessView, PointView,
+            ProcessView, ProcessesView, RepeatView, RunView, SplitView, StatsView, Sums,
+        },
+    },
 };
 
 /// The version of the inlined chart library (`cg-agent/vendor/uplot`).
@@ -45,23 +49,22 @@ const PAGE_CSS: &str = include_str!("page.css");
 pub const MAX_CHART_POINTS: usize = 2_000;
 /// Processes drawn in the per-process power chart.
 const CHART_PROCESSES: usize = 8;
-/// Rows of the process table (the rest are rolled up into one line).
-const TABLE_PROCESSES: usize = 50;
 /// Rows of the process-group and function tables.
 const TABLE_ROWS: usize = 40;
 /// Characters of a command line or name shown (the whole is in the JSON report).
-const MAX_TEXT_CHARS: usize = 400;
+const MAX_TEXT_CHARS: usize = MAX_COMMAND_CHARS;
 
 /// Writes the page for a finished run to `path` (`-` for stdout), through
 /// [`crate::output`]; with the energy flamegraph when the run sampled stacks.
 pub fn write_to_path(report: &Report, path: &Path, who: &Invoker) -> Result<(), OutputError> {
-    // Through its JSON text and [`parse`], as `cg-trace report` reads it: a JSON value of the
-    // whole report would take about 20 times its text with a long process list.
-    let parsed = serde_json::to_vec(report)
-        .and_then(|bytes| parse(&bytes))
-        .map_err(|err| OutputError::Write {
-            path: path.display().to_string(),
-            source: io::Error::other(err),
+    // Through its JSON text and the model every reader reads, as `cg-trace report` reads it.
+    let name = path.display().to_string();
+    let view = serde_json::to_vec(report)
+        .map_err(io::Error::other)
+        .and_then(|bytes| read::parse_as(&name, &bytes).map_err(io::Error::other))
+        .map_err(|source| OutputError::Write {
+            path: name.clone(),
+            source,
         })?;
     let flamegraph = if report.meta.function_profiling.is_some() && !report.stacks.is_empty() {
         let mut svg = Vec::new();
@@ -71,18 +74,13 @@ pub fn write_to_path(report: &Report, path: &Path, who: &Invoker) -> Result<(), 
     } else {
         None
     };
-    let page = render_parts(
-        &parsed.report,
-        &parsed.processes,
-        &parsed.points,
-        flamegraph.as_deref(),
-    );
+    let page = render(&view, flamegraph.as_deref());
     output::write_file_or_stdout(path, who, |out| out.write_all(page.as_bytes()))
 }
 
-/// `cg-trace report RUN.json -o FILE.html`: reads `input` (through [`read::load_bytes`]'s
-/// checks) and writes its page to `html_output` (`-` for stdout); returns the exit status (2
-/// on a report it cannot read or a page it may not create, 1 when writing the page fails).
+/// `cg-trace report RUN.json -o FILE.html`: reads `input` (through [`read::load_as`]'s checks)
+/// and writes its page to `html_output` (`-` for stdout); returns the exit status (2 on a
+/// report it cannot read or a page it may not create, 1 when writing the page fails).
 pub fn main(input: &Path, html_output: &Path, who: &Invoker) -> i32 {
     if html_output != Path::new("-")
         && let Err(err) = output::check(html_output, who)
@@ -90,14 +88,8 @@ pub fn main(input: &Path, html_output: &Path, who: &Invoker) -> i32 {
         crate::console::write_line(format_args!("cg-trace report: -o: {err}"));
         return read::EXIT_BAD_INPUT;
     }
-    let parsed = read::load_bytes(input).and_then(|bytes| {
-        parse(&bytes).map_err(|source| read::LoadError::NotJson {
-            path: input.display().to_string(),
-            source,
-        })
-    });
-    let parsed = match parsed {
-        Ok(parsed) => parsed,
+    let report: PageReport = match read::load_as(input) {
+        Ok(report) => report,
         Err(err) => {
             crate::console::write_line(format_args!(
                 "cg-trace report: {}",
@@ -106,7 +98,7 @@ pub fn main(input: &Path, html_output: &Path, who: &Invoker) -> i32 {
             return read::EXIT_BAD_INPUT;
         }
     };
-    let page = render_parts(&parsed.report, &parsed.processes, &parsed.points, None);
+    let page = render(&report, None);
     match output::write_file_or_stdout(html_output, who, |out| out.write_all(page.as_bytes())) {
         Ok(()) => 0,
         Err(err) => {
@@ -201,25 +193,6 @@ fn signed(value: f64, unit: &str) -> String {
     }
 }
 
-fn num(value: &Value, path: &[&str]) -> Option<f64> {
-    get(value, path).and_then(Value::as_f64)
-}
-
-fn get<'a>(value: &'a Value, path: &[&str]) -> Option<&'a Value> {
-    path.iter().try_fold(value, |v, key| v.get(key))
-}
-
-fn text<'a>(value: &'a Value, path: &[&str]) -> &'a str {
-    get(value, path).and_then(Value::as_str).unwrap_or("")
-}
-
-fn array<'a>(value: &'a Value, path: &[&str]) -> &'a [Value] {
-    get(value, path)
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or(&[])
-}
-
 /// A value of any kind as short text (strings unquoted).
 fn scalar(value: &Value) -> String {
     match value {
@@ -251,26 +224,6 @@ fn round3(v: f64) -> Value {
         json!((v * 1000.0).round() / 1000.0)
     } else {
         Value::Null
-    }
-}
-
-/// The program a process ran: its first argument's file name (its comm when none), as the
-/// summary and `diff` name it.
-fn program(process: &Value) -> String {
-    let argv0 = array(process, &["cmdline"]).first().and_then(Value::as_str);
-    crate::report::names::program_of(argv0, text(process, &["comm"]))
-}
-
-/// A process's command line, program name first (`[comm]` when it has none).
-fn command_line(process: &Value) -> String {
-    let args: Vec<&str> = array(process, &["cmdline"])
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
-    if args.is_empty() {
-        format!("[{}]", text(process, &["comm"]))
-    } else {
-        args.join(" ")
     }
 }
 
@@ -306,32 +259,15 @@ fn page(title: &str, body: &str, data: &Value) -> String {
     html
 }
 
-/// The page of one report (its JSON form). `flamegraph`: the energy flamegraph's SVG, shown
-/// in a sandboxed frame (its own script keeps search and zoom; it cannot reach the page).
-pub fn render(report: &Value, flamegraph: Option<&str>) -> String {
-    let processes: Vec<ProcessRow> = array(report, &["processes"])
-        .iter()
-        .map(ProcessRow::of)
-        .collect();
-    let points: Vec<Point> = array(report, &["timeseries"])
-        .iter()
-        .map(point_of)
-        .collect();
-    render_parts(report, &processes, &points, flamegraph)
-}
-
-/// [`render`] with the process list and the time series apart (as [`parse`] reads them;
-/// those of `report` are not read).
-pub fn render_parts(
-    report: &Value,
-    processes: &[ProcessRow],
-    points: &[Point],
-    flamegraph: Option<&str>,
-) -> String {
+/// The page of one report. `flamegraph`: the energy flamegraph's SVG, shown in a sandboxed
+/// frame (its own script keeps search and zoom; it cannot reach the page).
+pub fn render(report: &PageReport, flamegraph: Option<&str>) -> String {
     let mut body = String::new();
     let mut data = serde_json::Map::new();
-    let estimated = text(report, &["meta", "measurement_quality", "grade"]) == "estimated";
+    let meta = &report.meta;
+    let estimated = meta.measurement_quality.grade == "estimated";
     let prov = if estimated { "estimated" } else { "measured" };
+    let points: &[PointView] = report.timeseries.as_deref().unwrap_or_default();
 
     header(&mut body, report);
     totals(&mut body, report, prov);
@@ -341,28 +277,26 @@ pub fn render_parts(
         .iter()
         .flat_map(|p| p.processes.iter().filter_map(|q| q.pid))
         .collect();
-    let names: BTreeMap<u64, String> = processes
-        .iter()
-        .filter_map(|p| Some((p.pid.filter(|pid| named.contains(pid))?, p.program.clone())))
+    let names: BTreeMap<u64, String> = named
+        .into_iter()
+        .filter_map(|pid| Some((pid, report.processes.program_of(pid)?.to_string())))
         .collect();
     let domains = chart_domains(points);
     power_over_time(&mut body, &mut data, points, &domains, &names, prov);
-    gpus::section(&mut body, &mut data, report, points, &domains);
+    gpus::section(&mut body, &mut data, &meta.gpus, points, &domains);
     budgets(&mut body, report);
-    repeat(&mut body, &mut data, report, prov);
-    process_groups(&mut body, processes, prov);
-    processes_table(&mut body, processes, prov);
+    if let Some(r) = &report.repeat {
+        repeat(&mut body, &mut data, r, prov);
+    }
+    process_groups(&mut body, &report.processes, prov);
+    processes_table(&mut body, &report.processes, prov);
     functions(&mut body, report, prov);
     flamegraph_section(&mut body, report, flamegraph);
     sources(&mut body, report);
 
-    let command = array(report, &["meta", "command"])
-        .iter()
-        .filter_map(Value::as_str)
-        .collect::<Vec<_>>()
-        .join(" ");
+    let command = meta.command.join(" ");
     let title = if command.is_empty() {
-        format!("cg-trace report ({})", text(report, &["meta", "mode"]))
+        format!("cg-trace report ({})", meta.mode)
     } else {
         format!("cg-trace report: {}", fit(&command, 120))
     };
@@ -371,14 +305,12 @@ pub fn render_parts(
 
 /// Why an `estimated` run is estimated, naming the domains a hardware counter did measure
 /// (a GPU beside a modelled CPU, as on a cloud GPU machine without RAPL).
-fn estimated_because(report: &Value) -> String {
-    let domains = get(report, &["totals", "domains"])
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
-    let measured: Vec<String> = domains
+fn estimated_because(report: &PageReport) -> String {
+    let measured: Vec<String> = report
+        .totals
+        .domains
         .iter()
-        .filter(|(_, d)| text(d, &["provenance"]) == "measured")
+        .filter(|(_, d)| d.provenance == "measured")
         .map(|(name, _)| esc(name))
         .collect();
     if measured.is_empty() {
@@ -392,20 +324,20 @@ fn estimated_because(report: &Value) -> String {
     }
 }
 
-fn header(body: &mut String, report: &Value) {
-    let meta = get(report, &["meta"]).unwrap_or(&Value::Null);
-    let command = array(meta, &["command"])
-        .iter()
-        .filter_map(Value::as_str)
-        .collect::<Vec<_>>()
-        .join(" ");
-    let heading = match text(meta, &["mode"]) {
+fn header(body: &mut String, report: &PageReport) {
+    let meta = &report.meta;
+    let command = meta.command.join(" ");
+    let pids = || {
+        let pids: Vec<String> = meta.pids.iter().map(u64::to_string).collect();
+        pids.join(", ")
+    };
+    let heading = match meta.mode.as_str() {
         _ if !command.is_empty() => esc_short(&command),
-        "attach" => format!("processes {}", esc(&scalar(&meta["pids"]))),
+        "attach" => format!("processes {}", esc(&pids())),
         "system" => "the whole machine".into(),
         mode => esc(mode),
     };
-    let grade = text(meta, &["measurement_quality", "grade"]);
+    let grade = meta.measurement_quality.grade.as_str();
     let _ = write!(
         body,
         "<h1>Energy of {heading}</h1>\n<p>Energy figures are <span class=\"badge {class}\">{grade}</span> \
@@ -420,47 +352,47 @@ fn header(body: &mut String, report: &Value) {
             "measured" => "hardware counters, nothing lost".into(),
             _ => "see the quality notes".into(),
         },
-        run = esc(text(meta, &["run_id"])),
-        host = esc(text(meta, &["hostname"])),
-        start = esc(text(meta, &["started_at"])),
-        end = esc(text(meta, &["ended_at"])),
+        run = esc(&meta.run_id),
+        host = esc(&meta.hostname),
+        start = esc(&meta.started_at),
+        end = esc(&meta.ended_at),
     );
     body.push_str("<dl class=\"kv\">\n");
     let mut kv = |key: &str, value: String| {
         let _ = writeln!(body, "<dt>{}</dt><dd>{}</dd>", esc(key), value);
     };
-    kv("duration", fig(num(meta, &["duration_s"]), "s"));
-    kv("mode", esc(text(meta, &["mode"])));
-    kv("stopped", esc(text(meta, &["stop_reason"])));
-    if let Some(code) = meta.get("command_exit_code").filter(|v| !v.is_null()) {
-        kv("command exit status", esc(&scalar(code)));
+    kv("duration", fig(meta.duration_s, "s"));
+    kv("mode", esc(&meta.mode));
+    kv("stopped", esc(&meta.stop_reason));
+    if let Some(code) = meta.command_exit_code {
+        kv("command exit status", code.to_string());
     }
-    if let Some(signal) = meta.get("command_exit_signal").filter(|v| !v.is_null()) {
-        kv("command killed by signal", esc(&scalar(signal)));
+    if let Some(signal) = meta.command_exit_signal {
+        kv("command killed by signal", signal.to_string());
     }
     kv(
         "machine",
         format!(
             "{} ({} CPUs), kernel {}",
-            esc(text(meta, &["cpu_model"])),
-            esc(&scalar(meta.get("cpu_count").unwrap_or(&Value::Null))),
-            esc(text(meta, &["kernel"]))
+            esc(&meta.cpu_model),
+            meta.cpu_count.map_or("—".into(), |n| n.to_string()),
+            esc(&meta.kernel)
         ),
     );
-    kv("interval", fig(num(meta, &["interval_ms"]), "ms"));
+    kv("interval", fig(meta.interval_ms, "ms"));
     kv(
         "cg-trace",
         format!(
             "{} (report schema {})",
-            esc(text(meta, &["tool_version"])),
-            esc(text(meta, &["schema_version"]))
+            esc(&meta.tool_version),
+            esc(&meta.schema_version)
         ),
     );
     body.push_str("</dl>\n");
 }
 
-fn totals(body: &mut String, report: &Value, prov: &str) {
-    let t = get(report, &["totals"]).unwrap_or(&Value::Null);
+fn totals(body: &mut String, report: &PageReport, prov: &str) {
+    let t = &report.totals;
     let _ = write!(
         body,
         "<h2>Summary</h2>\n<table>\n<tr><th></th><th class=\"n\">energy (J, {prov})</th>\
@@ -468,356 +400,67 @@ fn totals(body: &mut String, report: &Value, prov: &str) {
          <th class=\"n\">idle (J)</th><th class=\"n\">average power (W)</th>\
          <th class=\"n\">idle power (W)</th><th>provenance</th></tr>\n"
     );
-    let row = |body: &mut String, name: &str, d: &Value, provenance: &str| {
+    let row = |body: &mut String, name: &str, split: &SplitView, provenance: &str| {
         let _ = writeln!(
             body,
             "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
              <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
             name,
-            fig(num(d, &["energy_j"]), "J"),
-            fig(num(d, &["attributed_energy_j"]), "J"),
-            fig(num(d, &["other_energy_j"]), "J"),
-            fig(num(d, &["idle_energy_j"]), "J"),
-            fig(num(d, &["avg_power_w"]), "W"),
-            fig(num(d, &["idle_power_w"]), "W"),
+            fig(Some(split.energy_j), "J"),
+            fig(Some(split.attributed_energy_j), "J"),
+            fig(split.other_energy_j, "J"),
+            fig(split.idle_energy_j, "J"),
+            fig(split.avg_power_w, "W"),
+            fig(split.idle_power_w, "W"),
             esc(provenance),
         );
     };
-    row(body, "<b>total</b> (top-level domains)", t, prov);
-    if let Some(domains) = t.get("domains").and_then(Value::as_object) {
-        for (name, d) in domains {
-            let top = d.get("top_level").and_then(Value::as_bool).unwrap_or(true);
-            let label = if top {
+    row(body, "<b>total</b> (top-level domains)", &t.split, prov);
+    for (name, d) in &t.domains {
+        let label = if d.top_level {
+            esc(name)
+        } else {
+            format!(
+                "{} <span class=\"note\">(inside another domain)</span>",
                 esc(name)
-            } else {
-                format!(
-                    "{} <span class=\"note\">(inside another domain)</span>",
-                    esc(name)
-                )
-            };
-            row(body, &label, d, text(d, &["provenance"]));
-        }
+            )
+        };
+        row(body, &label, &d.split, &d.provenance);
     }
     body.push_str("</table>\n");
     let _ = writeln!(
         body,
         "<p class=\"note\">Targets' CPU time: {}; {} intervals. Targets + other + idle = \
          energy, per domain.</p>",
-        fig(num(t, &["cpu_time_s"]), "s"),
-        esc(&scalar(t.get("intervals_count").unwrap_or(&Value::Null))),
+        fig(Some(t.cpu_time_s), "s"),
+        t.intervals_count.map_or("—".into(), |n| n.to_string()),
     );
 }
 
-/// One interval of the time series, as the charts read it (every field optional: a report
-/// of another version still draws what it has).
-#[derive(Debug, Default, Deserialize)]
-pub struct Point {
-    t_s: Option<f64>,
-    duration_s: Option<f64>,
-    energy_j: Option<f64>,
-    attributed_energy_j: Option<f64>,
-    other_energy_j: Option<f64>,
-    idle_energy_j: Option<f64>,
-    energy_known: Option<bool>,
-    #[serde(default)]
-    domains: BTreeMap<String, PointDomain>,
-    /// Per-process figures of the interval, when the report has them.
-    #[serde(default)]
-    processes: Vec<PointProcess>,
-    /// Each GPU's own figures, when the run measured GPUs.
-    #[serde(default)]
-    gpus: Vec<gpus::PointGpu>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct PointDomain {
-    energy_j: Option<f64>,
-    energy_known: Option<bool>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct PointProcess {
-    pid: Option<u64>,
-    command: Option<String>,
-    comm: Option<String>,
-    group: Option<String>,
-    name: Option<String>,
-    energy_j: Option<f64>,
-    /// The entry of the processes not listed one by one.
-    folded_processes_count: Option<u64>,
-}
-
-impl PointProcess {
-    /// Its name in the chart: its own, else its program's from the report's process list
-    /// (`names`, by pid); the folded rest as "other targets".
-    fn label(&self, names: &BTreeMap<u64, String>) -> String {
-        if self.pid.is_none() && self.folded_processes_count.is_some() {
-            return "other targets (folded)".to_string();
-        }
-        let name = [&self.command, &self.comm, &self.group, &self.name]
-            .into_iter()
-            .find_map(Option::as_deref)
-            .or_else(|| self.pid.and_then(|pid| names.get(&pid)).map(String::as_str))
-            .unwrap_or("");
-        match self.pid {
-            Some(pid) => format!("{name} ({pid})"),
-            None => name.to_string(),
-        }
+/// A process's name in the charts: its own, else its program's from the report's process
+/// list (`names`, by pid); the folded rest as "other targets".
+fn label(process: &PointProcessView, names: &BTreeMap<u64, String>) -> String {
+    if process.pid.is_none() && process.folded_processes_count.is_some() {
+        return "other targets (folded)".to_string();
+    }
+    let p = process;
+    let name = [&p.command, &p.comm, &p.group, &p.name]
+        .into_iter()
+        .find_map(Option::as_deref)
+        .or_else(|| p.pid.and_then(|pid| names.get(&pid)).map(String::as_str))
+        .unwrap_or("");
+    match p.pid {
+        Some(pid) => format!("{name} ({pid})"),
+        None => name.to_string(),
     }
 }
 
-/// A time point of the JSON, read as [`Point`]; field by field when its shape differs
-/// (`processes` as a map from name to figures, a field of another type).
-fn point_of(value: &Value) -> Point {
-    if let Ok(point) = Point::deserialize(value) {
-        return point;
-    }
-    let processes = match value.get("processes") {
-        Some(Value::Array(list)) => list
-            .iter()
-            .map(|p| PointProcess::deserialize(p).unwrap_or_default())
-            .collect(),
-        Some(Value::Object(map)) => map
-            .iter()
-            .map(|(name, p)| PointProcess {
-                name: Some(name.clone()),
-                energy_j: p.as_f64().or_else(|| num(p, &["energy_j"])),
-                ..PointProcess::default()
-            })
-            .collect(),
-        _ => Vec::new(),
-    };
-    let domains = value
-        .get("domains")
-        .and_then(Value::as_object)
-        .map(|d| {
-            d.iter()
-                .map(|(name, d)| {
-                    (
-                        name.clone(),
-                        PointDomain {
-                            energy_j: num(d, &["energy_j"]),
-                            energy_known: d.get("energy_known").and_then(Value::as_bool),
-                        },
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    Point {
-        t_s: num(value, &["t_s"]),
-        duration_s: num(value, &["duration_s"]),
-        energy_j: num(value, &["energy_j"]),
-        attributed_energy_j: num(value, &["attributed_energy_j"]),
-        other_energy_j: num(value, &["other_energy_j"]),
-        idle_energy_j: num(value, &["idle_energy_j"]),
-        energy_known: value.get("energy_known").and_then(Value::as_bool),
-        domains,
-        processes,
-        gpus: array(value, &["gpus"])
-            .iter()
-            .map(gpus::PointGpu::lenient)
-            .collect(),
-    }
-}
-
-/// The parts of a report file the page reads: the time series typed (a one-hour run at
-/// 100 ms has 36,000 points: building them as JSON values would cost most of the time), or
-/// point by point (`S` = [`Each`]) when it has another shape; the processes one by one into
-/// rows; the rest as JSON. Top-level fields the page does not show are skipped.
-#[derive(Deserialize)]
-#[serde(bound = "S: Deserialize<'de>")]
-struct ReportFile<S> {
-    #[serde(default)]
-    meta: Value,
-    #[serde(default)]
-    processes: Each<ProcessRow>,
-    #[serde(default)]
-    functions: Value,
-    #[serde(default)]
-    function_totals: Value,
-    #[serde(default)]
-    totals: Value,
-    #[serde(default)]
-    timeseries: Option<S>,
-    #[serde(default)]
-    repeat: Value,
-    #[serde(default)]
-    budgets: Value,
-}
-
-impl<S: Into<Vec<Point>>> ReportFile<S> {
-    fn parts(self) -> Parsed {
-        let report = json!({
-            "meta": self.meta, "functions": self.functions,
-            "function_totals": self.function_totals, "totals": self.totals,
-            "repeat": self.repeat, "budgets": self.budgets,
-        });
-        Parsed {
-            report,
-            processes: self.processes.0,
-            points: self.timeseries.map(Into::into).unwrap_or_default(),
-        }
-    }
-}
-
-/// A report as [`parse`] reads it, for [`render_parts`].
-pub struct Parsed {
-    /// Its fields but the process list and the time series.
-    pub report: Value,
-    pub processes: Vec<ProcessRow>,
-    pub points: Vec<Point>,
-}
-
-/// Reads a report's bytes (already checked by [`read::load_bytes`]) into what
-/// [`render_parts`] takes: the typed fast path, or, when the time series has another
-/// shape, again with the series read point by point. Either way its peak memory is a small
-/// multiple of the file's size (`cargo xtask bench --memory`).
-pub fn parse(bytes: &[u8]) -> Result<Parsed, serde_json::Error> {
-    match serde_json::from_slice::<ReportFile<Vec<Point>>>(bytes) {
-        Ok(file) => Ok(file.parts()),
-        Err(_) => Ok(serde_json::from_slice::<ReportFile<Each<Point>>>(bytes)?.parts()),
-    }
-}
-
-/// What a JSON value reads as, whatever its shape (for [`Each`]).
-pub trait FromJson {
-    fn from_json(value: &Value) -> Self;
-}
-
-impl FromJson for Point {
-    fn from_json(value: &Value) -> Self {
-        point_of(value)
-    }
-}
-
-/// A list read entry by entry, each through a JSON value of its own that is dropped once
-/// read, so that a list of a million entries never exists as JSON values at once; anything
-/// that is not a list reads as empty.
-pub struct Each<T>(pub Vec<T>);
-
-impl<T> Default for Each<T> {
-    fn default() -> Self {
-        Each(Vec::new())
-    }
-}
-
-impl<T> From<Each<T>> for Vec<T> {
-    fn from(each: Each<T>) -> Self {
-        each.0
-    }
-}
-
-impl<'de, T: FromJson> Deserialize<'de> for Each<T> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(EachVisitor(PhantomData))
-    }
-}
-
-struct EachVisitor<T>(PhantomData<T>);
-
-impl<'de, T: FromJson> de::Visitor<'de> for EachVisitor<T> {
-    type Value = Each<T>;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let mut list = Vec::new();
-        while let Some(value) = seq.next_element::<Value>()? {
-            list.push(T::from_json(&value));
-        }
-        Ok(Each(list))
-    }
-
-    fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        while map
-            .next_entry::<de::IgnoredAny, de::IgnoredAny>()?
-            .is_some()
-        {}
-        Ok(Each::default())
-    }
-
-    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(Each::default())
-    }
-
-    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(Each::default())
-    }
-
-    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(Each::default())
-    }
-
-    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(Each::default())
-    }
-
-    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-        Ok(Each::default())
-    }
-
-    fn visit_unit<E>(self) -> Result<Self::Value, E> {
-        Ok(Each::default())
-    }
-}
-
-/// A process of the report as the page shows it: a figure of another type reads as absent.
-#[derive(Debug, Default)]
-pub struct ProcessRow {
-    pid: Option<u64>,
-    /// Its `pid` as written (it may not be a number).
-    pid_text: String,
-    /// The program it ran ([`program`]).
-    program: String,
-    /// Its command line ([`command_line`]), its first characters: enough for
-    /// [`esc_short`] to show what it would show of the whole.
-    command: String,
-    cpu_time_s: Option<f64>,
-    energy_j: Option<f64>,
-    avg_power_w: Option<f64>,
-    share_pct: Option<f64>,
-    alive_s: Option<f64>,
-    /// `exit_code`, or `signal N`, or empty.
-    exit: String,
-}
-
-impl FromJson for ProcessRow {
-    fn from_json(value: &Value) -> Self {
-        ProcessRow::of(value)
-    }
-}
-
-impl ProcessRow {
-    fn of(p: &Value) -> ProcessRow {
-        let exit = match (p.get("exit_code"), p.get("exit_signal")) {
-            (Some(code), _) if !code.is_null() => scalar(code),
-            (_, Some(sig)) if !sig.is_null() => format!("signal {}", scalar(sig)),
-            _ => String::new(),
-        };
-        ProcessRow {
-            pid: p.get("pid").and_then(Value::as_u64),
-            pid_text: scalar(p.get("pid").unwrap_or(&Value::Null)),
-            program: program(p),
-            command: command_line(p).chars().take(MAX_TEXT_CHARS + 1).collect(),
-            cpu_time_s: num(p, &["cpu_time_s"]),
-            energy_j: num(p, &["energy_j"]),
-            avg_power_w: num(p, &["avg_power_w"]),
-            share_pct: num(p, &["share_pct"]),
-            alive_s: num(p, &["alive_s"]),
-            exit,
-        }
-    }
-
-    /// Its energy when finite, else 0 (for sorting and sums).
-    fn energy(&self) -> f64 {
-        self.energy_j.filter(|v| v.is_finite()).unwrap_or(0.0)
-    }
-
-    fn cpu(&self) -> f64 {
-        self.cpu_time_s.filter(|v| v.is_finite()).unwrap_or(0.0)
+/// A process's exit as the table shows it: its status, `signal N`, or nothing.
+fn exit(p: &ProcessView) -> String {
+    match (p.exit_code, p.exit_signal) {
+        (Some(code), _) => code.to_string(),
+        (None, Some(signal)) => format!("signal {signal}"),
+        (None, None) => String::new(),
     }
 }
 
@@ -834,9 +477,9 @@ fn buckets(n: usize) -> (usize, Vec<(usize, usize)>) {
 /// Mean power of each bucket: the joules `energy` gives over the seconds it covers (points
 /// it gives nothing for are left out; a bucket with none is a gap).
 fn bucket_power(
-    points: &[Point],
+    points: &[PointView],
     ranges: &[(usize, usize)],
-    energy: impl Fn(&Point) -> Option<(f64, f64)>,
+    energy: impl Fn(&PointView) -> Option<(f64, f64)>,
 ) -> Vec<Value> {
     ranges
         .iter()
@@ -858,7 +501,7 @@ fn bucket_power(
 
 /// The energy domains the power chart draws, in its order (those of the first point that
 /// names any).
-fn chart_domains(points: &[Point]) -> Vec<String> {
+fn chart_domains(points: &[PointView]) -> Vec<String> {
     points
         .iter()
         .find(|p| !p.domains.is_empty())
@@ -869,7 +512,7 @@ fn chart_domains(points: &[Point]) -> Vec<String> {
 fn power_over_time(
     body: &mut String,
     data: &mut serde_json::Map<String, Value>,
-    points: &[Point],
+    points: &[PointView],
     domain_names: &[String],
     names: &BTreeMap<u64, String>,
     prov: &str,
@@ -887,7 +530,7 @@ fn power_over_time(
         .iter()
         .map(|&(start, _)| round3(points[start].t_s.unwrap_or(f64::NAN)))
         .collect();
-    let known = |p: &Point| p.energy_known.unwrap_or(true);
+    let known = |p: &PointView| p.energy_known.unwrap_or(true);
     let total = "total (top-level domains)";
     let mut series = vec![json!({
         "name": total,
@@ -906,7 +549,7 @@ fn power_over_time(
             }),
         }));
     }
-    type Field = fn(&Point) -> Option<f64>;
+    type Field = fn(&PointView) -> Option<f64>;
     let parts: [(Field, &str); 3] = [
         (|p| p.attributed_energy_j, "targets"),
         (|p| p.other_energy_j, "other tasks"),
@@ -952,7 +595,7 @@ fn power_over_time(
 fn process_power(
     body: &mut String,
     data: &mut serde_json::Map<String, Value>,
-    points: &[Point],
+    points: &[PointView],
     ranges: &[(usize, usize)],
     per: usize,
     x_label: &str,
@@ -966,7 +609,7 @@ fn process_power(
         .map(|p| {
             p.processes
                 .iter()
-                .filter_map(|q| Some((q.label(names), q.energy_j.filter(|j| j.is_finite())?)))
+                .filter_map(|q| Some((label(q, names), q.energy_j.filter(|j| j.is_finite())?)))
                 .collect()
         })
         .collect();
@@ -1024,33 +667,28 @@ fn process_power(
     );
 }
 
-fn budgets(body: &mut String, report: &Value) {
-    let list = array(report, &["budgets"]);
-    if list.is_empty() {
+fn budgets(body: &mut String, report: &PageReport) {
+    if report.budgets.is_empty() {
         return;
     }
     body.push_str(
         "<h2>Budgets</h2>\n<table>\n<tr><th>limit</th><th>applies to</th><th class=\"n\">limit</th>\
          <th class=\"n\">value</th><th>statistic</th><th>verdict</th></tr>\n",
     );
-    for b in list {
-        let unit = text(b, &["unit"]);
-        let exceeded = b.get("exceeded").and_then(Value::as_bool).unwrap_or(false);
+    for b in &report.budgets {
+        let unit = b.unit.as_str();
         let _ = writeln!(
             body,
             "<tr><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td>\
              <td><span class=\"badge {}\">{}</span></td></tr>",
-            esc(&scalar(b.get("kind").unwrap_or(&Value::Null))),
-            esc(b
-                .get("program")
-                .and_then(Value::as_str)
-                .unwrap_or("the whole run")),
-            fig(num(b, &["limit"]), unit),
-            fig(num(b, &["value"]), unit),
-            esc(text(b, &["statistic"])),
-            if exceeded { "bad" } else { "ok" },
-            if exceeded {
-                format!("exceeded by {}", fig(num(b, &["excess_pct"]), "%"))
+            esc(&b.kind),
+            esc(b.program.as_deref().unwrap_or("the whole run")),
+            fig(b.limit, unit),
+            fig(b.value, unit),
+            esc(&b.statistic),
+            if b.exceeded { "bad" } else { "ok" },
+            if b.exceeded {
+                format!("exceeded by {}", fig(b.excess_pct, "%"))
             } else {
                 "within".into()
             },
@@ -1059,28 +697,26 @@ fn budgets(body: &mut String, report: &Value) {
     body.push_str("</table>\n");
 }
 
-fn stats_cells(s: &Value, unit: &str) -> String {
-    let outliers = array(s, &["outlier_runs"])
-        .iter()
-        .map(scalar)
-        .collect::<Vec<_>>()
-        .join(", ");
+fn stats_cells(s: Option<&StatsView>, unit: &str) -> String {
+    let empty = StatsView::default();
+    let s = s.unwrap_or(&empty);
+    let outliers: Vec<String> = s.outlier_runs.iter().map(u64::to_string).collect();
     format!(
         "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
          <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
          <td>{}</td>",
-        fig(num(s, &["median"]), unit),
-        fig(num(s, &["mean"]), unit),
-        fig(num(s, &["std_dev"]), unit),
-        fig(num(s, &["cv_pct"]), "%"),
-        fig(num(s, &["min"]), unit),
-        fig(num(s, &["max"]), unit),
-        fig(num(s, &["q1"]), unit),
-        fig(num(s, &["q3"]), unit),
+        fig(s.median, unit),
+        fig(s.mean, unit),
+        fig(s.std_dev, unit),
+        fig(s.cv_pct, "%"),
+        fig(s.min, unit),
+        fig(s.max, unit),
+        fig(s.q1, unit),
+        fig(s.q3, unit),
         if outliers.is_empty() {
             "none".into()
         } else {
-            esc(&outliers)
+            outliers.join(", ")
         },
     )
 }
@@ -1094,31 +730,31 @@ const STATS_HEAD: &str = "<th class=\"n\">median</th><th class=\"n\">mean</th>\
 fn repeat(
     body: &mut String,
     data: &mut serde_json::Map<String, Value>,
-    report: &Value,
+    r: &RepeatView,
     prov: &str,
 ) {
-    let Some(r) = report.get("repeat").filter(|r| r.is_object()) else {
-        return;
-    };
-    let stats = get(r, &["statistics"]).unwrap_or(&Value::Null);
-    let runs = array(r, &["runs"]);
-    repeat_heading(body, r, stats, runs.len());
-    if !runs.is_empty() {
-        runs_chart(data, runs, stats, prov);
+    repeat_heading(body, r);
+    if !r.runs.is_empty() {
+        runs_chart(data, r, prov);
         body.push_str("<div class=\"chart\" id=\"chart-runs\"></div>\n");
     }
-    repeat_statistics(body, stats, prov);
-    repeat_lists(body, stats);
-    every_run(body, runs);
+    repeat_statistics(body, r, prov);
+    repeat_lists(body, r);
+    every_run(body, &r.runs);
+}
+
+/// A count as text, `—` when the report has none.
+fn count(n: Option<u64>) -> String {
+    n.map_or("—".into(), |n| n.to_string())
 }
 
 /// How many runs, how noisy, which run the other sections show.
-fn repeat_heading(body: &mut String, r: &Value, stats: &Value, runs: usize) {
-    let verdict = text(r, &["noise_verdict"]);
+fn repeat_heading(body: &mut String, r: &RepeatView) {
+    let verdict = r.noise_verdict.as_str();
     // Reports before schema 1.6 judged the noise on the whole machine's energy.
     let noise_of = r
-        .get("noise_of")
-        .and_then(Value::as_str)
+        .noise_of
+        .as_deref()
         .filter(|f| *f == crate::report::repeat::NOISE_OF)
         .unwrap_or("energy_j");
     let _ = writeln!(
@@ -1127,12 +763,10 @@ fn repeat_heading(body: &mut String, r: &Value, stats: &Value, runs: usize) {
          <span class=\"badge {}\">{}</span> (the {} energy's CV is {}: excellent &lt; 2 %, \
          good &lt; 5 %, moderate &lt; 10 %). The sections below show run {} (the one closest \
          to the median).</p>",
-        runs,
-        esc(&scalar(
-            r.get("runs_requested_count").unwrap_or(&Value::Null)
-        )),
-        esc(&scalar(r.get("warmup_runs_count").unwrap_or(&Value::Null))),
-        fig(num(r, &["cooldown_s"]), "s"),
+        r.runs.len(),
+        count(r.runs_requested_count),
+        count(r.warmup_runs_count),
+        fig(r.cooldown_s, "s"),
         esc(verdict),
         esc(if verdict.is_empty() {
             "unknown"
@@ -1144,8 +778,8 @@ fn repeat_heading(body: &mut String, r: &Value, stats: &Value, runs: usize) {
         } else {
             "targets'"
         },
-        fig(num(stats, &[noise_of, "cv_pct"]), "%"),
-        esc(&scalar(r.get("representative_run").unwrap_or(&Value::Null))),
+        fig(r.statistics.of(noise_of).and_then(|s| s.cv_pct), "%"),
+        count(r.representative_run),
     );
     if matches!(verdict, "moderate" | "high-noise") {
         body.push_str(
@@ -1153,30 +787,23 @@ fn repeat_heading(body: &mut String, r: &Value, stats: &Value, runs: usize) {
              add <code>--warmup</code> or more <code>--repeat</code> runs.</p>\n",
         );
     }
-    if let Some(reason) = r.get("stopped_early").and_then(Value::as_str) {
+    if let Some(reason) = &r.stopped_early {
         let _ = writeln!(body, "<p>Stopped early: {}</p>", esc(reason));
     }
 }
 
 /// The chart data of the runs' energies: the outliers apart, the median as a line.
-fn runs_chart(
-    data: &mut serde_json::Map<String, Value>,
-    runs: &[Value],
-    stats: &Value,
-    prov: &str,
-) {
-    let median = num(stats, &["energy_j", "median"]);
-    let index: Vec<Value> = runs
-        .iter()
-        .map(|run| run.get("index").cloned().unwrap_or(Value::Null))
-        .collect();
+fn runs_chart(data: &mut serde_json::Map<String, Value>, r: &RepeatView, prov: &str) {
+    let median = r.statistics.energy_j.as_ref().and_then(|s| s.median);
+    let index: Vec<Value> = r.runs.iter().map(|run| json!(run.index)).collect();
     let energy = |outliers: bool| -> Vec<Value> {
-        runs.iter()
+        r.runs
+            .iter()
             .map(|run| {
-                let outlier = run.get("outlier").and_then(Value::as_bool).unwrap_or(false);
-                match num(run, &["energy_j"]) {
-                    Some(j) if outlier == outliers => round3(j),
-                    _ => Value::Null,
+                if run.outlier == outliers {
+                    round3(run.energy_j)
+                } else {
+                    Value::Null
                 }
             })
             .collect()
@@ -1184,75 +811,73 @@ fn runs_chart(
     data.insert(
         "runs".into(),
         json!({"index": index, "energy_j": energy(false), "outlier_energy_j": energy(true),
-               "median_j": runs.iter().map(|_| median.map(round3).unwrap_or(Value::Null)).collect::<Vec<_>>(),
+               "median_j": r.runs.iter().map(|_| median.map(round3).unwrap_or(Value::Null)).collect::<Vec<_>>(),
                "y_label": format!("energy (J, {prov})")}),
     );
 }
 
 /// The statistics of the set's energy, duration and power, and of each domain's energy.
-fn repeat_statistics(body: &mut String, stats: &Value, prov: &str) {
+fn repeat_statistics(body: &mut String, r: &RepeatView, prov: &str) {
+    let stats = &r.statistics;
     let _ = writeln!(
         body,
         "<h3>Statistics over the runs</h3>\n<table>\n<tr><th></th>{STATS_HEAD}</tr>"
     );
-    for (key, label, unit) in [
-        ("energy_j", format!("energy ({prov})"), "J"),
-        ("duration_s", "duration".into(), "s"),
-        ("avg_power_w", format!("average power ({prov})"), "W"),
+    for (s, label, unit) in [
+        (&stats.energy_j, format!("energy ({prov})"), "J"),
+        (&stats.duration_s, "duration".into(), "s"),
+        (&stats.avg_power_w, format!("average power ({prov})"), "W"),
     ] {
-        if let Some(s) = stats.get(key) {
+        if let Some(s) = s {
             let _ = writeln!(
                 body,
                 "<tr><td>{}</td>{}</tr>",
                 esc(&label),
-                stats_cells(s, unit)
+                stats_cells(Some(s), unit)
             );
         }
     }
-    if let Some(domains) = stats.get("domains").and_then(Value::as_object) {
-        for (name, d) in domains {
-            if let Some(s) = d.get("energy_j") {
-                let _ = writeln!(
-                    body,
-                    "<tr><td>{} energy</td>{}</tr>",
-                    esc(name),
-                    stats_cells(s, "J")
-                );
-            }
-        }
+    for (name, d) in &stats.domains {
+        let _ = writeln!(
+            body,
+            "<tr><td>{} energy</td>{}</tr>",
+            esc(name),
+            stats_cells(Some(&d.energy_j), "J")
+        );
     }
     body.push_str("</table>\n");
 }
 
 /// The statistics of each process group's and function's energy over the runs.
-fn repeat_lists(body: &mut String, stats: &Value) {
-    for (key, title, name_key) in [
+fn repeat_lists(body: &mut String, r: &RepeatView) {
+    let stats = &r.statistics;
+    for (list, title, is_function) in [
         (
-            "process_groups",
+            &stats.process_groups,
             "Energy per process group over the runs",
-            "command",
+            false,
         ),
-        ("functions", "Energy per function over the runs", "function"),
+        (&stats.functions, "Energy per function over the runs", true),
     ] {
-        let list = array(stats, &[key]);
         if list.is_empty() {
             continue;
         }
         let _ = writeln!(
             body,
             "<h3>{title}</h3>\n<table>\n<tr><th>{}</th>{STATS_HEAD}</tr>",
-            if key == "functions" {
-                "function"
-            } else {
-                "command"
-            }
+            if is_function { "function" } else { "command" }
         );
         for item in list.iter().take(TABLE_ROWS) {
+            let name = if is_function {
+                &item.function
+            } else {
+                &item.command
+            };
             let _ = writeln!(
                 body,
                 "<tr><td class=\"cmd\">{}</td>{}</tr>",
-                esc_short(text(item, &[name_key])),
-                stats_cells(item.get("energy_j").unwrap_or(&Value::Null), "J")
+                esc_short(name),
+                stats_cells(Some(&item.energy_j), "J")
             );
         }
         if list.len() > TABLE_ROWS {
@@ -1267,27 +892,24 @@ fn repeat_lists(body: &mut String, stats: &Value) {
 }
 
 /// One line per run: when, how long, its energy and power, its exit status, outlier or not.
-fn every_run(body: &mut String, runs: &[Value]) {
+fn every_run(body: &mut String, runs: &[RunView]) {
     body.push_str(
         "<h3>Every run</h3>\n<table>\n<tr><th class=\"n\">run</th><th>started</th>\
          <th class=\"n\">duration</th><th class=\"n\">energy</th><th class=\"n\">average power</th>\
          <th class=\"n\">exit status</th><th>IQR outlier</th></tr>\n",
     );
     for run in runs {
-        let outlier = run.get("outlier").and_then(Value::as_bool).unwrap_or(false);
         let _ = writeln!(
             body,
             "<tr><td class=\"n\">{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
              <td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
-            esc(&scalar(run.get("index").unwrap_or(&Value::Null))),
-            esc(text(run, &["started_at"])),
-            fig(num(run, &["duration_s"]), "s"),
-            fig(num(run, &["energy_j"]), "J"),
-            fig(num(run, &["avg_power_w"]), "W"),
-            esc(&scalar(
-                run.get("command_exit_code").unwrap_or(&Value::Null)
-            )),
-            if outlier {
+            count(run.index),
+            esc(&run.started_at),
+            fig(run.duration_s, "s"),
+            fig(Some(run.energy_j), "J"),
+            fig(run.avg_power_w, "W"),
+            run.command_exit_code.map_or("—".into(), |c| c.to_string()),
+            if run.outlier {
                 "<span class=\"badge bad\">outlier</span>"
             } else {
                 ""
@@ -1297,21 +919,17 @@ fn every_run(body: &mut String, runs: &[Value]) {
     body.push_str("</table>\n");
 }
 
-fn process_groups(body: &mut String, procs: &[ProcessRow], prov: &str) {
-    if procs.is_empty() {
+fn process_groups(body: &mut String, procs: &ProcessesView, prov: &str) {
+    if procs.groups.is_empty() {
         return;
     }
-    // Program -> (processes, CPU s, energy J).
-    let mut groups: BTreeMap<&str, (usize, f64, f64)> = BTreeMap::new();
-    for p in procs {
-        let g = groups.entry(&p.program).or_default();
-        g.0 += 1;
-        g.1 += p.cpu();
-        g.2 += p.energy();
-    }
-    let mut groups: Vec<(&str, (usize, f64, f64))> = groups.into_iter().collect();
-    groups.sort_by(|a, b| b.1.2.total_cmp(&a.1.2).then_with(|| a.0.cmp(b.0)));
-    let max = groups.first().map(|g| g.1.2).unwrap_or(0.0);
+    let mut groups: Vec<&(String, Sums)> = procs.groups.iter().collect();
+    groups.sort_by(|a, b| {
+        b.1.energy_j
+            .total_cmp(&a.1.energy_j)
+            .then_with(|| a.0.cmp(&b.0))
+    });
+    let max = groups.first().map(|g| g.1.energy_j).unwrap_or(0.0);
     let _ = writeln!(
         body,
         "<h2>Energy per process group</h2>\n<p class=\"note\">Processes grouped by program (the \
@@ -1319,21 +937,22 @@ fn process_groups(body: &mut String, procs: &[ProcessRow], prov: &str) {
          <th class=\"n\">processes</th><th class=\"n\">CPU time</th>\
          <th class=\"n\">energy ({prov})</th><th></th></tr>"
     );
-    for (name, (count, cpu, energy)) in groups.iter().take(TABLE_ROWS) {
+    for (name, sums) in groups.iter().take(TABLE_ROWS) {
         let _ = writeln!(
             body,
-            "<tr><td class=\"cmd\">{}</td><td class=\"n\">{count}</td><td class=\"n\">{}</td>\
+            "<tr><td class=\"cmd\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
              <td class=\"n\">{}</td><td>{}</td></tr>",
             esc_short(name),
-            fig(Some(*cpu), "s"),
-            fig(Some(*energy), "J"),
-            bar(if max > 0.0 { energy / max } else { 0.0 }, ""),
+            sums.count,
+            fig(Some(sums.cpu_time_s), "s"),
+            fig(Some(sums.energy_j), "J"),
+            bar(if max > 0.0 { sums.energy_j / max } else { 0.0 }, ""),
         );
     }
     rollup(
         body,
         &groups[groups.len().min(TABLE_ROWS)..],
-        |(_, (n, cpu, j))| (*n, *cpu, *j),
+        |(_, sums)| (sums.count, sums.cpu_time_s, sums.energy_j),
         5,
     );
     body.push_str("</table>\n");
@@ -1367,13 +986,11 @@ fn rollup<T>(
     );
 }
 
-fn processes_table(body: &mut String, procs: &[ProcessRow], prov: &str) {
-    if procs.is_empty() {
+fn processes_table(body: &mut String, procs: &ProcessesView, prov: &str) {
+    if procs.top.is_empty() {
         body.push_str("<h2>Processes</h2>\n<p class=\"note\">No process ran on a CPU.</p>\n");
         return;
     }
-    let mut sorted: Vec<&ProcessRow> = procs.iter().collect();
-    sorted.sort_by(|a, b| b.energy().total_cmp(&a.energy()));
     let _ = writeln!(
         body,
         "<h2>Processes</h2>\n<table>\n<tr><th class=\"n\">PID</th><th>command</th>\
@@ -1381,55 +998,49 @@ fn processes_table(body: &mut String, procs: &[ProcessRow], prov: &str) {
          <th class=\"n\">average power</th><th class=\"n\">share</th><th class=\"n\">alive</th>\
          <th class=\"n\">exit</th></tr>"
     );
-    for p in sorted.iter().take(TABLE_PROCESSES) {
+    for p in &procs.top {
         let _ = writeln!(
             body,
             "<tr><td class=\"n\">{}</td><td class=\"cmd\"><b>{}</b> {}</td><td class=\"n\">{}</td>\
              <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
              <td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
-            esc(&p.pid_text),
-            esc_short(&p.program),
-            esc_short(&p.command),
-            fig(p.cpu_time_s, "s"),
-            fig(p.energy_j, "J"),
+            count(p.pid),
+            esc_short(&p.program()),
+            esc_short(&p.command()),
+            fig(Some(p.cpu_time_s), "s"),
+            fig(Some(p.energy_j), "J"),
             fig(p.avg_power_w, "W"),
             fig(p.share_pct, "%"),
             fig(p.alive_s, "s"),
-            esc(&p.exit),
+            exit(p),
         );
     }
-    let rest = &sorted[sorted.len().min(TABLE_PROCESSES)..];
-    if !rest.is_empty() {
-        let cpu: f64 = rest.iter().map(|p| p.cpu()).sum();
-        let j: f64 = rest.iter().map(|p| p.energy()).sum();
+    let rest = &procs.rest;
+    if rest.count > 0 {
         let _ = writeln!(
             body,
             "<tr><td></td><td class=\"note\">{} more processes</td><td class=\"n\">{}</td>\
              <td class=\"n\">{}</td><td colspan=\"4\"></td></tr>",
-            rest.len(),
-            fig(Some(cpu), "s"),
-            fig(Some(j), "J"),
+            rest.count,
+            fig(Some(rest.cpu_time_s), "s"),
+            fig(Some(rest.energy_j), "J"),
         );
     }
     body.push_str("</table>\n");
 }
 
-fn functions(body: &mut String, report: &Value, prov: &str) {
-    let (list, per_process) = match array(report, &["function_totals"]) {
-        [] => (array(report, &["functions"]), true),
-        totals => (totals, false),
+fn functions(body: &mut String, report: &PageReport, prov: &str) {
+    let (list, per_process) = if report.function_totals.is_empty() {
+        (&report.functions, true)
+    } else {
+        (&report.function_totals, false)
     };
     if list.is_empty() {
         return;
     }
-    let mut sorted: Vec<&Value> = list.iter().collect();
-    let energy = |f: &Value| {
-        num(f, &["energy_j"])
-            .filter(|v| v.is_finite())
-            .unwrap_or(0.0)
-    };
-    sorted.sort_by(|a, b| energy(b).total_cmp(&energy(a)));
-    let max = sorted.first().map(|f| energy(f)).unwrap_or(0.0);
+    let mut sorted: Vec<&FunctionView> = list.iter().collect();
+    sorted.sort_by(|a, b| b.energy_j.total_cmp(&a.energy_j));
+    let max = sorted.first().map(|f| f.energy_j).unwrap_or(0.0);
     let _ = writeln!(
         body,
         "<h2>Energy per function</h2>\n<p class=\"note\">{} Energy is the function's share of its \
@@ -1441,28 +1052,24 @@ fn functions(body: &mut String, report: &Value, prov: &str) {
         } else {
             "Over all processes."
         },
-        if sorted.iter().any(|f| f.get("calls").is_some()) {
+        if sorted.iter().any(|f| f.calls.is_some()) {
             "calls"
         } else {
             "samples"
         },
     );
     for f in sorted.iter().take(TABLE_ROWS) {
-        let count = f
-            .get("calls")
-            .or_else(|| f.get("samples"))
-            .unwrap_or(&Value::Null);
         let _ = writeln!(
             body,
             "<tr><td class=\"cmd\">{}</td><td class=\"cmd\">{}</td><td class=\"n\">{}</td>\
              <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
-            esc_short(text(f, &["symbol"])),
-            esc_short(text(f, &["module"])),
-            esc(&scalar(count)),
-            fig(num(f, &["cpu_time_s"]), "s"),
-            fig(num(f, &["energy_j"]), "J"),
-            fig(num(f, &["self_energy_j"]), "J"),
-            bar(if max > 0.0 { energy(f) / max } else { 0.0 }, ""),
+            esc_short(&f.symbol),
+            esc_short(&f.module),
+            count(f.calls.or(f.samples)),
+            fig(Some(f.cpu_time_s), "s"),
+            fig(Some(f.energy_j), "J"),
+            fig(f.self_energy_j, "J"),
+            bar(if max > 0.0 { f.energy_j / max } else { 0.0 }, ""),
         );
     }
     if sorted.len() > TABLE_ROWS {
@@ -1497,7 +1104,7 @@ fn base64(bytes: &[u8]) -> String {
     out
 }
 
-fn flamegraph_section(body: &mut String, report: &Value, flamegraph: Option<&str>) {
+fn flamegraph_section(body: &mut String, report: &PageReport, flamegraph: Option<&str>) {
     match flamegraph {
         Some(svg) => {
             // As tall as the drawing (its root's `height`), within reason.
@@ -1520,7 +1127,12 @@ fn flamegraph_section(body: &mut String, report: &Value, flamegraph: Option<&str
                 base64(svg.as_bytes())
             );
         }
-        None if get(report, &["meta", "function_profiling", "sampling"]).is_some() => {
+        None if report
+            .meta
+            .function_profiling
+            .as_ref()
+            .is_some_and(|f| f.contains_key("sampling")) =>
+        {
             body.push_str(
                 "<h2>Energy flamegraph</h2>\n<p class=\"note\">The JSON report does not carry the \
                  sampled stacks: write the page during the run (<code>--profile --html \
@@ -1532,80 +1144,83 @@ fn flamegraph_section(body: &mut String, report: &Value, flamegraph: Option<&str
     }
 }
 
-fn sources(body: &mut String, report: &Value) {
-    let meta = get(report, &["meta"]).unwrap_or(&Value::Null);
+fn sources(body: &mut String, report: &PageReport) {
+    let meta = &report.meta;
     body.push_str("<h2>Sources and quality</h2>\n<table>\n<tr><th>source</th><th>provenance</th><th>what</th><th>domains</th></tr>\n");
-    for s in array(meta, &["sources"]) {
+    for s in &meta.sources {
         let _ = writeln!(
             body,
             "<tr><td>{}</td><td><span class=\"badge {}\">{}</span></td><td>{}</td><td>{}</td></tr>",
-            esc(text(s, &["name"])),
-            esc(text(s, &["provenance"])),
-            esc(text(s, &["provenance"])),
-            esc_short(text(s, &["description"])),
-            esc_short(&scalar(s.get("domains").unwrap_or(&Value::Null))),
+            esc(&s.name),
+            esc(&s.provenance),
+            esc(&s.provenance),
+            esc_short(&s.description),
+            esc_short(&s.domains.join(", ")),
         );
     }
     body.push_str("</table>\n");
     let _ = writeln!(
         body,
         "<p class=\"note\">Why these: {}</p>",
-        esc_short(text(meta, &["source_selection"]))
+        esc_short(&meta.source_selection)
     );
-    let idle = array(meta, &["idle_baseline"]);
-    if !idle.is_empty() {
+    if !meta.idle_baseline.is_empty() {
         body.push_str(
             "<h3>Idle baseline</h3>\n<table>\n<tr><th>domain</th><th class=\"n\">idle power</th>\
              <th>method</th></tr>\n",
         );
-        for i in idle {
+        for i in &meta.idle_baseline {
             let _ = writeln!(
                 body,
                 "<tr><td>{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
-                esc(text(i, &["domain"])),
-                fig(num(i, &["power_w"]), "W"),
-                esc(text(i, &["method"])),
+                esc(&i.domain),
+                fig(i.power_w, "W"),
+                esc(&i.method),
             );
         }
         body.push_str("</table>\n");
     }
-    let notes = array(meta, &["measurement_quality", "notes"]);
+    let quality = &meta.measurement_quality;
     let _ = writeln!(
         body,
         "<h3>Quality notes</h3>\n<p>Grade: <span class=\"badge {g}\">{g}</span></p>",
-        g = esc(text(meta, &["measurement_quality", "grade"]))
+        g = esc(&quality.grade)
     );
-    if notes.is_empty() {
+    if quality.notes.is_empty() {
         body.push_str("<p class=\"note\">None.</p>\n");
     } else {
         body.push_str("<ul>\n");
-        for n in notes {
-            let _ = writeln!(body, "<li>{}</li>", esc_short(&scalar(n)));
+        for n in &quality.notes {
+            let _ = writeln!(body, "<li>{}</li>", esc_short(n));
         }
         body.push_str("</ul>\n");
     }
-    for (title, path) in [
-        ("Lost events", &["totals", "lost_events"][..]),
-        ("cg-trace's own cost", &["meta", "profiler"][..]),
-        ("Power meter", &["meta", "power_meter"][..]),
-        ("Function profiling", &["meta", "function_profiling"][..]),
+    for (title, fields) in [
+        ("Lost events", &report.totals.lost_events),
+        ("cg-trace's own cost", &meta.profiler),
+        ("Power meter", &meta.power_meter),
+        ("Function profiling", &meta.function_profiling),
     ] {
-        if let Some(obj) = get(report, path).and_then(Value::as_object) {
-            let _ = writeln!(body, "<h3>{title}</h3>\n<dl class=\"kv\">");
-            // Scalars only (nested objects are in the JSON report); fields this version does
-            // not know show under their own names.
-            for (k, v) in obj.iter().filter(|(_, v)| !v.is_object()) {
-                let shown = match v {
-                    Value::Array(a) if a.iter().any(Value::is_object) => {
-                        format!("{} entries", a.len())
-                    }
-                    v => scalar(v),
-                };
-                let _ = writeln!(body, "<dt>{}</dt><dd>{}</dd>", esc(k), esc_short(&shown));
-            }
-            body.push_str("</dl>\n");
+        if let Some(fields) = fields {
+            fields_list(body, title, fields);
         }
     }
+}
+
+/// A section's fields one by one, whatever they are: scalars (nested objects are in the JSON
+/// report); fields this version does not know show under their own names.
+fn fields_list(body: &mut String, title: &str, fields: &Fields) {
+    let _ = writeln!(body, "<h3>{title}</h3>\n<dl class=\"kv\">");
+    for (k, v) in fields.iter().filter(|(_, v)| !v.is_object()) {
+        let shown = match v {
+            Value::Array(a) if a.iter().any(Value::is_object) => {
+                format!("{} entries", a.len())
+            }
+            v => scalar(v),
+        };
+        let _ = writeln!(body, "<dt>{}</dt><dd>{}</dd>", esc(k), esc_short(&shown));
+    }
+    body.push_str("</dl>\n");
 }
 
 #[cfg(test)]

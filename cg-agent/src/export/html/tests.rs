@@ -5,6 +5,16 @@ use serde_json::json;
 
 use super::*;
 
+/// The page of a report given as JSON, read as `cg-trace report` reads a file.
+fn render(report: &Value, flamegraph: Option<&str>) -> String {
+    super::render(&view(report).unwrap(), flamegraph)
+}
+
+/// A report given as JSON, read through the checks and the model every reader shares.
+fn view(report: &Value) -> Result<PageReport, read::LoadError> {
+    read::parse_as("r.json", report.to_string().as_bytes())
+}
+
 #[test]
 fn inlined_scripts_cannot_end_their_element() {
     for (name, script) in [
@@ -62,8 +72,8 @@ fn minimal(command: &str) -> Value {
                              "cpu_time_s": 0.5, "energy_j": 1.0, "self_energy_j": 1.0}],
         "totals": {"energy_j": 3.0, "attributed_energy_j": 2.0, "other_energy_j": 0.5,
                    "idle_energy_j": 0.5, "avg_power_w": 3.0, "cpu_time_s": 1.0,
-                   "domains": {"package-0": {"energy_j": 3.0, "top_level": true,
-                                             "provenance": "measured"}}}
+                   "domains": {"package-0": {"energy_j": 3.0, "attributed_energy_j": 2.0,
+                                             "top_level": true, "provenance": "measured"}}}
     })
 }
 
@@ -99,8 +109,8 @@ fn sections_follow_what_the_report_holds() {
         .collect();
     report["repeat"] = json!({
         "noise_verdict": "high-noise", "representative_run": 1, "runs_requested_count": 2,
-        "runs": [{"index": 1, "energy_j": 3.0, "outlier": false},
-                 {"index": 2, "energy_j": 9.0, "outlier": true}],
+        "runs": [{"index": 1, "energy_j": 3.0, "outlier": false, "report": minimal("./app")},
+                 {"index": 2, "energy_j": 9.0, "outlier": true, "report": minimal("./app")}],
         "statistics": {"energy_j": {"median": 6.0, "cv_pct": 70.0, "outlier_runs": [2]}}
     });
     let page = render(&report, None);
@@ -157,7 +167,8 @@ fn base64_matches_the_standard_alphabet() {
 }
 
 #[test]
-fn a_report_file_renders_as_its_json_does_whatever_the_shape_of_its_series() {
+fn a_series_naming_processes_by_name_draws_as_one_naming_them_by_pid() {
+    // Early reports' points held `processes` as a map from name to figures.
     let mut report = minimal("./app");
     report["a_section_from_the_future"] = json!([1, 2, 3]);
     let point = |i: usize, processes: Value| {
@@ -165,41 +176,65 @@ fn a_report_file_renders_as_its_json_does_whatever_the_shape_of_its_series() {
                "energy_known": true, "domains": {"package-0": {"energy_j": 0.3,
                "energy_known": true, "glitches": []}}, "processes": processes})
     };
-    // As a list (the typed path), and as a map from name to figures (read point by point).
     for processes in [
         json!([{"pid": 7, "comm": "app", "energy_j": 0.2, "threads": []}]),
         json!({"app (7)": {"energy_j": 0.2}}),
+        json!({"app (7)": 0.2}),
     ] {
         report["timeseries"] = (0..30).map(|i| point(i, processes.clone())).collect();
-        let bytes = serde_json::to_vec(&report).unwrap();
-        let parsed = parse(&bytes).unwrap();
-        assert_eq!(parsed.points.len(), 30);
-        let page = render_parts(&parsed.report, &parsed.processes, &parsed.points, None);
-        assert_eq!(page, render(&report, None));
-        let data = data_block(&page);
+        let data = data_block(&render(&report, None));
         assert_eq!(data["process_power"]["series"][0]["name"], "app (7)");
         assert_eq!(data["process_power"]["series"][0]["values"][29], json!(2.0));
     }
 }
 
 #[test]
-fn any_json_renders_without_panicking_and_figures_that_are_not_numbers_show_as_dashes() {
-    let odd = [
-        json!(null),
-        json!([]),
-        json!({"meta": 5, "processes": "x", "totals": [], "timeseries": [1, null, {"domains": 3}]}),
-        json!({"meta": {"command": [1, null], "sources": [7]}, "processes": [null, 3, {"pid": -1}],
-               "repeat": {"runs": [1, {"energy_j": "many"}], "statistics": []},
-               "budgets": {}, "function_totals": [{"energy_j": null}],
-               "timeseries": [{"t_s": "now", "processes": [1, {"energy_j": "x"}]}]}),
-    ];
-    for report in odd {
-        let page = render(&report, None);
-        assert!(page.ends_with("</html>\n"));
-        data_block(&page);
+fn a_report_of_another_shape_is_refused_naming_the_field_and_a_missing_figure_is_a_dash() {
+    for (odd, field) in [
+        (json!({"meta": 5}), "meta.tool"),
+        (json!({"processes": "x"}), "`processes`"),
+        (json!({"totals": []}), "`totals`"),
+        (json!({"timeseries": [1]}), "`timeseries[0]`"),
+        (
+            json!({"timeseries": [{"t_s": "now"}]}),
+            "`timeseries[0].t_s`",
+        ),
+        (
+            json!({"repeat": {"runs": [{"energy_j": "many"}]}}),
+            "`repeat.runs[0].energy_j`",
+        ),
+        (json!({"budgets": {}}), "`budgets`"),
+        (
+            json!({"function_totals": [{"energy_j": null}]}),
+            "`function_totals[0]",
+        ),
+        (json!({"meta": {"command": [1, null]}}), "`meta.command[0]`"),
+    ] {
+        let mut report = minimal("./app");
+        for (key, value) in odd.as_object().unwrap() {
+            match (report.get_mut(key), value) {
+                (Some(Value::Object(section)), Value::Object(fields)) => {
+                    section.extend(fields.clone())
+                }
+                _ => report[key] = value.clone(),
+            }
+        }
+        let err = view(&report).map(|_| ()).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                read::LoadError::Shape { .. } | read::LoadError::NotCgTrace { .. }
+            ),
+            "{odd}: {err}"
+        );
+        assert!(err.to_string().contains(field), "{odd}: {err}");
     }
+    // A figure an earlier report did not have shows as a dash.
     let mut report = minimal("./app");
-    report["totals"]["energy_j"] = Value::Null;
+    report["totals"]
+        .as_object_mut()
+        .unwrap()
+        .remove("other_energy_j");
     let page = render(&report, None);
     assert!(page.contains("<td class=\"n\">—</td>"));
 }
@@ -314,7 +349,7 @@ fn a_gpus_hostile_name_is_escaped_and_bad_figures_are_gaps() {
     let mut report = with_domains(&["gpu0".to_string()], true);
     report["meta"]["gpus"][0]["name"] = json!("<script>x</script>\u{1b}[2J");
     report["meta"]["gpus"][0]["memory_total_bytes"] = json!(0);
-    report["timeseries"][1]["gpus"][0]["temperature_c"] = json!("hot");
+    report["timeseries"][1]["gpus"][0]["temperature_c"] = Value::Null;
     let page = render(&report, None);
     assert!(!page.contains("<script>x"));
     assert!(
@@ -334,31 +369,20 @@ fn a_gpus_hostile_name_is_escaped_and_bad_figures_are_gaps() {
 }
 
 #[test]
-fn a_report_file_of_many_processes_renders_as_its_json_does() {
-    // The process list is read entry by entry from a file: odd entries read as the whole
-    // JSON reads them, and the table's rest line adds up over thousands of processes.
+fn a_report_of_many_processes_adds_up_in_its_tables() {
+    // The table's rest line adds up over thousands of processes.
     let mut report = minimal("./app");
-    let mut processes: Vec<Value> = (0..3_000)
+    let processes: Vec<Value> = (0..3_000)
         .map(|i| {
             json!({"pid": 100 + i, "comm": "w", "cmdline": [format!("/bin/w{}", i % 7)],
                    "cpu_time_s": 0.5, "energy_j": 1.0 + (i % 5) as f64, "threads": []})
         })
         .collect();
-    processes.extend([json!(null), json!(3), json!({"pid": -1, "energy_j": "x"})]);
     report["processes"] = Value::Array(processes);
-    let page_of_file = |report: &Value| {
-        let parsed = parse(&serde_json::to_vec(report).unwrap()).unwrap();
-        render_parts(&parsed.report, &parsed.processes, &parsed.points, None)
-    };
-    let page = page_of_file(&report);
-    assert_eq!(page, render(&report, None));
-    assert!(page.contains("2953 more processes"), "the rest line");
-    for odd in [json!("x"), json!({"a": [1, 2]}), json!(7), json!(null)] {
-        report["processes"] = odd;
-        let page = page_of_file(&report);
-        assert_eq!(page, render(&report, None));
-        assert!(page.contains("No process ran on a CPU."));
-    }
+    let page = render(&report, None);
+    assert!(page.contains("2950 more processes"), "the rest line");
+    report["processes"] = json!([]);
+    assert!(render(&report, None).contains("No process ran on a CPU."));
 }
 
 #[test]
@@ -368,8 +392,10 @@ fn an_estimated_run_names_the_domains_a_counter_did_measure() {
     let mut report = minimal("./train");
     report["meta"]["measurement_quality"]["grade"] = json!("estimated");
     report["totals"]["domains"] = json!({
-        "model": {"energy_j": 1.0, "top_level": true, "provenance": "estimated"},
-        "gpu0": {"energy_j": 2.0, "top_level": true, "provenance": "measured"}
+        "model": {"energy_j": 1.0, "attributed_energy_j": 0.5, "top_level": true,
+                  "provenance": "estimated"},
+        "gpu0": {"energy_j": 2.0, "attributed_energy_j": 1.5, "top_level": true,
+                 "provenance": "measured"}
     });
     let page = render(&report, None);
     assert!(
@@ -379,7 +405,8 @@ fn an_estimated_run_names_the_domains_a_counter_did_measure() {
     assert!(!page.contains("no hardware counter measured"));
 
     report["totals"]["domains"] = json!({
-        "model": {"energy_j": 1.0, "top_level": true, "provenance": "estimated"}
+        "model": {"energy_j": 1.0, "attributed_energy_j": 0.5, "top_level": true,
+                  "provenance": "estimated"}
     });
     let page = render(&report, None);
     assert!(page.contains("no hardware counter measured this run"));
