@@ -329,7 +329,10 @@ pub struct Probes {
     functions: Option<uprobes::FunctionMaps>,
     /// Maps of the stack sampler, when used.
     sampler: Option<sampler::SamplerMaps>,
-    batch: batch::BatchReader,
+    /// Batch readers of the per-thread map and of `TARGETS` (each `None` once the kernel
+    /// said it has no batch reads of that map: then read entry by entry).
+    thread_batch: Option<batch::BatchReader>,
+    target_batch: Option<batch::BatchReader>,
     /// Iterator accounting's books and the kernel's sum of other tasks' time (`None` in
     /// switch accounting).
     iterator: Option<IteratorState>,
@@ -709,7 +712,8 @@ impl Probes {
         Ok(Probes {
             iterator,
             _ebpf: ebpf,
-            batch: batch::BatchReader::new(cpu_count),
+            thread_batch: Some(batch::BatchReader::for_threads(cpu_count)),
+            target_batch: Some(batch::BatchReader::for_targets()),
             on_cpu: maps.on_cpu,
             cpu_state: maps.cpu_state,
             targets: maps.targets,
@@ -765,14 +769,17 @@ impl Probes {
             return self.iterate();
         }
         let fd = IterableMap::map(&self.on_cpu).fd().as_fd();
-        let threads = match self.batch.read(fd) {
-            Ok(threads) => threads,
-            Err(batch::BatchError::Unsupported) => self.read_threads_one_by_one()?,
-            Err(batch::BatchError::Io(source)) => {
+        let threads = match self.thread_batch.as_mut().map(|b| b.threads(fd)) {
+            Some(Ok(threads)) => threads,
+            Some(Err(batch::BatchError::Io(source))) => {
                 return Err(ProbeError::Read {
                     name: names::ON_CPU,
                     source,
                 });
+            }
+            Some(Err(batch::BatchError::Unsupported)) | None => {
+                self.thread_batch = None;
+                self.read_threads_one_by_one()?
             }
         };
         let cpus = self.read_cpu_states()?;
@@ -812,15 +819,7 @@ impl Probes {
         let targets = if state.all_tasks {
             iterator::Targets::All
         } else {
-            let mut targets = std::collections::HashMap::new();
-            for item in self.targets.iter() {
-                let (pid, start_ns) = item.map_err(|source| ProbeError::Map {
-                    name: names::TARGETS,
-                    source,
-                })?;
-                targets.insert(pid, start_ns);
-            }
-            iterator::Targets::Some(targets)
+            iterator::Targets::Some(read_targets(&self.targets, &mut self.target_batch)?)
         };
         let (theirs, living_ns) = iterator::split_records(&records, &targets);
         Ok(state
@@ -1113,6 +1112,29 @@ fn task_iterator(ebpf: &mut Ebpf) -> Result<&mut Iter, ProbeError> {
         .ok_or(ProbeError::MissingProgram(program))?
         .try_into()
         .map_err(|source| ProbeError::Attach { program, source })
+}
+
+/// `TARGETS` whole: pid -> process start time. In one batch read where the kernel has them
+/// for the map (`batch` becomes `None` where it does not), else entry by entry.
+fn read_targets(
+    map: &HashMap<MapData, u32, u64>,
+    batch: &mut Option<batch::BatchReader>,
+) -> Result<std::collections::HashMap<u32, u64>, ProbeError> {
+    let map_err = |source| ProbeError::Map {
+        name: names::TARGETS,
+        source,
+    };
+    match batch.as_mut().map(|b| b.targets(map.map().fd().as_fd())) {
+        Some(Ok(targets)) => return Ok(targets),
+        Some(Err(batch::BatchError::Io(source))) => {
+            return Err(ProbeError::Read {
+                name: names::TARGETS,
+                source,
+            });
+        }
+        Some(Err(batch::BatchError::Unsupported)) | None => *batch = None,
+    }
+    map.iter().map(|item| item.map_err(map_err)).collect()
 }
 
 /// Runs the task iterator once: a link made for this pass, its file read to the end, then
