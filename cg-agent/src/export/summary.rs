@@ -417,7 +417,7 @@ fn tree_heads(processes: &[ProcessEntry]) -> Vec<usize> {
 
 /// The program a process runs ([`crate::report::names::program_of`]).
 fn program_of(p: &ProcessEntry) -> String {
-    crate::report::names::program_of(p.cmdline.first().map(String::as_str), &p.comm)
+    crate::report::names::program_of(p.cmdline.first().map(String::as_str), &p.comm).to_string()
 }
 
 /// COMMAND: the program's name, then the rest of its arguments.

@@ -8,10 +8,10 @@ pub use crate::functions::symbolize::base_name as file_name;
 
 /// The program a process ran: the file name of `argv[0]`, `comm` when there is none (or
 /// it is empty).
-pub fn program_of(argv0: Option<&str>, comm: &str) -> String {
+pub fn program_of<'a>(argv0: Option<&'a str>, comm: &'a str) -> &'a str {
     match argv0.map(file_name) {
-        Some(name) if !name.is_empty() => name.to_string(),
-        _ => comm.to_string(),
+        Some(name) if !name.is_empty() => name,
+        _ => comm,
     }
 }
 

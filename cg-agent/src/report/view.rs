@@ -235,17 +235,29 @@ impl<'de> Deserialize<'de> for ProcessesView {
                 let mut top = BinaryHeap::with_capacity(TOP_PROCESSES + 1);
                 let mut seen = 0;
                 while let Some(p) = seq.next_element::<ProcessView>()? {
-                    let program = p.program();
-                    let group = *index.entry(program).or_insert_with_key(|program| {
-                        out.groups.push((program.clone(), Sums::default()));
-                        (out.groups.len() - 1) as u32
-                    });
+                    let group = match index.get(p.program()) {
+                        Some(&group) => group,
+                        None => {
+                            let group = out.groups.len() as u32;
+                            out.groups.push((p.program().to_string(), Sums::default()));
+                            index.insert(p.program().to_string(), group);
+                            group
+                        }
+                    };
                     out.groups[group as usize].1.add(&p);
                     if let Some(pid) = p.pid.and_then(|pid| u32::try_from(pid).ok()) {
                         out.programs.push((pid, group));
                     }
-                    top.push(Ranked(seen, p));
+                    let ranked = Ranked(seen, p);
                     seen += 1;
+                    // One the full top outranks goes straight to the rest.
+                    if top.len() == TOP_PROCESSES
+                        && top.peek().is_some_and(|worst| ranked >= *worst)
+                    {
+                        out.rest.add(&ranked.1);
+                        continue;
+                    }
+                    top.push(ranked);
                     if top.len() > TOP_PROCESSES
                         && let Some(Ranked(_, dropped)) = top.pop()
                     {
@@ -335,7 +347,7 @@ fn command_line<'de, D: Deserializer<'de>>(deserializer: D) -> Result<CommandLin
 
 impl ProcessView {
     /// The program it ran ([`super::names::program_of`]).
-    pub fn program(&self) -> String {
+    pub fn program(&self) -> &str {
         super::names::program_of(self.cmdline.first.as_deref(), &self.comm)
     }
 

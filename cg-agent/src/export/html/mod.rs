@@ -1005,7 +1005,7 @@ fn processes_table(body: &mut String, procs: &ProcessesView, prov: &str) {
              <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
              <td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
             count(p.pid),
-            esc_short(&p.program()),
+            esc_short(p.program()),
             esc_short(&p.command()),
             fig(Some(p.cpu_time_s), "s"),
             fig(Some(p.energy_j), "J"),
