@@ -104,10 +104,11 @@ fn functions_of<'data, R: ReadRef<'data>>(
     segments: &[Segment],
 ) -> Vec<Symbol> {
     let limit = |address| segment_end(segments, address);
+    let ends = section_ends(file.elf_section_table(), file.endian());
     [SHT_SYMTAB, SHT_DYNSYM]
         .into_iter()
         .flat_map(|sh_type| {
-            table_symbols(file, sh_type, limit).unwrap_or_else(|err| {
+            symbols_of_table(file, sh_type, &ends, limit).unwrap_or_else(|err| {
                 tracing::debug!("a symbol table not read: {err}");
                 Vec::new()
             })
@@ -167,6 +168,17 @@ pub fn table_symbols<'data, R: ReadRef<'data>>(
     sh_type: u32,
     fallback_limit: impl Fn(u64) -> u64,
 ) -> Result<Vec<Symbol>, TableError> {
+    let ends = section_ends(file.elf_section_table(), file.endian());
+    symbols_of_table(file, sh_type, &ends, fallback_limit)
+}
+
+/// [`table_symbols`] with the file's [`section_ends`] already read.
+fn symbols_of_table<'data, R: ReadRef<'data>>(
+    file: &ElfFile64<'data, Endianness, R>,
+    sh_type: u32,
+    section_ends: &[u64],
+    fallback_limit: impl Fn(u64) -> u64,
+) -> Result<Vec<Symbol>, TableError> {
     let endian = file.endian();
     let sections = file.elf_section_table();
     let Some(table) = sections.iter().find(|s| s.sh_type(endian) == sh_type) else {
@@ -189,7 +201,7 @@ pub fn table_symbols<'data, R: ReadRef<'data>>(
         endian,
         table,
         strings,
-        &section_ends(sections, endian),
+        section_ends,
         fallback_limit,
     ))
 }
