@@ -7,8 +7,6 @@ use std::{collections::HashMap, io, os::fd::AsRawFd, os::fd::BorrowedFd};
 
 use cg_common::{ThreadKey, ThreadTime};
 
-use super::retry::{TRIES, interrupted_by_signal};
-
 const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
 const KEY_SIZE: usize = std::mem::size_of::<ThreadKey>();
 /// Per-CPU values are laid out at 8-byte strides.
@@ -92,7 +90,6 @@ impl BatchReader {
     ) -> Result<(), BatchError> {
         let (mut token_in, mut token_out) = (0u64, 0u64);
         let mut first = true;
-        let mut tries = 0;
         loop {
             self.keys.resize(self.chunk * self.key_size, 0);
             self.values.resize(self.chunk * self.value_size, 0);
@@ -109,24 +106,11 @@ impl BatchReader {
                 map_fd: fd.as_raw_fd() as u32,
                 ..BatchAttr::default()
             };
-            // SAFETY: the attr points at buffers sized for `count` keys and values, which
-            // stay alive and unaliased for the duration of the call.
-            let ret = unsafe {
-                libc::syscall(
-                    libc::SYS_bpf,
-                    BPF_MAP_LOOKUP_BATCH,
-                    &mut attr as *mut BatchAttr,
-                    std::mem::size_of::<BatchAttr>(),
-                )
-            };
-            let error = (ret < 0).then(io::Error::last_os_error);
+            // The attr points at buffers sized for `count` keys and values, alive and
+            // unaliased for the duration of the call.
+            let error = super::sys_bpf::retried(BPF_MAP_LOOKUP_BATCH, &mut attr).err();
             let done = match &error {
                 None => false,
-                Some(e) if interrupted_by_signal(e.raw_os_error()) && tries < TRIES => {
-                    // The same chunk again: the kernel said nothing about the map.
-                    tries += 1;
-                    continue;
-                }
                 Some(e) if e.raw_os_error() == Some(libc::ENOENT) => true,
                 Some(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
                     // One hash bucket holds more entries than the chunk: grow and retry.
@@ -159,6 +143,22 @@ impl BatchReader {
     }
 }
 
+/// One read through `reader` while it serves: `Ok(None)` where the kernel has no batch reads
+/// of the map (the reader is then dropped: the caller reads entry by entry from then on).
+pub fn read_or_fall_back<T>(
+    reader: &mut Option<BatchReader>,
+    read: impl FnOnce(&mut BatchReader) -> Result<T, BatchError>,
+) -> io::Result<Option<T>> {
+    match reader.as_mut().map(read) {
+        Some(Ok(entries)) => Ok(Some(entries)),
+        Some(Err(BatchError::Io(err))) => Err(err),
+        Some(Err(BatchError::Unsupported)) | None => {
+            *reader = None;
+            Ok(None)
+        }
+    }
+}
+
 /// The first `N` bytes of `bytes` (a batch buffer's entry, at least that long).
 fn word<const N: usize>(bytes: &[u8]) -> [u8; N] {
     let mut out = [0; N];
@@ -184,25 +184,19 @@ fn per_cpu_ns(v: &[u8]) -> Vec<u64> {
 
 #[cfg(test)]
 mod tests {
-    use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+    use std::os::fd::{AsFd, OwnedFd};
 
     use super::*;
-
-    /// `bpf(cmd, attr)` with `attr` as `union bpf_attr`'s first bytes.
-    fn bpf(cmd: libc::c_long, attr: &mut [u64; 6]) -> i64 {
-        // SAFETY: `attr` is 48 zero-padded bytes of `union bpf_attr`, its pointers alive.
-        unsafe { libc::syscall(libc::SYS_bpf, cmd, attr.as_mut_ptr(), 48) }
-    }
+    use crate::probes::sys_bpf;
 
     /// A new hash map (`map_type` 1) or per-CPU hash (5) of `entries` entries.
     fn map(map_type: u32, key_size: u32, value_size: u32, entries: u32) -> OwnedFd {
         let mut attr = [0u64; 6];
         attr[0] = u64::from(map_type) | (u64::from(key_size) << 32);
         attr[1] = u64::from(value_size) | (u64::from(entries) << 32);
-        let fd = bpf(0, &mut attr);
-        assert!(fd >= 0, "BPF_MAP_CREATE: {}", io::Error::last_os_error());
-        // SAFETY: the kernel just handed us this descriptor.
-        unsafe { OwnedFd::from_raw_fd(fd as i32) }
+        sys_bpf::once(0, &mut attr)
+            .and_then(sys_bpf::owned_fd)
+            .expect("BPF_MAP_CREATE")
     }
 
     fn update(fd: &OwnedFd, key: &[u8], value: &[u8]) {
@@ -210,7 +204,7 @@ mod tests {
         attr[0] = fd.as_fd().as_raw_fd() as u64;
         attr[1] = key.as_ptr() as u64;
         attr[2] = value.as_ptr() as u64;
-        assert_eq!(bpf(2, &mut attr), 0, "{}", io::Error::last_os_error());
+        sys_bpf::once(2, &mut attr).expect("BPF_MAP_UPDATE_ELEM");
     }
 
     #[test]

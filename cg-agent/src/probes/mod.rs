@@ -16,6 +16,7 @@ pub mod iterator;
 pub mod retry;
 mod ring_reader;
 pub mod sampler;
+mod sys_bpf;
 pub mod task_walk;
 mod uprobe_multi;
 pub mod uprobes;
@@ -769,18 +770,15 @@ impl Probes {
             return self.iterate();
         }
         let fd = IterableMap::map(&self.on_cpu).fd().as_fd();
-        let threads = match self.thread_batch.as_mut().map(|b| b.threads(fd)) {
-            Some(Ok(threads)) => threads,
-            Some(Err(batch::BatchError::Io(source))) => {
-                return Err(ProbeError::Read {
-                    name: names::ON_CPU,
-                    source,
-                });
-            }
-            Some(Err(batch::BatchError::Unsupported)) | None => {
-                self.thread_batch = None;
-                self.read_threads_one_by_one()?
-            }
+        let batch = batch::read_or_fall_back(&mut self.thread_batch, |b| b.threads(fd)).map_err(
+            |source| ProbeError::Read {
+                name: names::ON_CPU,
+                source,
+            },
+        )?;
+        let threads = match batch {
+            Some(threads) => threads,
+            None => self.read_threads_one_by_one()?,
         };
         let cpus = self.read_cpu_states()?;
         Ok(Snapshot {
@@ -1120,21 +1118,24 @@ fn read_targets(
     map: &HashMap<MapData, u32, u64>,
     batch: &mut Option<batch::BatchReader>,
 ) -> Result<std::collections::HashMap<u32, u64>, ProbeError> {
-    let map_err = |source| ProbeError::Map {
-        name: names::TARGETS,
-        source,
-    };
-    match batch.as_mut().map(|b| b.targets(map.map().fd().as_fd())) {
-        Some(Ok(targets)) => return Ok(targets),
-        Some(Err(batch::BatchError::Io(source))) => {
-            return Err(ProbeError::Read {
-                name: names::TARGETS,
-                source,
-            });
-        }
-        Some(Err(batch::BatchError::Unsupported)) | None => *batch = None,
+    let fd = map.map().fd().as_fd();
+    let read =
+        batch::read_or_fall_back(batch, |b| b.targets(fd)).map_err(|source| ProbeError::Read {
+            name: names::TARGETS,
+            source,
+        })?;
+    match read {
+        Some(targets) => Ok(targets),
+        None => map
+            .iter()
+            .map(|item| {
+                item.map_err(|source| ProbeError::Map {
+                    name: names::TARGETS,
+                    source,
+                })
+            })
+            .collect(),
     }
-    map.iter().map(|item| item.map_err(map_err)).collect()
 }
 
 /// Runs the task iterator once: a link made for this pass, its file read to the end, then

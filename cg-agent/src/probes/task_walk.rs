@@ -14,12 +14,15 @@
 
 use std::{
     io,
-    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    os::fd::{AsRawFd, OwnedFd},
 };
 
 use cg_common::TaskRecord;
 
-use super::btf::Btf;
+use super::{
+    btf::Btf,
+    sys_bpf::{self, owned_fd},
+};
 
 /// Errors of the task walk.
 #[derive(Debug, thiserror::Error)]
@@ -368,9 +371,9 @@ pub fn program(
 
 // ---- the bpf(2) system call ----
 
-const BPF_MAP_CREATE: i32 = 0;
-const BPF_PROG_LOAD: i32 = 5;
-const BPF_PROG_TEST_RUN: i32 = 10;
+const BPF_MAP_CREATE: libc::c_long = 0;
+const BPF_PROG_LOAD: libc::c_long = 5;
+const BPF_PROG_TEST_RUN: libc::c_long = 10;
 const MAP_TYPE_ARRAY: u32 = 2;
 const BPF_F_MMAPABLE: u32 = 1 << 10;
 const PROG_TYPE_SYSCALL: u32 = 31;
@@ -379,6 +382,7 @@ const BPF_F_SLEEPABLE: u32 = 1 << 4;
 const ATTR_BYTES: usize = 144;
 
 /// `union bpf_attr` as bytes, written field by field at their offsets.
+#[repr(transparent)]
 struct Attr([u8; ATTR_BYTES]);
 
 impl Attr {
@@ -400,40 +404,9 @@ impl Attr {
     }
 }
 
-/// Tries of a call the kernel answers EAGAIN or EINTR (a signal came while it ran, see
-/// [`super::retry`]): never read as a missing feature.
-const TRIES: u32 = super::retry::TRIES;
-
 /// One `bpf(2)` call, made again while the kernel answers EAGAIN or EINTR.
-fn sys_bpf(cmd: i32, attr: &mut Attr) -> io::Result<i64> {
-    let mut tries = 0;
-    loop {
-        tries += 1;
-        // SAFETY: `attr` is a zeroed `union bpf_attr` of ATTR_BYTES bytes whose pointer
-        // fields point at buffers the caller keeps alive across the call.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                cmd,
-                attr.0.as_mut_ptr(),
-                ATTR_BYTES as libc::c_uint,
-            )
-        };
-        if r >= 0 {
-            return Ok(r);
-        }
-        let err = io::Error::last_os_error();
-        if !super::retry::interrupted_by_signal(err.raw_os_error()) || tries >= TRIES {
-            return Err(err);
-        }
-    }
-}
-
-/// A descriptor the kernel handed back.
-fn owned_fd(fd: i64) -> io::Result<OwnedFd> {
-    let fd = i32::try_from(fd).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
-    // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+fn sys_bpf(cmd: libc::c_long, attr: &mut Attr) -> io::Result<i64> {
+    sys_bpf::retried(cmd, attr)
 }
 
 fn create_array(capacity: u32) -> io::Result<OwnedFd> {

@@ -16,7 +16,7 @@ use std::{
     collections::{HashMap, HashSet},
     ffi::CString,
     io,
-    os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd},
+    os::fd::{AsFd, AsRawFd, OwnedFd, RawFd},
     path::Path,
 };
 
@@ -68,22 +68,10 @@ struct UprobeMultiLinkAttr {
 }
 const _: () = assert!(std::mem::size_of::<UprobeMultiLinkAttr>() == 64);
 
+/// One call that hands back a descriptor; not made again here on a signal (the callers'
+/// [`again_after_signals`] checks for a stop request between tries).
 fn sys_bpf<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<OwnedFd> {
-    // SAFETY: `attr` is a repr(C) head of `union bpf_attr` that lives across the call; the
-    // pointers inside it point at buffers the caller keeps alive.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            cmd,
-            attr as *mut T as *mut libc::c_void,
-            std::mem::size_of::<T>() as libc::c_uint,
-        )
-    };
-    if ret < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the kernel returned a new file descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(ret as RawFd) })
+    super::sys_bpf::once(cmd, attr).and_then(super::sys_bpf::owned_fd)
 }
 
 /// The map's file descriptor, for the map types cg-ebpf uses.
