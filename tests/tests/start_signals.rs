@@ -11,6 +11,7 @@ use std::{
     os::unix::process::ExitStatusExt,
     path::{Path, PathBuf},
     process::{Child, Command, ExitStatus, Stdio},
+    sync::atomic::{AtomicU32, Ordering},
     thread::JoinHandle,
     time::{Duration, Instant},
 };
@@ -118,6 +119,15 @@ fn uprobe_links_on(file: &Path) -> Vec<u32> {
         }
     }
     found
+}
+
+/// A `sleep` argument of `whole` seconds and a bit that no other command of these tests has
+/// (this test process's pid and a count of the calls): the tests run side by side under a
+/// plain `cargo test`, and each must find its own command, not the other's.
+fn unique_seconds(whole: u32) -> String {
+    static CALLS: AtomicU32 = AtomicU32::new(0);
+    let call = CALLS.fetch_add(1, Ordering::Relaxed);
+    format!("{whole}.{}{call:04}", std::process::id())
 }
 
 /// Whether a process whose command line holds `marker` is running.
@@ -266,9 +276,9 @@ fn storm(
 /// How long a plain start-up takes here (spawn until the probes are on `many`), checking on
 /// the way that [`uprobe_links_on`] sees probes that are there and none once cg-trace ended.
 fn start_up_time(many: &Path, dir: &Path) -> Duration {
-    let marker = "31.4159";
+    let marker = unique_seconds(31);
     let started = Instant::now();
-    let mut traced = Traced::start(many, &dir.join("plain.json"), &["sleep", marker]);
+    let mut traced = Traced::start(many, &dir.join("plain.json"), &["sleep", &marker]);
     let mut attached = None;
     while started.elapsed() < HANG_BOUND && traced.exited().is_none() {
         if !uprobe_links_on(many).is_empty() {
@@ -298,7 +308,7 @@ fn start_up_time(many: &Path, dir: &Path) -> Duration {
         Vec::<u32>::new(),
         "probes left behind"
     );
-    assert!(!running_with(marker), "the command outlived cg-trace");
+    assert!(!running_with(&marker), "the command outlived cg-trace");
     attached
 }
 
@@ -377,7 +387,7 @@ fn a_storm_of_sigterm_anywhere_in_start_up_ends_every_run_with_its_status() {
     let mut took = Vec::new();
     for run in 0..runs {
         let report = dir.path().join(format!("term-{run}.json"));
-        let marker = format!("27.{run:04}");
+        let marker = unique_seconds(27);
         let after = span.mul_f64(f64::from(run) / f64::from(runs - 1));
         let mut traced = Traced::start(&many, &report, &["sleep", &marker]);
         let ended = storm(&mut traced, after, None, &[libc::SIGTERM], &mut draws);
