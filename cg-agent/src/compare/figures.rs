@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::RowKind;
-use crate::report::read::{ReportView, RunView, TotalsView};
+use crate::report::view::{ReportView, RunView, TotalsView};
 
 /// One side's figures for a row: one value per run (one for a single run).
 #[derive(Clone, Debug, Default)]

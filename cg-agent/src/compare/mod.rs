@@ -18,7 +18,10 @@ use serde::Serialize;
 
 use crate::report::read::chars;
 // What `compare` (crate::interleaved) reads its two reports with.
-pub use crate::report::read::{EXIT_BAD_INPUT, LoadError, ReportView, parse};
+pub use crate::report::{
+    read::{EXIT_BAD_INPUT, LoadError, parse},
+    view::ReportView,
+};
 use figures::{Figures, Samples, figures};
 pub use gate::Gate;
 

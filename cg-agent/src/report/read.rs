@@ -8,7 +8,7 @@ use std::{fs::File, io::Read, os::unix::fs::OpenOptionsExt, path::Path};
 use serde::{Deserialize, de::DeserializeOwned};
 use serde_json::Value;
 
-pub use super::view::*;
+use super::view::ReportView;
 
 /// The report schema's major version this build understands.
 pub const SCHEMA_MAJOR: u64 = 1;
@@ -208,6 +208,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::report::view::MAX_COMMAND_CHARS;
 
     /// The smallest report the model reads: one process, one domain, one function.
     fn minimal() -> Value {
@@ -270,24 +271,6 @@ mod tests {
         let err = parsed(&report).unwrap_err().to_string();
         assert!(err.contains(&format!("{}…", "9".repeat(40))), "{err}");
         assert!(!err.contains(&"9".repeat(41)));
-    }
-
-    #[test]
-    fn a_repeat_groups_program_is_its_commands_first_words_file_name() {
-        let group = |command: Value| RunGroupView {
-            group: "key#1".into(),
-            command,
-            energy_j: 1.0,
-            cpu_time_s: None,
-        };
-        assert_eq!(group(json!("/usr/bin/make -j2")).program(), "make");
-        // A process gone before its command line was read: its comm, in brackets.
-        assert_eq!(group(json!("[gzip]")).program(), "gzip");
-        assert_eq!(group(json!(["/opt/app", "--fast"])).program(), "app");
-        // A command that says nothing: the group's key.
-        for nothing in [json!(""), json!([]), Value::Null, json!(5)] {
-            assert_eq!(group(nothing).program(), "key#1");
-        }
     }
 
     #[test]

@@ -781,4 +781,22 @@ mod tests {
         }
         assert!(serde_json::from_value::<PointView>(json!({"processes": 3})).is_err());
     }
+
+    #[test]
+    fn a_repeat_groups_program_is_its_commands_first_words_file_name() {
+        let group = |command: Value| RunGroupView {
+            group: "key#1".into(),
+            command,
+            energy_j: 1.0,
+            cpu_time_s: None,
+        };
+        assert_eq!(group(json!("/usr/bin/make -j2")).program(), "make");
+        // A process gone before its command line was read: its comm, in brackets.
+        assert_eq!(group(json!("[gzip]")).program(), "gzip");
+        assert_eq!(group(json!(["/opt/app", "--fast"])).program(), "app");
+        // A command that says nothing: the group's key.
+        for nothing in [json!(""), json!([]), Value::Null, json!(5)] {
+            assert_eq!(group(nothing).program(), "key#1");
+        }
+    }
 }
