@@ -16,7 +16,7 @@ mod gpus;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    fmt::Write as _,
+    fmt::{self, Write as _},
     io,
     path::Path,
 };
@@ -181,6 +181,11 @@ fn fig(value: Option<f64>, unit: &str) -> String {
             }
         }
     }
+}
+
+/// A whole number (a count, a pid, an exit status) as text, `—` when the report has none.
+fn whole<T: fmt::Display>(n: Option<T>) -> String {
+    n.map_or("—".into(), |n| n.to_string())
 }
 
 /// A change: [`fig`] with its sign.
@@ -375,7 +380,7 @@ fn header(body: &mut String, report: &PageReport) {
         format!(
             "{} ({} CPUs), kernel {}",
             esc(&meta.cpu_model),
-            meta.cpu_count.map_or("—".into(), |n| n.to_string()),
+            whole(meta.cpu_count),
             esc(&meta.kernel)
         ),
     );
@@ -433,7 +438,7 @@ fn totals(body: &mut String, report: &PageReport, prov: &str) {
         "<p class=\"note\">Targets' CPU time: {}; {} intervals. Targets + other + idle = \
          energy, per domain.</p>",
         fig(Some(t.cpu_time_s), "s"),
-        t.intervals_count.map_or("—".into(), |n| n.to_string()),
+        whole(t.intervals_count),
     );
 }
 
@@ -743,11 +748,6 @@ fn repeat(
     every_run(body, &r.runs);
 }
 
-/// A count as text, `—` when the report has none.
-fn count(n: Option<u64>) -> String {
-    n.map_or("—".into(), |n| n.to_string())
-}
-
 /// How many runs, how noisy, which run the other sections show.
 fn repeat_heading(body: &mut String, r: &RepeatView) {
     let verdict = r.noise_verdict.as_str();
@@ -764,8 +764,8 @@ fn repeat_heading(body: &mut String, r: &RepeatView) {
          good &lt; 5 %, moderate &lt; 10 %). The sections below show run {} (the one closest \
          to the median).</p>",
         r.runs.len(),
-        count(r.runs_requested_count),
-        count(r.warmup_runs_count),
+        whole(r.runs_requested_count),
+        whole(r.warmup_runs_count),
         fig(r.cooldown_s, "s"),
         esc(verdict),
         esc(if verdict.is_empty() {
@@ -779,7 +779,7 @@ fn repeat_heading(body: &mut String, r: &RepeatView) {
             "targets'"
         },
         fig(r.statistics.of(noise_of).and_then(|s| s.cv_pct), "%"),
-        count(r.representative_run),
+        whole(r.representative_run),
     );
     if matches!(verdict, "moderate" | "high-noise") {
         body.push_str(
@@ -903,12 +903,12 @@ fn every_run(body: &mut String, runs: &[RunView]) {
             body,
             "<tr><td class=\"n\">{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
              <td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
-            count(run.index),
+            whole(run.index),
             esc(&run.started_at),
             fig(run.duration_s, "s"),
             fig(Some(run.energy_j), "J"),
             fig(run.avg_power_w, "W"),
-            run.command_exit_code.map_or("—".into(), |c| c.to_string()),
+            whole(run.command_exit_code),
             if run.outlier {
                 "<span class=\"badge bad\">outlier</span>"
             } else {
@@ -1004,7 +1004,7 @@ fn processes_table(body: &mut String, procs: &ProcessesView, prov: &str) {
             "<tr><td class=\"n\">{}</td><td class=\"cmd\"><b>{}</b> {}</td><td class=\"n\">{}</td>\
              <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
              <td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
-            count(p.pid),
+            whole(p.pid),
             esc_short(p.program()),
             esc_short(&p.command()),
             fig(Some(p.cpu_time_s), "s"),
@@ -1065,7 +1065,7 @@ fn functions(body: &mut String, report: &PageReport, prov: &str) {
              <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
             esc_short(&f.symbol),
             esc_short(&f.module),
-            count(f.calls.or(f.samples)),
+            whole(f.calls.or(f.samples)),
             fig(Some(f.cpu_time_s), "s"),
             fig(Some(f.energy_j), "J"),
             fig(f.self_energy_j, "J"),
