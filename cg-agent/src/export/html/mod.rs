@@ -491,10 +491,7 @@ fn bucket_power(
         .map(|&(start, end)| {
             let (mut j, mut s) = (0.0, 0.0);
             for p in &points[start..end] {
-                if let Some((pj, ps)) = energy(p)
-                    && pj.is_finite()
-                    && ps.is_finite()
-                {
+                if let Some((pj, ps)) = energy(p) {
                     j += pj;
                     s += ps;
                 }
@@ -614,7 +611,7 @@ fn process_power(
         .map(|p| {
             p.processes
                 .iter()
-                .filter_map(|q| Some((label(q, names), q.energy_j.filter(|j| j.is_finite())?)))
+                .filter_map(|q| Some((label(q, names), q.energy_j?)))
                 .collect()
         })
         .collect();
@@ -638,10 +635,7 @@ fn process_power(
                 .map(|&(start, end)| {
                     let (mut j, mut s) = (0.0, 0.0);
                     for i in start..end {
-                        s += points[i]
-                            .duration_s
-                            .filter(|d| d.is_finite())
-                            .unwrap_or(0.0);
+                        s += points[i].duration_s.unwrap_or(0.0);
                         j += labels[i]
                             .iter()
                             .filter(|(n, _)| n == name)
