@@ -226,12 +226,7 @@ impl IteratorBooks {
             if last_records.get(i) == Some(r) {
                 continue;
             }
-            let key = ThreadKey {
-                tgid: r.tgid,
-                tid: r.tid,
-                start_ns: r.start_ns,
-            };
-            self.see(key, r.runtime_ns).last_cpu = r.cpu.min(last_cpu);
+            self.see(key_of(r), r.runtime_ns).last_cpu = r.cpu.min(last_cpu);
         }
         self.last_records = last_records;
         self.last_records.clear();
@@ -323,9 +318,18 @@ impl IteratorBooks {
             .any(|key| self.threads.get(key).is_some_and(|b| self.awaits(b)))
     }
 
-    /// Every thread with a book (whether or not it ran lately).
-    pub fn threads(&self) -> impl Iterator<Item = ThreadKey> + '_ {
-        self.threads.keys().copied()
+    /// The threads with a book that the last read did not see and whose exit never came
+    /// (its event was lost): gone, since the walk lists every thread alive. In book order.
+    pub fn unseen(&self) -> Vec<ThreadKey> {
+        let seen: HashSet<ThreadKey> = self.last_records.iter().map(key_of).collect();
+        let mut unseen: Vec<ThreadKey> = self
+            .threads
+            .iter()
+            .filter(|(key, book)| book.exited_ns.is_none() && !seen.contains(key))
+            .map(|(key, _)| *key)
+            .collect();
+        unseen.sort_unstable();
+        unseen
     }
 
     /// Forgets a thread whose last time has been read and charged.
@@ -347,6 +351,15 @@ impl IteratorBooks {
             .filter(|b| lacks_final(b) && !self.awaits(b))
             .count();
         self.forgotten_without_final + closed as u64
+    }
+}
+
+/// The thread a record is of.
+fn key_of(record: &TaskRecord) -> ThreadKey {
+    ThreadKey {
+        tgid: record.tgid,
+        tid: record.tid,
+        start_ns: record.start_ns,
     }
 }
 
@@ -650,10 +663,26 @@ mod tests {
             1_200 * MS,
         );
         assert_eq!(s.threads, vec![(b, vec![20 * MS])]);
-        // Both still have books (for the check of threads whose exit was lost).
-        let mut kept: Vec<ThreadKey> = books.threads().collect();
-        kept.sort_unstable();
-        assert_eq!(kept, vec![a, b]);
+        // Both still have books, and the walk saw both: neither is lost.
+        assert!(books.unseen().is_empty());
+    }
+
+    #[test]
+    fn a_thread_the_walk_no_longer_sees_without_an_exit_is_lost() {
+        //   read 1: A 10, B 20, C 30
+        //   EXIT of C (its book stays until its final runtime or the wait ends)
+        //   read 2: A 10            B vanished without an EXIT (the event was lost)
+        let mut books = IteratorBooks::new(500, 1);
+        let (a, b, c) = (key(1, 1, 600), key(1, 2, 600), key(1, 3, 600));
+        let at = |k: ThreadKey, ms| record(k.tgid, k.tid, k.start_ns, ms * MS, 0);
+        books.read(&[at(a, 10), at(b, 20), at(c, 30)], 0, 1_000 * MS);
+        assert!(books.unseen().is_empty());
+        books.exited(c, 30 * MS, 1_050 * MS);
+        books.read(&[at(a, 10)], 0, 1_100 * MS);
+        assert_eq!(books.unseen(), vec![b]);
+        // Forgotten, it is no longer lost.
+        books.forget(b);
+        assert!(books.unseen().is_empty());
     }
 
     #[test]

@@ -839,13 +839,22 @@ impl Probes {
         })
     }
 
-    /// The threads whose kernel totals the books hold, to check now and then for threads
-    /// whose exit was lost: the snapshot's in switch accounting (its map holds them all),
-    /// every book in iterator accounting (whose snapshots show only the threads that ran).
-    pub fn accounted_threads(&self, snapshot: &Snapshot) -> Vec<ThreadKey> {
+    /// Threads whose totals the kernel's maps or the books hold although they are gone and
+    /// no exit of theirs came (its event was lost), found now and then. In iterator
+    /// accounting the last walk listed every thread alive, so a book it did not see and no
+    /// exit closed is one; in switch accounting the snapshot's threads (its map holds them
+    /// all) whose `/proc` entry is gone.
+    pub fn lost_threads(&self, snapshot: &Snapshot) -> Vec<ThreadKey> {
         match self.iterator.as_ref() {
-            Some(state) => state.books.threads().collect(),
-            None => snapshot.threads.iter().map(|(key, _)| *key).collect(),
+            Some(state) => state.books.unseen(),
+            None => snapshot
+                .threads
+                .iter()
+                .map(|(key, _)| *key)
+                .filter(|key| {
+                    !std::path::Path::new(&format!("/proc/{}/task/{}", key.tgid, key.tid)).exists()
+                })
+                .collect(),
         }
     }
 

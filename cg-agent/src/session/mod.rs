@@ -11,6 +11,7 @@ pub mod live;
 pub mod processes;
 pub mod recorder;
 pub mod targets;
+mod ticker;
 
 use std::{
     collections::BTreeMap,
@@ -20,8 +21,6 @@ use std::{
 };
 
 use tokio::signal::unix::{Signal, SignalKind, signal};
-
-use cg_common::ThreadKey;
 
 use self::{
     command::CommandOutput,
@@ -584,8 +583,7 @@ async fn between_runs(setup: &mut Setup, cooldown: Duration) -> Option<StopReque
         .min(cooldown)
         .max(Duration::from_millis(10));
     let end = Instant::now() + cooldown;
-    let mut tick = tokio::time::interval(period);
-    tick.tick().await;
+    let mut tick = ticker::Ticker::new(period);
     setup.sampler.sample(Phase::Gap);
     while Instant::now() < end {
         tokio::select! {
@@ -1038,9 +1036,7 @@ async fn sample_until_stop(
     child_pid: u32,
 ) -> (Stop, Option<StopRequest>) {
     let deadline = config.duration.map(|d| Instant::now() + d);
-    let mut tick = tokio::time::interval(config.interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
+    let mut tick = ticker::Ticker::new(config.interval);
     // With intervals longer than EVENT_DRAIN_PERIOD the kernel's event ring is also emptied
     // in between, so that a fork storm does not fill it between two long intervals. (At
     // shorter intervals the extra wakeups would only cost: the ring holds ~5,000 events.)
@@ -1418,8 +1414,7 @@ async fn wind_down(
     }
     let give_up = tokio::time::sleep(Duration::from_secs(3));
     tokio::pin!(give_up);
-    let mut tick = tokio::time::interval(interval);
-    tick.tick().await;
+    let mut tick = ticker::Ticker::new(interval);
     loop {
         tokio::select! {
             status = child.wait() => return status.ok().map(ending_of),
@@ -1982,8 +1977,9 @@ impl Sampler {
         }
         if self.last_gc.elapsed() >= GC_PERIOD {
             self.last_gc = Instant::now();
-            let threads = self.probes.accounted_threads(snapshot);
-            self.collect_lost_threads(&threads);
+            // Cleaned up like any exit: their last time is read and charged first.
+            let lost = self.probes.lost_threads(snapshot);
+            self.pending.threads.extend(lost);
         }
     }
 
@@ -2034,16 +2030,6 @@ impl Sampler {
             &mut self.source_errors,
             ctx,
         )
-    }
-
-    /// Deletes kernel entries of threads that no longer exist (their exit event was lost).
-    fn collect_lost_threads(&mut self, threads: &[ThreadKey]) {
-        for key in threads {
-            let task = PathBuf::from(format!("/proc/{}/task/{}", key.tgid, key.tid));
-            if !task.exists() {
-                self.pending.threads.push(*key);
-            }
-        }
     }
 }
 
