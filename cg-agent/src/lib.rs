@@ -31,6 +31,7 @@
 //! - [`console`] is what cg-trace says on stderr besides the summary (`-q`, the log).
 //! - [`printable`] shows text from outside (names, command lines, paths) with its control
 //!   characters escaped, in every text output.
+//! - [`fast_hash`] is the hash map of the per-interval path (keys the kernel assigns).
 //! - [`small_map`] is the small sorted map each process's per-domain and per-thread maps
 //!   use (a run may see millions of processes).
 //! - [`manual`] generates the shell completions and the man page from the command line.
@@ -46,6 +47,7 @@ pub mod compare;
 pub mod console;
 pub mod diff;
 pub mod export;
+pub mod fast_hash;
 pub mod functions;
 pub mod grouping;
 pub mod host;

@@ -5,7 +5,7 @@
 //! view and `serve` run the second as intervals arrive, and the report runs the same split
 //! over the whole run once its baselines are final.
 
-use std::collections::HashMap;
+use crate::fast_hash::{HashMap, HashMapExt};
 
 use cg_common::ThreadKey;
 

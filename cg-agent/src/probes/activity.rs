@@ -15,7 +15,7 @@
 //!
 //! Pure: the probes module fills the snapshots; tests write them by hand.
 
-use std::collections::HashMap;
+use crate::fast_hash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
 use cg_common::ThreadKey;
 
@@ -181,7 +181,7 @@ impl ActivityTracker {
     /// those that grew and those still carrying, each once, in order.
     fn see(
         &mut self,
-        seen: HashMap<(ThreadKey, u32), u64>,
+        seen: Vec<((ThreadKey, u32), u64)>,
         other_totals: &[u64],
     ) -> Vec<(ThreadKey, u32)> {
         if self.cpus.len() < other_totals.len() {
@@ -332,7 +332,8 @@ impl ActivityTracker {
             [] => {}
             [one] => self.forget(*one),
             _ => {
-                let gone: std::collections::HashSet<ThreadKey> = threads.iter().copied().collect();
+                let mut gone = HashSet::with_capacity(threads.len());
+                gone.extend(threads.iter().copied());
                 self.threads.retain(|(key, _), _| !gone.contains(key));
                 self.carrying.retain(|(key, _)| !gone.contains(key));
             }
@@ -346,12 +347,12 @@ impl ActivityTracker {
 }
 
 /// The totals a snapshot shows: per (target thread, CPU), the map's time plus what the CPU
-/// still caches and the slice running now; per CPU, other tasks' time (with target time the
-/// kernel could not store, and a non-target's slice running now).
+/// still caches and the slice running now (each pair once); per CPU, other tasks' time (with
+/// target time the kernel could not store, and a non-target's slice running now).
 fn totals(
     snapshot: &Snapshot,
     is_target: impl Fn(&ThreadKey) -> bool,
-) -> (HashMap<(ThreadKey, u32), u64>, Vec<u64>) {
+) -> (Vec<((ThreadKey, u32), u64)>, Vec<u64>) {
     // Time not in the map yet: cached per CPU, or in the slice running now.
     let mut running_target: HashMap<(ThreadKey, u32), u64> = HashMap::new();
     let mut other_totals = Vec::with_capacity(snapshot.cpus.len());
@@ -375,13 +376,14 @@ fn totals(
         }
         other_totals.push(other);
     }
-    let mut seen: HashMap<(ThreadKey, u32), u64> = HashMap::new();
+    // The snapshot holds each thread once.
+    let mut seen = Vec::with_capacity(snapshot.threads.len() + running_target.len());
     for (key, per_cpu) in &snapshot.threads {
         for (cpu, &ns) in per_cpu.iter().enumerate() {
             let id = (*key, cpu as u32);
             let total = ns + running_target.remove(&id).unwrap_or(0);
             if total > 0 {
-                seen.insert(id, total);
+                seen.push((id, total));
             }
         }
     }

@@ -32,14 +32,12 @@
 //!
 //! Pure: [`super::Probes`] does the reading; tests write the records by hand.
 
-use std::{
-    borrow::Cow,
-    collections::{HashMap, HashSet},
-};
+use std::{borrow::Cow, collections::HashMap};
 
 use cg_common::{TaskRecord, ThreadKey};
 
 use super::activity::{CpuSnapshot, Snapshot};
+use crate::fast_hash::{self, HashSet, HashSetExt};
 
 /// How long after a thread's exit its final runtime (FREE, once the task is freed) is waited
 /// for before it counts as finished with the runtime its exit reported. On the development VM
@@ -145,7 +143,7 @@ pub struct IteratorBooks {
     /// life under watch.
     trace_start_ns: u64,
     cpu_count: usize,
-    threads: HashMap<ThreadKey, Book>,
+    threads: fast_hash::HashMap<ThreadKey, Book>,
     /// The kernel's cumulative other time, as last read.
     other_read_ns: u64,
     /// Other time placed on each CPU so far.
@@ -170,7 +168,7 @@ impl IteratorBooks {
         IteratorBooks {
             trace_start_ns,
             cpu_count: cpu_count.max(1),
-            threads: HashMap::new(),
+            threads: fast_hash::HashMap::default(),
             other_read_ns: 0,
             other_per_cpu_ns: vec![0; cpu_count.max(1)],
             last_read_ns: None,
@@ -321,7 +319,8 @@ impl IteratorBooks {
     /// The threads with a book that the last read did not see and whose exit never came
     /// (its event was lost): gone, since the walk lists every thread alive. In book order.
     pub fn unseen(&self) -> Vec<ThreadKey> {
-        let seen: HashSet<ThreadKey> = self.last_records.iter().map(key_of).collect();
+        let mut seen = HashSet::with_capacity(self.last_records.len());
+        seen.extend(self.last_records.iter().map(key_of));
         let mut unseen: Vec<ThreadKey> = self
             .threads
             .iter()

@@ -17,17 +17,14 @@
 //! its `stat` parser panics on the line `) (` that the proc_files fuzz target found in ours
 //! (fuzz/regressions/proc_files/stat-close-paren-first; ours returns `None`).
 
-use std::{
-    collections::{BTreeMap, HashMap},
-    fs,
-    path::PathBuf,
-};
+use std::{collections::BTreeMap, fs, path::PathBuf};
 
 use cg_common::ThreadKey;
 
 use crate::{
     attribution::ProcId,
     cgroup::{self, CgroupError, CgroupInfo},
+    fast_hash,
     probes::Lifecycle,
     small_map::SmallMap,
 };
@@ -137,10 +134,10 @@ pub struct ProcessTable {
     proc_root: PathBuf,
     records: Vec<ProcessRecord>,
     /// Live pid -> its current ProcId.
-    live: HashMap<u32, ProcId>,
+    live: fast_hash::HashMap<u32, ProcId>,
     /// Pid -> earlier processes that had it (oldest first), for threads of theirs whose
     /// last time is read after the pid went to another process.
-    earlier: HashMap<u32, Vec<ProcId>>,
+    earlier: fast_hash::HashMap<u32, Vec<ProcId>>,
     /// Records added or changed since [`ProcessTable::take_changed`], when tracked (the live
     /// view copies only these).
     changed: Option<Vec<ProcId>>,
@@ -160,8 +157,8 @@ impl ProcessTable {
             all,
             proc_root: proc_root.into(),
             records: Vec::new(),
-            live: HashMap::new(),
-            earlier: HashMap::new(),
+            live: fast_hash::HashMap::default(),
+            earlier: fast_hash::HashMap::default(),
             changed: None,
             retired: None,
             free: Vec::new(),
