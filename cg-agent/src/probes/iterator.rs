@@ -234,12 +234,13 @@ impl IteratorBooks {
     /// Places every book's unplaced growth on CPUs (in thread order, so that the same reads
     /// place the same way); returns the threads that grew, in that order.
     fn place_growth(&mut self, room: &mut [u64]) -> Vec<ThreadKey> {
-        let mut owed = std::mem::take(&mut self.owed);
+        // `owed` keeps its room from read to read.
+        let IteratorBooks { owed, threads, .. } = self;
         owed.sort_unstable();
         owed.dedup();
         let mut grown = Vec::with_capacity(owed.len());
-        for key in owed {
-            let Some(book) = self.threads.get_mut(&key).filter(|b| b.unplaced_ns > 0) else {
+        for key in owed.drain(..) {
+            let Some(book) = threads.get_mut(&key).filter(|b| b.unplaced_ns > 0) else {
                 continue;
             };
             let placed = place(

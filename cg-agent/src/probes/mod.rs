@@ -796,24 +796,30 @@ impl Probes {
         let Some(state) = self.iterator.as_mut() else {
             return Err(ProbeError::MissingProgram(names::TASK_RUNTIMES));
         };
-        let records = match &mut state.walker {
+        let records: std::borrow::Cow<'_, [cg_common::TaskRecord]> = match &mut state.walker {
             Walker::Open(walk) => walk
                 .walk()
-                .map_err(|e| ProbeError::Iterate(with_causes(&e)))?,
+                .map_err(|e| ProbeError::Iterate(with_causes(&e)))?
+                .into(),
             Walker::IterTask { .. } => {
-                iterator::parse_records(&read_task_iterator(&mut self._ebpf)?)
+                iterator::parse_records(&read_task_iterator(&mut self._ebpf)?).into()
             }
         };
         let taken_ns = monotonic_ns();
-        let exited_ns: u64 = state
-            .other
-            .get(&0, 0)
-            .map_err(|source| ProbeError::Map {
-                name: names::OTHER_RUNTIME,
-                source,
-            })?
-            .iter()
-            .sum();
+        // With `--all` no task is another's: the kernel adds nothing to their sum.
+        let exited_ns: u64 = if state.all_tasks {
+            0
+        } else {
+            state
+                .other
+                .get(&0, 0)
+                .map_err(|source| ProbeError::Map {
+                    name: names::OTHER_RUNTIME,
+                    source,
+                })?
+                .iter()
+                .sum()
+        };
         let targets = if state.all_tasks {
             iterator::Targets::All
         } else {
