@@ -179,11 +179,7 @@ impl ActivityTracker {
 
     /// Raises the marks to the totals read now; returns the counters that may be owed time:
     /// those that grew and those still carrying, each once, in order.
-    fn see(
-        &mut self,
-        seen: Vec<((ThreadKey, u32), u64)>,
-        other_totals: &[u64],
-    ) -> Vec<(ThreadKey, u32)> {
+    fn see(&mut self, seen: Vec<CounterTotal>, other_totals: &[u64]) -> Vec<(ThreadKey, u32)> {
         if self.cpus.len() < other_totals.len() {
             self.cpus.resize(other_totals.len(), Mark::default());
         }
@@ -346,13 +342,16 @@ impl ActivityTracker {
     }
 }
 
+/// One counter (a target thread on a CPU) and the total a snapshot shows of it.
+type CounterTotal = ((ThreadKey, u32), u64);
+
 /// The totals a snapshot shows: per (target thread, CPU), the map's time plus what the CPU
 /// still caches and the slice running now (each pair once); per CPU, other tasks' time (with
 /// target time the kernel could not store, and a non-target's slice running now).
 fn totals(
     snapshot: &Snapshot,
     is_target: impl Fn(&ThreadKey) -> bool,
-) -> (Vec<((ThreadKey, u32), u64)>, Vec<u64>) {
+) -> (Vec<CounterTotal>, Vec<u64>) {
     // Time not in the map yet: cached per CPU, or in the slice running now.
     let mut running_target: HashMap<(ThreadKey, u32), u64> = HashMap::new();
     let mut other_totals = Vec::with_capacity(snapshot.cpus.len());
