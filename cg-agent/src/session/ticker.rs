@@ -22,7 +22,12 @@ use tokio::{
 };
 
 /// A clock that ticks every `period`, first one period after it was made.
-pub enum Ticker {
+pub struct Ticker {
+    period: Duration,
+    clock: Clock,
+}
+
+enum Clock {
     TimerFd(AsyncFd<OwnedFd>),
     Tokio(Interval),
 }
@@ -37,38 +42,55 @@ impl Ticker {
             unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
                 .map_err(io::Error::from)
         });
-        match registered {
-            Ok(fd) => Ticker::TimerFd(fd),
+        let clock = match registered {
+            Ok(fd) => Clock::TimerFd(fd),
             Err(err) => {
                 tracing::debug!("no timerfd for the sampling clock ({err}); tokio's timer serves");
-                let mut interval =
-                    tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-                interval.set_missed_tick_behavior(MissedTickBehavior::Skip);
-                Ticker::Tokio(interval)
+                tokio_clock(period)
             }
-        }
+        };
+        Ticker { period, clock }
     }
 
     /// Waits for the next tick; returns how many periods ended since the last one (more
     /// than 1: ticks missed while the run was busy, collapsed into this one).
     pub async fn tick(&mut self) -> u64 {
-        match self {
-            Ticker::TimerFd(fd) => loop {
+        if let Clock::TimerFd(fd) = &self.clock {
+            loop {
                 let Ok(mut ready) = fd.readable().await else {
                     // The runtime is shutting down; no tick will come.
                     return std::future::pending().await;
                 };
                 // The count of expirations since the last read: ticks missed collapse.
-                if let Ok(Ok(count)) = ready.try_io(|fd| read_expirations(fd.get_ref())) {
-                    return count;
+                match ready.try_io(|fd| read_expirations(fd.get_ref())) {
+                    Ok(Ok(count)) => return count,
+                    // Not expired after all (readiness cleared), or interrupted: wait again.
+                    Err(_) => {}
+                    Ok(Err(err)) if err.kind() == io::ErrorKind::Interrupted => {}
+                    // Anything else would come again at once and spin here, keeping the run
+                    // from its signals: tokio's timer takes over.
+                    Ok(Err(err)) => {
+                        tracing::debug!(
+                            "the sampling clock's timerfd failed ({err}); tokio's timer serves"
+                        );
+                        break;
+                    }
                 }
-            },
-            Ticker::Tokio(interval) => {
-                interval.tick().await;
-                1
             }
+            self.clock = tokio_clock(self.period);
         }
+        if let Clock::Tokio(interval) = &mut self.clock {
+            interval.tick().await;
+        }
+        1
     }
+}
+
+/// tokio's interval, first ticking one `period` from now; missed ticks collapse.
+fn tokio_clock(period: Duration) -> Clock {
+    let mut interval = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    interval.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    Clock::Tokio(interval)
 }
 
 /// A non-blocking periodic CLOCK_MONOTONIC timerfd, first expiring one `period` from now.
@@ -132,7 +154,7 @@ mod tests {
     fn ticks_once_per_period_on_the_timerfd() {
         runtime().block_on(async {
             let mut ticker = Ticker::new(Duration::from_millis(20));
-            assert!(matches!(ticker, Ticker::TimerFd(_)));
+            assert!(matches!(ticker.clock, Clock::TimerFd(_)));
             let start = Instant::now();
             let mut ticks = 0;
             while ticks < 5 {
@@ -144,10 +166,26 @@ mod tests {
     }
 
     #[test]
+    fn tokios_timer_ticks_where_no_timerfd_serves() {
+        runtime().block_on(async {
+            let period = Duration::from_millis(10);
+            let mut ticker = Ticker {
+                period,
+                clock: tokio_clock(period),
+            };
+            let start = Instant::now();
+            for _ in 0..3 {
+                assert_eq!(ticker.tick().await, 1);
+            }
+            assert!(start.elapsed() >= 3 * period);
+        });
+    }
+
+    #[test]
     fn ticks_missed_while_busy_collapse_into_one() {
         runtime().block_on(async {
             let mut ticker = Ticker::new(Duration::from_millis(5));
-            assert!(matches!(ticker, Ticker::TimerFd(_)));
+            assert!(matches!(ticker.clock, Clock::TimerFd(_)));
             // Eight periods pass while the run is busy: one tick says so...
             std::thread::sleep(Duration::from_millis(40));
             assert!(ticker.tick().await >= 7);
