@@ -3,9 +3,11 @@
 //! every thread that ran, and iterator accounting reads the targets' map on every read, so
 //! this keeps the agent's own CPU cost low.
 
-use std::{collections::HashMap, io, os::fd::AsRawFd, os::fd::BorrowedFd};
+use std::{io, os::fd::AsRawFd, os::fd::BorrowedFd};
 
 use cg_common::{ThreadKey, ThreadTime};
+
+use crate::fast_hash::{HashMap, HashMapExt};
 
 const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
 const KEY_SIZE: usize = std::mem::size_of::<ThreadKey>();

@@ -32,12 +32,12 @@
 //!
 //! Pure: [`super::Probes`] does the reading; tests write the records by hand.
 
-use std::{borrow::Cow, collections::HashMap};
+use std::borrow::Cow;
 
 use cg_common::{TaskRecord, ThreadKey};
 
 use super::activity::{CpuSnapshot, Snapshot};
-use crate::fast_hash::{self, HashSet, HashSetExt};
+use crate::fast_hash::{HashMap, HashSet, HashSetExt};
 
 /// How long after a thread's exit its final runtime (FREE, once the task is freed) is waited
 /// for before it counts as finished with the runtime its exit reported. On the development VM
@@ -143,7 +143,7 @@ pub struct IteratorBooks {
     /// life under watch.
     trace_start_ns: u64,
     cpu_count: usize,
-    threads: fast_hash::HashMap<ThreadKey, Book>,
+    threads: HashMap<ThreadKey, Book>,
     /// The kernel's cumulative other time, as last read.
     other_read_ns: u64,
     /// Other time placed on each CPU so far.
@@ -168,7 +168,7 @@ impl IteratorBooks {
         IteratorBooks {
             trace_start_ns,
             cpu_count: cpu_count.max(1),
-            threads: fast_hash::HashMap::default(),
+            threads: HashMap::default(),
             other_read_ns: 0,
             other_per_cpu_ns: vec![0; cpu_count.max(1)],
             last_read_ns: None,
@@ -438,7 +438,7 @@ mod tests {
         // Walk: 10/10 and 10/11 (process started at 100): targets'; 10/12 of an earlier
         // process 10 (started at 60): another's; 20/20: a target's; 30/30: another's;
         // 30/31 exiting: left to the kernel's sum; 10/13 a target's zombie: left out.
-        let targets = Targets::Some(HashMap::from([(10, 100), (20, 0)]));
+        let targets = Targets::Some([(10, 100), (20, 0)].into_iter().collect());
         let of = |tgid, tid, process_start_ns, runtime_ns| TaskRecord {
             process_start_ns,
             ..record(tgid, tid, 200, runtime_ns, 0)
@@ -477,7 +477,7 @@ mod tests {
         //   30/31       20 ms       exiting (25)     gone             gone
         //   kernel sum  0           25 ms            26 ms            26 ms
         //   other                   +10 +5           +20 +1           0
-        let targets = Targets::Some(HashMap::new());
+        let targets = Targets::Some(HashMap::default());
         let mut books = IteratorBooks::new(500, 1);
         let reads: [(Vec<TaskRecord>, u64); 4] = [
             (

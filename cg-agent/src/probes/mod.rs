@@ -1132,7 +1132,7 @@ fn task_iterator(ebpf: &mut Ebpf) -> Result<&mut Iter, ProbeError> {
 fn read_targets(
     map: &HashMap<MapData, u32, u64>,
     batch: &mut Option<batch::BatchReader>,
-) -> Result<std::collections::HashMap<u32, u64>, ProbeError> {
+) -> Result<crate::fast_hash::HashMap<u32, u64>, ProbeError> {
     let fd = map.map().fd().as_fd();
     let read =
         batch::read_or_fall_back(batch, |b| b.targets(fd)).map_err(|source| ProbeError::Read {
