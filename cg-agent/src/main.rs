@@ -26,5 +26,24 @@ fn main() {
     let quiet = cli.run.quiet || matches!(&cli.subcommand, Some(Command::Top(args)) if args.quiet);
     console::set_quiet(quiet);
     console::init_logging(quiet);
+    if loads_ebpf(cli.subcommand.as_ref()) {
+        // First, while nothing else has started: may start the program again.
+        cg_agent::probes::features::settle();
+    }
     std::process::exit(cg_agent::app::main_with(cli));
+}
+
+/// Whether the command loads eBPF programs (a run, `top`, `serve`, `compare`): those ask the
+/// kernel's features first ([`cg_agent::probes::features`]).
+fn loads_ebpf(command: Option<&Command>) -> bool {
+    match command {
+        None | Some(Command::Top(_) | Command::Serve(_) | Command::Compare(_)) => true,
+        Some(
+            Command::Sources(_)
+            | Command::Completions(_)
+            | Command::ManPage(_)
+            | Command::Diff(_)
+            | Command::Report(_),
+        ) => false,
+    }
 }

@@ -3,7 +3,8 @@
 //! the whole start-up of a `--func` run must let it finish normally, on uprobe_multi links;
 //! SIGTERM every 1-3 ms from a moment anywhere in the start-up must end it with 128 + 15 and
 //! leave no probe behind. The kernel's verifier answers a signal in the middle of
-//! `BPF_PROG_LOAD` with EAGAIN, which cg-trace once took for a missing kernel feature.
+//! `BPF_PROG_LOAD` with EAGAIN, which cg-trace once took for a missing kernel feature (and
+//! aya, which asks the features once per process, still does: cg-trace then starts again).
 //! Root, real eBPF. Run serially (`--test-threads=1`).
 
 use std::{
@@ -418,4 +419,63 @@ fn a_storm_of_sigterm_anywhere_in_start_up_ends_every_run_with_its_status() {
     );
     // The spread reaches past the start-up: most runs see the signal once cg-trace handles it.
     assert!(handled > runs / 2, "{handled} of {runs} exited 143");
+}
+
+/// A continue waiting when the kernel's features are asked (as after a stop in the middle of
+/// aya's probes) starts cg-trace again from its own image, once: same arguments, same
+/// environment for the command, the restart counter not passed on, the run and its report
+/// as usual. The continue is made to wait before cg-trace starts: held back and raised in the
+/// child before `exec` (a held signal waits across `exec`).
+#[test]
+fn a_continue_while_the_features_are_asked_starts_cg_trace_again_once() {
+    use std::os::unix::process::CommandExt as _;
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("restarted.json");
+    let mut command = Command::new(bin("cg-trace"));
+    command
+        .args(["--source", "model", "-o"])
+        .arg(&report)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "echo \"seen=$CG_PROBE_VAR:${CG_TRACE_FEATURE_RESTARTS:-none}\"",
+        ])
+        .env("CG_PROBE_VAR", "kept")
+        .env("CG_TRACE_LOG", "cg_agent::probes::features=debug")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            let mut continue_only: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut continue_only);
+            libc::sigaddset(&mut continue_only, libc::SIGCONT);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &continue_only, std::ptr::null_mut());
+            libc::raise(libc::SIGCONT);
+            Ok(())
+        });
+    }
+    let output = command.output().expect("starting cg-trace");
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{said}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.lines().any(|line| line == "seen=kept:none"),
+        "the command's environment: {stdout:?}\n{said}"
+    );
+    let asked: Vec<&str> = said
+        .lines()
+        .filter(|line| line.contains("features asked"))
+        .collect();
+    assert_eq!(
+        asked.len(),
+        2,
+        "asked once, and once more after the restart: {said}"
+    );
+    assert!(asked[0].contains("continued=true restarts=0"), "{said}");
+    assert!(asked[1].contains("continued=false restarts=1"), "{said}");
+    let report = read_report(&report);
+    assert_eq!(report["meta"]["command_exit_code"], 0, "{report}");
 }

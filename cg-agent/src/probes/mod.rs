@@ -12,6 +12,7 @@
 pub mod activity;
 mod batch;
 pub mod btf;
+pub mod features;
 pub mod iterator;
 pub mod retry;
 mod ring_reader;
@@ -536,11 +537,12 @@ fn load_object(
     loader: &mut EbpfLoader<'_>,
     stop: &mut dyn FnMut() -> Option<i32>,
 ) -> Result<Ebpf, ProbeError> {
-    // aya probes the kernel's features once per process, inside this load, by loading tiny
-    // programs it does not retry: a signal then reads as a missing feature, and the load
-    // fails on what the features decided (seen: "section not found" for the globals).
-    // Signals wait while it runs (noted after it, like any other); a stop signal that came
-    // all the same (SIGSTOP cannot be held) makes the failure an interruption.
+    // aya probes the kernel's features once per process, by loading tiny programs it does
+    // not retry: a signal then reads as a missing feature. `cg-trace` has them asked at
+    // start-up ([`features::settle`], which starts again after a stop); where that did not
+    // run they are asked inside this load. Signals wait while it runs (noted after it, like
+    // any other); a stop signal that came all the same (SIGSTOP cannot be held) makes the
+    // failure an interruption.
     let loaded = {
         let _held = retry::HeldSignals::hold();
         loader.load(EBPF_OBJECT)
