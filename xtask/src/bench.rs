@@ -201,7 +201,8 @@ fn overhead(quick: bool) -> Result<()> {
 /// The costs of iterator accounting that grow with what is alive (`cargo xtask bench
 /// --iterator`: only these): the agent on an idle machine, and one read with 10,000 threads,
 /// with each way of walking the threads (the open-coded walk, and the `iter/task` program of
-/// kernels before 6.7), taking turns for two rounds so that both see the same machine.
+/// kernels before 6.7), and the agent on the same idle machine in switch accounting, taking
+/// turns for two rounds so that all see the same machine.
 fn iterator_costs(config: &Config, out: &Path) -> Result<()> {
     let cg_idle = root().join("target/release/cg-idle");
     for round in 1..=2 {
@@ -212,7 +213,7 @@ fn iterator_costs(config: &Config, out: &Path) -> Result<()> {
                 load_average()
             );
             // 3. The agent's own cost on an idle machine at the default interval.
-            idle_cost(config, &out.join("idle.json"), &cg_idle, walker)?;
+            idle_cost(config, &out.join("idle.json"), &cg_idle, Some(walker))?;
             println!();
             // 4. One read of the task walk with 10,000 threads alive.
             match iterator_read_cost(10_000, config.idle_s / 3.0, walker) {
@@ -221,6 +222,12 @@ fn iterator_costs(config: &Config, out: &Path) -> Result<()> {
             }
             println!();
         }
+        println!(
+            "== round {round}, switch accounting (load average {})",
+            load_average()
+        );
+        idle_cost(config, &out.join("idle.json"), &cg_idle, None)?;
+        println!();
     }
     Ok(())
 }
@@ -266,10 +273,16 @@ fn load_average() -> String {
 /// what a desktop or a small server keeps.
 const IDLE_PROCESSES: usize = 1_000;
 
-/// `cg-trace --all` (iterator accounting) for `config.idle_s` at the default interval, with
-/// [`IDLE_PROCESSES`] idle processes (`cg-idle`) alive: its own CPU, steady (from /proc,
-/// after loading) and over the whole run (its report), and its memory.
-fn idle_cost(config: &Config, report_path: &Path, cg_idle: &Path, walker: Walker) -> Result<()> {
+/// `cg-trace --all` for `config.idle_s` at the default interval, in iterator accounting with
+/// `walker` (switch accounting: `None`), with [`IDLE_PROCESSES`] idle processes (`cg-idle`)
+/// alive: its own CPU, steady (from /proc, after loading) and over the whole run (its
+/// report), and its memory.
+fn idle_cost(
+    config: &Config,
+    report_path: &Path,
+    cg_idle: &Path,
+    walker: Option<Walker>,
+) -> Result<()> {
     let idle =
         crate::bench_view::IdleProcesses::start(cg_idle, IDLE_PROCESSES, config.idle_s + 10.0)?;
     // Let every one of them wake at least once.
@@ -278,8 +291,12 @@ fn idle_cost(config: &Config, report_path: &Path, cg_idle: &Path, walker: Walker
     let mut tracer = start_tracer_in(
         report_path,
         Some(config.idle_s),
-        Variant::Iterator,
-        walker.env(),
+        if walker.is_some() {
+            Variant::Iterator
+        } else {
+            Variant::Switch
+        },
+        walker.map_or(&[], Walker::env),
     )?;
     let watch = CpuWatch::start(tracer.id())?;
     sleep(Duration::from_secs_f64(config.idle_s / 2.0));
@@ -299,10 +316,18 @@ fn idle_cost(config: &Config, report_path: &Path, cg_idle: &Path, walker: Walker
     let duration_s = figure(&report, "/meta/duration_s");
     let peak = figure(&report, "/meta/profiler/max_rss_bytes");
     let seen = report["processes"].as_array().map_or(0, Vec::len);
+    let accounting = match report["meta"]["accounting"]["walker"].as_str() {
+        Some(walker) => format!("iterator accounting, {walker}"),
+        None => format!(
+            "{} accounting",
+            report["meta"]["accounting"]["method"]
+                .as_str()
+                .unwrap_or("?")
+        ),
+    };
     println!(
-        "cg-trace --all (iterator accounting, {}), default 100 ms interval, {duration_s:.1} s, \
-         {alive} processes alive ({idle_count} of them cg-idle, each waking once a second)",
-        report["meta"]["accounting"]["walker"]
+        "cg-trace --all ({accounting}), default 100 ms interval, {duration_s:.1} s, {alive} \
+         processes alive ({idle_count} of them cg-idle, each waking once a second)"
     );
     println!(
         "  own CPU, steady ({:.1} s after loading, from /proc): {:.3} % of one core (user \

@@ -71,22 +71,22 @@ fn restarts_so_far() -> u32 {
 /// Takes a SIGCONT waiting for this thread or the process (held back by the caller), and says
 /// whether there was one. Every other waiting signal stays waiting.
 fn take_pending_continue() -> bool {
-    // SAFETY: the sets are ours and initialised before use; a zero timeout never blocks.
+    take_pending(libc::SIGCONT)
+}
+
+/// Takes `signal` if it waits for this thread or the process (held back by the caller);
+/// says whether it did. Never blocks.
+fn take_pending(signal: libc::c_int) -> bool {
+    // SAFETY: the set is ours and initialised before use; a zero timeout never blocks.
     unsafe {
-        let mut pending: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut pending);
-        if libc::sigpending(&mut pending) != 0 || libc::sigismember(&pending, libc::SIGCONT) != 1 {
-            return false;
-        }
-        let mut only_continue: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut only_continue);
-        libc::sigaddset(&mut only_continue, libc::SIGCONT);
+        let mut only: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut only);
+        libc::sigaddset(&mut only, signal);
         let now = libc::timespec {
             tv_sec: 0,
             tv_nsec: 0,
         };
-        libc::sigtimedwait(&only_continue, std::ptr::null_mut(), &now);
-        true
+        libc::sigtimedwait(&only, std::ptr::null_mut(), &now) == signal
     }
 }
 
@@ -130,22 +130,7 @@ mod tests {
             assert!(take_pending_continue());
             assert!(!take_pending_continue(), "taken the first time");
             // SIGUSR2 still waits: take it, so releasing the hold does not end the test.
-            unsafe {
-                let mut pending: libc::sigset_t = std::mem::zeroed();
-                libc::sigpending(&mut pending);
-                assert_eq!(libc::sigismember(&pending, libc::SIGUSR2), 1);
-                let mut usr2: libc::sigset_t = std::mem::zeroed();
-                libc::sigemptyset(&mut usr2);
-                libc::sigaddset(&mut usr2, libc::SIGUSR2);
-                let now = libc::timespec {
-                    tv_sec: 0,
-                    tv_nsec: 0,
-                };
-                assert_eq!(
-                    libc::sigtimedwait(&usr2, std::ptr::null_mut(), &now),
-                    libc::SIGUSR2
-                );
-            }
+            assert!(take_pending(libc::SIGUSR2));
         })
         .join()
         .unwrap();
