@@ -18,7 +18,7 @@
 //! - `bench`: the whole setup, release build, then the overhead benchmarks, the cost of polling the energy
 //!   sources, the live view's cost and function-level profiling's cost (probes, sampling,
 //!   symbolization, stack loss and the sampler's kernel time); prints figures (`--overhead`,
-//!   `--iterator` (iterator accounting's idle cost and one read with 10,000 threads),
+//!   `--iterator` (iterator accounting's idle cost, beside switch accounting's, and one read with 10,000 threads),
 //!   `--sources`, `--tui`, `--functions`: only those; `--functions --sampler`: only the
 //!   sampler's loss and kernel time; `--functions --globs`: only the cost of matching `--func`
 //!   globs; `--functions --unwind`: only unwinding without frame pointers against frame
