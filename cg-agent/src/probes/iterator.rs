@@ -208,10 +208,7 @@ impl IteratorBooks {
         let grown = self.place_growth(&mut room);
         let other_ns = other_total_ns.saturating_sub(self.other_read_ns);
         self.other_read_ns = self.other_read_ns.max(other_total_ns);
-        let placed = place(other_ns, 0, &mut room);
-        for (total, add) in self.other_per_cpu_ns.iter_mut().zip(placed) {
-            *total += add;
-        }
+        place(other_ns, 0, &mut room, &mut self.other_per_cpu_ns);
         self.snapshot(taken_ns, &grown)
     }
 
@@ -243,14 +240,12 @@ impl IteratorBooks {
             let Some(book) = threads.get_mut(&key).filter(|b| b.unplaced_ns > 0) else {
                 continue;
             };
-            let placed = place(
+            place(
                 std::mem::take(&mut book.unplaced_ns),
                 book.last_cpu as usize,
                 room,
+                &mut book.per_cpu_ns,
             );
-            for (total, add) in book.per_cpu_ns.iter_mut().zip(placed) {
-                *total += add;
-            }
             grown.push(key);
         }
         grown
@@ -370,12 +365,12 @@ fn lacks_final(book: &Book) -> bool {
 
 /// Places `ns` of CPU time on CPUs: on `preferred` as far as its `room` goes, then on the
 /// next CPUs in turn; what no room holds goes to `preferred` all the same (the tracker
-/// carries it on). Takes what it uses from `room`; returns the nanoseconds per CPU.
-pub fn place(ns: u64, preferred: usize, room: &mut [u64]) -> Vec<u64> {
-    let cpus = room.len();
-    let mut placed = vec![0u64; cpus];
+/// carries it on). Takes what it uses from `room` and adds what it places on each CPU to
+/// `totals` (one per CPU, as `room`).
+pub fn place(ns: u64, preferred: usize, room: &mut [u64], totals: &mut [u64]) {
+    let cpus = room.len().min(totals.len());
     if cpus == 0 {
-        return placed;
+        return;
     }
     let preferred = preferred.min(cpus - 1);
     let mut left = ns;
@@ -383,11 +378,10 @@ pub fn place(ns: u64, preferred: usize, room: &mut [u64]) -> Vec<u64> {
         let cpu = (preferred + step) % cpus;
         let here = left.min(room[cpu]);
         room[cpu] -= here;
-        placed[cpu] += here;
+        totals[cpu] += here;
         left -= here;
     }
-    placed[preferred] += left;
-    placed
+    totals[preferred] += left;
 }
 
 #[cfg(test)]
@@ -771,9 +765,11 @@ mod tests {
     #[test]
     fn time_beyond_every_cpus_room_stays_on_the_last_cpu() {
         let mut room = vec![10, 0];
-        assert_eq!(place(25, 1, &mut room), vec![10, 15]);
+        let mut totals = vec![1, 2];
+        place(25, 1, &mut room, &mut totals);
+        assert_eq!(totals, vec![11, 17], "added to what was there");
         assert_eq!(room, vec![0, 0]);
-        assert_eq!(place(5, 7, &mut []), Vec::<u64>::new());
+        place(5, 7, &mut [], &mut []);
     }
 
     #[test]
