@@ -27,8 +27,9 @@ fn main() {
     console::set_quiet(quiet);
     console::init_logging(quiet);
     if loads_ebpf(cli.subcommand.as_ref()) {
-        // First, while nothing else has started: may start the program again.
-        cg_agent::probes::features::settle();
+        // SAFETY: first, while this is the only thread and nothing else has started (it may
+        // start the program again).
+        unsafe { cg_agent::probes::features::settle() };
     }
     std::process::exit(cg_agent::app::main_with(cli));
 }

@@ -4,8 +4,8 @@
 //! not retry, and keeps the answers for the life of the process. A stop signal (SIGSTOP,
 //! which no thread can hold back) while it asks makes the verifier answer EAGAIN, which aya
 //! reads as a missing feature; the load of our programs then fails on what it decided (seen:
-//! "error relocating `func_entry`: section `24` not found" for the globals, about one run in
-//! six of a stop/continue storm at start-up).
+//! "error relocating `func_entry`: section `24` not found" for the globals, in about one of six
+//! runs of the start-up test's sixteen stop/continue storms).
 //!
 //! So the question is asked first thing, while the process has one thread, with every other
 //! signal held. A stop cannot end without a continue (SIGCONT), which then waits, held: a
@@ -29,10 +29,15 @@ const RESTARTS_VAR: &str = "CG_TRACE_FEATURE_RESTARTS";
 const MAX_RESTARTS: u32 = 100;
 
 /// Asks aya for the kernel's features now; starts the program again (does not return) when a
-/// stop may have spoiled the answer. Call it first, before the process has more than one
-/// thread, a child or a file of its own: a restart starts all of that again.
-pub fn settle() {
-    // SAFETY (both env calls): the process has one thread (this function's contract).
+/// stop may have spoiled the answer. Call it first, before the process has a child or a file
+/// of its own: a restart starts all of that again.
+///
+/// # Safety
+///
+/// The process must have one thread: this changes the environment, and a held continue
+/// is seen only while no other thread can take it.
+pub unsafe fn settle() {
+    // SAFETY (every env call below): the process has one thread (the caller's promise).
     let restarts = restarts_so_far();
     unsafe { std::env::remove_var(RESTARTS_VAR) };
     let continued = {
