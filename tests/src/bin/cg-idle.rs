@@ -50,7 +50,12 @@ fn main() {
     let _ = std::io::stdout().flush();
     loop {
         // SAFETY: waiting for our own children.
-        if unsafe { libc::wait(std::ptr::null_mut()) } > 0 {
+        let reaped = unsafe { libc::wait(std::ptr::null_mut()) };
+        if reaped > 0 {
+            // Gone: its pid may be another process's from now on.
+            if let Some(at) = children.iter().position(|&child| child == reaped) {
+                children.swap_remove(at);
+            }
             continue;
         }
         if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
@@ -59,8 +64,7 @@ fn main() {
         // A SIGTERM interrupted the wait: pass it on (it may have come to this process
         // alone), then reap them all.
         for &child in &children {
-            // SAFETY: signalling our own children (a reaped one is not signalled: all are
-            // reaped only when this loop ends).
+            // SAFETY: signalling a child of ours not yet reaped (its pid is still its own).
             unsafe { libc::kill(child, libc::SIGTERM) };
         }
     }
