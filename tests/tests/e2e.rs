@@ -782,6 +782,11 @@ fn assert_cpu_matches_the_kernel(report: &Value, truth: &[(u64, f64)], what: &st
     );
     for &(pid, kernel_s) in truth {
         let ours_s = subtree_cpu_s(report, pid);
+        // Shown with --nocapture: how close a passing run came to the bound.
+        eprintln!(
+            "{what}: pid {pid}: kernel {kernel_s:.6} s, cg-trace {ours_s:.6} s ({:+.3} %)",
+            (ours_s / kernel_s - 1.0) * 100.0
+        );
         assert!(
             (ours_s - kernel_s).abs() <= 0.005 * kernel_s,
             "{what}: pid {pid} used {kernel_s:.6} s of CPU by the kernel's count at exit, \
