@@ -83,11 +83,7 @@ fn main() {
     // The two threads take turns, a call of cg_thread_work then a round of the main
     // thread's, so that their work never runs at the same time: the ratios tests check are
     // of CPU time, and two threads busy at once may share a physical core (a VM's two vCPUs
-    // can be one core's two hyperthreads), which makes both run up to ~30 % slower. They
-    // also run on one CPU: a VM's vCPUs can each share a physical core with another
-    // tenant's busy thread, and a fresh-clone CI run once saw the second thread's calls
-    // take 24 % longer than the same work on the main thread's CPU.
-    pin_to_this_cpu();
+    // can be one core's two hyperthreads), which makes both run up to ~30 % slower.
     let (go, turn) = std::sync::mpsc::channel::<()>();
     let (done, finished) = std::sync::mpsc::channel::<()>();
     let worker = std::thread::spawn(move || {
@@ -142,20 +138,6 @@ fn main() {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         std::process::exit(0);
-    }
-}
-
-/// Keeps the calling thread, and the threads it starts afterwards, on the CPU it runs on.
-fn pin_to_this_cpu() {
-    // SAFETY: sched_getcpu has no preconditions; a zeroed cpu_set_t with one CPU set, for
-    // the calling thread. A failure leaves the threads free to move, as before.
-    unsafe {
-        let Ok(cpu) = usize::try_from(libc::sched_getcpu()) else {
-            return;
-        };
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
     }
 }
 
