@@ -2,8 +2,9 @@
 //! sampling (`--profile`) with folded stacks and flamegraphs, and Python functions. Root,
 //! real eBPF, real processes; energy from the built-in model (`--model-watts 10:30`), so a
 //! process's energy is exactly a constant times its CPU time and so is each function's.
-//! Checks are on exact call counts and on time and energy *ratios* with tolerances: never on
-//! wall-clock speed. Run serially (`--test-threads=1`).
+//! Checks are on exact call counts, on times against the threads' own CPU clocks, and on
+//! energy *ratios* with tolerances: never on wall-clock speed. Run serially
+//! (`--test-threads=1`).
 
 use std::{
     collections::BTreeMap,
@@ -28,6 +29,23 @@ fn functions(report: &Value, source: &str) -> BTreeMap<String, Value> {
     out
 }
 
+/// The CPU time each function's calls took by their thread's own clock, in seconds, as
+/// cg-funcs prints it (`cpu_ns NAME NS`).
+fn clock_times(stdout: &str) -> BTreeMap<String, f64> {
+    stdout
+        .lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            match (words.next(), words.next(), words.next()) {
+                (Some("cpu_ns"), Some(name), Some(ns)) => {
+                    Some((name.to_string(), ns.parse::<f64>().ok()? / 1e9))
+                }
+                _ => None,
+            }
+        })
+        .collect()
+}
+
 fn ratio_near(what: &str, value: f64, expected: f64, tolerance: f64) {
     assert!(
         (value / expected - 1.0).abs() <= tolerance,
@@ -37,7 +55,7 @@ fn ratio_near(what: &str, value: f64, expected: f64, tolerance: f64) {
 }
 
 #[test]
-fn probed_functions_count_calls_exactly_and_split_on_cpu_time_in_known_ratios() {
+fn probed_functions_count_calls_exactly_and_time_them_as_their_threads_own_clocks_do() {
     require_root();
     let funcs = funcs();
     let (calls, depth) = (200u64, 4u64);
@@ -67,6 +85,7 @@ fn probed_functions_count_calls_exactly_and_split_on_cpu_time_in_known_ratios() 
         "--depth",
         &depth.to_string(),
         "--partial",
+        "--clock",
     ]);
     assert_eq!(run.code(), Some(0), "{}", run.stderr());
     let report = run.report();
@@ -99,20 +118,26 @@ fn probed_functions_count_calls_exactly_and_split_on_cpu_time_in_known_ratios() 
         );
     }
 
-    // On-CPU time: b does twice a's work; the rest as much as a. A recursive call's time
-    // counts once (depth 4 x 1 unit per level, N/4 outer calls: as much as a).
-    let time = |name: &str| num(&f[name], "/cpu_time_s");
-    let a = time("cg_work_a");
-    assert!(a > 0.02, "cg_work_a ran {a} s");
-    ratio_near("cg_work_b / cg_work_a", time("cg_work_b") / a, 2.0, 0.15);
-    for name in [
-        "cg_thread_work",
-        "cglib_work",
-        "cg_funcs::rust_work",
-        "cg_recurse",
-    ] {
-        ratio_near(&format!("{name} / cg_work_a"), time(name) / a, 1.0, 0.2);
+    // On-CPU time: each function's, as its thread's own CPU clock timed the calls (the
+    // workload prints it; for cg_recurse the outermost calls, since a recursive call's time
+    // counts once). The clock around a call also holds most of what its two probes cost,
+    // which cg-trace's figure leaves out: under 1 % here. Equal work does not always take
+    // equal CPU time (on a loaded VM one function's calls took 1.4x another's), so no fixed
+    // ratio between functions is checked, only b's doing more than a.
+    let truth = clock_times(&run.stdout());
+    for (name, clock_s) in &truth {
+        let ours_s = num(&f[name.as_str()], "/cpu_time_s");
+        assert!(*clock_s > 0.02, "{name} ran {clock_s} s");
+        eprintln!("{name}: cg-trace {ours_s:.6} s, thread clock {clock_s:.6} s");
+        ratio_near(
+            &format!("{name}: cg-trace / thread clock"),
+            ours_s / clock_s,
+            1.0,
+            0.03,
+        );
     }
+    assert_eq!(truth.len(), 6, "{}", run.stdout());
+    assert!(truth["cg_work_b"] > truth["cg_work_a"] * 1.3, "{truth:?}");
     // Nothing probed below these functions: self time is all of it.
     for (name, entry) in &f {
         let (incl, own) = (num(entry, "/cpu_time_s"), num(entry, "/self_cpu_time_s"));
