@@ -866,7 +866,8 @@ impl Probes {
         }
     }
 
-    /// Whether iterator accounting still waits for the final runtime of a thread that exited.
+    /// Whether iterator accounting still waits for the final runtime of a thread that exited,
+    /// or holds one that came after the last read (the next read places it).
     pub fn awaits_final(&self) -> bool {
         self.iterator
             .as_ref()

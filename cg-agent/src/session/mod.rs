@@ -1110,7 +1110,8 @@ async fn sample_until_stop(
 /// could hold (see ActivityTracker) takes a few short intervals more, so that nothing measured
 /// is lost; in iterator accounting, so do threads whose final runtime is still to come (the
 /// kernel frees a task a moment after it was reaped; iterator::FINAL_WAIT_NS bounds the
-/// wait).
+/// wait), and final runtimes that came in after the last read (a sample drains events once
+/// more after its snapshot).
 async fn drain_owed_time(sampler: &mut Sampler) {
     let mut drains = 0;
     while drains < DRAIN_INTERVALS_MAX
