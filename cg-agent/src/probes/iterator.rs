@@ -564,6 +564,9 @@ mod tests {
         assert!(s.holds(9, Some(9)));
         assert!(books.awaits_final());
         books.freed(thread, 25 * MS);
+        // No longer waiting for the final, but holding 5 ms that no snapshot has shown yet:
+        // at the end of a run this takes one more read.
+        assert!(books.awaits_final());
         let s = books.read(&[], 0, 1_100 * MS);
         assert_eq!(total_of(&s, thread), 25 * MS);
         assert!(s.unfinished.is_empty());
@@ -574,25 +577,6 @@ mod tests {
         books.freed(thread, 99 * MS);
         let s = books.read(&[], 0, 1_200 * MS);
         assert_eq!(total_of(&s, thread), 0);
-    }
-
-    #[test]
-    fn a_final_runtime_that_comes_after_the_last_read_waits_for_one_more() {
-        // Thread 9/9 exits at t=1010 ms reporting 20 ms; the read at 1050 waits for its
-        // final; its FREE (25 ms) comes just after that read, when nothing else is awaited.
-        //   read 1000: 10 ms | exit 1010: 20 ms | read 1050 | FREE: 25 ms | read 1070: 25 ms
-        let mut books = IteratorBooks::new(500, 1);
-        let thread = key(9, 9, 1_000);
-        books.read(&[record(9, 9, 1_000, 10 * MS, 0)], 0, 1_000 * MS);
-        books.exited(thread, 20 * MS, 1_010 * MS);
-        let s = books.read(&[], 0, 1_050 * MS);
-        assert_eq!(total_of(&s, thread), 20 * MS);
-        books.freed(thread, 25 * MS);
-        // No longer waiting for the final, but holding 5 ms no snapshot has shown yet.
-        assert!(books.awaits_final());
-        let s = books.read(&[], 0, 1_070 * MS);
-        assert_eq!(total_of(&s, thread), 25 * MS);
-        assert!(!books.awaits_final());
     }
 
     #[test]

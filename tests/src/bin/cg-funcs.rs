@@ -8,10 +8,10 @@
 //! - `cglib_work` (1 unit) in the shared library libcgfuncs_lib.so;
 //! - `cg_funcs::rust_work` (1 unit), a Rust function with a mangled name.
 //!
-//! Usage: `cg-funcs [--calls N] [--units U] [--depth D] [--partial] [--clock]`: the main thread runs N
-//! rounds of work_a, work_b, rust_work and cglib_work, plus N / D calls of cg_recurse with
-//! depth D; a second thread runs N calls of cg_thread_work, one before each round (the two
-//! take turns, never working at once). With `--partial` a third thread enters `cg_forever`
+//! Usage: `cg-funcs [--calls N] [--units U] [--depth D] [--partial] [--clock]`: the main
+//! thread runs N rounds of work_a, work_b, rust_work and cglib_work, plus N / D calls of
+//! cg_recurse with depth D; a second thread runs N calls of cg_thread_work, one before each
+//! round (the two take turns, never working at once). With `--partial` a third thread enters `cg_forever`
 //! and the process exits while it is inside. Prints what it did, and with `--clock` per
 //! function the CPU time its calls took by their thread's own clock (`cpu_ns NAME NS`; for
 //! cg_recurse the outermost calls).
@@ -129,14 +129,14 @@ fn main() {
         "calls {calls} units {units} depth {depth} recurse_calls {}",
         calls.div_ceil(u64::from(depth.max(1)))
     );
-    let names = [
-        "cg_work_a",
-        "cg_work_b",
-        "cglib_work",
-        "cg_funcs::rust_work",
-        "cg_recurse",
-    ];
     if clock {
+        let names = [
+            "cg_work_a",
+            "cg_work_b",
+            "cglib_work",
+            "cg_funcs::rust_work",
+            "cg_recurse",
+        ];
         for (name, ns) in names.iter().zip(spent) {
             println!("cpu_ns {name} {ns}");
         }
