@@ -29,7 +29,7 @@ pub fn interval_of(
     process_of: Option<&mut dyn FnMut(ThreadKey) -> ProcId>,
 ) -> Interval {
     let mut cpus = activity.cpus.clone();
-    let mut sums: HashMap<(ProcId, u32, u32), u64> = HashMap::new();
+    let mut sums: HashMap<(ProcId, u32, u32), u64> = HashMap::with_capacity(activity.threads.len());
     match process_of {
         Some(process_of) => {
             for s in &activity.threads {

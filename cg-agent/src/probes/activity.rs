@@ -187,6 +187,7 @@ impl ActivityTracker {
             mark.see(total);
         }
         let mut owing: Vec<(ThreadKey, u32)> = std::mem::take(&mut self.carrying);
+        owing.reserve(seen.len());
         for (id, total) in seen {
             let mark = self.threads.entry(id).or_default();
             if total > mark.seen_ns {
