@@ -1254,16 +1254,31 @@ fn fork_storm_loses_nothing(accounting: &str) {
     if accounting == "switch" {
         return assert_cpu_matches_the_kernel(report, &[(shell_pid, kernel_s)], &what);
     }
-    // Iterator accounting with 2 s between reads: in about one run in five, 1-2 % of the
-    // 2,000 processes kept only the runtime their exit reported, with no final runtime
-    // counted missing, until final runtimes that came after the run's last read got one
-    // more read (78d9d17; 15 runs of 16 within 0.02 % since; docs/attribution.md, *Where
-    // it is approximate*). Never over, and short by no more than that.
+    // Iterator accounting: as the kernel's figure within 0.5 %, but for the processes the
+    // report counts closed without their final runtime (this VM's kernel now and then
+    // reports no free; docs/attribution.md, *Where it is approximate*), each of which may
+    // lose up to its whole runtime: at most twice the largest /bin/true's. Measured since
+    // 78d9d17 (final runtimes after the last read get one more read), beside two or three
+    // busy loops: 76 runs of both walkers within -0.14 % to +0.22 %, the short ones with 2-4
+    // finals missing; before it, one run in five came out 1-2 % short with none counted.
+    let missing = num(report, "/totals/lost_events/final_runtimes_missing_count");
+    let largest_s = processes
+        .iter()
+        .filter(|p| p["ppid"].as_u64() == Some(shell_pid))
+        .map(|p| num(p, "/cpu_time_s"))
+        .fold(0.0, f64::max);
+    let floor_s = 0.995 * kernel_s - missing * 2.0 * largest_s;
     let ours_s = subtree_cpu_s(report, shell_pid);
+    eprintln!(
+        "{what}: kernel {kernel_s:.6} s, cg-trace {ours_s:.6} s ({:+.3} %), {missing} final \
+         runtime(s) missing",
+        (ours_s / kernel_s - 1.0) * 100.0
+    );
     assert!(
-        (0.98 * kernel_s..=1.005 * kernel_s).contains(&ours_s),
-        "{what}: the kernel counted {kernel_s:.6} s, cg-trace {ours_s:.6} s ({:+.2} %); lost \
-         events {}",
+        (floor_s..=1.005 * kernel_s).contains(&ours_s),
+        "{what}: the kernel counted {kernel_s:.6} s, cg-trace {ours_s:.6} s ({:+.2} %), at \
+         least {floor_s:.6} s expected with {missing} final runtime(s) missing (the largest \
+         child {largest_s:.6} s); lost events {}",
         (ours_s / kernel_s - 1.0) * 100.0,
         report["totals"]["lost_events"]
     );
