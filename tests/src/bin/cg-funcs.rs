@@ -11,10 +11,10 @@
 //! Usage: `cg-funcs [--calls N] [--units U] [--depth D] [--partial] [--clock]`: the main
 //! thread runs N rounds of work_a, work_b, rust_work and cglib_work, plus N / D calls of
 //! cg_recurse with depth D; a second thread runs N calls of cg_thread_work, one before each
-//! round (the two take turns, never working at once). With `--partial` a third thread enters `cg_forever`
-//! and the process exits while it is inside. Prints what it did, and with `--clock` per
-//! function the CPU time its calls took by their thread's own clock (`cpu_ns NAME NS`; for
-//! cg_recurse the outermost calls).
+//! round (the two take turns, never working at once). With `--partial` a third thread
+//! enters `cg_forever` and the process exits while it is inside. Prints what it did, and
+//! with `--clock` per function the CPU time its calls took by their thread's own clock
+//! (`cpu_ns NAME NS`; for cg_recurse the outermost calls).
 //!
 //! `cg-funcs --tiny N [--endbr]`: N calls of a function that does almost nothing (probe
 //! cost benchmarks); prints `calls_per_s`.
