@@ -244,6 +244,11 @@ impl Btf {
         self.find(KIND_FUNC, name)
     }
 
+    /// The BTF id of `struct name` (what `bpf_rdonly_cast` casts to).
+    pub fn struct_id(&self, name: &str) -> Option<u32> {
+        self.find(KIND_STRUCT, name)
+    }
+
     /// The size in bytes of `struct name`.
     pub fn struct_size(&self, name: &str) -> Option<u32> {
         Some(self.header(self.find(KIND_STRUCT, name)?)?.size_or_type)

@@ -17,7 +17,9 @@
 //! with that; [`IteratorBooks::finals_missing`] counts those threads.
 //!
 //! Both walks (the open-coded one, [`super::task_walk`], and the `iter/task` program) write a
-//! record for every thread; [`split_records`] keeps the targets' and sums the others'.
+//! record for every thread (the open-coded one, while no thread was created or reaped since
+//! its last walk of the list, by reading that walk's threads again: the same records);
+//! [`split_records`] keeps the targets' and sums the others'.
 //! Other tasks' cumulative time is that sum over the living ones (not yet exiting) plus what
 //! the kernel added up for the exited ones (their runtime at exit, and what they ran after it
 //! once freed): a thread leaves the first sum as it joins the second, so none counts twice.

@@ -18,6 +18,7 @@ pub mod retry;
 mod ring_reader;
 pub mod sampler;
 mod sys_bpf;
+mod task_set;
 pub mod task_walk;
 mod uprobe_multi;
 pub mod uprobes;
