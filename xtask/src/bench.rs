@@ -460,8 +460,10 @@ fn proc_cpu(pid: u32) -> Result<ProcCpu> {
 struct IteratorCost {
     threads: usize,
     reads: u64,
-    /// Kernel BPF statistics: the walking program's time per read (all tasks).
+    /// Kernel BPF statistics: the walking programs' time per read (all tasks).
     bpf_us_per_read: f64,
+    /// The open-coded walk's two programs, each on its own ("" for iter/task).
+    per_program: String,
     /// The walker the report names.
     walker: String,
     /// cg-trace's own CPU time (user + system: the read syscall, parsing, accounting, the
@@ -481,6 +483,9 @@ impl IteratorCost {
             "  walking program (kernel BPF statistics): {:.0} µs per read",
             self.bpf_us_per_read
         );
+        if !self.per_program.is_empty() {
+            println!("    {}", self.per_program);
+        }
         let steady = &self.steady;
         println!(
             "  cg-trace's CPU per 100 ms, steady ({:.1} s after loading, from /proc): {:.0} µs; \
@@ -499,9 +504,10 @@ impl IteratorCost {
 }
 
 /// Starts `count` sleeping threads in this process, runs `cg-trace --all --accounting
-/// iterator` for `seconds` with the kernel's BPF statistics on, and reads the iterator
-/// program's statistics (the most-run program: it runs once per task per read) from the
-/// tracer's descriptors and the tracer's own CPU time from its report.
+/// iterator` for `seconds` with the kernel's BPF statistics on, and reads the walking
+/// programs' statistics (the open-coded walk's two programs, or the `iter/task` program, which
+/// runs once per task per read) from the tracer's descriptors and the tracer's own CPU time
+/// from its report.
 fn iterator_read_cost(count: usize, seconds: f64, walker: Walker) -> Result<IteratorCost> {
     const SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
     let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
@@ -529,30 +535,59 @@ fn iterator_read_cost(count: usize, seconds: f64, walker: Walker) -> Result<Iter
     fs::write(SYSCTL, "1").context("enabling kernel.bpf_stats_enabled")?;
     let out = tempdir()?;
     let report_path = out.join("iterator.json");
-    let result = (|| -> Result<((u64, u64, bool), CpuSpent)> {
+    let result = (|| -> Result<(WalkPrograms, CpuSpent)> {
         let tracer = start_tracer_in(&report_path, Some(seconds), Variant::Iterator, walker.env())?;
         let watch = CpuWatch::start(tracer.id())?;
         sleep(Duration::from_secs_f64((seconds - 2.0).max(0.5)));
         let steady = watch.finish()?;
-        let stats = program_stats(tracer.id())?;
+        let stats = walk_programs(&program_stats(tracer.id())?);
         let mut tracer = tracer;
         tracer.wait()?;
-        Ok((stats.context("the kernel gave no BPF statistics")?, steady))
+        anyhow::ensure!(
+            !stats.programs.is_empty(),
+            "the kernel gave no BPF statistics"
+        );
+        Ok((stats, steady))
     })();
     let _ = fs::write(SYSCTL, before.trim());
     drop(stop_tx);
     for sleeper in sleepers {
         let _ = sleeper.join();
     }
-    let ((runs, ns, once_per_read), steady) = result?;
+    let (
+        WalkPrograms {
+            programs,
+            once_per_read,
+        },
+        steady,
+    ) = result?;
     let report = read_report(&report_path)?;
     let cpu_s = figure(&report, "/meta/profiler/cpu_time_s");
     let duration_s = figure(&report, "/meta/duration_s");
-    // The open-coded walk runs once per read; the iter/task program once per task.
+    let (runs, ns) = programs
+        .iter()
+        .fold((0, 0), |(r, n), &(runs, ns)| (r + runs, n + ns));
+    // The open-coded walk's programs run once per read (a re-read the set changed under is
+    // followed by a walk: two runs); the iter/task program once per task.
     let reads = if once_per_read {
         runs
     } else {
         runs / tasks.max(1) as u64
+    };
+    let per_program = if once_per_read {
+        programs
+            .iter()
+            .zip(["walk of the list", "re-read"])
+            .map(|(&(runs, ns), name)| {
+                format!(
+                    "{name}: {runs} runs, {:.0} µs each",
+                    ns as f64 / runs.max(1) as f64 / 1e3
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    } else {
+        String::new()
     };
     Ok(IteratorCost {
         walker: report["meta"]["accounting"]["walker"]
@@ -562,17 +597,16 @@ fn iterator_read_cost(count: usize, seconds: f64, walker: Walker) -> Result<Iter
         threads: tasks,
         reads,
         bpf_us_per_read: ns as f64 / reads.max(1) as f64 / 1e3,
+        per_program,
         agent_us_per_interval: cpu_s / (duration_s / 0.1) * 1e6,
         steady,
     })
 }
 
-/// (runs, ns, whether it runs once per read) of the program that walks the threads among
-/// `pid`'s descriptors (kernel BPF statistics): the open-coded walk (a syscall program,
-/// `prog_type` 31) where there is one, else the most-run program (the iter/task program,
-/// which runs once per task).
-fn program_stats(pid: u32) -> Result<Option<(u64, u64, bool)>> {
-    let mut best: Option<(u64, u64)> = None;
+/// Kernel BPF statistics of the programs among `pid`'s descriptors: each program's
+/// (`prog_id`, `prog_type`, runs, ns), in `prog_id` order.
+fn program_stats(pid: u32) -> Result<Vec<(u64, u64, u64, u64)>> {
+    let mut programs = Vec::new();
     for entry in fs::read_dir(format!("/proc/{pid}/fdinfo"))? {
         let Ok(text) = fs::read_to_string(entry?.path()) else {
             continue;
@@ -582,19 +616,56 @@ fn program_stats(pid: u32) -> Result<Option<(u64, u64, bool)>> {
                 .find_map(|l| l.strip_prefix(name))
                 .and_then(|v| v.trim().parse::<u64>().ok())
         };
-        let Some((runs, ns)) = field("run_cnt:").zip(field("run_time_ns:")) else {
-            continue;
-        };
-        if field("prog_type:") == Some(31) && runs > 0 {
-            return Ok(Some((runs, ns, true)));
-        }
-        if best.is_none_or(|(r, _)| runs > r) {
-            best = Some((runs, ns));
+        if let (Some(id), Some(kind), Some(runs), Some(ns)) = (
+            field("prog_id:"),
+            field("prog_type:"),
+            field("run_cnt:"),
+            field("run_time_ns:"),
+        ) {
+            programs.push((id, kind, runs, ns));
         }
     }
-    Ok(best
-        .filter(|(runs, _)| *runs > 0)
-        .map(|(runs, ns)| (runs, ns, false)))
+    programs.sort_unstable();
+    programs.dedup();
+    Ok(programs)
+}
+
+/// (runs, ns) of the most-run program.
+fn most_run(programs: &[(u64, u64, u64, u64)]) -> Option<(u64, u64)> {
+    programs
+        .iter()
+        .map(|&(_, _, runs, ns)| (runs, ns))
+        .filter(|&(runs, _)| runs > 0)
+        .max()
+}
+
+/// The programs that read the threads: (runs, ns) of each.
+struct WalkPrograms {
+    programs: Vec<(u64, u64)>,
+    /// Whether they run once per read (the open-coded walk's), not once per task.
+    once_per_read: bool,
+}
+
+/// The threads' readers among `programs`: the open-coded walk's two syscall programs
+/// (`prog_type` 31; the walk of the list loaded first, then the re-read), or else the
+/// most-run program (the iter/task program, which runs once per task) alone.
+fn walk_programs(programs: &[(u64, u64, u64, u64)]) -> WalkPrograms {
+    let syscall: Vec<(u64, u64)> = programs
+        .iter()
+        .filter(|p| p.1 == 31)
+        .map(|&(_, _, runs, ns)| (runs, ns))
+        .collect();
+    if syscall.iter().any(|&(runs, _)| runs > 0) {
+        WalkPrograms {
+            programs: syscall,
+            once_per_read: true,
+        }
+    } else {
+        WalkPrograms {
+            programs: most_run(programs).into_iter().collect(),
+            once_per_read: false,
+        }
+    }
 }
 
 /// How `cg-trace --all` runs in a benchmark.
@@ -699,11 +770,11 @@ fn program_cost(pingpong: &Path, seconds: f64) -> Result<Option<(u64, f64)>> {
             Command::new(pingpong).arg(seconds.to_string()),
             "round_trips_per_s",
         )?;
-        let best = program_stats(tracer.id())?;
+        let best = most_run(&program_stats(tracer.id())?);
         // SAFETY: signalling our own child.
         unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) };
         tracer.wait()?;
-        Ok(best.map(|(runs, ns, _)| (runs, ns as f64 / runs as f64)))
+        Ok(best.map(|(runs, ns)| (runs, ns as f64 / runs as f64)))
     })();
     let _ = fs::write(SYSCTL, before.trim());
     result
