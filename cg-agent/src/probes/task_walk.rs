@@ -270,6 +270,13 @@ impl WalkLayout {
                 "struct bpf_iter_task is {iter_bytes} bytes (expected 24)"
             )));
         }
+        // The re-read keeps the numbers iterator's state in NUM_ITER_BYTES of its stack.
+        let num_bytes = btf.struct_size("bpf_iter_num");
+        if num_bytes != Some(NUM_ITER_BYTES as u32) {
+            return Err(WalkError::Unsupported(format!(
+                "struct bpf_iter_num is {num_bytes:?} bytes (expected {NUM_ITER_BYTES})"
+            )));
+        }
         Ok(WalkLayout {
             rcu_read_lock: kfunc("bpf_rcu_read_lock")?,
             rcu_read_unlock: kfunc("bpf_rcu_read_unlock")?,
