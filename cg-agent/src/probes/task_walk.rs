@@ -1239,10 +1239,12 @@ mod tests {
             let walked = walk.walk().unwrap().to_vec();
             let mine = |records: &[TaskRecord]| *records.iter().find(|r| r.tid == tid).unwrap();
             let first = mine(&walked);
-            // Run ~20 ms, then re-read through the kept addresses: this thread's record is
-            // the walk's but for the runtime, which is the kernel's now.
-            let until = std::time::Instant::now() + std::time::Duration::from_millis(20);
-            while std::time::Instant::now() < until {
+            // Run 20 ms of CPU (however long that takes on a busy machine), then re-read
+            // through the kept addresses: this thread's record is the walk's but for the
+            // runtime, which is the kernel's now (reading `schedstat` brings the kernel's
+            // count up to date, so it lies between the two reads around the re-read).
+            let ran = first.runtime_ns + 20_000_000;
+            while my_runtime_ns() < ran {
                 std::hint::black_box(0u64);
             }
             let low = my_runtime_ns();
