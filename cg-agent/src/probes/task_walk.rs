@@ -850,7 +850,8 @@ impl TaskWalk {
 
     /// Whether a walk of `count` threads agrees with the kernel's count read before it: the
     /// walk lists CPU 0's idle task besides the `nr_threads` threads, or fewer where the kernel
-    /// hides some (this project's VM hides its guest agent, PID 1, from every BPF walk). More
+    /// keeps some out of it (on this project's VM the walk never lists PID 1, its guest agent,
+    /// or that process's threads). More
     /// than that means threads came during the walk (and the next read walks the list), or,
     /// where the set stayed the same, that `/proc/loadavg` counts fewer threads than the
     /// kernel has (a container's own `/proc`): then no read is a re-read from then on.
@@ -1208,7 +1209,7 @@ mod tests {
     #[test]
     fn a_walk_may_list_the_idle_task_beside_the_kernels_count_and_fewer_never_more() {
         // The kernel counts 81 threads: 82 walked (CPU 0's idle task too) or fewer (threads
-        // the kernel hides from BPF) agree; 83 is a thread that came during the walk, or a
+        // the kernel keeps out of the walk) agree; 83 is a thread that came during the walk, or a
         // `/proc/loadavg` that counts fewer threads than the kernel has.
         assert!(walk_within_count(82, 81));
         assert!(walk_within_count(70, 81));
