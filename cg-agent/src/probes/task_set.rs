@@ -74,7 +74,7 @@ fn read_whole(file: &File, buf: &mut Vec<u8>, max: usize) -> io::Result<()> {
 }
 
 /// `nr_threads` of `/proc/loadavg` ("0.00 0.01 0.05 1/123 4567": the 123).
-fn threads_of_loadavg(text: &[u8]) -> Option<u64> {
+pub(super) fn threads_of_loadavg(text: &[u8]) -> Option<u64> {
     let text = std::str::from_utf8(text).ok()?;
     let field = text.split_ascii_whitespace().nth(3)?;
     field.split_once('/')?.1.parse().ok()

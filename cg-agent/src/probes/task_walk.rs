@@ -786,7 +786,11 @@ impl TaskWalk {
     /// Every thread alive, read now: by a re-read of the last walk's threads while the set is
     /// the same as before that walk, else by walking the list.
     pub fn walk(&mut self) -> Result<&[TaskRecord], WalkError> {
-        let mut now = self.task_set.as_mut().and_then(TaskSetReader::read);
+        // Without the re-read program the counts serve nothing: not read.
+        let mut now = match (&mut self.task_set, &self.loaded.reread) {
+            (Some(reader), Some(_)) => reader.read(),
+            _ => None,
+        };
         let count = self.walked;
         if let (Some(set), Some(before), Some(reread)) = (now, self.last_walk, &self.loaded.reread)
             && set == before
@@ -851,10 +855,10 @@ impl TaskWalk {
     /// Whether a walk of `count` threads agrees with the kernel's count read before it: the
     /// walk lists CPU 0's idle task besides the `nr_threads` threads, or fewer where the kernel
     /// keeps some out of it (on this project's VM the walk never lists PID 1, its guest agent,
-    /// or that process's threads). More
-    /// than that means threads came during the walk (and the next read walks the list), or,
-    /// where the set stayed the same, that `/proc/loadavg` counts fewer threads than the
-    /// kernel has (a container's own `/proc`): then no read is a re-read from then on.
+    /// or that process's threads). More than that means threads came during the walk (and the
+    /// next read walks the list), or, where the set stayed the same, that `/proc/loadavg`
+    /// counts fewer threads than the kernel has (a container's own `/proc`): then no read is a
+    /// re-read from then on.
     fn counts_alike(&mut self, before: TaskSet, count: u32) -> bool {
         if walk_within_count(count, before.threads) {
             return true;
@@ -901,9 +905,8 @@ impl Drop for TaskWalk {
 
 /// Threads alive now (the kernel's count in `/proc/loadavg`: "running/total").
 pub fn threads_alive() -> Option<u32> {
-    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
-    let field = text.split_whitespace().nth(3)?;
-    field.split('/').nth(1)?.parse().ok()
+    let text = std::fs::read("/proc/loadavg").ok()?;
+    u32::try_from(super::task_set::threads_of_loadavg(&text)?).ok()
 }
 
 #[cfg(test)]
