@@ -35,6 +35,15 @@ pub mod names {
     /// The fentry program on `__put_task_struct` (iterator accounting): a second way in to a
     /// task's free, beside `sched_process_free`.
     pub const PUT_TASK_STRUCT: &str = "put_task_struct";
+    /// Ring buffer of [`ThreadChange`](super::ThreadChange)s (iterator accounting): every
+    /// thread of the machine created or exiting, for the open-coded walk to amend its last
+    /// walk's threads by instead of walking the list again.
+    pub const THREAD_CHANGES: &str = "THREAD_CHANGES";
+    /// Array of one `u64`: grows when a [`ThreadChange`](super::ThreadChange) could not be
+    /// written (ring full); the walk then follows the list.
+    pub const THREAD_CHANGES_LOST: &str = "THREAD_CHANGES_LOST";
+    /// The BTF tracepoint program on `task_newtask` (iterator accounting): a thread created.
+    pub const TASK_NEWTASK: &str = "task_newtask";
 }
 
 /// Globals that user space sets at load time (`EbpfLoader::override_global`).
@@ -89,6 +98,8 @@ pub const ON_CPU_MAX_THREADS: u32 = 16_384;
 pub const TARGETS_MAX_PROCESSES: u32 = 8_192;
 /// Size of the lifecycle event ring buffer in bytes (a power of two, multiple of the page size).
 pub const EVENTS_RING_BYTES: u32 = 1024 * 1024;
+/// Bytes of the [`names::THREAD_CHANGES`] ring: 16,384 changes between two reads.
+pub const THREAD_CHANGES_RING_BYTES: u32 = 256 * 1024;
 /// Length of a task's `comm` in the kernel.
 pub const COMM_LEN: usize = 16;
 /// Bytes of an exec'd file name kept in an [`LifecycleEvent`].
@@ -227,7 +238,7 @@ pub struct TaskRecord {
     /// The start time of its process (the group leader's `start_time`), checked against
     /// `TARGETS`; 0 with `--all` (every thread is a target's).
     pub process_start_ns: u64,
-    /// `task_struct.flags` (`PF_EXITING`: the thread began to exit); 0 with `--all`.
+    /// `task_struct.flags` (`PF_EXITING`: the thread began to exit).
     pub task_flags: u32,
     /// Always 0 (no implicit padding).
     pub reserved: u32,
@@ -237,7 +248,50 @@ const _: () = assert!(size_of::<TaskRecord>() == 48);
 impl TaskRecord {
     /// `PF_EXITING` in [`TaskRecord::task_flags`] (include/linux/sched.h).
     pub const PF_EXITING: u32 = 0x4;
+    /// [`TaskRecord::exit_state`] of a vacant record (no thread).
+    pub const VACANT: u32 = u32::MAX;
+
+    /// A vacant record: where an amended walk's thread was reaped. It holds no thread and no
+    /// time, and reads as an exited one everywhere (an exit state, `PF_EXITING`), so the rules
+    /// for those leave it out.
+    pub const fn vacant() -> Self {
+        TaskRecord {
+            tgid: 0,
+            tid: 0,
+            start_ns: 0,
+            runtime_ns: 0,
+            cpu: 0,
+            exit_state: Self::VACANT,
+            process_start_ns: 0,
+            task_flags: Self::PF_EXITING,
+            reserved: 0,
+        }
+    }
+
+    pub const fn is_vacant(&self) -> bool {
+        self.exit_state == Self::VACANT
+    }
 }
+
+/// Kinds of [`ThreadChange`].
+pub mod thread_change {
+    /// A thread was created (`task_newtask`).
+    pub const CREATED: u32 = 1;
+    /// A thread began to exit (`sched_process_exit`).
+    pub const EXITING: u32 = 2;
+}
+
+/// A thread of the machine created or exiting, with when (CLOCK_MONOTONIC ns, taken in the
+/// hook).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadChange {
+    pub tid: u32,
+    /// One of [`thread_change`].
+    pub kind: u32,
+    pub at_ns: u64,
+}
+const _: () = assert!(size_of::<ThreadChange>() == 16);
 
 /// Kinds of [`LifecycleEvent`].
 pub mod event_kind {

@@ -9,9 +9,15 @@
 //! runtime goes to user space as a FREE event.
 
 use aya_ebpf::{
-    bindings::seq_file, helpers::generated::bpf_seq_write, macros::map, maps::PerCpuArray,
+    bindings::seq_file,
+    helpers::generated::{bpf_ktime_get_ns, bpf_seq_write},
+    macros::{btf_tracepoint, map},
+    maps::{Array, PerCpuArray, RingBuf},
+    programs::BtfTracePointContext,
 };
-use cg_common::{TaskRecord, ThreadMark, event_kind};
+use cg_common::{
+    THREAD_CHANGES_RING_BYTES, TaskRecord, ThreadChange, ThreadMark, event_kind, thread_change,
+};
 
 use crate::{
     ALL_TASKS, TASK_PID_OFFSET, TASK_RUNTIME_OFFSET, TASK_TGID_OFFSET, THREAD_MARKS, count_loss,
@@ -29,6 +35,46 @@ static TASK_FLAGS_OFFSET: u32 = 0;
 
 #[map]
 static OTHER_RUNTIME: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+#[map]
+static THREAD_CHANGES: RingBuf = RingBuf::with_byte_size(THREAD_CHANGES_RING_BYTES, 0);
+
+#[map]
+static THREAD_CHANGES_LOST: Array<u64> = Array::with_max_entries(1, 0);
+
+/// Writes that thread `tid` was created or began to exit (a [`thread_change`] kind), with
+/// the time; where the ring is full, counts the loss instead (user space only asks whether
+/// the count moved, so a racing increment lost does not matter: the other one moved it).
+#[inline(always)]
+pub fn note_thread_change(tid: u32, kind: u32) {
+    let Some(mut entry) = THREAD_CHANGES.reserve::<ThreadChange>(0) else {
+        if let Some(lost) = THREAD_CHANGES_LOST.get_ptr_mut(0) {
+            // SAFETY: the map's one value, written with a plain increment (see above).
+            unsafe { core::ptr::write_volatile(lost, core::ptr::read_volatile(lost) + 1) };
+        }
+        return;
+    };
+    entry.write(ThreadChange {
+        tid,
+        kind,
+        // SAFETY: a helper without arguments.
+        at_ns: unsafe { bpf_ktime_get_ns() },
+    });
+    entry.submit(0);
+}
+
+/// A thread was created: `task_newtask(struct task_struct *task, u64 clone_flags)`, at the
+/// end of `copy_process`, after the thread joined the task list and `total_forks` counted it.
+/// Loaded only where the open-coded walk runs.
+#[btf_tracepoint(function = "task_newtask")]
+pub fn task_newtask(ctx: BtfTracePointContext) -> i32 {
+    let task: *const u8 = ctx.arg(0);
+    note_thread_change(
+        field(task, global(&TASK_PID_OFFSET)),
+        thread_change::CREATED,
+    );
+    0
+}
 
 /// The iterator program: `ctx` is a `struct bpf_iter__task { bpf_iter_meta *meta;
 /// task_struct *task; }`; `task` is null once after the last task. Writes every thread's

@@ -480,6 +480,9 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
     let task: *const u8 = ctx.arg(0);
     let tgid: u32 = field(task, global(&TASK_TGID_OFFSET));
     let tid: u32 = field(task, global(&TASK_PID_OFFSET));
+    if global(&ITERATOR_MODE) != 0 {
+        iterator::note_thread_change(tid, cg_common::thread_change::EXITING);
+    }
     if !is_target_task(task, tgid) {
         if global(&ITERATOR_MODE) != 0 {
             iterator::charge_exited_other(task, field(task, global(&TASK_RUNTIME_OFFSET)));

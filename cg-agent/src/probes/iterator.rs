@@ -84,7 +84,8 @@ impl Targets {
 /// list until it is reaped, long after its EXIT and FREE closed its books, and read again it
 /// would count as a new thread), and the runtime summed over every other thread that has not
 /// begun to exit (`PF_EXITING`: from its exit on, the kernel counts it among the exited).
-/// With `--all` and no zombie, the records themselves (no copy: 10,000 threads are 480 kB).
+/// A vacant record ([`TaskRecord::vacant`]) reads as an exited thread's: left out by the
+/// same rules. With `--all` and no zombie or vacant record, the records themselves (no copy: 10,000 threads are 480 kB).
 pub fn split_records<'a>(
     records: &'a [TaskRecord],
     targets: &Targets,
@@ -437,7 +438,8 @@ mod tests {
         // TARGETS: pid 10 started at 100; pid 20 named by the user (0: whoever holds it).
         // Walk: 10/10 and 10/11 (process started at 100): targets'; 10/12 of an earlier
         // process 10 (started at 60): another's; 20/20: a target's; 30/30: another's;
-        // 30/31 exiting: left to the kernel's sum; 10/13 a target's zombie: left out.
+        // 30/31 exiting: left to the kernel's sum; 10/13 a target's zombie: left out; a
+        // vacant record (an amended walk's reaped thread): nobody's, no time.
         let targets = Targets::Some([(10, 100), (20, 0)].into_iter().collect());
         let of = |tgid, tid, process_start_ns, runtime_ns| TaskRecord {
             process_start_ns,
@@ -455,6 +457,7 @@ mod tests {
             other(30, 30, 500, false),
             other(30, 31, 7_000, true),
             zombie,
+            TaskRecord::vacant(),
         ];
         let (theirs, others_ns) = split_records(&records, &targets);
         let tids: Vec<u32> = theirs.iter().map(|r| r.tid).collect();

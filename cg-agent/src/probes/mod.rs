@@ -30,7 +30,7 @@ use std::{
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{HashMap, IterableMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{Array, HashMap, IterableMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::{BtfTracePoint, FEntry, Iter},
 };
 use cg_common::{
@@ -314,7 +314,7 @@ struct IteratorState {
 /// How iterator accounting walks the threads.
 enum Walker {
     /// The open-coded walk (kernel 6.7 and later).
-    Open(task_walk::TaskWalk),
+    Open(Box<task_walk::TaskWalk>),
     /// The `iter/task` program, and why the open-coded walk does not serve.
     IterTask { why: String },
 }
@@ -593,14 +593,15 @@ impl AccountingMaps {
 
 /// Loads and attaches the lifecycle programs, then sched_switch (switch accounting), and
 /// loads the task iterator (iterator accounting, where the open-coded walk does not serve:
-/// `iter_task`). Returns whether the second hook on a task's free is attached (iterator
-/// accounting, where the kernel allows it).
+/// `iter_task`), or else the hook on threads created that the open-coded walk amends its
+/// reads by. Returns whether the second hook on a task's free is attached (iterator
+/// accounting, where the kernel allows it), and whether the hook on threads created is.
 fn attach_accounting(
     ebpf: &mut Ebpf,
     accounting: Accounting,
     iter_task: bool,
     stop: &mut dyn FnMut() -> Option<i32>,
-) -> Result<bool, ProbeError> {
+) -> Result<(bool, bool), ProbeError> {
     // BTF tracepoints are checked against the kernel's BTF at load time. aya parses all of
     // it (tens of MB while it lasts), so do it once, here, and give the memory back after.
     let aya_btf = aya::Btf::from_sys_fs()?;
@@ -625,10 +626,52 @@ fn attach_accounting(
     }
     let free_backup =
         accounting == Accounting::Iterator && attach_free_backup(ebpf, &aya_btf, stop)?;
+    let newtask = accounting == Accounting::Iterator
+        && !iter_task
+        && attach_thread_created(ebpf, &aya_btf, stop)?;
     drop(aya_btf);
     // SAFETY: malloc_trim only returns free heap pages to the kernel.
     unsafe { libc::malloc_trim(0) };
-    Ok(free_backup)
+    Ok((free_backup, newtask))
+}
+
+/// The open-coded walk: attaches the hook on threads created (`task_newtask`), which with
+/// `sched_process_exit` tells the walk what to amend. Returns whether it is attached; where
+/// the kernel refuses it, every read after a thread was created or reaped walks the list.
+fn attach_thread_created(
+    ebpf: &mut Ebpf,
+    btf: &aya::Btf,
+    stop: &mut dyn FnMut() -> Option<i32>,
+) -> Result<bool, ProbeError> {
+    let program = names::TASK_NEWTASK;
+    let prog: &mut BtfTracePoint = ebpf
+        .program_mut(program)
+        .ok_or(ProbeError::MissingProgram(program))?
+        .try_into()
+        .map_err(|source| ProbeError::Attach { program, source })?;
+    match load_program(program, stop, || prog.load("task_newtask", btf)) {
+        Ok(()) => Ok(prog.attach().is_ok()),
+        Err(ProbeError::Attach { source, .. }) => {
+            tracing::debug!("task walk: no amends ({program}: {source})");
+            Ok(false)
+        }
+        Err(other) => Err(other),
+    }
+}
+
+/// Hands the open-coded walk the ring its amends read and the ring's lost count.
+fn follow_thread_changes(
+    ebpf: &mut Ebpf,
+    walk: &mut task_walk::TaskWalk,
+) -> Result<(), ProbeError> {
+    let mut take = |name: &'static str| ebpf.take_map(name).ok_or(ProbeError::MissingMap(name));
+    let map_err = |name| move |source| ProbeError::Map { name, source };
+    let ring =
+        RingBuf::try_from(take(names::THREAD_CHANGES)?).map_err(map_err(names::THREAD_CHANGES))?;
+    let lost = Array::try_from(take(names::THREAD_CHANGES_LOST)?)
+        .map_err(map_err(names::THREAD_CHANGES_LOST))?;
+    walk.follow_changes(ring, lost);
+    Ok(())
 }
 
 /// Iterator accounting: attaches the second hook on a task's free (`__put_task_struct`, see
@@ -696,7 +739,12 @@ impl Probes {
             None
         };
         let iter_task = matches!(walker, Some(Walker::IterTask { .. }));
-        let free_backup = attach_accounting(&mut ebpf, config.accounting, iter_task, stop)?;
+        let (free_backup, newtask) =
+            attach_accounting(&mut ebpf, config.accounting, iter_task, stop)?;
+        let mut walker = walker;
+        if let (true, Some(Walker::Open(walk))) = (newtask, &mut walker) {
+            follow_thread_changes(&mut ebpf, walk)?;
+        }
 
         let cpu_count = aya::util::nr_cpus().map_err(|(_, source)| ProbeError::Read {
             name: "/sys/devices/system/cpu/possible",
@@ -1100,7 +1148,7 @@ fn choose_walker(
                 "iterator accounting: the open-coded task walk ({} records of room)",
                 walk.capacity()
             );
-            Ok(Walker::Open(walk))
+            Ok(Walker::Open(Box::new(walk)))
         }
         // EAGAIN or EINTR every time: signals, not the kernel's features.
         Err(task_walk::WalkError::Sys { source, .. })

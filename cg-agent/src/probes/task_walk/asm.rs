@@ -23,6 +23,7 @@ pub(super) mod op {
     pub const ST: u8 = 0x02;
     pub const STX: u8 = 0x03;
     pub const JMP: u8 = 0x05;
+    pub const ALU: u8 = 0x04;
     pub const ALU64: u8 = 0x07;
     pub const W: u8 = 0x00;
     pub const DW: u8 = 0x18;
@@ -32,6 +33,7 @@ pub(super) mod op {
     pub const X: u8 = 0x08;
     pub const ADD: u8 = 0x00;
     pub const AND: u8 = 0x50;
+    pub const RSH: u8 = 0x70;
     pub const MOV: u8 = 0xb0;
     pub const JA: u8 = 0x00;
     pub const JEQ: u8 = 0x10;
@@ -74,6 +76,13 @@ pub(super) fn mov_reg(dst: u8, src: u8) -> Insn {
 }
 pub(super) fn mov_imm(dst: u8, imm: i32) -> Insn {
     insn(op::ALU64 | op::MOV | op::K, dst, 0, 0, imm)
+}
+/// `dst = (u32)src` (the upper half zeroed).
+pub(super) fn mov32_reg(dst: u8, src: u8) -> Insn {
+    insn(op::ALU | op::MOV | op::X, dst, src, 0, 0)
+}
+pub(super) fn rsh_imm(dst: u8, imm: i32) -> Insn {
+    insn(op::ALU64 | op::RSH | op::K, dst, 0, 0, imm)
 }
 pub(super) fn add_imm(dst: u8, imm: i32) -> Insn {
     insn(op::ALU64 | op::ADD | op::K, dst, 0, 0, imm)

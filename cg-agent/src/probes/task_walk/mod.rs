@@ -27,13 +27,16 @@ use std::{
     os::fd::{AsRawFd, OwnedFd},
 };
 
+use aya::maps::{Array, MapData, RingBuf};
 use cg_common::TaskRecord;
 
+mod amend;
 mod asm;
+mod changes;
 mod programs;
 
 use asm::Insn;
-use programs::{CTX_BYTES, RECORD_BYTES, WalkMaps, program, reread_program};
+use programs::{CTX_BYTES, RECORD_BYTES, WalkMaps, amend_program, program, reread_program};
 pub use programs::{TaskOffsets, WalkLayout};
 
 use super::{
@@ -177,23 +180,29 @@ fn test_run(prog: &OwnedFd, count: u32) -> io::Result<[u8; CTX_BYTES]> {
     Ok(ctx)
 }
 
-/// The array's values mapped into this process, read-only.
+/// An array's values mapped into this process: the records read-only, the amend's items
+/// writable.
 struct Mapped {
-    at: *const u8,
+    at: *mut u8,
     bytes: usize,
 }
 
 impl Mapped {
-    fn new(map: &OwnedFd, capacity: u32) -> io::Result<Self> {
+    fn new(map: &OwnedFd, bytes: usize, writable: bool) -> io::Result<Self> {
         let page = super::page_size() as usize;
-        let bytes = (capacity as usize * RECORD_BYTES as usize).div_ceil(page) * page;
+        let bytes = bytes.div_ceil(page) * page;
+        let prot = if writable {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_READ
+        };
         // SAFETY: maps `bytes` of the array's values (the kernel checks the length against
-        // the map), shared and read-only; unmapped on drop.
+        // the map), shared; unmapped on drop.
         let at = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 bytes,
-                libc::PROT_READ,
+                prot,
                 libc::MAP_SHARED,
                 map.as_raw_fd(),
                 0,
@@ -209,27 +218,36 @@ impl Mapped {
     }
 
     /// The first `count` records, read in place (no copy: 10,000 threads are 480 kB). Only
-    /// the walk writes them, and it runs again only through `&mut` of the owner, so they do
-    /// not change while borrowed.
+    /// the programs write them, and they run again only through `&mut` of the owner, so the
+    /// records do not change while borrowed.
     fn records(&self, count: usize) -> &[TaskRecord] {
         let count = count.min(self.bytes / RECORD_BYTES as usize);
         // SAFETY: `count` records lie within the mapping (bounded above), which lives as long
         // as `self`; TaskRecord is plain integers (any bit pattern is valid, no padding) and
         // the mapping is page-aligned with 48-byte values, so every record is aligned; the
-        // program that writes them has returned (BPF_PROG_TEST_RUN is synchronous) and runs
+        // programs that write them have returned (BPF_PROG_TEST_RUN is synchronous) and run
         // again only through `TaskWalk::walk(&mut self)`.
-        unsafe { std::slice::from_raw_parts(self.at.cast::<TaskRecord>(), count) }
+        unsafe { std::slice::from_raw_parts(self.at.cast_const().cast::<TaskRecord>(), count) }
+    }
+
+    /// Writes `values` at the start of a writable mapping (at most what it holds).
+    fn write_u64s(&mut self, values: &[u64]) {
+        let count = values.len().min(self.bytes / 8);
+        // SAFETY: a writable mapping (the items' array, mapped with PROT_WRITE) of at least
+        // `count` u64s, page-aligned; only the amend program reads it, and not while this
+        // runs (it runs only through `&mut` of the owner).
+        unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), self.at.cast::<u64>(), count) };
     }
 }
 
 impl Drop for Mapped {
     fn drop(&mut self) {
         // SAFETY: the mapping made in `new`, unmapped once.
-        unsafe { libc::munmap(self.at.cast_mut().cast(), self.bytes) };
+        unsafe { libc::munmap(self.at.cast(), self.bytes) };
     }
 }
 
-// SAFETY: the mapping is owned by this value alone and only read.
+// SAFETY: the mapping is owned by this value alone.
 unsafe impl Send for Mapped {}
 
 /// The fewest records the array holds; and the most it may grow to (a million threads,
@@ -237,27 +255,37 @@ unsafe impl Send for Mapped {}
 const MIN_CAPACITY: u32 = 4_096;
 const MAX_CAPACITY: u32 = 1 << 20;
 
+/// The amend's items' array, mapped for writing, and its program.
+struct Amend {
+    items: Mapped,
+    program: OwnedFd,
+    _map: OwnedFd,
+}
+
 /// The loaded maps and programs of a walk of `capacity` records.
 struct Loaded {
     // (Field order: the mapping goes before the map's descriptor.)
     mapped: Mapped,
     walk: OwnedFd,
     reread: Option<OwnedFd>,
+    amend: Option<Amend>,
     _records: OwnedFd,
     _tasks: OwnedFd,
 }
 
+fn array(capacity: u32, value_bytes: u32, flags: u32, name: &str) -> Result<OwnedFd, WalkError> {
+    create_array(capacity, value_bytes, flags, name).map_err(|source| WalkError::Sys {
+        call: "BPF_MAP_CREATE (an array)",
+        source,
+    })
+}
+
 impl Loaded {
     fn new(layout: &WalkLayout, all_tasks: bool, capacity: u32) -> Result<Self, WalkError> {
-        let array = |value_bytes, flags, name| {
-            create_array(capacity, value_bytes, flags, name).map_err(|source| WalkError::Sys {
-                call: "BPF_MAP_CREATE (an array)",
-                source,
-            })
-        };
-        let records = array(RECORD_BYTES, BPF_F_MMAPABLE, "cg_task_walk")?;
-        let tasks = array(8, 0, "cg_task_ptrs")?;
-        let mapped = Mapped::new(&records, capacity).map_err(|source| WalkError::Sys {
+        let records = array(capacity, RECORD_BYTES, BPF_F_MMAPABLE, "cg_task_walk")?;
+        let tasks = array(capacity, 8, 0, "cg_task_ptrs")?;
+        let bytes = capacity as usize * RECORD_BYTES as usize;
+        let mapped = Mapped::new(&records, bytes, false).map_err(|source| WalkError::Sys {
             call: "mmap of the task walk's array",
             source,
         })?;
@@ -266,22 +294,67 @@ impl Loaded {
             tasks: tasks.as_raw_fd(),
         };
         let walk = load_program(&program(layout, maps, capacity, all_tasks)?, "cg_task_walk")?;
-        // Without the re-read, every read walks the list.
-        let reread = reread_program(layout, maps, all_tasks)
+        // Without the re-read, every read walks the list; without the amend, every read
+        // after threads were created or reaped.
+        let reread = reread_program(layout, maps)
             .and_then(|insns| load_program(&insns, "cg_task_reread"))
             .inspect_err(|e| tracing::debug!("task walk: no re-reads: {e}"))
             .ok();
+        let amend = reread
+            .is_some()
+            .then(|| Amend::new(layout, maps, all_tasks))
+            .transpose()
+            .inspect_err(|e| tracing::debug!("task walk: no amends: {e}"))
+            .ok()
+            .flatten();
         Ok(Loaded {
             mapped,
             walk,
             reread,
+            amend,
             _records: records,
             _tasks: tasks,
         })
     }
 }
 
-/// A loaded task walk: its arrays (the records mapped) and its two programs. Dropping it
+impl Amend {
+    fn new(layout: &WalkLayout, maps: WalkMaps, all_tasks: bool) -> Result<Self, WalkError> {
+        let map = array(amend::MAX_ITEMS, 8, BPF_F_MMAPABLE, "cg_task_amend")?;
+        let items = Mapped::new(&map, amend::MAX_ITEMS as usize * 8, true).map_err(|source| {
+            WalkError::Sys {
+                call: "mmap of the task amend's array",
+                source,
+            }
+        })?;
+        let insns = amend_program(layout, maps, map.as_raw_fd(), all_tasks)?;
+        Ok(Amend {
+            items,
+            program: load_program(&insns, "cg_task_amend")?,
+            _map: map,
+        })
+    }
+}
+
+/// How long before a read began a thread change may be dated and still count as after it
+/// (the hooks' clock and this process's are the same, CLOCK_MONOTONIC; this only keeps an
+/// amend safe from any skew between CPUs: a change counted twice is only looked up twice).
+const CHANGE_SLACK_NS: u64 = 10_000_000;
+
+/// What the records stand for, where a later read may re-read or amend them instead of
+/// walking the list: the kernel's set of threads they hold, and since when.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Base {
+    /// The kernel's counts the records agree with.
+    set: TaskSet,
+    /// `nr_threads` less the records' threads (the walk lists CPU 0's idle task beside the
+    /// kernel's count, -1, and on this project's VM never PID 1's threads).
+    offset: i64,
+    /// CLOCK_MONOTONIC ns when the read that made them began.
+    since_ns: u64,
+}
+
+/// A loaded task walk: its arrays (the records mapped) and its programs. Dropping it
 /// unloads them.
 pub struct TaskWalk {
     layout: WalkLayout,
@@ -291,15 +364,19 @@ pub struct TaskWalk {
     /// Reads whether threads were created or reaped; `None` where `/proc` cannot tell, and
     /// then every read walks the list.
     task_set: Option<TaskSetReader>,
-    /// The set as it stood before the last walk of the list, where re-reads may serve.
-    last_walk: Option<TaskSet>,
-    /// How many records the last walk of the list wrote.
+    /// The threads created or exiting, where the kernel's hooks write them; `None` until
+    /// [`TaskWalk::follow_changes`], and then no read amends.
+    changes: Option<changes::ThreadChanges>,
+    /// What the records stand for, where a later read may re-read or amend them.
+    base: Option<Base>,
+    /// How many records the last read left.
     walked: u32,
     /// How many times the array was found full and made larger.
     pub grown: u32,
-    /// Reads that walked the list, and reads served by a re-read.
+    /// Reads that walked the list, reads served by a re-read, and by an amend and re-read.
     pub walks: u64,
     pub rereads: u64,
+    pub amends: u64,
 }
 
 impl TaskWalk {
@@ -325,11 +402,13 @@ impl TaskWalk {
             capacity,
             loaded,
             task_set: TaskSetReader::open().ok(),
-            last_walk: None,
+            changes: None,
+            base: None,
             walked: 0,
             grown: 0,
             walks: 0,
             rereads: 0,
+            amends: 0,
         })
     }
 
@@ -338,32 +417,103 @@ impl TaskWalk {
         self.capacity
     }
 
-    /// Every thread alive, read now: by a re-read of the last walk's threads while the set is
-    /// the same as before that walk, else by walking the list.
+    /// Amends reads by the threads created or exiting that the kernel's hooks write (the
+    /// `THREAD_CHANGES` ring, its lost count) where the set of threads changed.
+    pub fn follow_changes(&mut self, ring: RingBuf<MapData>, lost: Array<MapData, u64>) {
+        self.changes = Some(changes::ThreadChanges::new(ring, lost));
+    }
+
+    /// Every thread alive, read now: by a re-read of the last read's threads while the set
+    /// is the same as then, by an amend and re-read where it changed, else by walking the
+    /// list. A record may be vacant ([`TaskRecord::vacant`]; the rules for exited threads
+    /// leave it out).
     pub fn walk(&mut self) -> Result<&[TaskRecord], WalkError> {
+        let began_ns = super::monotonic_ns();
+        if let Some(changes) = &mut self.changes {
+            changes.drain(began_ns);
+        }
         // Without the re-read program the counts serve nothing: not read.
-        let mut now = match (&mut self.task_set, &self.loaded.reread) {
+        let now = match (&mut self.task_set, &self.loaded.reread) {
             (Some(reader), Some(_)) => reader.read(),
             _ => None,
         };
-        let count = self.walked;
-        if let (Some(set), Some(before), Some(reread)) = (now, self.last_walk, &self.loaded.reread)
-            && set == before
-        {
-            test_run(reread, count).map_err(|source| WalkError::Sys {
-                call: "BPF_PROG_TEST_RUN (the re-read)",
-                source,
-            })?;
-            now = self.task_set.as_mut().and_then(TaskSetReader::read);
-            if now == Some(before) {
-                self.rereads += 1;
-                return Ok(self.loaded.mapped.records(count as usize));
+        if let (Some(set), Some(base)) = (now, self.base) {
+            let served = if set == base.set {
+                self.reread(set)?
+            } else {
+                self.amend(set, base)?
+            };
+            if served {
+                self.served(set, began_ns);
+                return Ok(self.loaded.mapped.records(self.walked as usize));
             }
         }
-        self.walk_list(now)
+        self.walk_list(now, began_ns)
     }
 
-    /// Re-reads the last walk's threads whatever the set (tests: a thread of this process
+    /// Re-reads the last read's threads; whether the set stayed `set` meanwhile (else the
+    /// read is void).
+    fn reread(&mut self, set: TaskSet) -> Result<bool, WalkError> {
+        let Some(reread) = &self.loaded.reread else {
+            return Ok(false);
+        };
+        test_run(reread, self.walked).map_err(|source| WalkError::Sys {
+            call: "BPF_PROG_TEST_RUN (the re-read)",
+            source,
+        })?;
+        let same = self.task_set.as_mut().and_then(TaskSetReader::read) == Some(set);
+        self.rereads += u64::from(same);
+        Ok(same)
+    }
+
+    /// Amends the last read's records by the threads that may have changed since it began
+    /// ([`amend`]), then re-reads them all; whether the set stayed `set` meanwhile and the
+    /// records hold as many threads as it counts (else the read is void).
+    fn amend(&mut self, set: TaskSet, base: Base) -> Result<bool, WalkError> {
+        let (Some(amend), Some(changes)) = (&mut self.loaded.amend, &self.changes) else {
+            return Ok(false);
+        };
+        let records = self.loaded.mapped.records(self.walked as usize);
+        let plan = changes
+            .since(base.since_ns.saturating_sub(CHANGE_SLACK_NS))
+            .and_then(|changed| amend::plan(records, &changed, self.capacity));
+        let Some(plan) = plan else {
+            return Ok(false);
+        };
+        amend.items.write_u64s(&plan.items);
+        test_run(&amend.program, plan.items.len() as u32).map_err(|source| WalkError::Sys {
+            call: "BPF_PROG_TEST_RUN (the amend)",
+            source,
+        })?;
+        self.walked = plan.count;
+        if !self.reread(set)? {
+            return Ok(false);
+        }
+        self.rereads -= 1;
+        let records = self.loaded.mapped.records(self.walked as usize);
+        let held = records.iter().filter(|r| !r.is_vacant()).count() as i64;
+        let agrees = held + base.offset == set.threads as i64;
+        self.amends += u64::from(agrees);
+        Ok(agrees)
+    }
+
+    /// A re-read or amend served: the records stand for `set` as read from `began_ns`.
+    fn served(&mut self, set: TaskSet, began_ns: u64) {
+        if let Some(base) = &mut self.base {
+            base.set = set;
+            base.since_ns = began_ns;
+        }
+        self.forget_changes(began_ns);
+    }
+
+    /// Forgets the thread changes no amend of a read that began at `began_ns` needs.
+    fn forget_changes(&mut self, began_ns: u64) {
+        if let Some(changes) = &mut self.changes {
+            changes.forget_before(began_ns.saturating_sub(CHANGE_SLACK_NS));
+        }
+    }
+
+    /// Re-reads the last read's threads whatever the set (tests: a thread of this process
     /// alive since the walk is read as it stands).
     #[cfg(test)]
     fn reread_now(&mut self) -> &[TaskRecord] {
@@ -371,11 +521,24 @@ impl TaskWalk {
         self.loaded.mapped.records(self.walked as usize)
     }
 
-    /// Walks the list (`before`: the set read just before, if it could be); an array found
-    /// full is replaced by one twice as large and the walk made again, so every thread alive
-    /// is in the records.
-    fn walk_list(&mut self, before: Option<TaskSet>) -> Result<&[TaskRecord], WalkError> {
-        self.last_walk = None;
+    /// Runs the amend of `plan` whatever the set (tests).
+    #[cfg(test)]
+    fn amend_now(&mut self, plan: &amend::Plan) {
+        let amend = self.loaded.amend.as_mut().unwrap();
+        amend.items.write_u64s(&plan.items);
+        test_run(&amend.program, plan.items.len() as u32).unwrap();
+        self.walked = plan.count;
+    }
+
+    /// Walks the list (`before`: the set read just before, if it could be; `began_ns`: when
+    /// the read began); an array found full is replaced by one twice as large and the walk
+    /// made again, so every thread alive is in the records.
+    fn walk_list(
+        &mut self,
+        before: Option<TaskSet>,
+        began_ns: u64,
+    ) -> Result<&[TaskRecord], WalkError> {
+        self.base = None;
         self.walks += 1;
         loop {
             let ctx = test_run(&self.loaded.walk, 0).map_err(|source| WalkError::Sys {
@@ -387,7 +550,8 @@ impl TaskWalk {
             match state {
                 0 => {
                     self.walked = count;
-                    self.last_walk = before.filter(|&set| self.counts_alike(set, count));
+                    self.base = before.and_then(|set| self.base_of_walk(set, count, began_ns));
+                    self.forget_changes(began_ns);
                     return Ok(self.loaded.mapped.records(count as usize));
                 }
                 1 if self.capacity < MAX_CAPACITY => self.grow()?,
@@ -407,26 +571,31 @@ impl TaskWalk {
         }
     }
 
-    /// Whether a walk of `count` threads agrees with the kernel's count read before it: the
-    /// walk lists CPU 0's idle task besides the `nr_threads` threads, or fewer where the kernel
-    /// keeps some out of it (on this project's VM the walk never lists PID 1, its guest agent,
-    /// or that process's threads). More than that means threads came during the walk (and the
-    /// next read walks the list), or, where the set stayed the same, that `/proc/loadavg`
-    /// counts fewer threads than the kernel has (a container's own `/proc`): then no read is a
-    /// re-read from then on.
-    fn counts_alike(&mut self, before: TaskSet, count: u32) -> bool {
-        if walk_within_count(count, before.threads) {
-            return true;
-        }
+    /// What a walk of `count` threads stands for, where the set read before it (`before`) is
+    /// still the set after it (none came or went during the walk) and the count agrees with
+    /// the kernel's: the walk lists CPU 0's idle task besides the `nr_threads` threads, or
+    /// fewer where the kernel keeps some out of it (on this project's VM the walk never lists
+    /// PID 1, its guest agent, or that process's threads). More than that with the set the
+    /// same means `/proc/loadavg` counts fewer threads than the kernel has (a container's own
+    /// `/proc`): then no read is a re-read from then on.
+    fn base_of_walk(&mut self, before: TaskSet, count: u32, since_ns: u64) -> Option<Base> {
         let after = self.task_set.as_mut().and_then(TaskSetReader::read);
-        if after == Some(before) {
+        if after != Some(before) {
+            return None;
+        }
+        if !walk_within_count(count, before.threads) {
             tracing::debug!(
                 "task walk: {count} threads walked, {} counted by /proc/loadavg: no re-reads",
                 before.threads
             );
             self.task_set = None;
+            return None;
         }
-        false
+        Some(Base {
+            set: before,
+            offset: before.threads as i64 - i64::from(count),
+            since_ns,
+        })
     }
 
     fn grow(&mut self) -> Result<(), WalkError> {
@@ -451,9 +620,10 @@ fn walk_within_count(walked: u32, nr_threads: u64) -> bool {
 impl Drop for TaskWalk {
     fn drop(&mut self) {
         tracing::debug!(
-            "task walk: {} reads walked the list, {} re-read its threads",
+            "task walk: {} reads walked the list, {} re-read its threads, {} amended them",
             self.walks,
-            self.rereads
+            self.rereads,
+            self.amends
         );
     }
 }
@@ -612,6 +782,165 @@ mod tests {
             );
             drop(tx);
             child.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn an_amend_writes_a_thread_created_and_vacates_one_reaped() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return; // the kernel refuses the programs
+        }
+        let btf = Btf::from_sys_fs().unwrap();
+        let kernel = super::super::KernelLayout::read().unwrap().0;
+        let layout = WalkLayout::read(&btf, kernel.task).unwrap();
+        drop(btf);
+        let created = |tid| cg_common::ThreadChange {
+            tid,
+            kind: cg_common::thread_change::CREATED,
+            at_ns: 0,
+        };
+        for all in [false, true] {
+            let mut walk = TaskWalk::new(layout.clone(), all, threads_alive().unwrap()).unwrap();
+            assert!(
+                walk.loaded.amend.is_some(),
+                "the development VM's kernel takes it"
+            );
+            // SAFETY: gettid has no preconditions.
+            let tid = unsafe { libc::gettid() } as u32;
+            let walked = walk.walk().unwrap().to_vec();
+            let me = *walked.iter().find(|r| r.tid == tid).unwrap();
+            let (tx, rx) = std::sync::mpsc::channel::<()>();
+            let (born_tx, born_rx) = std::sync::mpsc::channel();
+            let child = std::thread::spawn(move || {
+                // SAFETY: as above.
+                born_tx.send(unsafe { libc::gettid() } as u32).unwrap();
+                let _ = rx.recv();
+            });
+            let child_tid = born_rx.recv().unwrap();
+            // The thread created goes at the end (no record is vacant), whole.
+            let at = walked.len();
+            // (Beside it, any thread that had begun to exit when walked: other tests' threads.)
+            let plan = amend::plan(&walked, &[created(child_tid)], walk.capacity).unwrap();
+            assert!(plan.items.contains(&amend::item(child_tid, at as u32)));
+            assert_eq!(plan.count as usize, at + 1);
+            walk.amend_now(&plan);
+            let records = walk.reread_now().to_vec();
+            assert_eq!(records.len(), at + 1);
+            let new = records[at];
+            assert_eq!((new.tgid, new.tid, new.exit_state), (me.tgid, child_tid, 0));
+            assert!(new.start_ns > me.start_ns, "{new:?}");
+            assert_eq!(new.process_start_ns, me.process_start_ns, "--all: {all}");
+            assert_eq!(new.task_flags & TaskRecord::PF_EXITING, 0);
+            assert!(
+                records[..at]
+                    .iter()
+                    .zip(&walked)
+                    .all(|(r, w)| (r.tgid, r.tid, r.start_ns) == (w.tgid, w.tid, w.start_ns))
+            );
+            // Reaped (gone from /proc, not only joined: a join returns before the kernel
+            // reaps the thread), it leaves its record vacant.
+            drop(tx);
+            child.join().unwrap();
+            let task_dir = format!("/proc/self/task/{child_tid}");
+            for _ in 0..1000 {
+                if !std::path::Path::new(&task_dir).exists() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            let exiting = cg_common::ThreadChange {
+                kind: cg_common::thread_change::EXITING,
+                ..created(child_tid)
+            };
+            let plan = amend::plan(&records, &[exiting], walk.capacity).unwrap();
+            assert!(plan.items.contains(&amend::item(child_tid, at as u32)));
+            walk.amend_now(&plan);
+            let records = walk.reread_now();
+            assert!(records[at].is_vacant(), "{:?}", records[at]);
+            assert_eq!(records[at], TaskRecord::vacant());
+        }
+    }
+
+    /// The tid and start time of every thread the records hold.
+    fn threads_of(records: &[TaskRecord]) -> std::collections::BTreeSet<(u32, u32, u64)> {
+        records
+            .iter()
+            .filter(|r| !r.is_vacant())
+            .map(|r| (r.tgid, r.tid, r.start_ns))
+            .collect()
+    }
+
+    #[test]
+    fn amends_by_the_kernels_hooks_agree_with_a_walk_made_right_after() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return;
+        }
+        let config = super::super::ProbeConfig {
+            accounting: super::super::Accounting::Iterator,
+            all_tasks: true,
+            ..Default::default()
+        };
+        let mut probes = super::super::Probes::load(&config, &mut || None).unwrap();
+        let Some(super::super::Walker::Open(walk)) =
+            probes.iterator.as_mut().map(|state| &mut state.walker)
+        else {
+            panic!("the development VM's kernel runs the open-coded walk");
+        };
+        assert!(walk.changes.is_some(), "task_newtask is attached");
+        let mut reader = TaskSetReader::open().unwrap();
+        walk.walk().unwrap();
+        // Threads come and go between reads (some live across several); after each read
+        // served by an amend, a walk of the list with the kernel's set unchanged since must
+        // find the same threads.
+        let mut parked = std::collections::VecDeque::new();
+        let (mut compared, mut amended) = (0, 0);
+        for round in 0..60 {
+            for _ in 0..round % 4 {
+                let (tx, rx) = std::sync::mpsc::channel::<()>();
+                parked.push_back((tx, std::thread::spawn(move || rx.recv().is_ok())));
+            }
+            while parked.len() > 3 {
+                let (tx, thread) = parked.pop_front().unwrap();
+                drop(tx);
+                thread.join().unwrap();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            let amends = walk.amends;
+            let after_amend = threads_of(walk.walk().unwrap());
+            if walk.amends == amends {
+                continue;
+            }
+            amended += 1;
+            let set = walk.base.unwrap().set;
+            let before = reader.read();
+            let walked = threads_of(
+                walk.walk_list(before, super::super::monotonic_ns())
+                    .unwrap(),
+            );
+            if before != Some(set) || reader.read() != Some(set) {
+                continue; // the kernel's set changed in between: nothing to compare
+            }
+            // (PID 1's threads, never walked on the development VM, an amend may hold.)
+            let extra: Vec<_> = after_amend
+                .difference(&walked)
+                .filter(|t| t.0 != 1)
+                .collect();
+            let missing: Vec<_> = walked.difference(&after_amend).collect();
+            assert!(
+                extra.is_empty() && missing.is_empty(),
+                "{extra:?} {missing:?}"
+            );
+            compared += 1;
+        }
+        assert!(
+            amended >= 20 && compared >= 10,
+            "{amended} amends, {compared} compared"
+        );
+        for (tx, thread) in parked {
+            drop(tx);
+            thread.join().unwrap();
         }
     }
 

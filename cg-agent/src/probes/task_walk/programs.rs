@@ -28,6 +28,9 @@ pub struct WalkLayout {
     pub num_destroy: u32,
     pub rdonly_cast: u32,
     pub task_struct: u32,
+    /// The amend's kfuncs (6.2+); where the kernel lacks them, a set that changed is walked.
+    pub task_from_pid: Option<u32>,
+    pub task_release: Option<u32>,
     /// Byte offsets in `task_struct`.
     pub task: TaskOffsets,
 }
@@ -74,6 +77,8 @@ impl WalkLayout {
             task_struct: btf.struct_id("task_struct").ok_or_else(|| {
                 WalkError::Unsupported("the kernel's BTF has no struct task_struct".into())
             })?,
+            task_from_pid: btf.func_id("bpf_task_from_pid"),
+            task_release: btf.func_id("bpf_task_release"),
             task: offsets,
         })
     }
@@ -143,9 +148,9 @@ pub(super) fn lookup(a: &mut Asm, map_fd: i32, missing: Label) {
 
 /// The program: walks every thread, writing each one's record at the next index of the array
 /// `maps.records` (`capacity` records) and its task's address at that index of `maps.tasks`,
-/// and stops with the "full" flag when none is left. With `all_tasks`, the fields that tell
-/// targets' threads from others are not read (all are targets'), which saves two loads from
-/// other cache lines per thread.
+/// and stops with the "full" flag when none is left. With `all_tasks`, the process's start
+/// time that tells targets' threads from others is not read (all are targets'), which saves
+/// two loads from other cache lines per thread.
 ///
 /// Registers: r9 the context, r8 the task, r6 the count (kept in the context, so that the
 /// verifier sees an unknown number each time round and the loop converges), r0 the record.
@@ -155,7 +160,6 @@ pub fn program(
     capacity: u32,
     all_tasks: bool,
 ) -> Result<Vec<Insn>, WalkError> {
-    let off16 = |off: u32| i16::try_from(off).map_err(|_| WalkError::Assembly("offset > 32767"));
     let iter_at = -(i32::try_from(layout.iter_bytes.div_ceil(8) * 8)
         .map_err(|_| WalkError::Assembly("bpf_iter_task too large"))?)
         + i32::from(STACK_KEY);
@@ -180,28 +184,7 @@ pub fn program(
     lookup(&mut a, maps.tasks, lost);
     a.push(store(Size::DW, 0, 8, 0));
     lookup(&mut a, maps.records, lost);
-    // (task_struct field, its size, where it goes in the record)
-    let mut fields = vec![
-        (layout.task.tgid, Size::W, 0),
-        (layout.task.pid, Size::W, 4),
-        (layout.task.start_time, Size::DW, 8),
-        (layout.task.runtime, Size::DW, 16),
-        (layout.task.cpu, Size::W, 24),
-        (layout.task.exit_state, Size::W, 28),
-    ];
-    if !all_tasks {
-        fields.push((layout.task.flags, Size::W, 40));
-    }
-    for (from, size, to) in fields {
-        a.push(load(size, 1, 8, off16(from)?));
-        a.push(store(size, 0, 1, to));
-    }
-    if !all_tasks {
-        // The process's start time: its group leader's.
-        a.push(load(Size::DW, 1, 8, off16(layout.task.group_leader)?));
-        a.push(load(Size::DW, 1, 1, off16(layout.task.start_time)?));
-        a.push(store(Size::DW, 0, 1, 32));
-    }
+    copy_thread(&mut a, &layout.task, (8, 0), all_tasks)?;
     a.push(add_imm(6, 1));
     a.push(store(Size::W, 9, 6, 0));
     a.jump(Jump::Always, next);
@@ -220,25 +203,56 @@ pub fn program(
     a.finish()
 }
 
+/// Copies who the thread at register `task` is and what it has run into the record at
+/// register `record` (r1 the scratch): the fields of [`TaskRecord`], and without `all_tasks`
+/// its process's start time (its group leader's), which tells targets' threads from others.
+fn copy_thread(
+    a: &mut Asm,
+    task: &TaskOffsets,
+    (from, to): (u8, u8),
+    all_tasks: bool,
+) -> Result<(), WalkError> {
+    // (task_struct field, its size, where it goes in the record)
+    let fields = [
+        (task.tgid, Size::W, 0),
+        (task.pid, Size::W, 4),
+        (task.start_time, Size::DW, 8),
+        (task.runtime, Size::DW, 16),
+        (task.cpu, Size::W, 24),
+        (task.exit_state, Size::W, 28),
+        (task.flags, Size::W, 40),
+    ];
+    for (field, size, at) in fields {
+        a.push(load(size, 1, from, off16(field)?));
+        a.push(store(size, to, 1, at));
+    }
+    if !all_tasks {
+        a.push(load(Size::DW, 1, from, off16(task.group_leader)?));
+        a.push(load(Size::DW, 1, 1, off16(task.start_time)?));
+        a.push(store(Size::DW, to, 1, 32));
+    }
+    Ok(())
+}
+
+/// A `task_struct` offset as a load's 16-bit offset.
+fn off16(off: u32) -> Result<i16, WalkError> {
+    i16::try_from(off).map_err(|_| WalkError::Assembly("offset > 32767"))
+}
+
 /// Bytes of `struct bpf_iter_num` (the numbers iterator's state, on the stack below the key).
 pub(super) const NUM_ITER_BYTES: i32 = 8;
 
 /// The re-read: for each index below the count in the context (the last walk's), reads again
 /// through the address at that index of `maps.tasks` what changes of a living thread (its
-/// runtime, CPU, exit state, and without `all_tasks` its flags) into the record at that
-/// index of `maps.records`, the rest of it (who the thread is) as the walk wrote it. The exit
+/// runtime, CPU, flags, exit state) into the record at that index of `maps.records` (none
+/// into a vacant one: its address is 0), the rest of it (who the thread is) as the walk wrote it. The exit
 /// state is read only of a thread whose flags say it began to exit (`PF_EXITING`, set before
 /// it); of the others it is 0. What the address points at is read with `bpf_rdonly_cast`'s
 /// untrusted loads, which the kernel guards against faults: should a thread have been freed
 /// after all, the loads cannot fault, and the caller throws the read away (the set changed).
 ///
 /// Registers: r9 the context, r8 the record, r7 the task, r0 the index (then the elements).
-pub fn reread_program(
-    layout: &WalkLayout,
-    maps: WalkMaps,
-    all_tasks: bool,
-) -> Result<Vec<Insn>, WalkError> {
-    let off16 = |off: u32| i16::try_from(off).map_err(|_| WalkError::Assembly("offset > 32767"));
+pub fn reread_program(layout: &WalkLayout, maps: WalkMaps) -> Result<Vec<Insn>, WalkError> {
     let num_at = i32::from(STACK_KEY) - NUM_ITER_BYTES;
     let task_struct =
         i32::try_from(layout.task_struct).map_err(|_| WalkError::Assembly("BTF id"))?;
@@ -271,9 +285,7 @@ pub fn reread_program(
     a.push(load(Size::W, 1, 7, off16(layout.task.cpu)?));
     a.push(store(Size::W, 8, 1, 24));
     a.push(load(Size::W, 2, 7, off16(layout.task.flags)?));
-    if !all_tasks {
-        a.push(store(Size::W, 8, 2, 40));
-    }
+    a.push(store(Size::W, 8, 2, 40));
     a.push(mov_imm(1, 0));
     a.push(and_imm(2, TaskRecord::PF_EXITING as i32));
     a.jump(Jump::Eq(2, 0), running);
@@ -289,6 +301,101 @@ pub fn reread_program(
     a.push(mov_imm(0, 0));
     a.push(exit());
     a.finish()
+}
+
+/// The amend: for each item below the count in the context (an element of `items`: a thread
+/// id in its low half, an index in its high half), looks the thread up by its id
+/// (`bpf_task_from_pid`, which holds a reference until `bpf_task_release`) and writes it
+/// whole at that index, its record and its address, as a walk would; where no thread has
+/// the id (it was reaped), writes a vacant record ([`TaskRecord::vacant`]) and address 0
+/// there instead. User space chooses the items: the threads created or exiting since the
+/// last read, and those that had begun to exit then ([`super::amend`]).
+///
+/// Registers: r9 the context, r7 the task (or null), r8 the address's element, r6 the item,
+/// r0 the index (then the elements).
+pub fn amend_program(
+    layout: &WalkLayout,
+    maps: WalkMaps,
+    items: i32,
+    all_tasks: bool,
+) -> Result<Vec<Insn>, WalkError> {
+    let (Some(from_pid), Some(release_task)) = (layout.task_from_pid, layout.task_release) else {
+        return Err(WalkError::Unsupported(
+            "the kernel's BTF has no bpf_task_from_pid or bpf_task_release".into(),
+        ));
+    };
+    let num_at = i32::from(STACK_KEY) - NUM_ITER_BYTES;
+    let mut a = Asm::default();
+    let (next, vacate, release, done) = (a.label(), a.label(), a.label(), a.label());
+    a.push(mov_reg(9, 1));
+    a.push(call_kfunc(layout.rcu_read_lock));
+    a.push(mov_imm(2, 0));
+    a.push(load(Size::W, 3, 9, 0)); // the count of items
+    iterate(
+        &mut a,
+        num_at,
+        (layout.num_new, layout.num_next),
+        next,
+        done,
+    );
+    a.push(load(Size::W, 1, 0, 0));
+    a.push(store(Size::W, 10, 1, STACK_KEY));
+    lookup(&mut a, items, next);
+    a.push(load(Size::DW, 6, 0, 0));
+    a.push(mov_reg(1, 6));
+    a.push(rsh_imm(1, 32));
+    a.push(store(Size::W, 10, 1, STACK_KEY)); // from here on the key is the index
+    a.push(mov32_reg(1, 6));
+    a.push(call_kfunc(from_pid));
+    a.push(mov_reg(7, 0));
+    lookup(&mut a, maps.tasks, release);
+    a.push(mov_reg(8, 0));
+    a.jump(Jump::Eq(7, 0), vacate);
+    a.push(store(Size::DW, 8, 7, 0));
+    lookup(&mut a, maps.records, release);
+    copy_thread(&mut a, &layout.task, (7, 0), all_tasks)?;
+    a.bind(release);
+    a.jump(Jump::Eq(7, 0), next);
+    a.push(mov_reg(1, 7));
+    a.push(call_kfunc(release_task));
+    a.jump(Jump::Always, next);
+    a.bind(vacate);
+    a.push(store_imm(Size::DW, 8, 0, 0));
+    lookup(&mut a, maps.records, next);
+    write_vacant(&mut a, 0);
+    a.jump(Jump::Always, next);
+    a.bind(done);
+    a.push(mov_reg(1, 10));
+    a.push(add_imm(1, num_at));
+    a.push(call_kfunc(layout.num_destroy));
+    a.push(call_kfunc(layout.rcu_read_unlock));
+    a.push(mov_imm(0, 0));
+    a.push(exit());
+    a.finish()
+}
+
+/// Writes [`TaskRecord::vacant`] into the record at register `record`, field by field.
+fn write_vacant(a: &mut Asm, record: u8) {
+    let vacant = TaskRecord::vacant();
+    let words = [
+        (0, vacant.tgid),
+        (4, vacant.tid),
+        (24, vacant.cpu),
+        (28, vacant.exit_state),
+        (40, vacant.task_flags),
+        (44, vacant.reserved),
+    ];
+    for (at, value) in words {
+        a.push(store_imm(Size::W, record, at, value as i32));
+    }
+    for (at, value) in [
+        (8, vacant.start_ns),
+        (16, vacant.runtime_ns),
+        (32, vacant.process_start_ns),
+    ] {
+        // (All three are 0: a 32-bit immediate, sign-extended, holds them.)
+        a.push(store_imm(Size::DW, record, at, value as i32));
+    }
 }
 
 #[cfg(test)]
@@ -309,6 +416,8 @@ mod tests {
             num_destroy: 108,
             rdonly_cast: 109,
             task_struct: 110,
+            task_from_pid: Some(111),
+            task_release: Some(112),
             task: TaskOffsets {
                 pid: 1000,
                 tgid: 1004,
@@ -396,8 +505,8 @@ mod tests {
 
     #[test]
     fn assembles_a_reread_of_what_changes_through_the_kept_addresses() {
-        for all in [false, true] {
-            let insns = reread_program(&layout(), maps(), all).unwrap();
+        {
+            let insns = reread_program(&layout(), maps()).unwrap();
             assert_eq!(
                 kfuncs(&insns),
                 vec![101, 106, 107, 109, 108, 102],
@@ -433,14 +542,13 @@ mod tests {
                     copies.push((x.off, st));
                 }
             }
-            let flags_to = if all { None } else { Some(40) };
             let expected = vec![
                 (300, Some(16)),
                 (40, Some(24)),
-                (44, flags_to),
+                (44, Some(40)),
                 (900, Some(28)),
             ];
-            assert_eq!(copies, expected, "--all: {all}");
+            assert_eq!(copies, expected);
             // The exit state is read only past a test of PF_EXITING; else 0 is stored.
             let exit_load = insns.iter().position(|x| x.off == 900).unwrap();
             assert_eq!(insns[exit_load - 1].code, op::JMP | op::JEQ | op::K);
@@ -455,6 +563,72 @@ mod tests {
                 "past the load, to the store"
             );
         }
+    }
+
+    #[test]
+    fn assembles_an_amend_that_releases_every_thread_it_looks_up() {
+        for all in [false, true] {
+            let insns = amend_program(&layout(), maps(), 5, all).unwrap();
+            assert_eq!(
+                kfuncs(&insns),
+                vec![101, 106, 107, 111, 112, 108, 102],
+                "lock, numbers new, next, from_pid, release, destroy, unlock"
+            );
+            for target in jump_targets(&insns).into_iter().flatten() {
+                assert!(target < insns.len(), "jump to {target} of {}", insns.len());
+            }
+            assert_eq!(*insns.last().unwrap(), exit());
+            // The items' array, then the addresses' and records' (written), then the
+            // records' again (a vacant one).
+            assert_eq!(map_fds(&insns), vec![5, 9, 7, 7]);
+            // The thread id is the item's low half, the index (the key from then on) its
+            // high half.
+            let from_pid = insns.iter().position(|x| x.imm == 111).unwrap();
+            assert_eq!(insns[from_pid - 1], mov32_reg(1, 6));
+            assert_eq!(insns[from_pid - 2], store(Size::W, 10, 1, STACK_KEY));
+            assert_eq!(insns[from_pid - 3], rsh_imm(1, 32));
+            // The release is reached only past a test that the task is not null, and every
+            // path to the loop's next round that holds a task passes it: the lookups that
+            // can fail while it is held jump there.
+            let release = insns.iter().position(|x| x.imm == 112).unwrap();
+            assert_eq!(insns[release - 1], mov_reg(1, 7));
+            assert_eq!(insns[release - 2].code, op::JMP | op::JEQ | op::K);
+            let to_release: Vec<usize> = jump_targets(&insns)
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| **t == Some(release - 2))
+                .map(|(i, _)| i)
+                .collect();
+            assert_eq!(to_release.len(), 2, "the two lookups after from_pid");
+            // A vacant record is written whole.
+            let vacant: Vec<(i16, i32)> = insns
+                .iter()
+                .skip_while(|x| **x != store_imm(Size::DW, 8, 0, 0))
+                .filter(|x| x.code & 0x07 == op::ST && x.regs & 0xf == 0)
+                .map(|x| (x.off, x.imm))
+                .collect();
+            let exiting = TaskRecord::PF_EXITING as i32;
+            assert_eq!(
+                vacant,
+                vec![
+                    (0, 0),
+                    (4, 0),
+                    (24, 0),
+                    (28, -1),
+                    (40, exiting),
+                    (44, 0),
+                    (8, 0),
+                    (16, 0),
+                    (32, 0)
+                ]
+            );
+        }
+        let mut old = layout();
+        old.task_from_pid = None;
+        assert!(matches!(
+            amend_program(&old, maps(), 5, true),
+            Err(WalkError::Unsupported(_))
+        ));
     }
 
     #[test]
@@ -484,11 +658,10 @@ mod tests {
             (at(l.task.runtime), 16),
             (at(l.task.cpu), 24),
             (at(l.task.exit_state), 28),
+            (at(l.task.flags), 40),
         ];
         assert_eq!(copies(true), expected_all);
-        let mut expected = expected_all.clone();
-        expected.push((at(l.task.flags), 40));
-        assert_eq!(copies(false), expected);
+        assert_eq!(copies(false), expected_all);
         // The offsets match TaskRecord's layout.
         assert_eq!(std::mem::offset_of!(TaskRecord, cpu), 24);
         assert_eq!(std::mem::offset_of!(TaskRecord, exit_state), 28);
