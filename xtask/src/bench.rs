@@ -215,12 +215,21 @@ fn iterator_costs(config: &Config, out: &Path) -> Result<()> {
             // 3. The agent's own cost on an idle machine at the default interval.
             idle_cost(config, &out.join("idle.json"), &cg_idle, Some(walker))?;
             println!();
-            // 4. One read of the task walk with 10,000 threads alive.
-            match iterator_read_cost(10_000, config.idle_s / 3.0, walker) {
-                Ok(cost) => cost.print(),
-                Err(err) => println!("iterator read with 10,000 threads: not measured ({err:#})"),
+            // 4. One read of the task walk with 10,000 threads alive; for the open-coded walk
+            // also with threads coming and going between reads (its amends).
+            let churns: &[bool] = match walker {
+                Walker::TaskWalk => &[false, true],
+                Walker::IterTask => &[false],
+            };
+            for &churn in churns {
+                match iterator_read_cost(10_000, config.idle_s / 3.0, walker, churn) {
+                    Ok(cost) => cost.print(),
+                    Err(err) => {
+                        println!("iterator read with 10,000 threads: not measured ({err:#})")
+                    }
+                }
+                println!();
             }
-            println!();
         }
         println!(
             "== round {round}, switch accounting (load average {})",
@@ -459,10 +468,12 @@ fn proc_cpu(pid: u32) -> Result<ProcCpu> {
 /// What one iterator read cost with many threads alive (`cg-trace --all`, iterator accounting).
 struct IteratorCost {
     threads: usize,
+    /// Whether a thread was created and one reaped every [`CHURN_EVERY`] meanwhile.
+    churn: bool,
     reads: u64,
     /// Kernel BPF statistics: the walking programs' time per read (all tasks).
     bpf_us_per_read: f64,
-    /// The open-coded walk's two programs, each on its own ("" for iter/task).
+    /// The open-coded walk's programs, each on its own ("" for iter/task).
     per_program: String,
     /// The walker the report names.
     walker: String,
@@ -475,8 +486,17 @@ struct IteratorCost {
 
 impl IteratorCost {
     fn print(&self) {
+        let churn = if self.churn {
+            format!(
+                ", a thread created and one reaped every {} ms",
+                CHURN_EVERY.as_millis()
+            )
+        } else {
+            String::new()
+        };
         println!(
-            "iterator accounting ({}), {} threads alive, cg-trace --all, 100 ms interval, {} reads",
+            "iterator accounting ({}), {} threads alive{churn}, cg-trace --all, 100 ms interval, \
+             {} reads",
             self.walker, self.threads, self.reads
         );
         println!(
@@ -503,12 +523,22 @@ impl IteratorCost {
     }
 }
 
+/// How often the churning variant of the read's benchmark creates a thread and reaps one:
+/// five times between two reads.
+const CHURN_EVERY: Duration = Duration::from_millis(20);
+
 /// Starts `count` sleeping threads in this process, runs `cg-trace --all --accounting
-/// iterator` for `seconds` with the kernel's BPF statistics on, and reads the walking
-/// programs' statistics (the open-coded walk's two programs, or the `iter/task` program, which
-/// runs once per task per read) from the tracer's descriptors and the tracer's own CPU time
-/// from its report.
-fn iterator_read_cost(count: usize, seconds: f64, walker: Walker) -> Result<IteratorCost> {
+/// iterator` for `seconds` with the kernel's BPF statistics on (with `churn`, a thread
+/// created and one reaped every [`CHURN_EVERY`] meanwhile), and reads the walking programs'
+/// statistics (the open-coded walk's programs, or the `iter/task` program, which runs once
+/// per task per read) from the tracer's descriptors and the tracer's own CPU time from its
+/// report.
+fn iterator_read_cost(
+    count: usize,
+    seconds: f64,
+    walker: Walker,
+    churn: bool,
+) -> Result<IteratorCost> {
     const SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
     let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
     let stop_rx = std::sync::Arc::new(std::sync::Mutex::new(stop_rx));
@@ -531,6 +561,16 @@ fn iterator_read_cost(count: usize, seconds: f64, walker: Walker) -> Result<Iter
         .filter_map(|e| fs::read_dir(e.path().join("task")).ok())
         .map(|t| t.count())
         .sum::<usize>();
+    let churning = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(churn));
+    let churner = {
+        let churning = std::sync::Arc::clone(&churning);
+        std::thread::spawn(move || {
+            while churning.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = std::thread::spawn(|| ()).join();
+                sleep(CHURN_EVERY);
+            }
+        })
+    };
     let before = fs::read_to_string(SYSCTL).context("reading kernel.bpf_stats_enabled")?;
     fs::write(SYSCTL, "1").context("enabling kernel.bpf_stats_enabled")?;
     let out = tempdir()?;
@@ -550,6 +590,8 @@ fn iterator_read_cost(count: usize, seconds: f64, walker: Walker) -> Result<Iter
         Ok((stats, steady))
     })();
     let _ = fs::write(SYSCTL, before.trim());
+    churning.store(false, std::sync::atomic::Ordering::Relaxed);
+    let _ = churner.join();
     drop(stop_tx);
     for sleeper in sleepers {
         let _ = sleeper.join();
@@ -567,17 +609,20 @@ fn iterator_read_cost(count: usize, seconds: f64, walker: Walker) -> Result<Iter
     let (runs, ns) = programs
         .iter()
         .fold((0, 0), |(r, n), &(runs, ns)| (r + runs, n + ns));
-    // The open-coded walk's programs run once per read (a re-read the set changed under is
-    // followed by a walk: two runs); the iter/task program once per task.
+    // The open-coded walk's programs run once per read: a walk, a re-read, or an amend and a
+    // re-read (counted as one read: the amend's runs are taken off), each void one followed
+    // by a walk (a void re-read counts as a read of its own); the iter/task program once per
+    // task.
     let reads = if once_per_read {
-        runs
+        let amends = programs.get(2).map_or(0, |&(runs, _)| runs);
+        runs.saturating_sub(amends)
     } else {
         runs / tasks.max(1) as u64
     };
     let per_program = if once_per_read {
         programs
             .iter()
-            .zip(["walk of the list", "re-read"])
+            .zip(["walk of the list", "re-read", "amend"])
             .map(|(&(runs, ns), name)| {
                 format!(
                     "{name}: {runs} runs, {:.0} µs each",
@@ -590,6 +635,7 @@ fn iterator_read_cost(count: usize, seconds: f64, walker: Walker) -> Result<Iter
         String::new()
     };
     Ok(IteratorCost {
+        churn,
         walker: report["meta"]["accounting"]["walker"]
             .as_str()
             .unwrap_or("?")
@@ -646,8 +692,9 @@ struct WalkPrograms {
     once_per_read: bool,
 }
 
-/// The threads' readers among `programs`: the open-coded walk's two syscall programs
-/// (`prog_type` 31; the walk of the list loaded first, then the re-read), or else the
+/// The threads' readers among `programs`: the open-coded walk's syscall programs
+/// (`prog_type` 31; the walk of the list loaded first, then the re-read, then the amend), or
+/// else the
 /// most-run program (the iter/task program, which runs once per task) alone.
 fn walk_programs(programs: &[(u64, u64, u64, u64)]) -> WalkPrograms {
     let syscall: Vec<(u64, u64)> = programs
