@@ -5,22 +5,28 @@
 //! follows the task lists instead of looking each pid up as the `iter/task` iterator does,
 //! which made a read 3.4-4x cheaper in the spike (docs/overhead.md).
 //!
-//! aya 0.14 cannot relocate kfunc calls, so the program is assembled here (about 50
-//! instructions, [`program`]) with the kfuncs' BTF ids and `task_struct`'s offsets taken from
-//! the kernel's BTF, and loaded with the raw `bpf(2)` system call. Where the kernel lacks the
-//! kfuncs or refuses the program, [`TaskWalk::new`] says why ([`WalkError::Unsupported`]) and
-//! the caller keeps the `iter/task` program. The array is sized for the threads alive; a walk
-//! that fills it is made again on an array twice as large, so no thread is ever left out.
+//! aya 0.14 cannot relocate kfunc calls, so the programs are assembled here ([`asm`],
+//! [`programs`]) with the kfuncs' BTF ids and `task_struct`'s offsets taken from the kernel's
+//! BTF, and loaded with the raw `bpf(2)` system call. Where the kernel lacks the kfuncs or
+//! refuses the walk, [`TaskWalk::new`] says why ([`WalkError::Unsupported`]) and the caller
+//! keeps the `iter/task` program. The array is sized for the threads alive; a walk that fills
+//! it is made again on an array twice as large, so no thread is ever left out.
 //!
 //! Following the list costs one cache miss after another (each task's address is in the one
 //! before it): ~200 ns a thread on the development VM, 2 ms with 10,000 threads. So the walk
 //! also keeps each thread's `task_struct` address, in a second array only the kernel reads,
-//! and while the kernel's set of threads is unchanged since a walk ([`super::task_set`]: none
-//! created, none reaped), a second program ([`reread_program`]) reads those threads again
-//! through the addresses instead, their loads independent of each other: what changes of a
-//! living thread (runtime, CPU, flags, exit state) into the same records, the same as a walk
-//! would write then. A set that changed before the re-read ended makes it void, and the list
-//! is walked.
+//! and a read walks the list only when it must:
+//! - while the kernel's set of threads is unchanged since the last read ([`super::task_set`]:
+//!   none created, none reaped), a second program ([`reread_program`]) reads those threads
+//!   again through the addresses instead, their loads independent of each other: what
+//!   changes of a living thread (runtime, CPU, flags, exit state) into the same records;
+//! - where it changed, a third ([`amend_program`]) first looks up again only the threads
+//!   the kernel's hooks say were created or began to exit since ([`amend`], [`changes`]),
+//!   writing each whole or leaving its record vacant, and then the records are re-read.
+//!
+//! A read the set changed under, or one whose records do not hold as many threads as the
+//! kernel counts, is void, and made again by an amend; after [`ATTEMPTS`] the list is
+//! walked.
 
 use std::{
     io,
@@ -336,6 +342,10 @@ impl Amend {
     }
 }
 
+/// How many times a read re-reads or amends the records before it walks the list, where the
+/// set keeps changing while it reads.
+const ATTEMPTS: usize = 3;
+
 /// How long before a read began a thread change may be dated and still count as after it
 /// (the hooks' clock and this process's are the same, CLOCK_MONOTONIC; this only keeps an
 /// amend safe from any skew between CPUs: a change counted twice is only looked up twice).
@@ -352,6 +362,26 @@ struct Base {
     offset: i64,
     /// CLOCK_MONOTONIC ns when the read that made them began.
     since_ns: u64,
+}
+
+/// How a walk's reads were served (the report's `meta.accounting.reads`): by walking the
+/// list, by re-reading the last read's threads, by amending and re-reading them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct WalkReads {
+    pub walked_count: u64,
+    pub reread_count: u64,
+    pub amended_count: u64,
+}
+
+impl WalkReads {
+    /// The reads since `before` (counts of the same walk, taken earlier).
+    pub fn since(self, before: WalkReads) -> WalkReads {
+        WalkReads {
+            walked_count: self.walked_count.saturating_sub(before.walked_count),
+            reread_count: self.reread_count.saturating_sub(before.reread_count),
+            amended_count: self.amended_count.saturating_sub(before.amended_count),
+        }
+    }
 }
 
 /// A loaded task walk: its arrays (the records mapped) and its programs. Dropping it
@@ -417,6 +447,15 @@ impl TaskWalk {
         self.capacity
     }
 
+    /// How its reads were served so far.
+    pub fn reads(&self) -> WalkReads {
+        WalkReads {
+            walked_count: self.walks,
+            reread_count: self.rereads,
+            amended_count: self.amends,
+        }
+    }
+
     /// Amends reads by the threads created or exiting that the kernel's hooks write (the
     /// `THREAD_CHANGES` ring, its lost count) where the set of threads changed.
     pub fn follow_changes(&mut self, ring: RingBuf<MapData>, lost: Array<MapData, u64>) {
@@ -429,26 +468,41 @@ impl TaskWalk {
     /// leave it out).
     pub fn walk(&mut self) -> Result<&[TaskRecord], WalkError> {
         let began_ns = super::monotonic_ns();
-        if let Some(changes) = &mut self.changes {
-            changes.drain(began_ns);
-        }
-        // Without the re-read program the counts serve nothing: not read.
-        let now = match (&mut self.task_set, &self.loaded.reread) {
-            (Some(reader), Some(_)) => reader.read(),
-            _ => None,
-        };
-        if let (Some(set), Some(base)) = (now, self.base) {
+        let mut now = self.read_set();
+        for _ in 0..ATTEMPTS {
+            let (Some(set), Some(base)) = (now, self.base) else {
+                break;
+            };
+            // (After the counts: a thread they count was created before its hook wrote it.)
+            if let Some(changes) = &mut self.changes {
+                changes.drain(super::monotonic_ns());
+            }
             let served = if set == base.set {
                 self.reread(set)?
             } else {
-                self.amend(set, base)?
+                match self.amend(set, base)? {
+                    Some(served) => served,
+                    None => break,
+                }
             };
             if served {
                 self.served(set, began_ns);
                 return Ok(self.loaded.mapped.records(self.walked as usize));
             }
+            // The set changed during the read: again, by an amend (the records, amended or
+            // not, still stand for the base, from when it began).
+            now = self.read_set();
         }
         self.walk_list(now, began_ns)
+    }
+
+    /// The kernel's set of threads now; without the re-read program the counts serve
+    /// nothing and are not read.
+    fn read_set(&mut self) -> Option<TaskSet> {
+        match (&mut self.task_set, &self.loaded.reread) {
+            (Some(reader), Some(_)) => reader.read(),
+            _ => None,
+        }
     }
 
     /// Re-reads the last read's threads; whether the set stayed `set` meanwhile (else the
@@ -468,17 +522,19 @@ impl TaskWalk {
 
     /// Amends the last read's records by the threads that may have changed since it began
     /// ([`amend`]), then re-reads them all; whether the set stayed `set` meanwhile and the
-    /// records hold as many threads as it counts (else the read is void).
-    fn amend(&mut self, set: TaskSet, base: Base) -> Result<bool, WalkError> {
+    /// records hold as many threads as it counts (else the read is void), or `None` where no
+    /// amend can serve (no amend program or hooks, changes lost, too many, or the array too
+    /// small).
+    fn amend(&mut self, set: TaskSet, base: Base) -> Result<Option<bool>, WalkError> {
         let (Some(amend), Some(changes)) = (&mut self.loaded.amend, &self.changes) else {
-            return Ok(false);
+            return Ok(None);
         };
         let records = self.loaded.mapped.records(self.walked as usize);
         let plan = changes
             .since(base.since_ns.saturating_sub(CHANGE_SLACK_NS))
             .and_then(|changed| amend::plan(records, &changed, self.capacity));
         let Some(plan) = plan else {
-            return Ok(false);
+            return Ok(None);
         };
         amend.items.write_u64s(&plan.items);
         test_run(&amend.program, plan.items.len() as u32).map_err(|source| WalkError::Sys {
@@ -487,14 +543,14 @@ impl TaskWalk {
         })?;
         self.walked = plan.count;
         if !self.reread(set)? {
-            return Ok(false);
+            return Ok(Some(false));
         }
         self.rereads -= 1;
         let records = self.loaded.mapped.records(self.walked as usize);
         let held = records.iter().filter(|r| !r.is_vacant()).count() as i64;
         let agrees = held + base.offset == set.threads as i64;
         self.amends += u64::from(agrees);
-        Ok(agrees)
+        Ok(Some(agrees))
     }
 
     /// A re-read or amend served: the records stand for `set` as read from `began_ns`.
