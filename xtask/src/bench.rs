@@ -470,6 +470,8 @@ struct IteratorCost {
     threads: usize,
     /// Whether a thread was created and one reaped every [`CHURN_EVERY`] meanwhile.
     churn: bool,
+    /// How the open-coded walk's reads were served ("" for iter/task).
+    served_as: String,
     reads: u64,
     /// Kernel BPF statistics: the walking programs' time per read (all tasks).
     bpf_us_per_read: f64,
@@ -496,8 +498,8 @@ impl IteratorCost {
         };
         println!(
             "iterator accounting ({}), {} threads alive{churn}, cg-trace --all, 100 ms interval, \
-             {} reads",
-            self.walker, self.threads, self.reads
+             {} reads{}",
+            self.walker, self.threads, self.reads, self.served_as
         );
         println!(
             "  walking program (kernel BPF statistics): {:.0} µs per read",
@@ -609,13 +611,23 @@ fn iterator_read_cost(
     let (runs, ns) = programs
         .iter()
         .fold((0, 0), |(r, n), &(runs, ns)| (r + runs, n + ns));
-    // The open-coded walk's programs run once per read: a walk, a re-read, or an amend and a
-    // re-read (counted as one read: the amend's runs are taken off), each void one followed
-    // by a walk (a void re-read counts as a read of its own); the iter/task program once per
-    // task.
+    let served = &report["meta"]["accounting"]["reads"];
+    let served_as = if once_per_read {
+        format!(
+            " ({} walked the list, {} re-read, {} amended)",
+            served["walked_count"], served["reread_count"], served["amended_count"]
+        )
+    } else {
+        String::new()
+    };
+    // The open-coded walk's reads, as the report counts them (a read runs its programs more
+    // than once where the set changed while it read: a re-read or amend made void is made
+    // again); the iter/task program runs once per task.
     let reads = if once_per_read {
-        let amends = programs.get(2).map_or(0, |&(runs, _)| runs);
-        runs.saturating_sub(amends)
+        ["walked_count", "reread_count", "amended_count"]
+            .iter()
+            .map(|name| served[name].as_u64().unwrap_or(0))
+            .sum()
     } else {
         runs / tasks.max(1) as u64
     };
@@ -636,6 +648,7 @@ fn iterator_read_cost(
     };
     Ok(IteratorCost {
         churn,
+        served_as,
         walker: report["meta"]["accounting"]["walker"]
             .as_str()
             .unwrap_or("?")

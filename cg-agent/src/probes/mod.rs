@@ -882,6 +882,14 @@ impl Probes {
             .read(&theirs, living_ns.saturating_add(exited_ns), taken_ns))
     }
 
+    /// How the open-coded walk's reads were served so far (`None` without it).
+    pub fn walk_reads(&self) -> Option<task_walk::WalkReads> {
+        match &self.iterator.as_ref()?.walker {
+            Walker::Open(walk) => Some(walk.reads()),
+            Walker::IterTask { .. } => None,
+        }
+    }
+
     /// How iterator accounting walks the threads (`None` in switch accounting).
     pub fn walker(&self) -> Option<WalkerUsed> {
         self.iterator.as_ref().map(|state| match &state.walker {

@@ -939,6 +939,11 @@ pub(crate) mod tests {
                 method: "iterator",
                 reason: "test".into(),
                 walker: Some("task_walk"),
+                reads: Some(crate::probes::task_walk::WalkReads {
+                    walked_count: 2,
+                    reread_count: 5,
+                    amended_count: 3,
+                }),
             },
             timeseries: true,
             probes: Vec::new(),

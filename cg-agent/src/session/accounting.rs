@@ -17,6 +17,7 @@ use crate::{
     probes::{
         Accounting,
         activity::{Activity, ActivityTracker, Snapshot},
+        task_walk::WalkReads,
     },
     sources::{DomainKind, DomainSpec},
 };
@@ -33,6 +34,10 @@ pub struct AccountingChoice {
     /// kernel 6.7+) or `iter_task` (the task iterator); absent in switch accounting.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub walker: Option<&'static str>,
+    /// The open-coded walk: how many of the run's reads walked the task list, re-read the
+    /// last read's threads, or amended and re-read them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reads: Option<WalkReads>,
 }
 
 impl AccountingChoice {
@@ -41,7 +46,14 @@ impl AccountingChoice {
             method: accounting.as_str(),
             reason: reason.into(),
             walker: None,
+            reads: None,
         }
+    }
+
+    /// Says how the open-coded walk's reads of the run were served.
+    pub fn with_reads(mut self, reads: Option<WalkReads>) -> Self {
+        self.reads = reads;
+        self
     }
 
     /// Says, in iterator accounting, how the threads were walked (and why not with the

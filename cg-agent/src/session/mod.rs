@@ -659,6 +659,8 @@ struct Setup {
     selection_probes: Vec<SourceProbe>,
     /// The kernel side's losses when the run started (the previous run of a set ended).
     losses_before: Losses,
+    /// The open-coded walk's reads when the run started.
+    reads_before: crate::probes::task_walk::WalkReads,
     accounting: accounting::AccountingChoice,
 }
 
@@ -765,6 +767,7 @@ async fn set_up(mut config: RunConfig, hooks: Option<LiveHooks>) -> Result<Setup
         selection_notes: selection.notes,
         selection_probes: probes_seen,
         losses_before: Losses::default(),
+        reads_before: Default::default(),
         accounting: accounting_choice,
     })
 }
@@ -1228,6 +1231,12 @@ fn conclude(setup: &mut Setup, measured: Measured) -> Outcome {
     let losses_so_far = sampler.probes.losses().unwrap_or_default();
     let losses = losses_since(losses_so_far, setup.losses_before);
     setup.losses_before = losses_so_far;
+    let reads_so_far = sampler.probes.walk_reads();
+    let accounting = setup
+        .accounting
+        .clone()
+        .with_reads(reads_so_far.map(|now| now.since(setup.reads_before)));
+    setup.reads_before = reads_so_far.unwrap_or_default();
     let (source_notes, reports, settle_error) = settle_energy(
         sampler,
         &setup.selection_notes,
@@ -1283,7 +1292,7 @@ fn conclude(setup: &mut Setup, measured: Measured) -> Outcome {
                 attach_ms: setup.attach_ms,
                 ..own_cost()
             },
-            accounting: setup.accounting.clone(),
+            accounting,
             timeseries: config.timeseries,
             probes: setup.selection_probes.clone(),
             source_notes,
