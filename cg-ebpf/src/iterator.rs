@@ -78,8 +78,8 @@ pub fn task_newtask(ctx: BtfTracePointContext) -> i32 {
 
 /// The iterator program: `ctx` is a `struct bpf_iter__task { bpf_iter_meta *meta;
 /// task_struct *task; }`; `task` is null once after the last task. Writes every thread's
-/// record; with `--all` every thread is a target's, and the fields that tell them apart are
-/// left 0.
+/// record; with `--all` every thread is a target's, and its process's start time, which
+/// tells them apart, is left 0.
 #[unsafe(no_mangle)]
 #[unsafe(link_section = "iter/task")]
 pub fn task_runtimes(ctx: *mut core::ffi::c_void) -> i32 {
@@ -103,11 +103,7 @@ pub fn task_runtimes(ctx: *mut core::ffi::c_void) -> i32 {
         cpu: field(task, global(&TASK_CPU_OFFSET)),
         exit_state: field(task, global(&TASK_EXIT_STATE_OFFSET)),
         process_start_ns: if all { 0 } else { process_start_time(task) },
-        task_flags: if all {
-            0
-        } else {
-            field(task, global(&TASK_FLAGS_OFFSET))
-        },
+        task_flags: field(task, global(&TASK_FLAGS_OFFSET)),
         reserved: 0,
     };
     // `meta->seq` is its first field.
