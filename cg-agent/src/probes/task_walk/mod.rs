@@ -753,6 +753,22 @@ mod tests {
         assert!(walk_within_count(u32::MAX, u64::MAX));
     }
 
+    /// A thread of this process that waits until the sender is dropped, and its id.
+    fn parked_thread() -> (
+        std::sync::mpsc::Sender<()>,
+        std::thread::JoinHandle<()>,
+        u32,
+    ) {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let (born_tx, born_rx) = std::sync::mpsc::channel();
+        let child = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            born_tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            let _ = rx.recv();
+        });
+        (tx, child, born_rx.recv().unwrap())
+    }
+
     /// This thread's runtime as the kernel counts it, ns.
     fn my_runtime_ns() -> u64 {
         let text = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
@@ -820,14 +836,7 @@ mod tests {
                     .all(|(r, w)| (r.tgid, r.tid, r.start_ns) == (w.tgid, w.tid, w.start_ns))
             );
             // A thread created since is in the next read, whichever way it is made.
-            let (tx, rx) = std::sync::mpsc::channel::<()>();
-            let (born_tx, born_rx) = std::sync::mpsc::channel();
-            let child = std::thread::spawn(move || {
-                // SAFETY: as above.
-                born_tx.send(unsafe { libc::gettid() } as u32).unwrap();
-                let _ = rx.recv();
-            });
-            let child_tid = born_rx.recv().unwrap();
+            let (tx, child, child_tid) = parked_thread();
             let walks = walk.walks;
             let records = walk.walk().unwrap();
             assert!(records.iter().any(|r| r.tid == child_tid), "--all: {all}");
@@ -866,14 +875,7 @@ mod tests {
             let tid = unsafe { libc::gettid() } as u32;
             let walked = walk.walk().unwrap().to_vec();
             let me = *walked.iter().find(|r| r.tid == tid).unwrap();
-            let (tx, rx) = std::sync::mpsc::channel::<()>();
-            let (born_tx, born_rx) = std::sync::mpsc::channel();
-            let child = std::thread::spawn(move || {
-                // SAFETY: as above.
-                born_tx.send(unsafe { libc::gettid() } as u32).unwrap();
-                let _ = rx.recv();
-            });
-            let child_tid = born_rx.recv().unwrap();
+            let (tx, child, child_tid) = parked_thread();
             // The thread created goes at the end (no record is vacant), whole.
             let at = walked.len();
             // (Beside it, any thread that had begun to exit when walked: other tests' threads.)

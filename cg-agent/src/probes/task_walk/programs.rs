@@ -242,6 +242,35 @@ fn off16(off: u32) -> Result<i16, WalkError> {
 /// Bytes of `struct bpf_iter_num` (the numbers iterator's state, on the stack below the key).
 pub(super) const NUM_ITER_BYTES: i32 = 8;
 
+/// Where the numbers iterator's state sits on the stack (below the key).
+const NUM_AT: i32 = STACK_KEY as i32 - NUM_ITER_BYTES;
+
+/// The head of a loop over the indexes below the count at the head of the context (r9 the
+/// context from here on), under `bpf_rcu_read_lock`: binds `next` to the next round, which
+/// finds the index as the key at `r10 + STACK_KEY` (and r0 pointing at it), and jumps to
+/// `done` past the last. [`end_each_index`] closes it.
+fn for_each_index(a: &mut Asm, layout: &WalkLayout, next: Label, done: Label) {
+    a.push(mov_reg(9, 1));
+    a.push(call_kfunc(layout.rcu_read_lock));
+    a.push(mov_imm(2, 0));
+    a.push(load(Size::W, 3, 9, 0)); // the count
+    iterate(a, NUM_AT, (layout.num_new, layout.num_next), next, done);
+    a.push(load(Size::W, 1, 0, 0));
+    a.push(store(Size::W, 10, 1, STACK_KEY));
+}
+
+/// The end of [`for_each_index`]'s loop, at `done`: destroys the iterator, unlocks, returns 0.
+fn end_each_index(mut a: Asm, layout: &WalkLayout, done: Label) -> Result<Vec<Insn>, WalkError> {
+    a.bind(done);
+    a.push(mov_reg(1, 10));
+    a.push(add_imm(1, NUM_AT));
+    a.push(call_kfunc(layout.num_destroy));
+    a.push(call_kfunc(layout.rcu_read_unlock));
+    a.push(mov_imm(0, 0));
+    a.push(exit());
+    a.finish()
+}
+
 /// The re-read: for each index below the count in the context (the last walk's), reads again
 /// through the address at that index of `maps.tasks` what changes of a living thread (its
 /// runtime, CPU, flags, exit state) into the record at that index of `maps.records` (none
@@ -253,24 +282,11 @@ pub(super) const NUM_ITER_BYTES: i32 = 8;
 ///
 /// Registers: r9 the context, r8 the record, r7 the task, r0 the index (then the elements).
 pub fn reread_program(layout: &WalkLayout, maps: WalkMaps) -> Result<Vec<Insn>, WalkError> {
-    let num_at = i32::from(STACK_KEY) - NUM_ITER_BYTES;
     let task_struct =
         i32::try_from(layout.task_struct).map_err(|_| WalkError::Assembly("BTF id"))?;
     let mut a = Asm::default();
     let (next, running, done) = (a.label(), a.label(), a.label());
-    a.push(mov_reg(9, 1));
-    a.push(call_kfunc(layout.rcu_read_lock));
-    a.push(mov_imm(2, 0));
-    a.push(load(Size::W, 3, 9, 0)); // the count
-    iterate(
-        &mut a,
-        num_at,
-        (layout.num_new, layout.num_next),
-        next,
-        done,
-    );
-    a.push(load(Size::W, 1, 0, 0));
-    a.push(store(Size::W, 10, 1, STACK_KEY));
+    for_each_index(&mut a, layout, next, done);
     lookup(&mut a, maps.tasks, next);
     a.push(load(Size::DW, 7, 0, 0));
     a.jump(Jump::Eq(7, 0), next);
@@ -293,14 +309,7 @@ pub fn reread_program(layout: &WalkLayout, maps: WalkMaps) -> Result<Vec<Insn>, 
     a.bind(running);
     a.push(store(Size::W, 8, 1, 28));
     a.jump(Jump::Always, next);
-    a.bind(done);
-    a.push(mov_reg(1, 10));
-    a.push(add_imm(1, num_at));
-    a.push(call_kfunc(layout.num_destroy));
-    a.push(call_kfunc(layout.rcu_read_unlock));
-    a.push(mov_imm(0, 0));
-    a.push(exit());
-    a.finish()
+    end_each_index(a, layout, done)
 }
 
 /// The amend: for each item below the count in the context (an element of `items`: a thread
@@ -324,22 +333,9 @@ pub fn amend_program(
             "the kernel's BTF has no bpf_task_from_pid or bpf_task_release".into(),
         ));
     };
-    let num_at = i32::from(STACK_KEY) - NUM_ITER_BYTES;
     let mut a = Asm::default();
     let (next, vacate, release, done) = (a.label(), a.label(), a.label(), a.label());
-    a.push(mov_reg(9, 1));
-    a.push(call_kfunc(layout.rcu_read_lock));
-    a.push(mov_imm(2, 0));
-    a.push(load(Size::W, 3, 9, 0)); // the count of items
-    iterate(
-        &mut a,
-        num_at,
-        (layout.num_new, layout.num_next),
-        next,
-        done,
-    );
-    a.push(load(Size::W, 1, 0, 0));
-    a.push(store(Size::W, 10, 1, STACK_KEY));
+    for_each_index(&mut a, layout, next, done);
     lookup(&mut a, items, next);
     a.push(load(Size::DW, 6, 0, 0));
     a.push(mov_reg(1, 6));
@@ -364,14 +360,7 @@ pub fn amend_program(
     lookup(&mut a, maps.records, next);
     write_vacant(&mut a, 0);
     a.jump(Jump::Always, next);
-    a.bind(done);
-    a.push(mov_reg(1, 10));
-    a.push(add_imm(1, num_at));
-    a.push(call_kfunc(layout.num_destroy));
-    a.push(call_kfunc(layout.rcu_read_unlock));
-    a.push(mov_imm(0, 0));
-    a.push(exit());
-    a.finish()
+    end_each_index(a, layout, done)
 }
 
 /// Writes [`TaskRecord::vacant`] into the record at register `record`, field by field.
