@@ -905,6 +905,17 @@ fn assert_accounting(report: &Value, accounting: &str) {
         Some(walker) => assert_eq!(meta["walker"], walker, "{meta:#}"),
         None => assert!(meta.get("walker").is_none(), "{meta:#}"),
     }
+    // The open-coded walk says how its reads were served, and it read at least once.
+    let reads = &meta["reads"];
+    if walker == Some("task_walk") {
+        let served: f64 = ["walked_count", "reread_count", "amended_count"]
+            .iter()
+            .map(|name| num(reads, &format!("/{name}")))
+            .sum();
+        assert!(served >= 1.0, "{meta:#}");
+    } else {
+        assert!(reads.is_null(), "{meta:#}");
+    }
 }
 
 #[test]
