@@ -16,7 +16,7 @@ pub struct ThreadChanges {
     /// The lost count when last read; `None` when it could not be read.
     lost_seen: Option<u64>,
     /// CLOCK_MONOTONIC ns when a loss was last noticed (the changes lost are older).
-    pub lost_at_ns: Option<u64>,
+    lost_at_ns: Option<u64>,
     kept: Vec<ThreadChange>,
 }
 
