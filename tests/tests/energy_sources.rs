@@ -164,7 +164,9 @@ fn power_log_is_the_machine_energy_with_rapl_nested_inside() {
             let expected = k * cpu_s;
             assert!(
                 (got - expected).abs() < 0.2 * expected,
-                "pid {pid}: {domain} {got:.3} J, expected {k} W x {cpu_s:.3} s = {expected:.3} J"
+                "pid {pid}: {domain} {got:.3} J, expected {k} W x {cpu_s:.3} s = {expected:.3} J \
+                 ({:#})",
+                meta["measurement_quality"]["notes"]
             );
         }
         // A process's energy is its share of the top-level domain, the meter.

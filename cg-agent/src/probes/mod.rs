@@ -13,6 +13,7 @@ pub mod activity;
 mod batch;
 pub mod btf;
 pub mod features;
+mod hidden;
 pub mod iterator;
 pub mod retry;
 mod ring_reader;
@@ -344,6 +345,8 @@ pub struct Probes {
     /// Iterator accounting: whether the second hook on a task's free (fentry on
     /// `__put_task_struct`) is attached beside `sched_process_free`.
     pub free_backup: bool,
+    /// Tasks created after this moment are watched from their first nanosecond.
+    trace_start_ns: u64,
 }
 
 const UPROBE_MAPS: [&str; 3] = [
@@ -762,6 +765,7 @@ impl Probes {
             all_tasks: config.all_tasks,
         });
         Ok(Probes {
+            trace_start_ns: globals.trace_start_ns,
             iterator,
             _ebpf: ebpf,
             thread_batch: Some(batch::BatchReader::for_threads(cpu_count)),
@@ -831,7 +835,7 @@ impl Probes {
             Some(threads) => threads,
             None => self.read_threads_one_by_one()?,
         };
-        let cpus = self.read_cpu_states()?;
+        let cpus = self.read_cpu_states(&threads)?;
         Ok(Snapshot {
             taken_ns: monotonic_ns(),
             cpus,
@@ -952,7 +956,13 @@ impl Probes {
         Ok(threads)
     }
 
-    fn read_cpu_states(&self) -> Result<Vec<CpuSnapshot>, ProbeError> {
+    /// Every CPU's state, with the slice it runs now: the recorded task's, or that of a target
+    /// found running unseen where the record is stale (see [`hidden`]). `threads` are the
+    /// per-thread totals read just before.
+    fn read_cpu_states(
+        &self,
+        threads: &[(ThreadKey, Vec<u64>)],
+    ) -> Result<Vec<CpuSnapshot>, ProbeError> {
         let read = || {
             self.cpu_state.get(&0, 0).map_err(|source| ProbeError::Map {
                 name: names::CPU_STATE,
@@ -988,20 +998,23 @@ impl Probes {
                     .and_then(|s| running_since(&s, cpu))
             })
             .collect();
-        if in_progress.iter().any(Option::is_some) {
+        let mut hidden = self.find_hidden(&states, &in_progress, threads);
+        if in_progress.iter().any(Option::is_some) || hidden.iter().any(Option::is_some) {
             let after = read()?;
-            for ((slice, state), now) in in_progress.iter_mut().zip(&states).zip(after.iter()) {
-                if state
+            for (cpu, now) in after.iter().enumerate() {
+                if states[cpu]
                     .is_none_or(|s| s.seq_begin != now.seq_begin || now.seq_begin != now.seq_end)
                 {
-                    *slice = None;
+                    in_progress[cpu] = None;
+                    hidden[cpu] = None;
                 }
             }
         }
         Ok(states
             .into_iter()
             .zip(in_progress)
-            .map(|(state, in_progress_ns)| {
+            .zip(hidden)
+            .map(|((state, in_progress_ns), hidden)| {
                 // A CPU that kept changing under us: use its counters, skip its running slice
                 // (it shows up in the next read).
                 let state = state.unwrap_or_default();
@@ -1014,15 +1027,77 @@ impl Probes {
                         .filter(|c| c.key.tid != 0 && c.pending_ns != 0)
                         .map(|c| (c.key, c.pending_ns))
                         .collect(),
-                    running: (state.valid != 0 && state.tid != 0).then_some(Running {
-                        tgid: state.tgid,
-                        tid: state.tid,
-                        start_ns: state.start_ns,
-                        in_progress_ns,
-                    }),
+                    running: match hidden {
+                        Some(h) => Some(Running {
+                            tgid: h.thread.tgid,
+                            tid: h.thread.tid,
+                            start_ns: h.thread.start_ns,
+                            in_progress_ns: Some(h.in_progress_ns),
+                        }),
+                        None => (state.valid != 0 && state.tid != 0).then_some(Running {
+                            tgid: state.tgid,
+                            tid: state.tid,
+                            start_ns: state.start_ns,
+                            in_progress_ns,
+                        }),
+                    },
                 }
             })
             .collect())
+    }
+
+    /// For each CPU whose record names a task not running there (no slice read for it), the
+    /// target found running there unseen, if any.
+    fn find_hidden(
+        &self,
+        states: &[Option<CpuState>],
+        in_progress: &[Option<u64>],
+        threads: &[(ThreadKey, Vec<u64>)],
+    ) -> Vec<Option<hidden::Hidden>> {
+        let records: Vec<CpuState> = states.iter().map(|s| s.unwrap_or_default()).collect();
+        let stale = |cpu: usize| {
+            let r = &records[cpu];
+            states[cpu].is_some() && r.valid != 0 && r.tid != 0 && in_progress[cpu].is_none()
+        };
+        if !(0..records.len()).any(stale) {
+            return vec![None; states.len()];
+        }
+        let shown: Vec<ThreadKey> = records
+            .iter()
+            .zip(in_progress)
+            .filter(|(_, slice)| slice.is_some())
+            .map(|(r, _)| ThreadKey {
+                tgid: r.tgid,
+                tid: r.tid,
+                start_ns: r.start_ns,
+            })
+            .collect();
+        // Each thread is looked up once per read, however many records are stale.
+        let mut looked_up: Vec<(ThreadKey, Option<(usize, u64)>)> = Vec::new();
+        let mut lookup = |t: &ThreadKey| {
+            if let Some((_, found)) = looked_up.iter().find(|(key, _)| key == t) {
+                return *found;
+            }
+            let found = runtime_on(t.tgid, t.tid);
+            looked_up.push((*t, found));
+            found
+        };
+        (0..records.len())
+            .map(|cpu| {
+                stale(cpu)
+                    .then(|| {
+                        hidden::find(
+                            cpu,
+                            &records,
+                            threads,
+                            self.trace_start_ns,
+                            &shown,
+                            &mut lookup,
+                        )
+                    })
+                    .flatten()
+            })
+            .collect()
     }
 
     /// Takes every lifecycle event the kernel queued since the last call.
@@ -1271,14 +1346,18 @@ fn switch_every_cpu() {
 /// report the switch that took it off (it happens), so the CPU's record is stale and the
 /// task's runtime may be growing on another CPU, where it is counted already.
 fn running_since(state: &CpuState, cpu: usize) -> Option<u64> {
-    let task = format!("/proc/{}/task/{}", state.tgid, state.tid);
+    let (on, runtime_ns) = runtime_on(state.tgid, state.tid)?;
+    (on == cpu).then(|| runtime_ns.saturating_sub(state.start_runtime_ns))
+}
+
+/// The CPU a task is runnable on and its `sum_exec_runtime` now; `None` when it is gone or
+/// not runnable.
+fn runtime_on(tgid: u32, tid: u32) -> Option<(usize, u64)> {
+    let task = format!("/proc/{tgid}/task/{tid}");
     let stat = std::fs::read_to_string(format!("{task}/stat")).ok()?;
-    if running_on(&stat)? != cpu {
-        return None;
-    }
+    let cpu = running_on(&stat)?;
     let text = std::fs::read_to_string(format!("{task}/schedstat")).ok()?;
-    let runtime_ns = parse_schedstat_runtime_ns(&text)?;
-    Some(runtime_ns.saturating_sub(state.start_runtime_ns))
+    Some((cpu, parse_schedstat_runtime_ns(&text)?))
 }
 
 /// From `/proc/PID/task/TID/stat`: the CPU the task is running on, `None` unless it is
