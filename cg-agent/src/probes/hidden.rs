@@ -137,11 +137,8 @@ mod tests {
 
     #[test]
     fn a_target_elsewhere_shown_or_older_than_the_run_is_not_taken() {
-        let (old, shown, elsewhere) = (thread(501, START), thread(502, START + 1), thread(503, 9));
-        let elsewhere = ThreadKey {
-            start_ns: START + elsewhere.start_ns,
-            ..elsewhere
-        };
+        let (old, shown) = (thread(501, START), thread(502, START + 1));
+        let elsewhere = thread(503, START + 9);
         let states = [cpu(&[(old, MS), (shown, MS)]), cpu(&[(elsewhere, MS)])];
         let mut looked_up = Vec::new();
         let found = find(1, &states, &[], START, &[shown], |key| {
